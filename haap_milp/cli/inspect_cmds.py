@@ -1,0 +1,1 @@
+"""CLI commands (registered on haap_milp.cli.app.app)."""

@@ -1,0 +1,219 @@
+"""The plain, solver-facing planning problem (no pydantic, no estimator).
+
+Presolve (``presolve.py``) builds a ``Problem`` from the specs and the estimator; the
+solvers (``solvers/``) read only this module. ``evaluate`` is the reference semantics of
+the objective and constraints: every solver's objective must equal it for the plan it
+returns, and the brute-force oracle enumerates with it. Equation labels refer to
+``formulations/README.md``.
+
+Indexing conventions
+--------------------
+* ``L`` decoder layers, all of the same cost per option (the embedding is charged to the
+  first pipeline stage, final norm + LM head + loss to the last stage).
+* A *pipeline* is a list of stages in pipeline order ``j = 0 .. P-1``; stage ``j`` has an
+  option ``o_j`` and ``n_j >= 1`` decoder layers, ``sum n_j = L``.
+* Position from the end ``q_j = P - j`` (1 for the last stage). Under 1F1B stage j holds
+  ``min(q_j, M)`` micro-batches of activations in flight (eq. M1).
+* Times are seconds, memory bytes, in float. CP-SAT scales them to integers itself.
+
+Objective (eq. T1), for micro-batch variant v with M micro-batches::
+
+    t_j   = n_j * layer_time[o_j] + [j == 0] * first_time[o_j] + [j == P-1] * last_time[o_j]
+    c_j   = p2p_time[g(o_j)][g(o_{j+1})]                  (boundary j -> j+1, j < P-1)
+    s_j   = sync_fixed[o_j] + n_j * sync_per_layer[o_j]
+            + [j == 0] * sync_first[o_j] + [j == P-1] * sync_last[o_j]
+    T     = (M - 1) * max(max_j t_j, max_j c_j) + sum_j t_j + sum_j c_j + max_j s_j
+
+Links are treated as pipeline resources: a boundary slower than every stage bounds the
+steady state like a stage would. Memory (eq. M2), per stage::
+
+    mem_j = fixed_mem[o] + n_j * (layer_static_mem[o] + a_j * layer_act_mem[o])
+            + [j == 0]   * (first_static_mem[o] + a_j * first_act_mem[o])
+            + [j == P-1] * (last_static_mem[o]  + a_j * last_act_mem[o])  <=  mem_capacity[o]
+    with a_j = min(P - j, M)
+
+GPUs (eq. G1): ``sum_j num_gpus[o_j] * [group(o_j) == g] <= group_capacity[g]`` for every group.
+Engine rules: ``uniform`` (every stage the same (tp, dp, recompute) signature, eq. U1) and
+``same_tp_first_last`` (tied embeddings under FlagScale, eq. U2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to run a stage: a GPU group and its parallel degrees."""
+
+    group: int  # index into Problem.groups
+    tp: int
+    dp: int
+    ep: int
+    recompute: str  # none | selective | full
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def signature(self) -> tuple[int, int, str]:
+        """What must be equal across stages for uniform engines (eq. U1)."""
+        return (self.tp, self.dp, self.recompute)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Costs for one micro-batch choice. Arrays are indexed by option (shape ``[O]``),
+    ``p2p_time`` by group pair (shape ``[G, G]``)."""
+
+    samples_per_microbatch: int  # B: samples per micro-batch seen by every stage
+    num_microbatches: int  # M = global_batch / B
+    layer_time: np.ndarray  # s, fwd+bwd of one decoder layer for one micro-batch
+    first_time: np.ndarray  # s, extra for the first stage (embedding)
+    last_time: np.ndarray  # s, extra for the last stage (final norm, LM head, loss)
+    layer_static_mem: np.ndarray  # bytes per layer: weights + grads + optimizer state
+    layer_act_mem: np.ndarray  # bytes per layer per in-flight micro-batch
+    first_static_mem: np.ndarray
+    first_act_mem: np.ndarray
+    last_static_mem: np.ndarray
+    last_act_mem: np.ndarray
+    fixed_mem: np.ndarray  # bytes per stage regardless of layers (framework, buffers)
+    mem_capacity: np.ndarray  # usable bytes per GPU (after headroom)
+    sync_fixed: np.ndarray  # s, exposed DP sync + optimizer step, per stage
+    sync_per_layer: np.ndarray  # s per layer
+    sync_first: np.ndarray  # s, embedding grads
+    sync_last: np.ndarray  # s, LM head grads
+    p2p_time: np.ndarray  # [G, G] s per micro-batch across a boundary (fwd act + bwd grad)
+    allowed: np.ndarray  # bool [O]: option usable with this variant (dp divides B, fits one layer)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Everything a solver needs, nothing more."""
+
+    num_layers: int
+    max_stages: int
+    groups: tuple[str, ...]  # display names "a100-80g@main"
+    group_capacity: tuple[int, ...]  # GPUs available per group
+    options: tuple[Option, ...]
+    variants: tuple[Variant, ...]
+    uniform: bool = False  # eq. U1
+    same_tp_first_last: bool = False  # eq. U2
+    stats: dict = field(default_factory=dict, compare=False)  # presolve statistics
+
+    @property
+    def num_options(self) -> int:
+        return len(self.options)
+
+
+@dataclass(frozen=True)
+class Stage:
+    option: int
+    num_layers: int
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A solver's answer: a variant and stages in pipeline order."""
+
+    variant: int
+    stages: tuple[Stage, ...]
+
+
+def stage_memory(problem: Problem, a: Assignment) -> list[float]:
+    """Peak bytes per GPU of each stage (eq. M2)."""
+    v = problem.variants[a.variant]
+    p = len(a.stages)
+    out = []
+    for j, st in enumerate(a.stages):
+        o, n = st.option, st.num_layers
+        inflight = min(p - j, v.num_microbatches)
+        mem = v.fixed_mem[o] + n * (v.layer_static_mem[o] + inflight * v.layer_act_mem[o])
+        if j == 0:
+            mem += v.first_static_mem[o] + inflight * v.first_act_mem[o]
+        if j == p - 1:
+            mem += v.last_static_mem[o] + inflight * v.last_act_mem[o]
+        out.append(float(mem))
+    return out
+
+
+def stage_times(problem: Problem, a: Assignment) -> list[float]:
+    """t_j of eq. T1."""
+    v = problem.variants[a.variant]
+    p = len(a.stages)
+    out = []
+    for j, st in enumerate(a.stages):
+        o = st.option
+        t = st.num_layers * v.layer_time[o]
+        t += v.first_time[o] if j == 0 else 0.0
+        t += v.last_time[o] if j == p - 1 else 0.0
+        out.append(float(t))
+    return out
+
+
+def boundary_times(problem: Problem, a: Assignment) -> list[float]:
+    """c_j of eq. T1 (P-1 values)."""
+    v = problem.variants[a.variant]
+    g = [problem.options[s.option].group for s in a.stages]
+    return [float(v.p2p_time[g[j], g[j + 1]]) for j in range(len(g) - 1)]
+
+
+def sync_times(problem: Problem, a: Assignment) -> list[float]:
+    """s_j of eq. T1."""
+    v = problem.variants[a.variant]
+    p = len(a.stages)
+    out = []
+    for j, st in enumerate(a.stages):
+        o = st.option
+        s = v.sync_fixed[o] + st.num_layers * v.sync_per_layer[o]
+        s += v.sync_first[o] if j == 0 else 0.0
+        s += v.sync_last[o] if j == p - 1 else 0.0
+        out.append(float(s))
+    return out
+
+
+def evaluate(problem: Problem, a: Assignment) -> float:
+    """Iteration time T of eq. T1 (seconds). Does not check feasibility."""
+    v = problem.variants[a.variant]
+    t, c, s = stage_times(problem, a), boundary_times(problem, a), sync_times(problem, a)
+    steady = max(t + c)
+    return (v.num_microbatches - 1) * steady + sum(t) + sum(c) + max(s)
+
+
+def violations(problem: Problem, a: Assignment) -> list[str]:
+    """Every constraint the assignment breaks (empty list: feasible)."""
+    out: list[str] = []
+    if not 0 <= a.variant < len(problem.variants):
+        return [f"variant {a.variant} out of range"]
+    if not 1 <= len(a.stages) <= problem.max_stages:
+        out.append(f"{len(a.stages)} stages, allowed 1..{problem.max_stages}")
+    if any(s.num_layers < 1 for s in a.stages):
+        out.append("a stage has no layer")
+    if sum(s.num_layers for s in a.stages) != problem.num_layers:
+        out.append(f"layers sum to {sum(s.num_layers for s in a.stages)}, need {problem.num_layers}")
+    if any(not 0 <= s.option < problem.num_options for s in a.stages):
+        return out + ["option index out of range"]
+    used = [0] * len(problem.groups)
+    for s in a.stages:
+        opt = problem.options[s.option]
+        used[opt.group] += opt.num_gpus
+    for g, (u, cap) in enumerate(zip(used, problem.group_capacity)):
+        if u > cap:
+            out.append(f"group {problem.groups[g]} uses {u} GPUs of {cap}")
+    v = problem.variants[a.variant]
+    for j, st in enumerate(a.stages):
+        if not v.allowed[st.option]:
+            out.append(f"stage {j}: option {st.option} not allowed with variant {a.variant}")
+    for j, (mem, st) in enumerate(zip(stage_memory(problem, a), a.stages)):
+        cap = v.mem_capacity[st.option]
+        if mem > cap * (1 + 1e-9):
+            out.append(f"stage {j} needs {mem / 2**30:.2f} GiB of {cap / 2**30:.2f} GiB")
+    opts = [problem.options[s.option] for s in a.stages]
+    if problem.uniform and len({o.signature for o in opts}) > 1:
+        out.append("stages differ in (tp, dp, recompute) under a uniform target")
+    if problem.same_tp_first_last and opts[0].tp != opts[-1].tp:
+        out.append("first and last stage tp differ (tied embeddings)")
+    return out
