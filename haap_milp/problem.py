@@ -217,3 +217,24 @@ def violations(problem: Problem, a: Assignment) -> list[str]:
     if problem.same_tp_first_last and opts[0].tp != opts[-1].tp:
         out.append("first and last stage tp differ (tied embeddings)")
     return out
+
+
+@dataclass(frozen=True)
+class RawResult:
+    """What every solver returns: ``solve(problem, options, hint=None) -> RawResult``.
+
+    ``status`` is a ``haap_milp.specs.Status`` value name (OPTIMAL, FEASIBLE, INFEASIBLE,
+    NO_SOLUTION, ERROR). ``objective_s`` must equal ``evaluate(problem, assignment)``
+    (CP-SAT: within its stated rounding error). ``bound_s`` is a proven lower bound on the
+    optimum (None when the method proves nothing, e.g. DP). The planner decodes the
+    assignment into a ``Plan`` and wraps everything in a ``SolveResult``.
+    """
+
+    status: str
+    solver: str
+    assignment: Assignment | None = None
+    objective_s: float | None = None
+    bound_s: float | None = None
+    wall_time_s: float = 0.0
+    message: str = ""
+    stats: dict = field(default_factory=dict)
