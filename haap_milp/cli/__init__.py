@@ -10,15 +10,32 @@ from haap_milp.cli.app import app
 from haap_milp.cli.common import fail
 from haap_milp.errors import HaapInputError
 
+from typer import Abort as ClickAbort
+
+try:  # recent typer vendors click; older releases depend on it
+    from typer._click.exceptions import UsageError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import UsageError
+
 # Command modules register themselves on ``app`` when imported.
 from haap_milp.cli import inspect_cmds, estimate_cmd, solve_cmds, trust_cmds, bench_cmd  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    args = list(argv if argv is not None else sys.argv[1:])
+    if not args:
+        args = ["--help"]
     try:
-        app(args=argv if argv is not None else sys.argv[1:], prog_name="haap-solve")
+        code = app(args=args, prog_name="haap-solve", standalone_mode=False)
     except HaapInputError as exc:
         fail(str(exc))
     except ValidationError as exc:  # should have been converted at the boundary; still no traceback
         fail(" ".join(str(exc).split()))
+    except UsageError as exc:  # unknown option, missing value, bad choice
+        cmd = f" {exc.ctx.info_name}" if exc.ctx is not None and exc.ctx.parent is not None else ""
+        fail(f"{' '.join(exc.format_message().split())} (see: haap-solve{cmd} --help)")
+    except ClickAbort:
+        fail("aborted")
+    if isinstance(code, int) and code:
+        raise SystemExit(code)

@@ -1,1 +1,189 @@
-"""CLI commands (registered on haap_milp.cli.app.app)."""
+"""`haap-solve estimate`: time and memory of one plan (parsing and printing only).
+
+Exit codes: 0 when the plan fits; 2 for impossible inputs (one paragraph) and for a plan that does
+not fit in memory - the full estimate is still printed (table or JSON with ``fits: false``), then one
+paragraph starting "DOES NOT FIT" with the stage, the GiB needed and the GiB usable.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from haap_milp.catalog import load_cluster, load_model
+from haap_milp.cli.app import app
+from haap_milp.cli.common import console, err_console, print_json
+from haap_milp.errors import HaapInputError
+from haap_milp.estimator import Estimator, PlanEstimate, load_calibration, load_profile
+from haap_milp.planfile import read_plan_file
+from haap_milp.specs import ClusterSpec, ModelSpec, Plan, StagePlan, TrainingSpec
+
+Opt = typer.Option
+
+
+def _training(gbs: int, seq: int, precision: str, sp: bool, dist_opt: bool) -> TrainingSpec:
+    try:
+        return TrainingSpec(global_batch_size=gbs, seq_len=seq, precision=precision, sequence_parallel=sp,
+                            distributed_optimizer=dist_opt)
+    except ValidationError as exc:  # -> one paragraph naming the field
+        raise HaapInputError(f"training setup: {' '.join(str(exc).split())}") from None
+
+
+def _check_uniform(model: ModelSpec, cluster: ClusterSpec, gbs: int, tp: int, pp: int, dp: int, mbs: int, cp: int,
+                   ep: int, vpp: int) -> None:
+    if len(cluster.gpu_types) != 1:
+        raise HaapInputError(f"the flag form estimates a uniform plan on one GPU type; cluster {cluster.name!r} has "
+                             f"{', '.join(cluster.gpu_types)} - write a plan file and use --plan.", field="cluster")
+    for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("mbs", mbs), ("cp", cp), ("ep", ep), ("vpp", vpp)):
+        if v < 1:
+            raise HaapInputError(f"--{name}={v} must be at least 1.", field=name, value=v)
+    if tp * pp * dp * cp != cluster.total_gpus:
+        raise HaapInputError(f"tp x pp x dp x cp = {tp}x{pp}x{dp}x{cp} = {tp * pp * dp * cp} GPUs, but cluster "
+                             f"{cluster.name!r} has {cluster.total_gpus}.", field="dp", value=dp)
+    if gbs % (mbs * dp):
+        raise HaapInputError(f"--gbs {gbs} is not divisible by mbs x dp = {mbs}x{dp} = {mbs * dp} (Megatron rule).",
+                             field="gbs", value=gbs)
+    if pp > model.num_layers:
+        raise HaapInputError(f"--pp {pp} exceeds the {model.num_layers} layers of {model.name}.", field="pp", value=pp)
+    if model.num_heads % tp:
+        raise HaapInputError(f"--tp {tp} does not divide the {model.num_heads} attention heads of {model.name}.",
+                             field="tp", value=tp)
+    if ep > 1 and (not model.is_moe or model.num_experts % ep):
+        raise HaapInputError(f"--ep {ep} must divide the experts of {model.name} ({model.num_experts}).",
+                             field="ep", value=ep)
+
+
+def uniform_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, pp: int, dp: int, mbs: int,
+                 vpp: int, recompute: str, ep: int, etp: int, cp: int) -> Plan:
+    """Megatron-style plan: even layer split (the first stages take the remainder), the first stage also
+    holds the embedding and the last one the LM head."""
+    group = cluster.node_groups[0]
+    base, extra = divmod(model.num_layers, pp)
+    stages, pos = [], 0
+    for j in range(pp):
+        n = base + (1 if j < extra else 0)
+        stages.append(StagePlan(first_layer=pos, num_layers=n, gpu_type=group.gpu.name, island=group.island, tp=tp,
+                                dp=dp, ep=ep, etp=etp, recompute=recompute))
+        pos += n
+    return Plan(model=model.name, cluster=cluster.name, stages=tuple(stages), micro_batch_size=mbs,
+                num_microbatches=training.global_batch_size // (mbs * dp), global_batch_size=training.global_batch_size,
+                seq_len=training.seq_len, precision=training.precision,
+                schedule="interleaved" if vpp > 1 else "1f1b", vpp=vpp, cp=cp,
+                sequence_parallel=training.sequence_parallel, distributed_optimizer=training.distributed_optimizer)
+
+
+def _profile(path: str | None, devices: list[str]):
+    if not path:
+        return None
+    mapping = {}
+    for item in devices:
+        if "=" not in item:
+            raise HaapInputError(f"--profile-device {item!r} must look like A100=a100-80g.", field="profile_device")
+        k, v = item.split("=", 1)
+        mapping[k.strip()] = v.strip()
+    return load_profile(path, mapping)
+
+
+def estimate_document(pe: PlanEstimate, est: Estimator, plan: Plan) -> dict[str, Any]:
+    bound = est.compute_bound()
+    doc = pe.as_dict()
+    doc["stages"] = [{**s, **{k: getattr(plan.stages[s["index"]], k) for k in ("tp", "dp", "ep", "recompute")}}
+                     for s in doc["stages"]]
+    doc["compute_bound"] = {"tokens_per_s": bound.tokens_per_s, "iteration_time_s": bound.iteration_time_s,
+                            "fraction_reached": pe.tokens_per_s / bound.tokens_per_s if bound.tokens_per_s else None}
+    doc["calibration"] = {g: est.calibration.params(est.cluster.gpu(g)).source for g in est.cluster.gpu_types}
+    doc["micro_batches"] = plan.num_microbatches
+    return doc
+
+
+def _table(pe: PlanEstimate, plan: Plan) -> None:
+    console.print(f"iteration {pe.iteration_time_s:.3f} s | {pe.tokens_per_s:,.0f} tokens/s | "
+                  f"{pe.tflops_per_gpu:.1f} TFLOP/s/GPU (hw {pe.hw_tflops_per_gpu:.1f}) | MFU {pe.mfu:.1%}",
+                  highlight=False)
+    console.print(f"peak memory {pe.peak_memory_gib:.1f} GiB | {pe.num_gpus} GPUs | {plan.schedule}, "
+                  f"{plan.num_microbatches} micro-batches", highlight=False)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+              caption="seconds per iteration; comm = exposed TP + EP + CP communication; ! = does not fit")
+    for col in ("st", "gpu", "L", "tp*dp", "rc", "ms/mb", "GiB/cap", "comp s", "comm s", "p2p s", "bub s", "sync s"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for s in pe.stages:
+        b, sp = s.breakdown, plan.stages[s.index]
+        mem = f"{s.memory_gib:.1f}/{s.capacity_gib:.0f}" + ("" if s.fits else "!")
+        comm = b["tp_comm_s"] + b["ep_comm_s"] + b["cp_comm_s"]
+        t.add_row(str(s.index), s.gpu_type, str(s.num_layers), f"{sp.tp}*{sp.dp}", sp.recompute[:4],
+                  f"{s.time_s * 1e3:.1f}", mem, f"{b['compute_s']:.2f}", f"{comm:.2f}", f"{b['p2p_s']:.2f}",
+                  f"{b['bubble_s']:.2f}", f"{b['sync_s']:.2f}")
+    Console(width=max(console.width, 112), highlight=False).print(t)  # wide table even when piped
+    for note in pe.notes:
+        console.print(f"note: {note}", highlight=False)
+
+
+def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs, seq, precision, sp, dist_opt):
+    if plan_path:
+        pf = read_plan_file(plan_path)
+        m = load_model(model) if model else pf.model
+        c = load_cluster(cluster) if cluster else pf.cluster
+        if m is None or c is None:
+            raise HaapInputError(f"plan file {plan_path!r} does not hold the {'model' if m is None else 'cluster'}; "
+                                 "pass --model and --cluster.", field="model" if m is None else "cluster")
+        p = pf.plan
+        tr = pf.training or TrainingSpec()
+        tr = tr.model_copy(update={"global_batch_size": p.global_batch_size, "seq_len": p.seq_len,
+                                   "precision": p.precision, "sequence_parallel": p.sequence_parallel,
+                                   "distributed_optimizer": p.distributed_optimizer})
+        return m, c, tr, p
+    if not model or not cluster or gbs is None:
+        raise HaapInputError("estimate needs --model, --cluster and --gbs (with --tp/--pp/--dp/--mbs), or --plan FILE.",
+                             field="model")
+    m, c = load_model(model), load_cluster(cluster)
+    return m, c, _training(gbs, seq or m.seq_len, precision, sp, dist_opt), None
+
+
+@app.command()
+def estimate(
+    model: Annotated[str | None, Opt("--model", "-m", help="Catalog name, HF config.json or YAML.")] = None,
+    cluster: Annotated[str | None, Opt("--cluster", "-c", help="Catalog name, YAML or 'h100-80g:64'.")] = None,
+    gbs: Annotated[int | None, Opt("--gbs", help="Global batch, sequences.")] = None,
+    seq: Annotated[int | None, Opt("--seq", help="Sequence length (default: the model's).")] = None,
+    tp: Annotated[int, Opt("--tp", help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, Opt("--pp", help="Pipeline stages.")] = 1,
+    dp: Annotated[int, Opt("--dp", help="Data-parallel replicas.")] = 1,
+    mbs: Annotated[int, Opt("--mbs", help="Micro-batch per replica.")] = 1,
+    vpp: Annotated[int, Opt("--vpp", help="Virtual stages per stage (interleaved 1F1B).")] = 1,
+    recompute: Annotated[str, Opt("--recompute", help="none | selective | full.")] = "none",
+    sp: Annotated[bool, Opt("--sp/--no-sp", help="Sequence parallelism (with tp > 1).")] = True,
+    dist_opt: Annotated[bool, Opt("--dist-opt/--no-dist-opt", help="Distributed optimizer.")] = True,
+    ep: Annotated[int, Opt("--ep", help="Expert-parallel degree.")] = 1,
+    etp: Annotated[int, Opt("--etp", help="Expert tensor-parallel degree.")] = 1,
+    cp: Annotated[int, Opt("--cp", help="Context-parallel degree.")] = 1,
+    precision: Annotated[str, Opt("--precision", help="bf16 | fp16 | fp8.")] = "bf16",
+    plan: Annotated[str | None, Opt("--plan", help="Plan JSON or `solve --json` output (any plan).")] = None,
+    profile: Annotated[str | None, Opt("--profile", help="Metis profile directory or native profile file.")] = None,
+    profile_device: Annotated[list[str], Opt("--profile-device", help="Map a profile device, e.g. A100=a100-80g.")] = [],  # noqa: B006
+    calibration: Annotated[str | None, Opt("--calibration", help="Calibration JSON (default: packaged).")] = None,
+    as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
+) -> None:
+    """Predict iteration time, throughput, MFU and per-stage memory of a plan. Exit 2 if it does not fit."""
+    m, c, training, p = _resolve(plan, model, cluster, gbs, seq, precision, sp, dist_opt)
+    if p is None:
+        if recompute not in ("none", "selective", "full"):
+            raise HaapInputError(f"--recompute {recompute!r} must be none, selective or full.", field="recompute")
+        _check_uniform(m, c, training.global_batch_size, tp, pp, dp, mbs, cp, ep, vpp)
+        p = uniform_plan(m, c, training, tp, pp, dp, mbs, vpp, recompute, ep, etp, cp)
+    cal = load_calibration(calibration) if calibration else None
+    est = Estimator(m, c, training, cal, _profile(profile, profile_device))
+    pe = est.estimate(p)
+    if as_json:
+        print_json(estimate_document(pe, est, p))
+    else:
+        _table(pe, p)
+    if not pe.fits:
+        err_console.print("DOES NOT FIT: " + "; ".join(pe.not_fitting()) + ". Try more recompute, a smaller "
+                          "micro-batch, more pipeline stages or the distributed optimizer.", markup=False,
+                          highlight=False, soft_wrap=True)
+        raise typer.Exit(2)

@@ -1,1 +1,114 @@
-"""CLI commands (registered on haap_milp.cli.app.app)."""
+"""`haap-solve solve` and `haap-solve compare`: parsing and printing only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from haap_milp import planner
+from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load_model
+from haap_milp.cli.app import app
+from haap_milp.cli.common import console, print_json
+from haap_milp.errors import HaapInputError
+from haap_milp.planfile import solution_document
+from haap_milp.tables import compare_table, plan_metrics, solve_report
+from haap_milp.specs import SolveOptions, TrainingSpec
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name, HF config.json or YAML.")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Catalog name, YAML, or 'a100-80g:64,h100-80g:32'.")]
+GbsOpt = Annotated[int, typer.Option("--gbs", help="Global batch, sequences.")]
+SeqOpt = Annotated[Optional[int], typer.Option("--seq", help="Sequence length (default: 4096).")]
+PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")]
+TimeOpt = Annotated[float, typer.Option("--time-limit", help="Seconds for the exact solver.")]
+ThreadsOpt = Annotated[int, typer.Option("--threads", help="Solver threads.")]
+TargetOpt = Annotated[str, typer.Option("--target", help="any | megatron | flagscale | torchtitan.")]
+StagesOpt = Annotated[Optional[int], typer.Option("--max-stages", help="Upper limit on pipeline stages.")]
+GapOpt = Annotated[float, typer.Option("--gap", help="Relative optimality gap to stop at.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
+
+
+def _inputs(model: str, cluster: str, gbs: int, seq: int | None, precision: str):
+    m, c = load_model(model), load_cluster(cluster)
+    try:
+        training = TrainingSpec(global_batch_size=gbs, seq_len=seq or 4096, precision=precision)
+    except Exception as exc:  # pydantic ValidationError -> one paragraph naming the field
+        raise HaapInputError(f"training setup: {' '.join(str(exc).split())}") from None
+    return m, c, training
+
+
+def _options(solver, time_limit, threads, target, max_stages, gap, seed) -> SolveOptions:
+    try:
+        return SolveOptions(solver=solver, time_limit_s=time_limit, threads=threads, target=target,
+                            max_stages=max_stages, relative_gap=gap, seed=seed)
+    except Exception as exc:
+        raise HaapInputError(f"solver options: {' '.join(str(exc).split())}") from None
+
+
+@app.command()
+def solve(
+    model: ModelOpt = DEFAULT_MODEL,
+    cluster: ClusterOpt = DEFAULT_CLUSTER,
+    gbs: GbsOpt = 512,
+    seq: SeqOpt = None,
+    precision: PrecOpt = "bf16",
+    solver: Annotated[str, typer.Option("--solver", help="auto | cpsat | milp | dp | uniform.")] = "auto",
+    time_limit: TimeOpt = 60.0,
+    threads: ThreadsOpt = 2,
+    target: TargetOpt = "any",
+    max_stages: StagesOpt = None,
+    gap: GapOpt = 0.01,
+    seed: SeedOpt = 0,
+    json_file: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here ('-' = stdout).")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write timeline and memory plots to this folder.")] = None,
+) -> None:
+    """Find the plan with the shortest iteration time that fits in memory, with its optimality gap."""
+    m, c, training = _inputs(model, cluster, gbs, seq, precision)
+    opts = _options(solver, time_limit, threads, target, max_stages, gap, seed)
+    out = planner.solve(m, c, training, opts)
+    doc = solution_document(out.result, m, c, training, plan_metrics(out))
+    if json_file is not None and str(json_file) == "-":
+        print_json(doc)
+    else:
+        solve_report(out, console)
+        if json_file is not None:
+            import json
+
+            json_file.write_text(json.dumps(doc, indent=2))
+            console.print(f"wrote {json_file}")
+    if plot is not None and out.result.plan is not None:
+        from haap_milp.tables import write_plots
+
+        for path in write_plots(out, plot):
+            console.print(f"wrote {path}")
+    if out.result.status.value in ("ERROR",):
+        raise SystemExit(1)
+
+
+@app.command()
+def compare(
+    model: ModelOpt = DEFAULT_MODEL,
+    cluster: ClusterOpt = DEFAULT_CLUSTER,
+    gbs: GbsOpt = 512,
+    seq: SeqOpt = None,
+    precision: PrecOpt = "bf16",
+    time_limit: TimeOpt = 60.0,
+    threads: ThreadsOpt = 2,
+    target: TargetOpt = "any",
+    max_stages: StagesOpt = None,
+    gap: GapOpt = 0.01,
+    seed: SeedOpt = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
+    m, c, training = _inputs(model, cluster, gbs, seq, precision)
+    opts = _options("auto", time_limit, threads, target, max_stages, gap, seed)
+    outs = planner.compare(m, c, training, opts)
+    if json_out:
+        print_json({k: {**plan_metrics(o), "status": o.result.status.value, "bound_s": o.result.bound_s,
+                        "gap": o.result.gap, "wall_time_s": o.result.wall_time_s,
+                        "plan": o.result.plan.model_dump(mode="json") if o.result.plan else None}
+                    for k, o in outs.items()})
+    else:
+        compare_table(outs, console)

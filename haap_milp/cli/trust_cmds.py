@@ -1,1 +1,124 @@
-"""CLI commands (registered on haap_milp.cli.app.app)."""
+"""`haap-solve simulate` and `haap-solve emit`: parsing and printing only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from haap_milp.cli.app import app
+from haap_milp.cli.common import console, err_console, print_json
+from haap_milp.errors import HaapInputError
+
+PlanArg = Annotated[Path, typer.Argument(help="Plan JSON, or a solve result JSON with a 'plan'.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model (default: the one in the plan file).")]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c",
+                                                   help="Cluster (default: the one in the plan file).")]
+
+
+def _inputs(plan_path: Path, model: str | None, cluster: str | None):
+    """(plan, model spec, cluster spec, training spec) from the file and the options."""
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.planfile import read_plan_file
+    from haap_milp.specs import TrainingSpec
+
+    pf = read_plan_file(plan_path)
+    m = load_model(model) if model else pf.model
+    c = load_cluster(cluster) if cluster else pf.cluster
+    missing = [name for name, val in (("--model", m), ("--cluster", c)) if val is None]
+    if missing:
+        raise HaapInputError(f"plan file {str(plan_path)!r} does not carry the model and cluster; give "
+                             f"{' and '.join(missing)} (a catalog name, a file, or a cluster shorthand)",
+                             field=missing[0].lstrip("-"))
+    plan = pf.plan
+    training = pf.training or TrainingSpec(global_batch_size=plan.global_batch_size, seq_len=plan.seq_len,
+                                           precision=plan.precision)
+    return plan, m, c, training
+
+
+def _sim_table(sim, estimate) -> Table:
+    tab = Table(title=f"{sim.schedule} replay: {sim.num_stages} stages, {sim.num_microbatches} micro-batches"
+                      + (f", vpp {sim.vpp}" if sim.vpp > 1 else ""))
+    for col in ("stage", "t_j (ms)", "busy", "bubble", "DP sync", "peak in flight", "memory (GiB)"):
+        tab.add_column(col, justify="left" if col == "stage" else "right")
+    for j in range(sim.num_stages):
+        se = estimate.stages[j]
+        tab.add_row(sim.stage_labels[j], f"{se.time_s * 1e3:.2f}", f"{sim.busy_fraction[j]:.1%}",
+                    f"{sim.bubble_fraction[j]:.1%}", f"{sim.sync_fraction[j]:.1%}", f"{sim.peak_inflight[j]:g}",
+                    f"{se.memory_gib:.1f} / {se.capacity_gib:.1f}")
+    return tab
+
+
+@app.command()
+def simulate(
+    plan: PlanArg,
+    model: ModelOpt = None,
+    cluster: ClusterOpt = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write timeline and memory plots here.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    duplex: Annotated[str, typer.Option("--duplex", help="Links: full (one transfer per direction) or half.")]
+    = "full",
+) -> None:
+    """Replay the plan's schedule event by event and compare with the planner's closed form."""
+    from haap_milp.estimator import Estimator
+    from haap_milp.simulate import simulate_plan
+
+    if duplex not in ("full", "half"):
+        raise HaapInputError(f"--duplex must be full or half, got {duplex!r}", field="duplex", value=duplex)
+    p, m, c, training = _inputs(plan, model, cluster)
+    est = Estimator(m, c, training)
+    estimate = est.estimate(p)
+    sim = simulate_plan(p, est, duplex=duplex)  # type: ignore[arg-type]
+    paths = _plots(p, sim, estimate, c, plot) if plot is not None else []
+    if json_out:
+        print_json({**sim.to_dict(), "estimator_iteration_s": estimate.iteration_time_s,
+                    "plots": [str(x) for x in paths]})
+        return
+    console.print(_sim_table(sim, estimate))
+    console.print(f"iteration: simulated {sim.iteration_time_s:.4g} s, planner closed form "
+                  f"{estimate.iteration_time_s:.4g} s ({(sim.iteration_time_s / estimate.iteration_time_s - 1):+.2%})")
+    for x in paths:
+        console.print(f"wrote {x}")
+
+
+def _plots(plan, sim, estimate, cluster, folder: Path) -> list[Path]:
+    from haap_milp.plots import memory_bars, plot_memory, plot_timeline
+
+    return plot_timeline(sim, folder / "timeline") + plot_memory(memory_bars(plan, estimate, cluster),
+                                                                 folder / "memory")
+
+
+@app.command()
+def emit(
+    plan: PlanArg,
+    target: Annotated[str, typer.Option("--target", "-t", help="megatron | flagscale | torchtitan.")],
+    model: ModelOpt = None,
+    cluster: ClusterOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the files into this folder.")] = None,
+) -> None:
+    """Launch files for a training engine: arguments/config, rank order (hostfile), NCCL settings."""
+    from haap_milp.check import check_plan
+    from haap_milp.emit import TARGETS, EmitError
+    from haap_milp.emit import emit as emit_files
+
+    if target not in TARGETS:
+        raise HaapInputError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}", field="target",
+                             value=target)
+    p, m, c, training = _inputs(plan, model, cluster)
+    viol = check_plan(p, m, c, training, target=target, memory=False)
+    if viol:
+        raise EmitError(f"{target} cannot run this plan: " + "; ".join(str(v) for v in viol))
+    files = emit_files(p, target, c, m, training)
+    if out is None:
+        for name, text in files.items():
+            console.print(f"# ===== {name}", markup=False, highlight=False)
+            console.print(text, markup=False, highlight=False, soft_wrap=True, end="")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+        if name.endswith(".sh"):
+            (out / name).chmod(0o755)
+        err_console.print(f"wrote {out / name}")

@@ -1,0 +1,30 @@
+"""The heterogeneity-aware cost model (DESIGN.md step 2): time and memory of any plan on any cluster.
+
+Modules by concern: ``flops`` (FLOP counts and published closed forms), ``compute`` (GEMM / attention /
+memory-bound time), ``comm`` (collectives on real links), ``memory`` (bytes per parameter, activations),
+``layers`` + ``costs`` (per-layer-kind costs), ``schedule`` (pipeline closed forms), ``whole`` (plan
+estimate), ``calibration`` (fitted parameters, ``calibration.json``), ``profiles`` + ``override``
+(measured profiles), ``plan`` (the public ``Estimator``).
+"""
+
+from haap_milp.estimator.calibration import Calibration, GlobalParams, GpuParams, load_calibration
+from haap_milp.estimator.plan import Estimator
+from haap_milp.estimator.profiles import DEFAULT_DEVICE_MAP, Profile, ProfileEntry, load_metis_dir, load_profile
+from haap_milp.estimator.results import ComputeBound, PlanEstimate, StageCost, StageEstimate
+
+__all__ = [
+    "DEFAULT_DEVICE_MAP",
+    "Calibration",
+    "ComputeBound",
+    "Estimator",
+    "GlobalParams",
+    "GpuParams",
+    "PlanEstimate",
+    "Profile",
+    "ProfileEntry",
+    "StageCost",
+    "StageEstimate",
+    "load_calibration",
+    "load_metis_dir",
+    "load_profile",
+]

@@ -1,0 +1,200 @@
+"""Fit the estimator's efficiency parameters per GPU type on published measured runs.
+
+    .venv/bin/python benchmarks/calibrate.py [--out haap_milp/estimator/calibration.json]
+
+Data: benchmarks/data/measured_runs.json (a copy of the project's reference file, every source field
+kept). Rows are mapped by ``haap_milp.estimator.measured`` (assumptions listed per row). Fit rows =
+complete rows not in HOLDOUT. Objective: sum of squared log errors of the iteration time (the metric
+each source reports, converted as measured.py states), minimised by Nelder-Mead in blocks
+(globals, then each GPU family), 4 rounds. Parameters:
+
+* per family (Ampere: a100-80g + a100-40g rows, one shared set; Hopper: h100-80g): asymptotic GEMM
+  efficiency at 16-bit (and fp8 on Hopper), flash-attention efficiency, per-kernel fixed cost,
+  MoE per-layer fixed cost (Hopper, the only family with MoE rows);
+* global: hidden fractions of TP and DP communication.
+
+Everything else (HBM / NVLink / NIC efficiencies, latencies, memory overhead) is a stated prior
+(calibration.PRIOR_SOURCES). GPU types without rows are derived at run time (calibration.derive_params).
+Writes the parameters, the rows used, their roles and residuals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from haap_milp.catalog.data import gpu_entry
+from haap_milp.estimator.calibration import PRIOR_SOURCES, Calibration, GpuParams, machine_balance, to_dict
+from haap_milp.estimator.measured import error_pct, estimator_for, load_rows, predict_time_s, to_run
+
+DATA = ROOT / "benchmarks" / "data" / "measured_runs.json"
+OUT = ROOT / "haap_milp" / "estimator" / "calibration.json"
+
+# Held out from the fit (about a quarter of the complete rows, spread over sources, sizes and precisions).
+HOLDOUT = (
+    "sc21_gpt_18B", "torchtitan_a100_llama2_13b_noac", "llmfoundry_a100_mpt13b_seq2048_8gpu",
+    "llmfoundry_a10040_mpt13b_seq2048_128gpu", "dgxc_llama31_70b_bf16_2048", "dgxc_nemotron4_15b_bf16_16",
+    "dgxc_gpt3_175b_bf16_128", "nemo2407_h100_fp8_LLAMA2-13B", "mb2511_h100_llama3_70b_fp8_64",
+    "llmfoundry_h100_mpt30b_seq2048_32gpu", "dgxc_grok1_314b_bf16_1024_nemo2411", "modelzoo_qwen3_235b_h100_bf16_d",
+)
+FAMILIES = {"ampere": ("a100-80g", "a100-40g"), "hopper": ("h100-80g",)}
+# (name, low, high): box constraints of each fitted parameter. The per-kernel fixed cost is kept at or below
+# 15 us (CUDA launch ~3-5 us + prologue/epilogue + tail wave; beyond that it would stand in for other effects).
+GPU_FIT = {
+    "ampere": [("gemm_eff_16", 0.4, 0.95), ("attn_eff", 0.2, 0.9), ("kernel_latency_s", 1e-6, 15e-6)],
+    "hopper": [("gemm_eff_16", 0.4, 0.95), ("gemm_eff_fp8", 0.2, 0.95), ("attn_eff", 0.2, 0.9),
+               ("kernel_latency_s", 1e-6, 15e-6), ("grouped_gemm_eff", 0.2, 1.0), ("moe_latency_s", 0.0, 1e-3)],
+}
+GLOBAL_FIT = [("tp_overlap", 0.0, 0.9), ("dp_overlap", 0.0, 0.95), ("ep_overlap", 0.0, 0.9)]
+
+
+def nelder_mead(f, x0: list[float], step: list[float], iters: int = 200, tol: float = 1e-7) -> list[float]:
+    """Plain Nelder-Mead (Nelder & Mead 1965; standard coefficients 1, 2, 0.5, 0.5)."""
+    pts = [list(x0)] + [[x + (step[i] if j == i else 0.0) for j, x in enumerate(x0)] for i in range(len(x0))]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = sorted(range(len(pts)), key=vals.__getitem__)
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) < tol:
+            break
+        cen = [sum(p[i] for p in pts[:-1]) / (len(pts) - 1) for i in range(len(x0))]
+        refl = [c + (c - w) for c, w in zip(cen, pts[-1])]
+        fr = f(refl)
+        if fr < vals[0]:
+            exp = [c + 2 * (r - c) for c, r in zip(cen, refl)]
+            fe = f(exp)
+            pts[-1], vals[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = refl, fr
+        else:
+            con = [c + 0.5 * (w - c) for c, w in zip(cen, pts[-1])]
+            fc = f(con)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = con, fc
+            else:
+                pts = [pts[0]] + [[b + 0.5 * (p - b) for b, p in zip(pts[0], q)] for q in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+    return pts[min(range(len(pts)), key=vals.__getitem__)]
+
+
+def _clip(x: float, lo: float, hi: float) -> float:
+    return min(hi, max(lo, x))
+
+
+class Fit:
+    """Holds the rows and the current calibration; evaluates the loss of a parameter block."""
+
+    def __init__(self, rows):
+        self.runs = [to_run(x) for x in rows]
+        self.cal = Calibration(gpus={g: GpuParams(source="fitted") for fam in FAMILIES.values() for g in fam})
+
+    def predictions(self, cal: Calibration, runs) -> list[float]:
+        return [predict_time_s(r, estimator_for(r, cal)) for r in runs]
+
+    def fit_runs(self, family: str | None = None):
+        gpus = FAMILIES[family] if family else tuple(g for f in FAMILIES.values() for g in f)
+        return [r for r in self.runs if r.plan is not None and r.complete and r.id not in HOLDOUT and r.gpu in gpus]
+
+    def loss(self, cal: Calibration, runs) -> float:
+        preds = self.predictions(cal, runs)
+        return sum(math.log(p / r.measured_time_s) ** 2 for p, r in zip(preds, runs))
+
+    def _with_gpu(self, family: str, names, x) -> Calibration:
+        upd = {n: _clip(v, lo, hi) for (n, lo, hi), v in zip(GPU_FIT[family], x)}
+        gpus = dict(self.cal.gpus)
+        for g in FAMILIES[family]:
+            gpus[g] = replace(gpus[g], **upd)
+        return replace(self.cal, gpus=gpus)
+
+    def _with_globals(self, x) -> Calibration:
+        upd = {n: _clip(v, lo, hi) for (n, lo, hi), v in zip(GLOBAL_FIT, x)}
+        return replace(self.cal, globals=replace(self.cal.globals, **upd))
+
+    def fit_family(self, family: str) -> None:
+        runs = self.fit_runs(family)
+        base = self.cal.gpus[FAMILIES[family][0]]
+        x0 = [getattr(base, n) for n, _, _ in GPU_FIT[family]]
+        step = [0.1 * (hi - lo) for _, lo, hi in GPU_FIT[family]]
+        best = nelder_mead(lambda x: self.loss(self._with_gpu(family, None, x), runs), x0, step)
+        self.cal = self._with_gpu(family, None, best)
+
+    def fit_globals(self) -> None:
+        runs = self.fit_runs()
+        x0 = [getattr(self.cal.globals, n) for n, _, _ in GLOBAL_FIT]
+        step = [0.1 * (hi - lo) for _, lo, hi in GLOBAL_FIT]
+        self.cal = self._with_globals(nelder_mead(lambda x: self.loss(self._with_globals(x), runs), x0, step, 60))
+
+
+def _row_report(fit: Fit) -> list[dict]:
+    out = []
+    for r in fit.runs:
+        role = "excluded" if r.plan is None else "incomplete" if not r.complete else (
+            "holdout" if r.id in HOLDOUT else "fit")
+        row = {"id": r.id, "gpu": r.gpu, "category": r.category, "role": role, "metric": r.metric,
+               "assumptions": r.assumptions, "why_excluded": r.excluded or None}
+        if r.plan is not None:
+            pred = predict_time_s(r, estimator_for(r, fit.cal))
+            row.update(measured_time_s=r.measured_time_s, predicted_time_s=round(pred, 4),
+                       error_pct=round(error_pct(pred, r.measured_time_s), 2))
+        out.append(row)
+    return out
+
+
+def _summary(rows: list[dict]) -> dict:
+    out = {}
+    for role in ("fit", "holdout"):
+        for cat in ("dense", "moe"):
+            errs = [abs(r["error_pct"]) for r in rows if r["role"] == role and r["category"] == cat]
+            if errs:
+                out[f"{role}_{cat}"] = {"rows": len(errs), "mape_pct": round(statistics.mean(errs), 2),
+                                        "max_abs_error_pct": round(max(errs), 2)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--rounds", type=int, default=4)
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    fit = Fit(load_rows(DATA))
+    for _ in range(args.rounds):
+        fit.fit_globals()
+        for fam in FAMILIES:
+            fit.fit_family(fam)
+    rows = _row_report(fit)
+    cal = replace(fit.cal, balance={g: machine_balance(gpu_entry(g).spec) for g in fit.cal.gpus})
+    meta = {
+        "version": 1,
+        "written_by": "benchmarks/calibrate.py",
+        "data": "benchmarks/data/measured_runs.json",
+        "method": __doc__.split("Rows are mapped")[1].split("Writes the")[0].strip(),
+        "families": {k: list(v) for k, v in FAMILIES.items()},
+        "fitted_parameters": {"per_family": {k: [n for n, _, _ in v] for k, v in GPU_FIT.items()},
+                              "global": [n for n, _, _ in GLOBAL_FIT]},
+        "priors": PRIOR_SOURCES,
+        "derivation_rule": "GPU types without rows: parameters of a fitted type of the same architecture family, "
+                           "else of the fitted type with the nearest machine balance (peak FLOP / HBM byte); "
+                           "efficiencies are fractions of the GPU's own peaks (calibration.derive_params).",
+        "holdout": list(HOLDOUT),
+        "summary": _summary(rows),
+        "rows": rows,
+        "fit_seconds": round(time.perf_counter() - t0, 1),
+    }
+    cal = replace(cal, meta=meta)
+    Path(args.out).write_text(json.dumps(to_dict(cal), indent=1) + "\n", encoding="utf-8")
+    print(json.dumps({"globals": asdict(cal.globals), "gpus": {g: asdict(p) for g, p in cal.gpus.items()},
+                      "summary": meta["summary"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

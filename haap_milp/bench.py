@@ -1,0 +1,12 @@
+"""Batch benchmarks (``haap-solve bench``): the public entry points of bench_spec/bench_run/bench_report.
+
+    from haap_milp.bench import load_spec, run_bench
+    run_bench(load_spec("benchmarks/specs/quick.yaml"), Path("out"), workers=2)
+"""
+
+from haap_milp.bench_report import GAP_DEFINITIONS, summarize, write_report
+from haap_milp.bench_run import COLUMNS, BenchRun, Task, read_rows, run_bench, run_task
+from haap_milp.bench_spec import BenchSpec, default_spec, load_spec, parse_spec
+
+__all__ = ["COLUMNS", "GAP_DEFINITIONS", "BenchRun", "BenchSpec", "Task", "default_spec", "load_spec", "parse_spec",
+           "read_rows", "run_bench", "run_task", "summarize", "write_report"]

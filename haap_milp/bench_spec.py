@@ -1,0 +1,254 @@
+"""The benchmark spec: a grid of models x clusters x methods x time limits (YAML, pydantic-validated).
+
+A spec file looks like ``benchmarks/specs/quick.yaml``::
+
+    name: quick
+    methods: [cpsat, milp, dp, uniform]
+    time_limits_s: [10]
+    gbs: [512]                 # grid default(s); a model may override
+    seq: [4096]
+    models:
+      - llama3-8b              # catalog name, HF config.json or model YAML
+      - {name: llama3-70b, gbs: [1024]}
+    clusters:
+      - h100-80g:16            # catalog name, cluster YAML or shorthand
+      - {label: mixed-nic-256, cluster: "h100-80g:128@ib,a100-80g:128@roce"}
+    exclude:
+      - {model: llama3-405b, cluster: h100-80g:16}
+
+Every (model, cluster, gbs, seq) is one *task*: presolved once, then every method runs on it.
+Heuristics (dp, uniform) run once per task; exact methods (cpsat, milp) once per time limit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from haap_milp.errors import HaapInputError
+
+Method = Literal["cpsat", "milp", "dp", "uniform"]
+EXACT_METHODS = ("cpsat", "milp")
+HEURISTICS = ("dp", "uniform")
+# run order inside a task: dp first (it warm-starts the exact solvers), then the rest
+METHOD_ORDER = ("dp", "uniform", "cpsat", "milp")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _as_list(v):
+    return [v] if isinstance(v, (int, float)) else v
+
+
+class BenchModel(_Frozen):
+    """One model of the grid; gbs/seq override the grid's when given."""
+
+    name: str = Field(description="Catalog name, HF config.json or model YAML.", min_length=1)
+    gbs: tuple[int, ...] | None = Field(default=None, description="Global batch sizes (sequences) for this model.")
+    seq: tuple[int, ...] | None = Field(default=None, description="Sequence lengths (tokens) for this model.")
+
+    @field_validator("gbs", "seq", mode="before")
+    @classmethod
+    def _scalar(cls, v):
+        return _as_list(v)
+
+    @field_validator("gbs", "seq")
+    @classmethod
+    def _positive(cls, v):
+        if v is not None and (not v or any(x < 1 for x in v)):
+            raise ValueError(f"must be a non-empty list of positive integers, got {list(v)}")
+        return v
+
+
+class BenchCluster(_Frozen):
+    """One cluster of the grid: what to load and the label its rows carry."""
+
+    cluster: str = Field(description="Catalog name, cluster YAML path or shorthand 'a100-80g:64,h100-80g:32'.",
+                         min_length=1)
+    label: str | None = Field(default=None, description="Name in results (default: the cluster string).")
+    precision: Literal["bf16", "fp16", "fp8"] | None = Field(
+        default=None, description="Overrides the grid precision (e.g. fp16 for V100 clusters).")
+
+    @property
+    def name(self) -> str:
+        return self.label or self.cluster
+
+
+class Exclude(_Frozen):
+    """Skip (model, cluster) pairs; an omitted side matches everything."""
+
+    model: str | None = None
+    cluster: str | None = None
+
+    def matches(self, model: str, cluster: str) -> bool:
+        return (self.model is None or self.model == model) and (self.cluster is None or self.cluster == cluster)
+
+
+class BenchSpec(_Frozen):
+    """The whole grid and how each run is solved."""
+
+    name: str = Field(default="bench", description="Name of the sweep (shown in the summary).")
+    description: str = Field(default="", description="Free text shown in the summary.")
+    models: tuple[BenchModel, ...] = Field(description="Models (at least one).", min_length=1)
+    clusters: tuple[BenchCluster, ...] = Field(description="Clusters (at least one).", min_length=1)
+    methods: tuple[Method, ...] = Field(default=("cpsat", "milp", "dp", "uniform"), min_length=1)
+    time_limits_s: tuple[float, ...] = Field(default=(10.0,), description="Limits for the exact solvers, s.",
+                                             min_length=1)
+    gbs: tuple[int, ...] = Field(default=(512,), description="Global batch sizes (sequences).", min_length=1)
+    seq: tuple[int, ...] = Field(default=(4096,), description="Sequence lengths (tokens).", min_length=1)
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    threads: int = Field(default=1, description="Solver threads per run (one worker process per core).", ge=1, le=64)
+    relative_gap: float = Field(default=0.01, description="Exact solvers stop at this proven gap.", ge=0, le=1)
+    target: Literal["any", "megatron", "flagscale", "torchtitan"] = "any"
+    seed: int = Field(default=0, ge=0)
+    exclude: tuple[Exclude, ...] = Field(default=(), description="(model, cluster) pairs to skip.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthands(cls, data):
+        """Accept bare strings for models/clusters and scalars for gbs/seq/time_limits_s."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if isinstance(data.get("models"), list):
+            data["models"] = [{"name": m} if isinstance(m, str) else m for m in data["models"]]
+        if isinstance(data.get("clusters"), list):
+            data["clusters"] = [{"cluster": c} if isinstance(c, str) else c for c in data["clusters"]]
+        for key in ("gbs", "seq", "time_limits_s", "methods"):
+            if isinstance(data.get(key), (int, float, str)):
+                data[key] = [data[key]]
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> BenchSpec:
+        for key in ("gbs", "seq"):
+            if any(x < 1 for x in getattr(self, key)):
+                raise ValueError(f"{key} must be positive integers, got {list(getattr(self, key))}")
+        if any(t <= 0 for t in self.time_limits_s):
+            raise ValueError(f"time_limits_s must be positive, got {list(self.time_limits_s)}")
+        for what, names in (("method", self.methods), ("time limit", self.time_limits_s),
+                            ("cluster label", [c.name for c in self.clusters])):
+            dup = sorted({str(x) for x in names if list(names).count(x) > 1})
+            if dup:
+                raise ValueError(f"duplicate {what}(s) {dup}")
+        return self
+
+    def tasks(self) -> list[TaskInputs]:
+        """Every (model, cluster, gbs, seq) of the grid, in a stable order, exclusions removed."""
+        out = []
+        for m in self.models:
+            for c in self.clusters:
+                if any(e.matches(m.name, c.name) for e in self.exclude):
+                    continue
+                for gbs in m.gbs or self.gbs:
+                    for seq in m.seq or self.seq:
+                        out.append(TaskInputs(m.name, c.name, c.cluster, gbs, seq, c.precision or self.precision))
+        return out
+
+    def runs(self) -> list[tuple[str, float | None]]:
+        """(method, time limit) pairs of one task: heuristics once, exact methods per limit."""
+        out: list[tuple[str, float | None]] = []
+        for m in METHOD_ORDER:
+            if m in self.methods:
+                out += [(m, None)] if m in HEURISTICS else [(m, t) for t in self.time_limits_s]
+        return out
+
+    def solve_options(self) -> dict:
+        """SolveOptions fields shared by every run (the time limit is set per run)."""
+        return {"threads": self.threads, "relative_gap": self.relative_gap, "target": self.target,
+                "seed": self.seed, "warm_start": True}
+
+
+class TaskInputs(BaseModel):
+    """What identifies one task (the part of a result row's key before method and time limit)."""
+
+    model_config = ConfigDict(frozen=True)
+    model: str
+    cluster: str  # label
+    cluster_ref: str  # what load_cluster is given
+    gbs: int
+    seq: int
+    precision: str
+
+    def __init__(self, model, cluster, cluster_ref, gbs, seq, precision):
+        super().__init__(model=model, cluster=cluster, cluster_ref=cluster_ref, gbs=gbs, seq=seq,
+                         precision=precision)
+
+
+def load_spec(path: str | Path) -> BenchSpec:
+    """Read and validate a spec file; any mistake is one HaapInputError paragraph."""
+    p = Path(path)
+    if not p.is_file():
+        raise HaapInputError(f"benchmark spec {str(p)!r} is not a file; give a YAML file such as "
+                             "benchmarks/specs/quick.yaml", field="spec", value=str(p))
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise HaapInputError(f"benchmark spec {str(p)!r} is not valid YAML: {' '.join(str(exc).split())}",
+                             field="spec", value=str(p)) from None
+    return parse_spec(data, source=str(p))
+
+
+def parse_spec(data: object, source: str = "spec") -> BenchSpec:
+    """Validate a spec given as plain data (the parsed YAML)."""
+    if not isinstance(data, dict):
+        raise HaapInputError(f"benchmark spec {source!r} must be a mapping with models and clusters, "
+                             f"got {type(data).__name__}", field="spec", value=source)
+    try:
+        return BenchSpec.model_validate(data)
+    except ValidationError as exc:
+        parts = []
+        locs = [e["loc"] for e in exc.errors()]
+        for err in exc.errors():
+            if any(len(other) > len(err["loc"]) and other[:len(err["loc"])] == err["loc"] for other in locs):
+                continue  # the deeper error says it better
+            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+            value = err.get("input")
+            parts.append(f"{loc}: {err['msg']} (got {value!r})" if not isinstance(value, dict) else
+                         f"{loc}: {err['msg']}")
+        first = exc.errors()[0]["loc"] if exc.errors() else ()
+        raise HaapInputError(f"benchmark spec {source!r} is invalid: " + "; ".join(parts) +
+                             ". Allowed top-level keys: " + ", ".join(BenchSpec.model_fields) + ".",
+                             field=".".join(str(x) for x in first)) from None
+
+
+# The built-in grid (`haap-solve bench` without a file); benchmarks/specs/default.yaml is the same grid
+# written out (a test keeps them equal). Models 1.3B-405B, dense and MoE; clusters of 1-3 GPU types,
+# 16-4096 GPUs, one with two islands on different NICs (InfiniBand and RoCE).
+DEFAULT_SPEC: dict = {
+    "name": "default",
+    "description": "Full grid: 7 models (1.3B-405B, dense and MoE) x 7 clusters (1-3 GPU types, 16-4096 GPUs, "
+                   "one mixed-NIC two-island cluster) x cpsat, milp, dp, uniform x time limits 10 s and 60 s.",
+    "methods": ["cpsat", "milp", "dp", "uniform"],
+    "time_limits_s": [10, 60],
+    "gbs": [512],
+    "seq": [4096],
+    "models": [
+        {"name": "gpt3-1.3b", "gbs": [512]},
+        {"name": "llama3-8b", "gbs": [512]},
+        {"name": "gpt3-13b", "gbs": [1024]},
+        {"name": "mixtral-8x7b", "gbs": [1024]},
+        {"name": "llama3-70b", "gbs": [1024]},
+        {"name": "qwen3-235b-a22b", "gbs": [2048]},
+        {"name": "llama3-405b", "gbs": [2048]},
+    ],
+    "clusters": [
+        {"label": "h100-16", "cluster": "h100-80g:16"},
+        {"label": "h100+a100-64", "cluster": "h100-80g:32,a100-80g:32"},
+        {"label": "a100-80g+40g-64", "cluster": "a100-80g:32,a100-40g:32"},
+        {"label": "mixed-nic-256", "cluster": "h100-80g:128@ib,a100-80g:128@roce"},
+        {"label": "3types-256", "cluster": "h100-80g:64,a100-80g:128,a100-40g:64"},
+        {"label": "3types-1024", "cluster": "hetero3-1024"},
+        {"label": "3types-4096", "cluster": "hetero3-4096"},
+    ],
+}
+
+
+def default_spec() -> BenchSpec:
+    """The built-in default grid."""
+    return parse_spec(DEFAULT_SPEC, source="built-in default")

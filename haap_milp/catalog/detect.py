@@ -1,0 +1,70 @@
+"""What is this file? Model (YAML or HF config), cluster, training, plan or solve result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from haap_milp.catalog import data as cat
+from haap_milp.catalog.cluster_file import preset_cluster
+from haap_milp.catalog.files import load_data, looks_like_path, path_exists, require_mapping, short
+from haap_milp.catalog.loaders import (
+    cluster_from_file_data,
+    detect_kind,
+    display_name,
+    model_from_data,
+    spec_from_data,
+)
+from haap_milp.catalog.shorthand import looks_like_shorthand, parse_shorthand
+from haap_milp.catalog.validation import suggest
+from haap_milp.errors import HaapInputError
+from haap_milp.specs import Plan, SolveResult, TrainingSpec
+
+
+def load_file(path: str) -> tuple[str, Any]:
+    """(kind, validated object) for any input file haap reads; errors are one paragraph."""
+    p = Path(path)
+    if p.is_dir() and (p / "config.json").is_file():
+        p = p / "config.json"
+    name = str(p)
+    data = require_mapping(load_data(p), name, "a model, cluster, training, plan or result file")
+    kind = detect_kind(data)
+    if kind == "model":
+        return kind, model_from_data(data, display_name(p), f"model file {name!r}", name)
+    if kind == "cluster":
+        return kind, cluster_from_file_data(data, name)
+    if kind == "plan":
+        return kind, spec_from_data(Plan, data, f"plan file {name!r}")
+    if kind == "result":
+        return kind, spec_from_data(SolveResult, data, f"result file {name!r}")
+    if kind == "training":
+        return kind, spec_from_data(TrainingSpec, data, f"training file {name!r}")
+    keys = ", ".join(short(k, 30) for k in sorted(data)[:8]) or "no keys"
+    raise HaapInputError(
+        f"cannot tell what {name!r} describes (keys: {keys}): a model has num_layers/hidden (or is a HF config.json "
+        "with 'architectures'), a cluster has node_groups, a plan has stages, a result has status and solver, "
+        "a training file has TrainingSpec fields (`haap-solve schema` shows each).", field="path", value=name)
+
+
+def resolve_any(text: str) -> tuple[str, Any]:
+    """`show` resolution: model name, cluster name, GPU name, cluster shorthand, then a file of any kind."""
+    entry = cat.model_entry(text)
+    if entry is not None:
+        return "model", entry.spec
+    name = cat.canonical("cluster", text)
+    if name is not None:
+        return "cluster", preset_cluster(name)
+    gpu = cat.canonical("GPU", text)
+    if gpu is not None:
+        return "gpu", cat.catalog().gpus[gpu].spec
+    if looks_like_shorthand(text) and not path_exists(text):
+        return "cluster", parse_shorthand(text)
+    if looks_like_path(text):
+        return load_file(text)
+    keys = {k: v for kind in ("model", "cluster", "GPU") for k, v in cat.catalog().keys[kind].items()}
+    close = suggest(text, keys)
+    tip = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+    raise HaapInputError(
+        f"{short(text)} is not a catalog model, cluster or GPU, a cluster shorthand, or an existing file: {tip}"
+        "run `haap-solve catalog` for the names it knows; a shorthand looks like 'a100-80g:64,h100-80g:32'.",
+        field="name", value=text)

@@ -1,0 +1,147 @@
+"""The independent checker: is a ``Plan`` valid for this model, cluster and training setup?
+
+It reads the specs alone (plus the estimator's per-stage memory) — never the presolved problem or
+a solver — so a bug in presolve or a formulation shows up here. ``check_plan`` returns every broken
+rule as ``Violation(rule, stage, message)`` with the numbers; an empty list means valid.
+
+Rules (names as reported):
+* ``layers.*`` — every decoder layer in exactly one stage, in order: stage 0 starts at 0, each stage
+  starts where the previous ended, no empty stage, the last ends at ``num_layers``;
+* ``gpus.*`` — each stage's GPU type exists on its island; GPUs used (tp·dp·cp per stage) do not
+  exceed what each type has, nor what each (type, island) has;
+* ``tp.*`` — tp divides the attention heads and the key/value heads and fits inside one node;
+* ``batch.*`` — every dp divides the samples per micro-batch; global batch = samples per
+  micro-batch x micro-batches;
+* ``ep.*`` / ``cp.*`` — ep = 1 on a dense model; ep divides the experts; ep·etp divides tp·dp·cp
+  (MoE parallel folding, Megatron ``parallel_state``); seq_len divisible by 2·cp;
+* ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``precision.gpu`` — every GPU type
+  supports the plan's precision;
+* ``memory.capacity`` — the estimator's peak memory per GPU within capacity minus headroom;
+* ``<target>.*`` — the engine's own rules (``emit/<target>.plan_violations``) when a target is given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from haap_milp.errors import HaapInputError
+from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec
+from haap_milp.violations import Violation
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Violation", "check_plan"]
+
+
+def _layers(plan: Plan, model: ModelSpec) -> list[Violation]:
+    out, pos = [], 0
+    for j, s in enumerate(plan.stages):
+        if s.first_layer != pos:
+            out.append(Violation("layers.order", j, f"starts at layer {s.first_layer}, the previous stage ended at "
+                                 f"{pos}" + (" (gap)" if s.first_layer > pos else " (overlap)")))
+        if s.num_layers < 1:
+            out.append(Violation("layers.empty_stage", j, "holds no decoder layer"))
+        pos = s.first_layer + s.num_layers
+    total = sum(s.num_layers for s in plan.stages)
+    if total != model.num_layers or pos != model.num_layers:
+        out.append(Violation("layers.coverage", None, f"stages hold {total} layers ending at {pos}; "
+                             f"{model.name} has {model.num_layers}"))
+    return out
+
+
+def _gpus(plan: Plan, cluster: ClusterSpec) -> list[Violation]:
+    out = []
+    cap_type = cluster.gpus_per_type
+    cap_group: Counter = Counter()
+    for g in cluster.node_groups:
+        cap_group[(g.gpu.name, g.island)] += g.num_gpus
+    used_type: Counter = Counter()
+    used_group: Counter = Counter()
+    for j, s in enumerate(plan.stages):
+        n = s.tp * s.dp * plan.cp
+        if s.gpu_type not in cap_type:
+            out.append(Violation("gpus.unknown_type", j, f"GPU type {s.gpu_type!r} is not in cluster {cluster.name!r} "
+                                 f"(has {sorted(cap_type)})"))
+            continue
+        if (s.gpu_type, s.island) not in cap_group:
+            out.append(Violation("gpus.island", j, f"no {s.gpu_type} on island {s.island!r}"))
+        used_type[s.gpu_type] += n
+        used_group[(s.gpu_type, s.island)] += n
+    for t, n in used_type.items():
+        if n > cap_type[t]:
+            out.append(Violation("gpus.per_type", None, f"{n} {t} GPUs used, cluster has {cap_type[t]}"))
+    for (t, isl), n in used_group.items():
+        if (t, isl) in cap_group and n > cap_group[(t, isl)] and used_type[t] <= cap_type[t]:
+            out.append(Violation("gpus.per_island", None, f"{n} {t} GPUs used on island {isl!r}, it has "
+                                 f"{cap_group[(t, isl)]}"))
+    return out
+
+
+def _parallel(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> list[Violation]:
+    out = []
+    b = plan.samples_per_microbatch
+    for j, s in enumerate(plan.stages):
+        if model.num_heads % s.tp:
+            out.append(Violation("tp.heads", j, f"tp={s.tp} does not divide {model.num_heads} attention heads"))
+        if model.kv_heads % s.tp:
+            out.append(Violation("tp.kv_heads", j, f"tp={s.tp} does not divide {model.kv_heads} key/value heads"))
+        nodes = [g.gpus_per_node for g in cluster.node_groups if g.gpu.name == s.gpu_type and g.island == s.island]
+        if nodes and s.tp > max(nodes):
+            out.append(Violation("tp.node", j, f"tp={s.tp} does not fit a node of {max(nodes)} {s.gpu_type} GPUs"))
+        if b % s.dp:
+            out.append(Violation("batch.dp_divides", j, f"dp={s.dp} does not divide the {b} samples per micro-batch "
+                                 f"(micro_batch_size {plan.micro_batch_size} x dp_0 {plan.stages[0].dp})"))
+        if not model.is_moe and s.ep > 1:
+            out.append(Violation("ep.dense", j, f"ep={s.ep} on dense model {model.name}"))
+        if model.is_moe and model.num_experts % s.ep:
+            out.append(Violation("ep.experts", j, f"ep={s.ep} does not divide {model.num_experts} experts"))
+        if (s.tp * s.dp * plan.cp) % (s.ep * s.etp):
+            out.append(Violation("ep.fold", j, f"ep*etp = {s.ep}*{s.etp} does not divide tp*dp*cp = "
+                                 f"{s.tp}*{s.dp}*{plan.cp}"))
+        gpu = cluster.gpu(s.gpu_type) if s.gpu_type in cluster.gpus_per_type else None
+        if gpu is not None and gpu.peak_tflops(plan.precision) is None:
+            out.append(Violation("precision.gpu", j, f"{s.gpu_type} does not support {plan.precision}"))
+    if b * plan.num_microbatches != plan.global_batch_size:
+        out.append(Violation("batch.global", None, f"{b} samples per micro-batch x {plan.num_microbatches} "
+                             f"micro-batches = {b * plan.num_microbatches}, global batch is {plan.global_batch_size}"))
+    if plan.cp > 1 and plan.seq_len % (2 * plan.cp):
+        out.append(Violation("cp.seq", None, f"seq_len {plan.seq_len} not divisible by 2*cp = {2 * plan.cp}"))
+    if plan.vpp > 1 and plan.schedule != "interleaved":
+        out.append(Violation("schedule.vpp", None, f"vpp={plan.vpp} needs the interleaved schedule, "
+                             f"got {plan.schedule!r}"))
+    return out
+
+
+def _memory(plan: Plan, model, cluster, training, estimator) -> list[Violation]:
+    if estimator is None:
+        from haap_milp.estimator import Estimator  # the checker's one use of the cost model
+
+        estimator = Estimator(model, cluster, training)
+    try:
+        est = estimator.estimate(plan)
+    except HaapInputError as exc:
+        return [Violation("memory.estimate", None, f"the estimator cannot price this plan: {exc}")]
+    return [Violation("memory.capacity", s.index, f"needs {s.memory_gib:.2f} GiB per {s.gpu_type} GPU, "
+                      f"{s.capacity_gib:.2f} GiB usable (capacity minus {training.memory_headroom_fraction:.0%} "
+                      f"headroom)") for s in est.stages if s.memory_gib > s.capacity_gib * (1 + 1e-9)]
+
+
+def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec | None = None, *,
+               target: str = "any", estimator=None, memory: bool = True) -> list[Violation]:
+    """Every rule ``plan`` breaks (empty: valid). ``estimator`` (optional) prices memory; without one a
+    fresh ``Estimator(model, cluster, training)`` is built. ``memory=False`` skips the memory rule."""
+    training = training or TrainingSpec(global_batch_size=plan.global_batch_size, seq_len=plan.seq_len,
+                                        precision=plan.precision)
+    out = _layers(plan, model) + _gpus(plan, cluster) + _parallel(plan, model, cluster)
+    structural = any(v.rule.startswith(("layers.", "gpus.unknown", "gpus.island", "batch.", "precision.",
+                                        "tp.", "ep.")) for v in out)
+    if memory and not structural:
+        out += _memory(plan, model, cluster, training, estimator)
+    if target not in ("any", None):
+        from haap_milp.emit import engine_module
+
+        out += engine_module(target).plan_violations(plan, model)
+    if out:
+        log.info("plan check: %d violation(s): %s", len(out), "; ".join(map(str, out)))
+    return out

@@ -1,0 +1,213 @@
+"""FlagScale heterogeneous training config (per-mesh tp/dp, per-stage layers and recompute).
+
+Format and rules from FlagScale (FlagOpen/FlagScale ``flagscale/train/arguments.py``
+``FSTrainArguments.pre_validate_args``/``post_validate_args`` and the hetero example configs):
+
+* ``hetero_process_meshes``: flat list, 5 numbers per mesh ``tp, cp, ep, dp, pp``;
+  ``pipeline_model_parallel_size == sum of the meshes' pp``; meshes hold contiguous logical ranks
+  in order, ``tp*cp*dp*pp`` each;
+* ``hetero_pipeline_layer_split``: one layer count per pipeline stage, summing to num_layers;
+* ``hetero_device_types``: one per mesh (the ``type=`` of the hostfile);
+* ``data_parallel_size = dp_0``; mesh i runs micro-batch ``dp_0*mbs/dp_i``, so every stage sees the
+  same samples: ``dp_0*mbs % dp_i == 0``;
+* all meshes the same cp; no virtual pipeline (``num_layers_per_virtual_pipeline_stage`` None);
+* tied embeddings (or MTP): first and last mesh the same tp; with the distributed optimizer and
+  different dp, one dp divides the other and ``use_partial_reduce_for_shared_embedding`` is on;
+* per-stage recompute: ``recompute_granularity_per_stage_micro_batch`` entries
+  ``"n_stages, n_mb, flag, ..."`` (flag 1 = full recompute, 0 = none; the micro-batch counts sum to
+  the number of micro-batches; the stage counts sum to pp), which needs the global
+  ``recompute_granularity: full`` (selective cannot be chosen per stage).
+
+Meshes: consecutive stages with the same (GPU type, tp, dp, ep, etp) form one mesh with pp > 1
+(FlagScale builds one Megatron process grid per mesh and indexes recompute by global pp rank,
+so grouping changes nothing but the config's length).
+"""
+
+from __future__ import annotations
+
+from haap_milp.emit import EmitError
+from haap_milp.emit.megatron import moe_layer_freq
+from haap_milp.emit.placement import dump_yaml, place
+from haap_milp.specs import ModelSpec, Plan
+from haap_milp.violations import Violation
+
+
+def meshes(plan: Plan) -> list[dict]:
+    """Consecutive stages with equal (gpu type, tp, dp, ep, etp) -> one mesh each."""
+    out: list[dict] = []
+    for j, s in enumerate(plan.stages):
+        key = (s.gpu_type, s.tp, s.dp, s.ep, s.etp)
+        if out and out[-1]["key"] == key:
+            out[-1]["pp"] += 1
+            out[-1]["stages"].append(j)
+        else:
+            out.append({"key": key, "gpu_type": s.gpu_type, "tp": s.tp, "cp": plan.cp, "ep": s.ep, "dp": s.dp,
+                        "pp": 1, "etp": s.etp, "stages": [j]})
+    return out
+
+
+def _recompute(plan: Plan) -> dict:
+    modes = [s.recompute for s in plan.stages]
+    if set(modes) == {"none"}:
+        return {}
+    if set(modes) == {"selective"}:
+        return {"recompute_granularity": "selective"}
+    full = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    if set(modes) == {"full"}:
+        return full
+    m = plan.num_microbatches
+    full["recompute_granularity_per_stage_micro_batch"] = [f"1, {m}, {1 if r == 'full' else 0}" for r in modes]
+    return full
+
+
+def build_config(plan: Plan, model: ModelSpec) -> dict:
+    """The FlagScale train config (``system`` and ``model`` sections) as a dict."""
+    ms = meshes(plan)
+    flat = [x for mesh in ms for x in (mesh["tp"], mesh["cp"], mesh["ep"], mesh["dp"], mesh["pp"])]
+    hetero = {
+        "enable_hetero": True,
+        "hetero_use_cpu_communication": False,
+        "use_partial_reduce_for_shared_embedding": True,
+        "hetero_pipeline_layer_split": [s.num_layers for s in plan.stages],
+        "hetero_process_meshes": flat,
+        "hetero_device_types": [mesh["gpu_type"] for mesh in ms],
+        "hetero_current_device_type": ms[0]["gpu_type"],
+        "standalone_embedding_stage": False,
+    }
+    if model.is_moe:
+        hetero["expert_tensor_parallel_size_per_process_mesh"] = [mesh["etp"] for mesh in ms]
+    system = {"tensor_model_parallel_size": ms[0]["tp"], "pipeline_model_parallel_size": plan.pp,
+              "context_parallel_size": plan.cp, "sequence_parallel": plan.sequence_parallel,
+              "use_distributed_optimizer": plan.distributed_optimizer,
+              "precision": {"fp16": True} if plan.precision == "fp16" else
+              ({"bf16": True, "fp8_format": "hybrid"} if plan.precision == "fp8" else {"bf16": True}),
+              **_recompute(plan), "hetero": hetero}
+    if model.is_moe:
+        system["expert_model_parallel_size"] = ms[0]["ep"]
+    mdl = {"num_layers": model.num_layers, "hidden_size": model.hidden, "ffn_hidden_size": model.ffn_hidden,
+           "num_attention_heads": model.num_heads, "seq_length": plan.seq_len,
+           "max_position_embeddings": max(plan.seq_len, model.seq_len), "swiglu": model.activation == "swiglu",
+           "untie_embeddings_and_output_weights": not model.tied_embeddings,
+           "micro_batch_size": plan.micro_batch_size, "global_batch_size": plan.global_batch_size}
+    if model.kv_heads != model.num_heads:
+        mdl.update(group_query_attention=True, num_query_groups=model.kv_heads)
+    if model.is_moe:
+        mdl.update(num_experts=model.num_experts, moe_router_topk=model.top_k, moe_ffn_hidden_size=model.expert_ffn)
+        freq = moe_layer_freq(model)
+        if freq is not None:
+            mdl["moe_layer_freq"] = freq
+    return {"system": system, "model": mdl}
+
+
+def refusals(plan: Plan) -> list[Violation]:
+    out = []
+    if plan.vpp > 1 or plan.schedule == "interleaved":
+        out.append(Violation("flagscale.no_vpp", None, f"FlagScale heterogeneous training has no virtual pipeline "
+                             f"(vpp={plan.vpp}, schedule {plan.schedule}); use --target megatron"))
+    if plan.schedule == "gpipe":
+        out.append(Violation("flagscale.schedule", None, "FlagScale runs 1F1B, not GPipe"))
+    modes = {s.recompute for s in plan.stages}
+    if "selective" in modes and len(modes) > 1:
+        out.append(Violation("flagscale.recompute", None, f"per-stage recompute mixing selective with others "
+                             f"({sorted(modes)}): FlagScale chooses only full-or-none per stage"))
+    return out
+
+
+def validate_flagscale_config(cfg: dict, num_layers: int, num_heads: int, kv_heads: int, tied: bool,
+                              num_experts: int = 0) -> list[Violation]:
+    """FlagScale's pre/post-validation of a hetero config (and Megatron's per-mesh tp/ep rules)."""
+    sysc, mdl = cfg["system"], cfg["model"]
+    h = sysc["hetero"]
+    flat = h["hetero_process_meshes"]
+    out: list[Violation] = []
+
+    def bad(rule, msg):
+        out.append(Violation(f"flagscale.{rule}", None, msg))
+
+    if len(flat) % 5:
+        return [Violation("flagscale.mesh_format", None, f"{len(flat)} numbers, not tp,cp,ep,dp,pp per mesh")]
+    ms = [flat[i:i + 5] for i in range(0, len(flat), 5)]
+    tps, cps, eps, dps, pps = (list(x) for x in zip(*ms))
+    mbs, gbs = mdl["micro_batch_size"], mdl["global_batch_size"]
+    split = h["hetero_pipeline_layer_split"]
+    if sysc["pipeline_model_parallel_size"] != sum(pps):
+        bad("pp_sum", f"pipeline_model_parallel_size {sysc['pipeline_model_parallel_size']} != sum of mesh pp {pps}")
+    if len(split) != sysc["pipeline_model_parallel_size"] or sum(split) != num_layers:
+        bad("layer_split", f"layer split {split} must have pp entries summing to num_layers={num_layers}")
+    if len(h["hetero_device_types"]) != len(ms):
+        bad("device_types", f"{len(h['hetero_device_types'])} device types for {len(ms)} meshes")
+    for i, d in enumerate(dps):
+        if (dps[0] * mbs) % d:
+            bad("microbatch_rescale", f"dp_0*mbs = {dps[0]}*{mbs} not divisible by dp_{i}={d}")
+    if len(set(cps)) > 1:
+        bad("equal_cp", f"context-parallel sizes differ across meshes: {cps}")
+    if gbs % (mbs * dps[0]):
+        bad("global_batch", f"global batch {gbs} not divisible by mbs*dp_0 = {mbs}*{dps[0]}")
+    if tied and tps[0] != tps[-1]:
+        bad("tied_tp", f"tied embeddings need the first and last mesh at the same tp, got {tps[0]} and {tps[-1]}")
+    if tied and dps[0] != dps[-1] and sysc["use_distributed_optimizer"]:
+        if dps[0] % dps[-1] and dps[-1] % dps[0]:
+            bad("tied_dp", f"tied embeddings: dp {dps[0]} and {dps[-1]} must divide one another")
+        if not h.get("use_partial_reduce_for_shared_embedding"):
+            bad("tied_dp", "tied embeddings with different dp need use_partial_reduce_for_shared_embedding")
+    if "num_layers_per_virtual_pipeline_stage" in sysc:
+        bad("no_vpp", "virtual pipeline is not supported with heterogeneous meshes")
+    for i, (tp, ep) in enumerate(zip(tps, eps)):
+        if num_heads % tp or kv_heads % tp:
+            bad("heads_tp", f"mesh {i}: tp={tp} must divide heads {num_heads} and kv heads {kv_heads}")
+        if ep > 1 and (not num_experts or num_experts % ep):
+            bad("experts_ep", f"mesh {i}: ep={ep} must divide num_experts={num_experts}")
+        if ep > 1 and tp > 1 and not sysc.get("sequence_parallel"):
+            bad("ep_tp_sp", f"mesh {i}: ep={ep} with tp={tp} needs sequence_parallel")
+    out += _recompute_violations(sysc, len(split), gbs // max(1, mbs * dps[0]))
+    return out
+
+
+def _recompute_violations(sysc: dict, pp: int, num_mb: int) -> list[Violation]:
+    entries = sysc.get("recompute_granularity_per_stage_micro_batch")
+    if entries is None:
+        return []
+    out = []
+    if sysc.get("recompute_granularity") != "full":
+        out.append(Violation("flagscale.recompute", None, "per-stage recompute needs recompute_granularity full"))
+    stages = 0
+    for e in entries:
+        nums = [int(x) for x in e.split(",")]
+        stages += nums[0]
+        if sum(nums[1::2]) != num_mb or any(f not in (0, 1) for f in nums[2::2]):
+            out.append(Violation("flagscale.recompute", None, f"entry {e!r}: micro-batch counts must sum to "
+                                 f"{num_mb} with flags 0/1"))
+    if stages != pp:
+        out.append(Violation("flagscale.recompute", None, f"recompute entries cover {stages} stages, pp={pp}"))
+    return out
+
+
+def plan_violations(plan: Plan, model: ModelSpec) -> list[Violation]:
+    out = refusals(plan)
+    if out:
+        return out
+    return validate_flagscale_config(build_config(plan, model), model.num_layers, model.num_heads, model.kv_heads,
+                                     model.tied_embeddings, model.num_experts)
+
+
+def emit(plan: Plan, cluster, model: ModelSpec, training=None) -> dict[str, str]:
+    """flagscale_train.yaml, hostfile (with type=), rank_map.json, launch notes."""
+    viol = plan_violations(plan, model)
+    if viol:
+        raise EmitError("FlagScale cannot run this plan: " + "; ".join(v.message for v in viol))
+    placement = place(plan, cluster)
+    head = ("# FlagScale heterogeneous training config (haap). Merge into your train YAML; add data, tokenizer,\n"
+            "# optimizer. Meshes: [tp, cp, ep, dp, pp] each; hostfile order = mesh order.\n")
+    return {"flagscale_train.yaml": head + dump_yaml(build_config(plan, model)),
+            "hostfile": placement.hostfile(with_type=True), "rank_map.json": placement.rank_map_json(),
+            "README_launch.txt": _launch_notes(placement)}
+
+
+def _launch_notes(placement) -> str:
+    lines = ["FlagScale launch (haap):",
+             "  1. Replace the placeholder host names in `hostfile`, keeping the order (mesh order = rank order).",
+             "  2. Point experiment.runner.hostfile at it and merge flagscale_train.yaml into train/<name>.yaml.",
+             "  3. python run.py --config-path <dir> --config-name <name> action=run",
+             f"Nodes ({len(placement.nodes)}, world size {placement.world_size}):"]
+    lines += [f"  {n.name}: {n.nproc} x {n.gpu_type}, GPUs {','.join(map(str, n.devices))}" for n in placement.nodes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,175 @@
+"""Efficiency parameters per GPU type, fitted by ``benchmarks/calibrate.py`` (file ``calibration.json``).
+
+Every number the time model multiplies by is here, with where it comes from:
+
+* ``fitted``   - least-squares fit on the published measured runs (benchmarks/data/measured_runs.json);
+* ``prior``    - a stated value from a public source (given in ``PRIOR_SOURCES``), used where the
+  measured runs cannot identify the parameter;
+* ``derived``  - a GPU type without measured runs takes the parameters of a fitted type by the rule
+  in ``derive_params`` (same architecture family first, else nearest machine balance).
+
+Efficiencies are fractions of the GPU's *own* datasheet peak (FLOP/s, HBM GB/s, link GB/s), so copying
+them to another GPU scales every time by that GPU's own specs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
+from typing import Any
+
+from haap_milp.errors import HaapInputError
+from haap_milp.specs import GPUSpec
+
+log = logging.getLogger(__name__)
+
+PRIOR_SOURCES = {
+    "hbm_eff": "achievable/peak HBM bandwidth of streaming kernels (BabelStream/STREAM triad on A100/H100 "
+    "reach ~85-92% of datasheet bandwidth; unfused PyTorch elementwise ops less): 0.80",
+    "kernel_latency_s": "per-kernel fixed cost (launch + prologue/epilogue + tail wave): NVIDIA Matrix "
+    "Multiplication Background guide (DU-09799-001) ch. 3 tile/wave quantization; CUDA launch latency "
+    "~3-5 us; fitted where the runs identify it",
+    "nvlink_eff": "nccl-tests all_reduce_perf bus bandwidth / per-direction NVLink bandwidth on DGX A100 "
+    "(~230 of 300 GB/s) and DGX H100 (~360-370 of 450 GB/s): 0.78",
+    "nic_eff": "nccl-tests multi-node bus bandwidth / NIC line rate on HDR/NDR InfiniBand (~0.85-0.92): 0.85",
+    "link_latency_s": "NCCL ring step latency, small-message all_reduce_perf on NVLink (~1 us per step) "
+    "and IB (~5 us per step, NodeGroup.nic_latency_us)",
+    "dp_overlap": "fraction of the DP gradient reduce-scatter/all-reduce hidden behind backward "
+    "(Megatron --overlap-grad-reduce): fitted (global)",
+    "tp_overlap": "fraction of TP communication hidden behind GEMMs (Megatron/TE --tp-comm-overlap): "
+    "fitted (global)",
+    "ep_overlap": "fraction of EP all-to-all hidden (1F1B EP-A2A overlap in recent Megatron-Core MoE); "
+    "prior 0.0 (conservative: most measured MoE runs do not state it)",
+    "moe_latency_s": "fixed cost per MoE layer and pass (router top-k, the device-to-host sync of dropless "
+    "token counts, permutation index build): fitted on the MoE rows",
+    "grouped_gemm_eff": "efficiency of the grouped expert GEMMs (incl. residual routing imbalance) relative to "
+    "dense GEMMs of the same shape: fitted on the MoE rows",
+    "overhead_gib": "CUDA context + NCCL communicator buffers + cuBLAS/TE workspaces + allocator "
+    "fragmentation reserve; 3.0 GiB (PyTorch CUDA context ~0.5-1 GiB; NCCL buffers ~0.5-1 GiB "
+    "(NCCL_BUFFSIZE 4 MiB x channels x peers); caching-allocator fragmentation 5-15% per the "
+    "torchtitan memory notes in the project's data README); checked against the torchtitan "
+    "memory rows (tests/test_estimator_memory.py)",
+}
+
+
+@dataclass(frozen=True)
+class GpuParams:
+    """Time-model parameters of one GPU type (fractions of its own datasheet peaks)."""
+
+    gemm_eff_16: float = 0.75  # asymptotic GEMM efficiency at bf16/fp16 (fraction of dense peak)
+    gemm_eff_fp8: float = 0.55  # same at fp8 (fraction of the fp8 dense peak)
+    attn_eff: float = 0.55  # flash-attention efficiency (fraction of the bf16/fp16 peak)
+    kernel_latency_s: float = 6e-6  # fixed cost per kernel (makes small / tp-sharded GEMMs inefficient)
+    hbm_eff: float = 0.80
+    nvlink_eff: float = 0.78
+    nic_eff: float = 0.85
+    moe_latency_s: float = 0.0  # fixed cost per MoE layer and pass (router top-k, dropless token-count sync, permute)
+    grouped_gemm_eff: float = 1.0  # grouped expert GEMMs (+ routing imbalance) relative to dense GEMMs
+    source: str = "prior"  # fitted | prior | derived from <gpu> (<rule>)
+
+    def gemm_eff(self, precision: str) -> float:
+        return self.gemm_eff_fp8 if precision == "fp8" else self.gemm_eff_16
+
+
+@dataclass(frozen=True)
+class GlobalParams:
+    """Parameters shared by all GPU types (framework behaviour, not silicon)."""
+
+    dp_overlap: float = 0.5
+    tp_overlap: float = 0.0
+    ep_overlap: float = 0.0
+    intra_latency_s: float = 1e-6  # per ring step on NVLink
+    overhead_gib: float = 3.0  # framework + allocator reserve per GPU
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted parameters per GPU type + global ones; ``params(gpu)`` derives missing types."""
+
+    gpus: dict[str, GpuParams] = field(default_factory=dict)
+    globals: GlobalParams = field(default_factory=GlobalParams)
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    balance: dict[str, float] = field(default_factory=dict)  # machine balance of fitted GPUs, FLOP/byte
+
+    def __hash__(self) -> int:  # used as part of cache keys
+        return hash((tuple(sorted(self.gpus.items())), self.globals))
+
+    def params(self, gpu: GPUSpec) -> GpuParams:
+        """Parameters of ``gpu``: its own fit, else derived (``derive_params``)."""
+        if gpu.name in self.gpus:
+            return self.gpus[gpu.name]
+        return derive_params(gpu, self)
+
+
+def family(name: str) -> str:
+    """Architecture family from a catalog name: 'a100-80g' -> 'a100'; A800 is Ampere, H800/H200/H20 Hopper."""
+    head = name.lower().split("-")[0]
+    return {"a800": "a100", "h800": "h100", "h200": "h100", "h20": "h100"}.get(head, head)
+
+
+def machine_balance(gpu: GPUSpec) -> float:
+    """Peak 16-bit FLOP per HBM byte (roofline ridge point)."""
+    peak = gpu.bf16_tflops or gpu.fp16_tflops or 0.0
+    return peak * 1e12 / (gpu.hbm_bandwidth_gbps * 1e9)
+
+
+def derive_params(gpu: GPUSpec, cal: Calibration) -> GpuParams:
+    """Rule for GPU types without measured runs: take a fitted type of the same architecture family
+    (a100-40g <- a100-80g, h200-141g <- h100-80g); else the fitted type whose machine balance (peak
+    FLOP/byte) is nearest in log scale. Efficiencies are fractions of the GPU's own peaks, so its own
+    datasheet FLOP/s, HBM and link bandwidths scale every time. No fitted type at all: the priors."""
+    if not cal.gpus:
+        return GpuParams(source="prior (no calibration loaded)")
+    same = sorted(n for n in cal.gpus if family(n) == family(gpu.name) and not cal.gpus[n].source.startswith("derived"))
+    if same:
+        base, rule = same[0], "same architecture family"
+    else:
+        b = machine_balance(gpu)
+        fitted = {n: cal.balance.get(n, 0.0) for n in cal.gpus if cal.balance.get(n, 0.0) > 0}
+        if not fitted or b <= 0:
+            return GpuParams(source="prior (no comparable fitted GPU)")
+        base = min(sorted(fitted), key=lambda n: abs(math.log(fitted[n] / b)))
+        rule = f"nearest machine balance ({b:.0f} vs {fitted[base]:.0f} FLOP/B)"
+    return replace(cal.gpus[base], source=f"derived from {base} ({rule})")
+
+
+def _from_dict(data: dict[str, Any]) -> Calibration:
+    try:
+        gpus = {n: GpuParams(**{k: v for k, v in p.items() if k in GpuParams.__dataclass_fields__})
+                for n, p in data.get("gpus", {}).items()}
+        glob = GlobalParams(**{k: v for k, v in data.get("globals", {}).items() if k in GlobalParams.__dataclass_fields__})
+    except TypeError as exc:  # wrong value types in a user file
+        raise HaapInputError(f"calibration file has a malformed parameter: {exc}", field="calibration") from exc
+    balance = {n: float(p.get("machine_balance", 0.0)) for n, p in data.get("gpus", {}).items()}
+    meta = {k: v for k, v in data.items() if k not in ("gpus", "globals")}
+    return Calibration(gpus=gpus, globals=glob, meta=meta, balance=balance)
+
+
+def load_calibration(path: str | None = None) -> Calibration:
+    """The packaged ``calibration.json`` (or a user file at ``path``)."""
+    if path is None:
+        try:
+            text = resources.files("haap_milp.estimator").joinpath("calibration.json").read_text(encoding="utf-8")
+        except FileNotFoundError:
+            log.warning("no calibration.json in the package; using prior parameters")
+            return Calibration()
+    else:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise HaapInputError(f"cannot read calibration file {path!r}: {exc.strerror}", field="calibration") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HaapInputError(f"calibration file {path or 'calibration.json'} is not valid JSON: {exc}") from exc
+    return _from_dict(data)
+
+
+def to_dict(cal: Calibration) -> dict[str, Any]:
+    """JSON-ready form (what calibrate.py writes, plus meta)."""
+    gpus = {n: {**asdict(p), "machine_balance": cal.balance.get(n, 0.0)} for n, p in sorted(cal.gpus.items())}
+    return {**cal.meta, "globals": asdict(cal.globals), "gpus": gpus}

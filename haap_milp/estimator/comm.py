@@ -1,0 +1,89 @@
+"""Collective communication on the links actually used (ring / hierarchical algorithms).
+
+Bandwidths are achievable bus bandwidths: datasheet per-direction GB/s x a calibrated efficiency.
+Each cost is split into a part linear in the message (seconds per byte) and a latency part, so that
+callers can keep per-layer costs additive (problem.py eq. T1) and charge latencies once per stage.
+Formulas: Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations in
+MPICH" (2005) - ring all-reduce 2(n-1)/n·M/B + 2(n-1)·a, reduce-scatter / all-gather (n-1)/n·M/B +
+(n-1)·a; NCCL's hierarchical (intra-node then inter-node) variants for groups that span nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# collective kinds: bandwidth factor f in f·(n-1)/n·M/B
+FACTOR = {"all_reduce": 2.0, "reduce_scatter": 1.0, "all_gather": 1.0}
+
+
+@dataclass(frozen=True)
+class Link:
+    """An achievable link: bytes/s in one direction and a per-message latency."""
+
+    bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class Cost:
+    """``per_byte_s · message_bytes + latency_s``."""
+
+    per_byte_s: float
+    latency_s: float
+
+    def time(self, message_bytes: float) -> float:
+        return self.per_byte_s * message_bytes + (self.latency_s if message_bytes > 0 else 0.0)
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.per_byte_s + other.per_byte_s, self.latency_s + other.latency_s)
+
+
+ZERO = Cost(0.0, 0.0)
+
+
+def ring(kind: str, n: int, link: Link) -> Cost:
+    """Ring collective over n ranks on one kind of link (n = 1: free)."""
+    if n <= 1:
+        return ZERO
+    f = FACTOR[kind]
+    return Cost(f * (n - 1) / n / link.bytes_per_s, f * (n - 1) * link.latency_s)
+
+
+def group_collective(kind: str, n: int, span: int, gpus_per_node: int, nvlink: Link, nic_node: Link) -> Cost:
+    """Collective over n ranks spaced ``span`` GPUs apart (span = tp for a DP group: Megatron rank order).
+
+    Fits in a node (n·span <= gpus_per_node): ring on NVLink. Otherwise hierarchical: r = gpus_per_node
+    / span ranks per node reduce on NVLink, then each GPU's 1/r shard crosses nodes; the node's NICs
+    (``nic_node``: all NICs of the node together) are shared by all its GPUs, which run their groups'
+    collectives at the same time, so the node carries gpus_per_node · f·(N-1)/N · M/r bytes.
+    """
+    if n <= 1:
+        return ZERO
+    if n * span <= gpus_per_node:
+        return ring(kind, n, nvlink)
+    r = max(1, gpus_per_node // max(span, 1))
+    r = min(r, n)
+    nodes = math.ceil(n / r)
+    f = FACTOR[kind]
+    intra = ring(kind, r, nvlink)
+    inter_per_byte = gpus_per_node * f * (nodes - 1) / nodes / r / nic_node.bytes_per_s
+    return intra + Cost(inter_per_byte, f * (nodes - 1) * nic_node.latency_s)
+
+
+def all_to_all(n: int, span: int, gpus_per_node: int, nvlink: Link, nic_per_gpu: Link) -> Cost:
+    """All-to-all of M bytes per rank over n ranks spaced ``span`` apart: (n-1)/n of M leaves the rank;
+    peers in the same node go over NVLink, the others over this GPU's share of the node's NICs; the
+    two run concurrently (NCCL send/recv on separate channels), so the slower one counts."""
+    if n <= 1:
+        return ZERO
+    local = max(1, min(n, gpus_per_node // max(span, 1)))
+    remote_frac, local_frac = (n - local) / n, (local - 1) / n
+    per_byte = max(local_frac / nvlink.bytes_per_s, remote_frac / nic_per_gpu.bytes_per_s if remote_frac else 0.0)
+    lat = nic_per_gpu.latency_s if remote_frac else nvlink.latency_s  # sends are issued concurrently
+    return Cost(per_byte, lat)
+
+
+def p2p(link: Link) -> Cost:
+    """One point-to-point transfer."""
+    return Cost(1.0 / link.bytes_per_s, link.latency_s)

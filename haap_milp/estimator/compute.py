@@ -1,0 +1,84 @@
+"""On-GPU time of GEMMs, flash attention and memory-bound work (no communication).
+
+GEMM model (roofline + fixed kernel cost; NVIDIA "Matrix Multiplication Background" guide,
+DU-09799-001, ch. 2 math/memory bounds and ch. 3 tile/wave quantization)::
+
+    t = max(F / (P · e_gemm), bytes / (HBM · e_hbm)) + t_kernel
+
+``e_gemm`` (asymptotic efficiency) and ``t_kernel`` (fixed cost: launch, prologue/epilogue, the
+partly empty last wave) are fitted per GPU type. The shape dependence comes from both terms: a
+tp-sharded or small GEMM has few FLOPs, so ``t_kernel`` is a larger share, and a skinny one has low
+arithmetic intensity, so HBM bounds it. Flash attention runs at its own fitted efficiency.
+"""
+
+from __future__ import annotations
+
+from haap_milp.estimator.calibration import GpuParams
+from haap_milp.estimator.flops import Gemm
+from haap_milp.specs import GPUSpec
+
+ACT_BYTES = 2  # bf16/fp16 activations (fp8 recipes keep activations in bf16 between GEMMs)
+
+# Flash-attention backward recomputes the scores: 5 GEMM-like products vs 2 forward (Dao, FlashAttention-2
+# (2023) sec. 3.1.2), i.e. 2.5x the forward FLOPs.
+FLASH_BWD_FACTOR = 2.5
+
+
+def peak_flops(gpu: GPUSpec, precision: str) -> float:
+    """Dense peak FLOP/s at ``precision``; 0 where the GPU lacks it (callers reject that earlier)."""
+    return (gpu.peak_tflops(precision) or 0.0) * 1e12
+
+
+def hbm_bytes_per_s(gpu: GPUSpec, p: GpuParams) -> float:
+    return gpu.hbm_bandwidth_gbps * 1e9 * p.hbm_eff
+
+
+def gemm_time_s(g: Gemm, gpu: GPUSpec, p: GpuParams, precision: str) -> float:
+    """One (grouped) GEMM: roofline of compute and HBM traffic, plus one kernel's fixed cost."""
+    in_bytes = 1 if precision == "fp8" else ACT_BYTES
+    traffic = g.count * (in_bytes * (g.m * g.k + g.k * g.n) + ACT_BYTES * g.m * g.n)
+    compute = g.flops / (peak_flops(gpu, precision) * p.gemm_eff(precision))
+    return max(compute, traffic / hbm_bytes_per_s(gpu, p)) + p.kernel_latency_s
+
+
+def gemm_fwd_bwd_s(g: Gemm, gpu: GPUSpec, p: GpuParams, precision: str) -> tuple[float, float]:
+    """Forward GEMM, and backward = input-gradient GEMM [m,n]x[n,k] + weight-gradient GEMM [k,m]x[m,n]."""
+    fwd = gemm_time_s(g, gpu, p, precision)
+    dgrad = gemm_time_s(Gemm(g.m, g.k, g.n, g.count), gpu, p, precision)
+    wgrad = gemm_time_s(Gemm(g.k, g.n, g.m, g.count), gpu, p, precision)
+    return fwd, dgrad + wgrad
+
+
+def attention_fwd_bwd_s(flops_fwd: float, gpu: GPUSpec, p: GpuParams, precision: str) -> tuple[float, float]:
+    """Flash attention at the fitted efficiency of the 16-bit peak (fp8 recipes keep attention in bf16)."""
+    peak = peak_flops(gpu, "fp16" if precision == "fp16" else "bf16") or peak_flops(gpu, "fp16")
+    rate = peak * p.attn_eff
+    fwd = flops_fwd / rate + p.kernel_latency_s
+    return fwd, FLASH_BWD_FACTOR * flops_fwd / rate + 2 * p.kernel_latency_s
+
+
+def attention_unfused_fwd_bwd_s(tokens: float, seq: float, heads: float, dim_head: int, gpu: GPUSpec, p: GpuParams,
+                                precision: str, dropout: bool) -> tuple[float, float]:
+    """Unfused attention of ``heads`` local heads (2021 Megatron): batched GEMMs QK^T [s,dh]x[dh,s] and AV
+    [s,s]x[s,dh] per (sequence, head) over the full square, plus the fused scale-mask-softmax (read + write
+    2 B per score) and dropout on the scores (read 2, write 2 + 1-byte mask); backward twice the traffic."""
+    seqs = tokens / seq * heads
+    prec = "fp16" if precision == "fp16" else "bf16"
+    qk, av = Gemm(seq, seq, dim_head, seqs), Gemm(seq, dim_head, seq, seqs)
+    f1, b1 = gemm_fwd_bwd_s(qk, gpu, p, prec)
+    f2, b2 = gemm_fwd_bwd_s(av, gpu, p, prec)
+    scores = seqs * seq * seq
+    traffic = scores * (4 + (5 if dropout else 0))
+    return f1 + f2 + memory_bound_s(traffic, 2, gpu, p), b1 + b2 + memory_bound_s(2 * traffic, 2, gpu, p)
+
+
+def memory_bound_s(traffic_bytes: float, kernels: int, gpu: GPUSpec, p: GpuParams) -> float:
+    """Elementwise / normalisation / permutation work: HBM traffic at achievable bandwidth + kernel costs."""
+    return traffic_bytes / hbm_bytes_per_s(gpu, p) + kernels * p.kernel_latency_s
+
+
+def optimizer_step_s(params: float, gpu: GPUSpec, p: GpuParams) -> float:
+    """Fused Adam on ``params`` local parameters: memory-bound, reads fp32 master, m, v, fp32 grad and
+    writes master, m, v and the 16-bit copy = 4·4 + 3·4 + 2 = 30 bytes/param (apex/TE multi-tensor Adam);
+    + 4 bytes/param for the gradient-norm pass (clip_grad_norm) = 34."""
+    return params * 34.0 / hbm_bytes_per_s(gpu, p)

@@ -1,0 +1,94 @@
+"""Where a stage runs: GPU spec, fitted parameters, node group and the achievable links."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from haap_milp.errors import HaapInputError
+from haap_milp.estimator.calibration import Calibration, GpuParams
+from haap_milp.estimator.comm import Link
+from haap_milp.specs import ClusterSpec, GPUSpec, ModelSpec, NodeGroup
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One (GPU type, island): the slowest node group of that type there (NIC share per GPU)."""
+
+    gpu: GPUSpec
+    params: GpuParams
+    group: NodeGroup
+    nvlink: Link  # per GPU, one direction, achievable
+    nic_node: Link  # all NICs of a node together, achievable
+    nic_gpu: Link  # one GPU's share of its node's NICs
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.group.gpus_per_node
+
+
+def node_groups(cluster: ClusterSpec, gpu_type: str, island: str | None) -> list[NodeGroup]:
+    groups = [g for g in cluster.node_groups if g.gpu.name == gpu_type and (island is None or g.island == island)]
+    if not groups:
+        where = f" on island {island!r}" if island is not None else ""
+        have = sorted({f"{g.gpu.name}@{g.island}" for g in cluster.node_groups})
+        raise HaapInputError(
+            f"GPU type {gpu_type!r}{where} is not in cluster {cluster.name!r} (it has {', '.join(have)}).",
+            field="gpu_type", value=gpu_type)
+    return groups
+
+
+def resolve(cluster: ClusterSpec, cal: Calibration, gpu_type: str, island: str | None) -> Hardware:
+    """Hardware of ``gpu_type`` (on ``island``; None: any island, the slowest NIC share counts)."""
+    groups = node_groups(cluster, gpu_type, island)
+    group = min(groups, key=lambda g: (g.nic_bandwidth_gbps / g.gpus_per_node, g.gpus_per_node))
+    gpu = group.gpu
+    p = cal.params(gpu)
+    nvlink = Link(gpu.intra_node_bandwidth_gbps * 1e9 * p.nvlink_eff, cal.globals.intra_latency_s)
+    nic_node = Link(group.nic_bandwidth_gbps * 1e9 * p.nic_eff, group.nic_latency_us * 1e-6)
+    nic_gpu = Link(nic_node.bytes_per_s / group.gpus_per_node, nic_node.latency_s)
+    return Hardware(gpu, p, group, nvlink, nic_node, nic_gpu)
+
+
+def check_stage(model: ModelSpec, hw: Hardware, precision: str, tp: int, dp: int, ep: int, etp: int,
+                cp: int, samples: int, recompute: str) -> None:
+    """Reject impossible stage configurations with one clear paragraph (HaapInputError)."""
+    gpu = hw.gpu
+    if gpu.peak_tflops(precision) is None:
+        have = [p for p in ("bf16", "fp16", "fp8") if gpu.peak_tflops(p) is not None]
+        raise HaapInputError(
+            f"GPU {gpu.name!r} does not support precision {precision!r} (it supports {', '.join(have) or 'none'}); "
+            "choose a supported precision or leave this GPU type out.", field="precision", value=precision)
+    if recompute not in ("none", "selective", "full"):
+        raise HaapInputError(f"recompute={recompute!r} is not one of none, selective, full.", field="recompute",
+                             value=recompute)
+    for name, v in (("tp", tp), ("dp", dp), ("ep", ep), ("etp", etp), ("cp", cp), ("samples_per_microbatch", samples)):
+        if not isinstance(v, int) or v < 1:
+            raise HaapInputError(f"{name}={v!r} must be a positive integer.", field=name, value=v)
+    if tp > hw.gpus_per_node:
+        raise HaapInputError(
+            f"tp={tp} exceeds the {hw.gpus_per_node} GPUs per node of {gpu.name}; tensor parallelism stays inside "
+            "a node.", field="tp", value=tp)
+    if model.num_heads % tp or model.kv_heads % tp:
+        raise HaapInputError(
+            f"tp={tp} must divide the attention heads ({model.num_heads}) and key/value heads ({model.kv_heads}) "
+            f"of {model.name}.", field="tp", value=tp)
+    if samples % dp:
+        raise HaapInputError(
+            f"dp={dp} does not divide the {samples} samples per micro-batch; each replica needs a whole number.",
+            field="dp", value=dp)
+    _check_experts(model, tp, dp, ep, etp, cp)
+
+
+def _check_experts(model: ModelSpec, tp: int, dp: int, ep: int, etp: int, cp: int) -> None:
+    if not model.is_moe:
+        if ep > 1 or etp > 1:
+            raise HaapInputError(f"ep={ep}, etp={etp}: expert parallelism needs an MoE model; {model.name} is dense.",
+                                 field="ep", value=ep)
+        return
+    if model.num_experts % ep:
+        raise HaapInputError(f"ep={ep} does not divide the {model.num_experts} experts of {model.name}.",
+                             field="ep", value=ep)
+    if (tp * dp * cp) % (ep * etp):
+        raise HaapInputError(
+            f"ep x etp = {ep}x{etp} must divide the stage's tp x dp x cp = {tp}x{dp}x{cp} GPUs (Megatron expert grid).",
+            field="ep", value=ep)

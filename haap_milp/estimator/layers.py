@@ -1,0 +1,192 @@
+"""Per-layer-kind costs on one GPU of a stage (decoder layer dense/MoE, embedding, head), cached.
+
+Times per micro-batch and rank: forward, backward (= input- and weight-gradient GEMMs, flash
+attention backward, memory-bound work), recomputation (full: the forward again; selective: the core
+attention again, Korthikanti et al. sec. 4.1), TP collectives (2 all-reduce equivalents per dense
+layer and pass; with SP the same bytes as all-gather + reduce-scatter: Korthikanti sec. 4.2.2), EP
+all-to-all (dispatch + combine per pass), context-parallel KV ring (overlapped with attention).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from haap_milp.estimator import comm, compute
+from haap_milp.estimator.calibration import Calibration
+from haap_milp.estimator.flops import Gemm, attention_core_fwd_flops, attention_gemms, mlp_gemms
+from haap_milp.estimator.hardware import Hardware
+from haap_milp.estimator.impl import MODERN, Implementation
+from haap_milp.specs import ModelSpec
+
+A = compute.ACT_BYTES
+
+
+@dataclass(frozen=True)
+class Passes:
+    """Times of one layer kind for one micro-batch on one rank (raw: before any overlap)."""
+
+    fwd_s: float  # compute of the forward pass
+    bwd_s: float  # compute of the backward pass
+    attn_fwd_s: float  # core attention forward (what selective recompute repeats)
+    tp_fwd_s: float  # TP collectives of one forward pass (backward: the same)
+    ep_fwd_s: float  # EP all-to-all (+ expert-TP gathers) of one forward pass (backward: the same)
+    cp_fwd_s: float  # exposed context-parallel KV exchange, forward
+    cp_bwd_s: float  # exposed context-parallel exchange, backward
+
+    def compute_s(self, recompute: str) -> float:
+        extra = {"none": 0.0, "selective": self.attn_fwd_s, "full": self.fwd_s}[recompute]
+        return self.fwd_s + self.bwd_s + extra
+
+    def passes(self, recompute: str) -> float:
+        """How many times the forward communication runs: fwd + bwd (+ recomputed fwd)."""
+        return 3.0 if recompute == "full" else 2.0
+
+
+def _gemms_time(gemms: list[Gemm], hw: Hardware, precision: str) -> tuple[float, float]:
+    fwd = bwd = 0.0
+    for g in gemms:
+        f, b = compute.gemm_fwd_bwd_s(g, hw.gpu, hw.params, precision)
+        fwd, bwd = fwd + f, bwd + b
+    return fwd, bwd
+
+
+def _cast_bytes(gemms: list[Gemm], precision: str) -> float:
+    """fp8 (Transformer Engine) quantises each GEMM's activation input (read 2 B, write 1 B per element)."""
+    return sum(3.0 * g.m * g.k * g.count for g in gemms) if precision == "fp8" else 0.0
+
+
+def _attention_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, seq: int, tp: int, sp: bool,
+                     cp: int, impl: Implementation) -> tuple[float, float, float, float, float, float]:
+    """(fwd, bwd, attn_fwd, tp_fwd, cp_fwd, cp_bwd) of attention + its norm and residual."""
+    h = model.hidden
+    q, kv = model.num_heads * model.dim_head, model.kv_heads * model.dim_head
+    gemms = attention_gemms(model, tokens, tp)
+    g_f, g_b = _gemms_time(gemms, hw, precision)
+    if impl.flash_attention:
+        a_f, a_b = compute.attention_fwd_bwd_s(attention_core_fwd_flops(model, tokens, seq) / tp, hw.gpu, hw.params,
+                                               precision)
+    else:
+        a_f, a_b = compute.attention_unfused_fwd_bwd_s(tokens, seq, model.num_heads / tp, model.dim_head, hw.gpu,
+                                                       hw.params, precision, impl.dropout)
+    rep = tokens / tp if sp else tokens
+    # norm (read h, write h) + residual add (read 2h, write h) on the replicated tokens; RoPE on Q and K
+    traffic = A * rep * 5 * h + A * tokens * 2 * (q + kv) / tp + _cast_bytes(gemms, precision)
+    e_f = compute.memory_bound_s(traffic, 3, hw.gpu, hw.params)
+    e_b = compute.memory_bound_s(2 * traffic, 6, hw.gpu, hw.params)
+    tp_f = _tp_collective(hw, tp, tokens * h * A)
+    cp_f, cp_b = _cp_exchange(hw, tokens, kv, tp, cp, a_f, a_b)
+    return g_f + a_f + e_f, g_b + a_b + e_b, a_f, tp_f, cp_f, cp_b
+
+
+def _tp_collective(hw: Hardware, tp: int, message_bytes: float) -> float:
+    """One all-reduce (no SP) or all-gather + reduce-scatter (SP): same bytes, inside a node."""
+    return comm.ring("all_reduce", tp, hw.nvlink).time(message_bytes)
+
+
+def _cp_exchange(hw: Hardware, tokens: float, kv: int, tp: int, cp: int, a_f: float, a_b: float) -> tuple[float, float]:
+    """Ring attention (Megatron CP): cp-1 steps passing this rank's K and V (bwd: also dK, dV), overlapped
+    with the attention compute; only the excess is exposed. CP ranks are tp apart in Megatron's order."""
+    if cp <= 1:
+        return 0.0, 0.0
+    link = hw.nvlink if tp * cp <= hw.gpus_per_node else hw.nic_gpu
+    step = comm.p2p(link).time(2 * tokens * kv / tp * A)
+    return max(0.0, (cp - 1) * step - a_f), max(0.0, 2 * (cp - 1) * step - a_b)
+
+
+def _mlp_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp: int, sp: bool,
+               ffn: int, count: float = 1.0, norm: bool = True) -> tuple[float, float, float]:
+    """(fwd, bwd, tp_fwd) of a tp-sharded dense MLP (+ its norm and residual when ``norm``)."""
+    h = model.hidden
+    gemms = mlp_gemms(model, tokens, ffn, tp, count)
+    g_f, g_b = _gemms_time(gemms, hw, precision)
+    rep = tokens / tp if sp else tokens
+    act = (3 if model.activation == "swiglu" else 2) * ffn * count / tp
+    traffic = A * rep * 5 * h * norm + A * tokens * act + _cast_bytes(gemms, precision)
+    e_f = compute.memory_bound_s(traffic, 3, hw.gpu, hw.params)
+    e_b = compute.memory_bound_s(2 * traffic, 6, hw.gpu, hw.params)
+    return g_f + e_f, g_b + e_b, _tp_collective(hw, tp, tokens * h * A)
+
+
+def _moe_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp: int, sp: bool, ep: int,
+               etp: int) -> tuple[float, float, float, float]:
+    """(fwd, bwd, tp_fwd, ep_fwd): router, routed experts (grouped GEMM, balanced routing), shared experts.
+
+    Tokens reach the dispatcher sequence-sharded (tokens/tp per GPU, Megatron-Core MoE with SP); each GPU
+    computes tokens·top_k·etp/tp token-expert pairs over its E/ep local experts at width ffn/etp."""
+    h, E = model.hidden, model.num_experts
+    rep = tokens / tp if sp else tokens
+    pairs = tokens * model.top_k * etp / tp
+    local = E / ep
+    up = 2 if model.activation == "swiglu" else 1
+    f = model.expert_ffn / etp
+    router = [Gemm(rep, E, h)]
+    experts = [Gemm(pairs / local, up * f, h, local), Gemm(pairs / local, h, f, local)]
+    r_f, r_b = _gemms_time(router, hw, precision)
+    x_f, x_b = _gemms_time(experts, hw, precision)
+    ge = hw.params.grouped_gemm_eff  # grouped expert GEMMs relative to dense GEMMs of the same shape
+    g_f, g_b = r_f + x_f / ge, r_b + x_b / ge
+    gemms = router + experts
+    act = (3 if model.activation == "swiglu" else 2) * pairs * f
+    # norm + residual, router softmax/top-k (fp32 logits), permute + unpermute (read + write pairs·h twice)
+    traffic = A * rep * 5 * h + rep * E * 8 + A * pairs * h * 4 + A * act + _cast_bytes(gemms, precision)
+    e_f = compute.memory_bound_s(traffic, 6, hw.gpu, hw.params)
+    e_b = compute.memory_bound_s(2 * traffic, 10, hw.gpu, hw.params)
+    fwd, bwd, tp_f = g_f + e_f + hw.params.moe_latency_s, g_b + e_b + hw.params.moe_latency_s, 0.0
+    if model.num_shared_experts:
+        s_f, s_b, tp_f = _mlp_block(model, hw, precision, tokens, tp, sp, model.shared_ffn, model.num_shared_experts,
+                                    norm=False)
+        fwd, bwd = fwd + s_f, bwd + s_b
+    return fwd, bwd, tp_f, _ep_exchange(hw, tokens / tp * model.top_k * h * A, ep, etp, pairs * h * A)
+
+
+def _ep_exchange(hw: Hardware, dispatch_bytes: float, ep: int, etp: int, gathered_bytes: float) -> float:
+    """Dispatch + combine all-to-all over ep ranks spaced etp apart (+ all-gather / reduce-scatter of the
+    routed tokens over etp when experts are tensor-parallel)."""
+    a2a = comm.all_to_all(ep, etp, hw.gpus_per_node, hw.nvlink, hw.nic_gpu)
+    t = 2 * a2a.time(dispatch_bytes)
+    if etp > 1:
+        t += 2 * comm.ring("all_gather", etp, hw.nvlink).time(gathered_bytes)
+    return t
+
+
+def layer_passes(model: ModelSpec, moe: bool, hw: Hardware, precision: str, tokens: float, seq: int, tp: int,
+                 sp: bool, ep: int, etp: int, cp: int, impl: Implementation = MODERN) -> Passes:
+    """All raw times of one decoder layer on one rank (``tokens`` = per-replica micro-batch x seq / cp)."""
+    a_f, a_b, attn, tp_a, cp_f, cp_b = _attention_block(model, hw, precision, tokens, seq, tp, sp, cp, impl)
+    if moe:
+        m_f, m_b, tp_m, ep_f = _moe_block(model, hw, precision, tokens, tp, sp, ep, etp)
+    else:
+        m_f, m_b, tp_m = _mlp_block(model, hw, precision, tokens, tp, sp, model.ffn_hidden)
+        ep_f = 0.0
+    return Passes(a_f + m_f, a_b + m_b, attn, tp_a + tp_m, ep_f, cp_f, cp_b)
+
+
+def embedding_passes(model: ModelSpec, hw: Hardware, tokens: float, tp: int) -> Passes:
+    """Vocab-parallel lookup (gather rows, write h), backward scatter-add into the fp32 gradient, one
+    TP reduction of the output (all-reduce, or reduce-scatter with SP)."""
+    h = model.hidden
+    fwd = compute.memory_bound_s(A * tokens * h * 2, 1, hw.gpu, hw.params)
+    bwd = compute.memory_bound_s(tokens * h * (A + 8), 2, hw.gpu, hw.params)
+    return Passes(fwd, bwd, 0.0, _tp_collective(hw, tp, tokens * h * A), 0.0, 0.0, 0.0)
+
+
+def head_passes(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp: int, sp: bool) -> Passes:
+    """Final norm, vocab-parallel LM head GEMM, fp32 cross-entropy over V/tp logits (+ 3 small all-reduces:
+    max, sum, target logit), and with SP the all-gather of the norm output."""
+    h, v = model.hidden, model.vocab_size / tp
+    g_f, g_b = _gemms_time([Gemm(tokens, v, h)], hw, precision)
+    rep = tokens / tp if sp else tokens
+    ce = tokens * v * 4.0 * 3  # fp32 logits: write, softmax read + write
+    e_f = compute.memory_bound_s(A * rep * 2 * h + ce, 4, hw.gpu, hw.params)
+    e_b = compute.memory_bound_s(A * rep * 2 * h + ce, 4, hw.gpu, hw.params)
+    small = 3 * comm.ring("all_reduce", tp, hw.nvlink).time(tokens * 4.0)
+    return Passes(g_f + e_f, g_b + e_b, 0.0, _tp_collective(hw, tp, tokens * h * A) / 2 + small, 0.0, 0.0, 0.0)
+
+
+def exposed(passes: Passes, recompute: str, cal: Calibration) -> tuple[float, float, float, float]:
+    """(compute, tp, ep, cp) seconds per micro-batch after the calibrated hidden fractions."""
+    g = cal.globals
+    n = passes.passes(recompute)
+    cp = passes.cp_fwd_s + passes.cp_bwd_s + (passes.cp_fwd_s if recompute == "full" else 0.0)
+    return (passes.compute_s(recompute), (1 - g.tp_overlap) * n * passes.tp_fwd_s,
+            (1 - g.ep_overlap) * n * passes.ep_fwd_s, cp)

@@ -1,0 +1,251 @@
+"""The public estimator: per-stage-option costs for presolve (cached) and whole-plan estimates."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from haap_milp.errors import HaapInputError
+from haap_milp.estimator import comm, costs, hardware, memory
+from haap_milp.estimator.calibration import Calibration, load_calibration
+from haap_milp.estimator.compute import peak_flops
+from haap_milp.estimator.flops import model_flops_per_sample
+from haap_milp.estimator.impl import MODERN, Implementation
+from haap_milp.estimator.override import apply_profile
+from haap_milp.estimator.profiles import Profile
+from haap_milp.estimator.results import GIB, ComputeBound, PlanEstimate, StageCost
+from haap_milp.estimator.whole import estimate_plan
+from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_MISS = object()
+
+
+@functools.cache
+def _default_calibration() -> Calibration:
+    return load_calibration()
+
+
+class Estimator:
+    """Time and memory of any stage option and any plan on ``cluster`` (DESIGN.md step 2).
+
+    Per-stage costs follow problem.py eq. T1/M2: a stage with n layers costs
+    ``n·layer_cost + [first]·first_stage_extra + [last]·last_stage_extra`` in time, memory (plus
+    ``stage_fixed_bytes``) and sync (plus ``stage_fixed_sync_s``). Every result is cached on its
+    hashable arguments ("state caching"); ``cache_stats()`` gives hits and misses per function.
+    """
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                 calibration: Calibration | None = None, profile: Profile | None = None, *,
+                 impl: Implementation = MODERN, p2p_model: str = "node"):
+        self.model, self.cluster, self.training = model, cluster, training
+        self.impl = impl
+        if p2p_model not in ("node", "per_gpu"):
+            raise HaapInputError(f"p2p_model={p2p_model!r} must be 'node' or 'per_gpu'.", field="p2p_model")
+        self.p2p_model = p2p_model
+        self.calibration = calibration if calibration is not None else _default_calibration()
+        self.profile = profile
+        if profile is not None and profile.seq_len and profile.seq_len != training.seq_len:
+            raise HaapInputError(f"profile was measured at seq_len={profile.seq_len}, training uses "
+                                 f"{training.seq_len}; profile times do not transfer.", field="profile.seq_len",
+                                 value=profile.seq_len)
+        if profile is not None and profile.num_layers and profile.num_layers != model.num_layers:
+            log.warning("profile has %d layers, model %s has %d", profile.num_layers, model.name, model.num_layers)
+        self._cache: dict[str, dict[Any, Any]] = {}
+        self._hits: Counter[str] = Counter()
+        self._misses: Counter[str] = Counter()
+
+    # ------------------------------------------------------------------ caching
+    def _memo(self, name: str, key: Any, fn: Callable[[], T]) -> T:
+        cache = self._cache.setdefault(name, {})
+        value = cache.get(key, _MISS)
+        if value is _MISS:
+            self._misses[name] += 1
+            value = cache[key] = fn()
+        else:
+            self._hits[name] += 1
+        return value  # type: ignore[return-value]
+
+    def cache_stats(self) -> dict[str, int]:
+        """Hits and misses per cached function (``<name>_hits``, ``<name>_misses``) and totals."""
+        out: dict[str, int] = {}
+        for name in sorted(set(self._hits) | set(self._misses)):
+            out[f"{name}_hits"], out[f"{name}_misses"] = self._hits[name], self._misses[name]
+        out["hits"], out["misses"] = sum(self._hits.values()), sum(self._misses.values())
+        return out
+
+    def hardware(self, gpu_type: str, island: str | None = None) -> hardware.Hardware:
+        return self._memo("hardware", (gpu_type, island),
+                          lambda: hardware.resolve(self.cluster, self.calibration, gpu_type, island))
+
+    def _config(self, gpu_type: str, tp: int, dp: int, ep: int, etp: int, recompute: str, samples: int,
+                island: str | None, cp: int) -> tuple[costs.StageConfig, hardware.Hardware]:
+        hw = self.hardware(gpu_type, island)
+        hardware.check_stage(self.model, hw, self.training.precision, tp, dp, ep, etp, cp, samples, recompute)
+        return costs.StageConfig(gpu_type, island, tp, dp, ep, etp, recompute, samples, cp), hw
+
+    # ------------------------------------------------------------------ per-layer costs
+    def layer_cost(self, gpu_type: str, tp: int, dp: int, ep: int, etp: int, recompute: str,
+                   samples_per_microbatch: int, *, island: str | None = None, cp: int = 1) -> StageCost:
+        """One decoder layer (mean over dense/MoE layers) on one GPU of a stage, one micro-batch of B samples
+        split over dp replicas. ``island`` None: the slowest NIC share of that GPU type counts."""
+        key = (gpu_type, tp, dp, ep, etp, recompute, samples_per_microbatch, island, cp)
+        return self._memo("layer_cost", key, lambda: self._layer_cost(*key))
+
+    def _layer_cost(self, gpu_type, tp, dp, ep, etp, recompute, samples, island, cp) -> StageCost:
+        c, hw = self._config(gpu_type, tp, dp, ep, etp, recompute, samples, island, cp)
+        cost = self._analytic_layer(c, hw)
+        none = self._analytic_layer(replace(c, recompute="none"), hw) if recompute != "none" else cost
+        return apply_profile(self.profile, "layer", cost, c, none)
+
+    def _analytic_layer(self, c: costs.StageConfig, hw: hardware.Hardware) -> StageCost:
+        """Mean over the model's dense and MoE decoder layers (layer-kind passes cached across dp)."""
+        frac = self.model.num_moe_layers / self.model.num_layers
+        total = StageCost()
+        for moe, w in ((False, 1.0 - frac), (True, frac)):
+            if w <= 0:
+                continue
+            pkey = (moe, c.gpu_type, c.island, c.tp, c.ep, c.etp, c.micro_batch, c.cp)
+            passes = self._memo("layer_passes", pkey,
+                                lambda: costs.decoder_passes(self.model, moe, c, hw, self.training, self.impl))  # noqa: B023
+            cost = costs.decoder_cost(self.model, moe, c, hw, self.training, self.calibration, passes, self.impl)
+            total = total + cost.scaled(w)
+        return total
+
+    def first_stage_extra(self, gpu_type: str, tp: int, dp: int, ep: int, etp: int, recompute: str,
+                          samples_per_microbatch: int, *, island: str | None = None, cp: int = 1) -> StageCost:
+        """Input embedding (+ its gradients and optimizer state) on the first stage."""
+        key = (gpu_type, tp, dp, ep, etp, recompute, samples_per_microbatch, island, cp)
+
+        def run() -> StageCost:
+            c, hw = self._config(*key)
+            cost = costs.embedding_cost(self.model, c, hw, self.training, self.calibration)
+            return apply_profile(self.profile, "embedding", cost, c, None)
+
+        return self._memo("first_stage_extra", key, run)
+
+    def last_stage_extra(self, gpu_type: str, tp: int, dp: int, ep: int, etp: int, recompute: str,
+                         samples_per_microbatch: int, *, island: str | None = None, cp: int = 1) -> StageCost:
+        """Final norm + LM head + loss on the last stage."""
+        key = (gpu_type, tp, dp, ep, etp, recompute, samples_per_microbatch, island, cp)
+
+        def run() -> StageCost:
+            c, hw = self._config(*key)
+            cost = costs.head_cost(self.model, c, hw, self.training, self.calibration, self.impl)
+            return apply_profile(self.profile, "head", cost, c, None)
+
+        return self._memo("last_stage_extra", key, run)
+
+    def stage_fixed_bytes(self, gpu_type: str, tp: int, *, dp: int = 1, recompute: str = "none",
+                          samples_per_microbatch: int | None = None, cp: int = 1, etp: int = 1) -> float:
+        """Per-stage memory independent of its layer count: framework + allocator reserve per GPU (CUDA
+        context, NCCL buffers, workspaces, fragmentation: ``GlobalParams.overhead_gib``, source in
+        calibration.PRIOR_SOURCES['overhead_gib']) and, with full recompute and ``samples_per_microbatch``
+        given, the transient activations of the layer being recomputed (memory.recompute_working_bytes)."""
+        key = (gpu_type, tp, dp, recompute, samples_per_microbatch, cp, etp)
+
+        def run() -> float:
+            self.hardware(gpu_type)  # validates the type
+            fixed = self.calibration.globals.overhead_gib * GIB
+            if recompute == "full" and samples_per_microbatch:
+                b = samples_per_microbatch / dp
+                sp = self.training.sequence_parallel and tp > 1
+                moe = self.model.num_moe_layers > 0
+                fixed += memory.recompute_working_bytes(self.model, moe, b, self.training.seq_len, tp, sp, recompute,
+                                                        cp, etp, self.impl)
+            return fixed
+
+        return self._memo("stage_fixed_bytes", key, run)
+
+    def stage_fixed_sync_s(self, gpu_type: str, island: str | None, tp: int, dp: int, *, cp: int = 1,
+                           ep: int = 1, etp: int = 1) -> float:
+        """Per-stage latency part of the exposed DP sync (one start-up per collective, not per layer)."""
+        key = (gpu_type, island, tp, dp, cp, ep, etp)
+
+        def run() -> float:
+            hw = self.hardware(gpu_type, island)
+            c = costs.StageConfig(gpu_type, island, tp, dp, ep, etp, "none", dp, cp)
+            return costs.dp_latency_s(self.model, c, hw, self.training, self.calibration)
+
+        return self._memo("stage_fixed_sync_s", key, run)
+
+    def usable_memory_bytes(self, gpu_type: str) -> float:
+        """Capacity x (1 - training.memory_headroom_fraction)."""
+        gpu = self.hardware(gpu_type).gpu
+        return gpu.memory_gib * GIB * (1.0 - self.training.memory_headroom_fraction)
+
+    def p2p_time(self, group_a: tuple[str, str], group_b: tuple[str, str], samples_per_microbatch: int,
+                 tp_a: int = 1, tp_b: int = 1, *, dp_a: int | None = None, dp_b: int | None = None,
+                 cp: int = 1) -> float:
+        """Forward activations a -> b plus backward gradients b -> a of one micro-batch (B samples, 16-bit).
+
+        ``p2p_model="node"`` (default; what problem.py's group-pair table can hold): the transfer runs over
+        the NICs of one node at each end (rail-optimised: every GPU of a node sends its share on its own
+        NIC), whatever the stages' tp/dp. ``"per_gpu"`` with ``dp_a``/``dp_b`` given: each of the
+        min(tp_a·dp_a, tp_b·dp_b)·cp GPUs on the narrower side moves its 1/(tp·dp·cp) share over its own
+        NIC share (Megatron scatter/gather). Between islands the island link, shared by all senders, also
+        bounds the rate; latencies: NIC (+ island link)."""
+        streams = None
+        if self.p2p_model == "per_gpu" and dp_a is not None and dp_b is not None:
+            streams = min(tp_a * dp_a, tp_b * dp_b) * cp
+        key = (group_a, group_b, samples_per_microbatch, streams)
+        return self._memo("p2p_time", key, lambda: self._p2p(group_a, group_b, samples_per_microbatch, streams))
+
+    def _p2p(self, ga, gb, samples, streams) -> float:
+        hw_a, hw_b = self.hardware(*ga), self.hardware(*gb)
+        total = samples * self.training.seq_len * self.model.hidden * 2.0  # 16-bit activations of B samples
+        if streams is None:
+            streams = min(hw_a.gpus_per_node, hw_b.gpus_per_node)  # one node's NICs at each end
+        rate = min(hw_a.nic_gpu.bytes_per_s, hw_b.nic_gpu.bytes_per_s) * streams
+        lat = max(hw_a.nic_gpu.latency_s, hw_b.nic_gpu.latency_s)
+        link = self.cluster.island_link(ga[1], gb[1]) if ga[1] != gb[1] else None
+        if link is not None:
+            rate = min(rate, link.bandwidth_gbps * 1e9 * min(hw_a.params.nic_eff, hw_b.params.nic_eff))
+            lat += link.latency_us * 1e-6
+        return 2.0 * comm.p2p(comm.Link(rate, lat)).time(total)
+
+    # ------------------------------------------------------------------ whole plan
+    def estimate(self, plan: Plan) -> PlanEstimate:
+        """Whole-plan estimate (schedule.py closed forms; 1F1B = problem.py eq. T1 exactly)."""
+        est = self._for_plan(plan)
+        return estimate_plan(est, plan)
+
+    def _for_plan(self, plan: Plan) -> Estimator:
+        """This estimator, or a sibling whose TrainingSpec follows the plan's batch/precision/flags."""
+        t = self.training
+        upd = {"global_batch_size": plan.global_batch_size, "seq_len": plan.seq_len, "precision": plan.precision,
+               "sequence_parallel": plan.sequence_parallel, "distributed_optimizer": plan.distributed_optimizer}
+        if all(getattr(t, k) == v for k, v in upd.items()):
+            return self
+        return Estimator(self.model, self.cluster, t.model_copy(update=upd), self.calibration, self.profile,
+                         impl=self.impl, p2p_model=self.p2p_model)
+
+    def compute_bound(self) -> ComputeBound:
+        """Throughput if every GPU ran its GEMMs at its calibrated best efficiency on model FLOPs, perfectly
+        balanced, with no communication, bubble or recomputation."""
+        prec = self.training.precision
+        per_type: dict[str, float] = {}
+        for name, count in self.cluster.gpus_per_type.items():
+            gpu = self.cluster.gpu(name)
+            rate = peak_flops(gpu, prec) * self.calibration.params(gpu).gemm_eff(prec)
+            per_type[name] = count * rate / 1e12
+        total = sum(per_type.values()) * 1e12
+        per_sample = model_flops_per_sample(self.model, self.training.seq_len)
+        if total <= 0:
+            return ComputeBound(0.0, float("inf"), 0.0, per_type)
+        it = self.training.global_batch_size * per_sample / total
+        return ComputeBound(self.training.global_batch_size * self.training.seq_len / it, it, total / 1e12, per_type)
+
+    def with_calibration(self, calibration: Calibration) -> Estimator:
+        return Estimator(self.model, self.cluster, self.training, calibration, self.profile, impl=self.impl,
+                         p2p_model=self.p2p_model)
+
+    def with_training(self, **update: Any) -> Estimator:
+        return Estimator(self.model, self.cluster, self.training.model_copy(update=update), self.calibration,
+                         self.profile, impl=self.impl, p2p_model=self.p2p_model)
+

@@ -1,0 +1,135 @@
+"""Whole-plan estimate: per-stage sums of layer-kind costs, the schedule's closed form, FLOPs and MFU.
+
+Stage j with n_j layers (problem.py eq. T1/M2)::
+
+    t_j   = n_j·layer.time + [j = 0]·first.time + [j = P-1]·last.time
+    s_j   = stage_fixed_sync + n_j·layer.sync + [j = 0]·first.sync + [j = P-1]·last.sync
+    mem_j = fixed + n_j·(layer.static + a_j·layer.act) + [j = 0]·(first.static + a_j·first.act)
+            + [j = P-1]·(last.static + a_j·last.act)
+    c_j   = p2p_time(stage j -> j+1)
+
+with a_j from schedule.inflight. MFU = model FLOP/s / sum of the used GPUs' own dense peaks at the plan's
+precision (heterogeneous clusters: each GPU counts its own peak); HFU the same with hardware FLOPs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from haap_milp.errors import PlanInvalidError
+from haap_milp.estimator import schedule
+from haap_milp.estimator.compute import peak_flops
+from haap_milp.estimator.results import GIB, PlanEstimate, StageCost, StageEstimate
+from haap_milp.specs import Plan
+
+if TYPE_CHECKING:
+    from haap_milp.estimator.plan import Estimator
+
+
+def check_plan(est: Estimator, plan: Plan) -> None:
+    """Plan-level consistency (stage-level rules are checked by the estimator's stage checks)."""
+    model = est.model
+    layers = [s.num_layers for s in plan.stages]
+    if any(n < 1 for n in layers) or sum(layers) != model.num_layers:
+        raise PlanInvalidError(f"plan stages hold {layers} layers (sum {sum(layers)}); {model.name} has "
+                               f"{model.num_layers} and every stage needs at least one.", field="stages")
+    pos = 0
+    for j, s in enumerate(plan.stages):
+        if s.first_layer != pos:
+            raise PlanInvalidError(f"stage {j} starts at layer {s.first_layer}, expected {pos} (contiguous ranges).",
+                                   field=f"stages[{j}].first_layer", value=s.first_layer)
+        pos += s.num_layers
+    b = plan.samples_per_microbatch
+    if b * plan.num_microbatches != plan.global_batch_size:
+        raise PlanInvalidError(
+            f"micro_batch_size x dp of stage 0 x num_microbatches = {plan.micro_batch_size} x {plan.stages[0].dp} x "
+            f"{plan.num_microbatches} = {b * plan.num_microbatches}, not global_batch_size={plan.global_batch_size}.",
+            field="num_microbatches", value=plan.num_microbatches)
+    if plan.vpp > 1 and plan.schedule != "interleaved":
+        raise PlanInvalidError(f"vpp={plan.vpp} needs schedule 'interleaved' (got {plan.schedule!r}).", field="vpp")
+
+
+def _stage_costs(est: Estimator, plan: Plan, j: int) -> tuple[StageCost, StageCost | None, StageCost | None]:
+    s, p = plan.stages[j], plan.pp
+    args = (s.gpu_type, s.tp, s.dp, s.ep, s.etp, s.recompute, plan.samples_per_microbatch)
+    kw = {"island": s.island, "cp": plan.cp}
+    first = est.first_stage_extra(*args, **kw) if j == 0 else None
+    last = est.last_stage_extra(*args, **kw) if j == p - 1 else None
+    return est.layer_cost(*args, **kw), first, last
+
+
+def _stage_memory(est: Estimator, plan: Plan, j: int, parts: tuple, a: float) -> dict[str, float]:
+    layer, first, last = parts
+    s = plan.stages[j]
+    n = s.num_layers
+    out = {"weights": n * layer.weights_bytes, "grads": n * layer.grads_bytes,
+           "optimizer": n * layer.optimizer_bytes, "activations": n * a * layer.act_bytes,
+           "overhead": est.stage_fixed_bytes(s.gpu_type, s.tp, dp=s.dp, recompute=s.recompute,
+                                             samples_per_microbatch=plan.samples_per_microbatch, cp=plan.cp,
+                                             etp=s.etp)}
+    for extra in (first, last):
+        if extra is not None:
+            out["weights"] += extra.weights_bytes
+            out["grads"] += extra.grads_bytes
+            out["optimizer"] += extra.optimizer_bytes
+            out["activations"] += a * extra.act_bytes
+    return out
+
+
+def estimate_plan(est: Estimator, plan: Plan) -> PlanEstimate:
+    check_plan(est, plan)
+    p, m, v = plan.pp, plan.num_microbatches, plan.vpp
+    sched = plan.schedule
+    totals, mems, inflight = [], [], []
+    for j, s in enumerate(plan.stages):
+        parts = _stage_costs(est, plan, j)
+        tot = parts[0].scaled(s.num_layers)
+        for extra in parts[1:]:
+            tot = tot + extra if extra is not None else tot
+        totals.append(tot)
+        inflight.append(schedule.inflight(sched, j, p, m, v))
+        mems.append(_stage_memory(est, plan, j, parts, inflight[-1]))
+    t = [x.time_s for x in totals]
+    sync = [x.sync_s + est.stage_fixed_sync_s(s.gpu_type, s.island, s.tp, s.dp, cp=plan.cp, ep=s.ep, etp=s.etp)
+            for x, s in zip(totals, plan.stages)]
+    c = [_boundary(est, plan, j, j + 1) for j in range(p - 1)]
+    c_wrap = _boundary(est, plan, p - 1, 0) if (sched == "interleaved" and v > 1 and p > 1) else 0.0
+    it = schedule.iteration_time(sched, t, c, sync, m, v, c_wrap)
+    return _finish(est, plan, it, totals, mems, inflight, t, c, sync)
+
+
+def _boundary(est: Estimator, plan: Plan, a: int, b: int) -> float:
+    """c_j: with the default node-level p2p model this is exactly presolve's p2p_time[g_a][g_b]."""
+    sa, sb = plan.stages[a], plan.stages[b]
+    return est.p2p_time((sa.gpu_type, sa.island), (sb.gpu_type, sb.island), plan.samples_per_microbatch,
+                        sa.tp, sb.tp, dp_a=sa.dp, dp_b=sb.dp, cp=plan.cp)
+
+
+def _finish(est: Estimator, plan: Plan, it: float, totals: list[StageCost], mems: list[dict[str, float]],
+            inflight: list[float], t: list[float], c: list[float], sync: list[float]) -> PlanEstimate:
+    m = plan.num_microbatches
+    stages = []
+    for j, (tot, mem, s) in enumerate(zip(totals, mems, plan.stages)):
+        cap = est.usable_memory_bytes(s.gpu_type)
+        used = sum(mem.values())
+        busy = m * tot.time_s + sync[j]
+        p2p = min(m * c[j], max(0.0, it - busy)) if j < len(c) else 0.0
+        brk = {"compute_s": m * tot.compute_s, "tp_comm_s": m * tot.tp_comm_s, "ep_comm_s": m * tot.ep_comm_s,
+               "cp_comm_s": m * tot.cp_comm_s, "p2p_s": p2p, "sync_s": sync[j], "bubble_s": it - busy - p2p}
+        brk.update({f"{k}_gib": v / GIB for k, v in mem.items()})
+        stages.append(StageEstimate(j, s.gpu_type, s.num_layers, t[j], used / GIB, cap / GIB,
+                                    used <= cap * (1 + 1e-9), inflight[j], brk))
+    model_f = m * sum(x.model_flops for x in totals)
+    hw_f = m * sum(x.hw_flops for x in totals)
+    n = plan.num_gpus
+    peak = sum(s.num_gpus * plan.cp * peak_flops(est.hardware(s.gpu_type, s.island).gpu, plan.precision)
+               for s in plan.stages)
+    notes = []
+    if est.model.is_moe and est.model.num_moe_layers < est.model.num_layers:
+        notes.append("dense and MoE layers mixed: every stage is charged the mean layer cost")
+    return PlanEstimate(
+        iteration_time_s=it, tokens_per_s=plan.global_batch_size * plan.seq_len / it,
+        tflops_per_gpu=model_f / it / n / 1e12, hw_tflops_per_gpu=hw_f / it / n / 1e12,
+        mfu=model_f / it / peak if peak else 0.0, hfu=hw_f / it / peak if peak else 0.0,
+        peak_memory_gib=max(s.memory_gib for s in stages), fits=all(s.fits for s in stages), num_gpus=n,
+        stages=stages, schedule=plan.schedule, notes=notes)

@@ -1,0 +1,111 @@
+"""Explanations: what binds a plan, and why a problem has none.
+
+All numbers come from the presolved problem (the estimator's prices) so the explanation agrees
+with what the solvers saw.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from haap_milp.problem import Assignment, Problem, boundary_times, stage_memory, stage_times, sync_times
+
+GIB = 2**30
+
+
+def _layers_per_gpu(problem: Problem) -> dict[int, tuple[float, int]]:
+    """Per group: the best (layers held per GPU, option) at the cheapest pipeline position."""
+    best: dict[int, tuple[float, int]] = {}
+    for v in problem.variants:
+        for i in np.flatnonzero(v.allowed):
+            o = problem.options[i]
+            room = v.mem_capacity[i] - v.fixed_mem[i]
+            per_layer = v.layer_static_mem[i] + v.layer_act_mem[i]
+            held = math.floor(room / per_layer) if per_layer > 0 else 10**9
+            ratio = held / o.num_gpus
+            if ratio > best.get(o.group, (-1.0, -1))[0]:
+                best[o.group] = (ratio, int(i))
+    return best
+
+
+def infeasibility_reason(ctx) -> str:
+    """One or two sentences naming the binding limit and a cheap change that would help."""
+    pre, training, model = ctx.presolved, ctx.training, ctx.model
+    if not pre.groups:
+        return ("no GPU type of the cluster supports precision " + training.precision + " ("
+                + "; ".join(pre.dropped) + "); try --precision fp16")
+    problem = pre.problem
+    if not problem.variants:
+        return _one_layer_reason(ctx)
+    best = _layers_per_gpu(problem)
+    holdable = sum(best[g][0] * problem.group_capacity[g] for g in best)
+    if holdable < model.num_layers:
+        g = max(best, key=lambda k: best[k][0])
+        need = math.ceil((model.num_layers - holdable) / best[g][0]) if best[g][0] > 0 else None
+        more = f"about {need} more {pre.groups[g].gpu_type} GPUs" if need else "GPUs with more memory"
+        return (f"memory binds: even with the most memory-frugal options the cluster's GPUs hold about "
+                f"{holdable:.0f} of the {model.num_layers} layers (weights, gradients, optimizer state and "
+                f"activations); it needs {more}, a smaller global batch or sequence, or the distributed optimizer")
+    if problem.uniform:
+        return ("no plan with the same tp, dp and recompute on every stage fits (the target engine needs "
+                "uniform parallelism); try --target flagscale or --target any")
+    return (f"no plan fits within {problem.max_stages} pipeline stages and the GPUs per group "
+            f"({dict(zip(problem.groups, problem.group_capacity))}); try --max-stages or more GPUs")
+
+
+def _one_layer_reason(ctx) -> str:
+    """No option holds even one decoder layer: quote the smallest footprint found."""
+    est, model = ctx.estimator, ctx.model
+    best = None
+    for g in ctx.presolved.groups:
+        for tp in (8, 4, 2, 1):
+            if tp > g.gpus_per_node or model.num_heads % tp or model.kv_heads % tp:
+                continue
+            dp = max(1, g.capacity // tp)
+            b = min(ctx.training.global_batch_size, dp)
+            while dp > 1 and b % dp:
+                dp -= 1
+            lc = est.layer_cost(g.gpu_type, tp, dp, 1, 1, "full", b)
+            need = (lc.static_bytes + lc.act_bytes + est.stage_fixed_bytes(g.gpu_type, tp)) / GIB
+            cap = est.usable_memory_bytes(g.gpu_type) / GIB
+            if best is None or need - cap < best[0] - best[1]:
+                best = (need, cap, g.gpu_type, tp)
+            break
+    if best is None:
+        return "no option is available (tp must divide heads and fit a node)"
+    need, cap, gpu, tp = best
+    return (f"memory binds: one decoder layer needs {need:.1f} GiB per GPU even at tp={tp} with full recompute "
+            f"on {gpu}, which has {cap:.1f} GiB usable; use GPUs with more memory, a shorter sequence or larger tp")
+
+
+def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -> str:
+    """Which stage or link sets the steady-state pace, and what binds it."""
+    t, c, s = stage_times(problem, a), boundary_times(problem, a), sync_times(problem, a)
+    mem = stage_memory(problem, a)
+    var = problem.variants[a.variant]
+    j = int(np.argmax(t))
+    parts = [f"stage {j} ({group_labels[problem.options[a.stages[j].option].group]}) is the slowest at "
+             f"{t[j] * 1e3:.1f} ms per micro-batch"]
+    if c and max(c) > t[j]:
+        k = int(np.argmax(c))
+        parts = [f"the link between stages {k} and {k + 1} ({c[k] * 1e3:.1f} ms per micro-batch) "
+                 f"is slower than every stage"]
+    o = a.stages[j].option
+    fill = mem[j] / var.mem_capacity[o]
+    if fill > 0.9:
+        parts.append(f"its memory is {fill:.0%} full, so it cannot take a lower recompute or more layers")
+    used = [0] * len(problem.groups)
+    for st in a.stages:
+        used[problem.options[st.option].group] += problem.options[st.option].num_gpus
+    full = [problem.groups[g] for g, u in enumerate(used) if u == problem.group_capacity[g]]
+    if full:
+        parts.append("all GPUs of " + ", ".join(full) + " are in use")
+    idle = [f"{problem.groups[g]} ({problem.group_capacity[g] - u} idle)" for g, u in enumerate(used)
+            if u < problem.group_capacity[g]]
+    if idle:
+        parts.append("unused: " + ", ".join(idle))
+    if max(s) > 0.1 * var.num_microbatches * max(t):
+        parts.append(f"DP sync is large ({max(s) * 1e3:.0f} ms)")
+    return "; ".join(parts)

@@ -1,0 +1,278 @@
+"""Memory-aware presolve: specs + estimator -> plain ``Problem``; solver answer -> ``Plan``.
+
+Steps (DESIGN.md step 3, AutoHAAP's memory-aware initialisation):
+1. GPU groups = distinct (GPU type, island) pairs; a type without the training precision is
+   dropped with a stated reason.
+2. Micro-batch variants: ``B`` samples per micro-batch (every stage sees B, FlagScale
+   convention), ``M = gbs / B``. Candidates are divisors of gbs; each gets the lower bound
+   of eq. B1, and the planner drops those whose bound exceeds the DP plan (sound pruning).
+3. Options per group: tp (divides heads and kv heads, <= GPUs per node) x per-replica
+   micro-batch m (so dp = B / m) x recompute x ep (MoE). An option that cannot hold one
+   layer at the cheapest pipeline position, or whose dp*tp exceeds the group, is dropped.
+   Options dominated by another of the same group (no more GPUs, no slower, no more memory
+   or sync) are dropped too.
+4. Costs come from the estimator (cached per key: "state caching").
+The lower bound is the load-balanced compute bound of eq. B1 (formulations/README.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from haap_milp.estimator import Estimator
+from haap_milp.problem import Assignment, Option, Problem, Variant, stage_memory, stage_times
+from haap_milp.specs import ClusterSpec, ModelSpec, Plan, SolveOptions, StagePlan, TrainingSpec
+
+log = logging.getLogger(__name__)
+
+TP_CANDIDATES = (1, 2, 4, 8, 16)
+PER_REPLICA_MBS = (1, 2, 4, 8)  # sequences per replica per micro-batch (Megatron's --micro-batch-size)
+DEFAULT_MAX_STAGES = 32
+
+
+@dataclass(frozen=True)
+class Group:
+    gpu_type: str
+    island: str
+    capacity: int  # GPUs
+    gpus_per_node: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu_type}@{self.island}"
+
+
+@dataclass
+class Presolved:
+    """The problem plus what is needed to decode and explain it."""
+
+    problem: Problem
+    groups: tuple[Group, ...]
+    lower_bounds_s: dict[int, float]  # variant -> eq. B1 bound
+    dropped: list[str] = field(default_factory=list)  # human-readable reasons (groups, variants)
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def lower_bound_s(self) -> float | None:
+        return min(self.lower_bounds_s.values()) if self.lower_bounds_s else None
+
+
+def cluster_groups(cluster: ClusterSpec) -> list[Group]:
+    """Distinct (GPU type, island) pairs, in cluster order."""
+    caps: dict[tuple[str, str], list[int]] = {}
+    for ng in cluster.node_groups:
+        c = caps.setdefault((ng.gpu.name, ng.island), [0, ng.gpus_per_node])
+        c[0] += ng.num_gpus
+        c[1] = min(c[1], ng.gpus_per_node)
+    return [Group(t, i, cap, gpn) for (t, i), (cap, gpn) in caps.items()]
+
+
+def tp_candidates(model: ModelSpec, gpus_per_node: int) -> list[int]:
+    """tp must divide heads and kv heads (Megatron: num_query_groups % tp == 0) and fit a node."""
+    return [t for t in TP_CANDIDATES if t <= gpus_per_node and model.num_heads % t == 0 and model.kv_heads % t == 0]
+
+
+def ep_candidates(model: ModelSpec, tp: int, dp: int) -> list[int]:
+    """Expert parallel degrees: divide the experts and the tp*dp ranks of the stage (etp = 1)."""
+    if not model.is_moe:
+        return [1]
+    return [e for e in (1, 2, 4, 8, 16, 32, 64) if model.num_experts % e == 0 and (tp * dp) % e == 0]
+
+
+def microbatch_candidates(training: TrainingSpec, total_gpus: int, options: SolveOptions) -> list[int]:
+    """Samples per micro-batch B: user list, else divisors of gbs with M = gbs/B >= 1."""
+    gbs = training.global_batch_size
+    if options.micro_batch_sizes:
+        return sorted({b for b in options.micro_batch_sizes if gbs % b == 0})
+    return [b for b in range(1, gbs + 1) if gbs % b == 0 and b <= 8 * total_gpus]
+
+
+def build(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    options: SolveOptions,
+    estimator: Estimator | None = None,
+    target_uniform: bool | None = None,
+) -> Presolved:
+    """Enumerate, price and prune; return the solver-facing problem (eq. labels: formulations/)."""
+    t0 = time.perf_counter()
+    est = estimator or Estimator(model, cluster, training)
+    dropped: list[str] = []
+    groups = []
+    for g in cluster_groups(cluster):
+        if cluster.gpu(g.gpu_type).peak_tflops(training.precision) is None:
+            dropped.append(f"{g.label} ({g.capacity} GPUs): no {training.precision} support")
+        else:
+            groups.append(g)
+    uniform = options.target in ("megatron", "torchtitan") if target_uniform is None else target_uniform
+    same_tp = options.target == "flagscale" and model.tied_embeddings
+    total = sum(g.capacity for g in groups)
+    n_before = 0
+    opts: list[Option] = []
+    opt_index: dict[Option, int] = {}
+    variant_opts: dict[int, list[int]] = {}
+    for b in microbatch_candidates(training, max(total, 1), options):
+        allowed = []
+        for gi, g in enumerate(groups):
+            for tp in tp_candidates(model, g.gpus_per_node):
+                for m in PER_REPLICA_MBS:
+                    if b % m or tp * (b // m) > g.capacity:
+                        continue
+                    dp = b // m
+                    for ep in ep_candidates(model, tp, dp):
+                        for rc in options.recompute:
+                            n_before += 1
+                            o = Option(group=gi, tp=tp, dp=dp, ep=ep, recompute=rc)
+                            if o not in opt_index:
+                                opt_index[o] = len(opts)
+                                opts.append(o)
+                            allowed.append(opt_index[o])
+        if allowed:
+            variant_opts[b] = allowed
+    variants, bounds = [], {}
+    priced = {b: _price_variant(est, model, training, groups, opts, b, ids) for b, ids in variant_opts.items()}
+    for b, (var, lb) in priced.items():
+        if var.allowed.any():
+            bounds[len(variants)] = lb
+            variants.append(var)
+        else:
+            dropped.append(f"B={b} samples per micro-batch: no option holds one layer")
+    max_stages = _max_stages(model, groups, options, variants, opts)
+    problem = Problem(
+        num_layers=model.num_layers,
+        max_stages=max_stages,
+        groups=tuple(g.label for g in groups),
+        group_capacity=tuple(g.capacity for g in groups),
+        options=tuple(opts),
+        variants=tuple(variants),
+        uniform=uniform,
+        same_tp_first_last=same_tp,
+    )
+    kept = sum(int(v.allowed.sum()) for v in variants)
+    stats = {
+        "options_enumerated": n_before,
+        "options_kept": kept,
+        "variants_considered": len(priced),
+        "variants_kept": len(variants),
+        "max_stages": max_stages,
+        "presolve_s": round(time.perf_counter() - t0, 4),
+    }
+    stats.update({f"cache_{k}": v for k, v in est.cache_stats().items() if isinstance(v, (int, float))})
+    return Presolved(problem, tuple(groups), bounds, dropped, stats)
+
+
+def _price_variant(est, model, training, groups, opts, b, ids) -> tuple[Variant, float]:
+    """Cost arrays for one micro-batch choice and its eq. B1 lower bound."""
+    n = len(opts)
+    z = lambda: np.zeros(n)  # noqa: E731
+    a = {k: z() for k in ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "cap", "sf", "sl", "s1", "sL")}
+    allowed = np.zeros(n, dtype=bool)
+    m_count = training.global_batch_size // b
+    for i in ids:
+        o = opts[i]
+        g = groups[o.group]
+        args = (g.gpu_type, o.tp, o.dp, o.ep, 1, o.recompute, b)
+        lc, fc, lastc = est.layer_cost(*args), est.first_stage_extra(*args), est.last_stage_extra(*args)
+        cap = est.usable_memory_bytes(g.gpu_type)
+        fixed = est.stage_fixed_bytes(g.gpu_type, o.tp)
+        a["lt"][i], a["ft"][i], a["lat"][i] = lc.time_s, fc.time_s, lastc.time_s
+        a["ls"][i], a["la"][i] = lc.static_bytes, lc.act_bytes
+        a["fs"][i], a["fa"][i] = fc.static_bytes, fc.act_bytes
+        a["xs"][i], a["xa"][i] = lastc.static_bytes, lastc.act_bytes
+        a["fx"][i], a["cap"][i] = fixed, cap
+        a["sl"][i], a["s1"][i], a["sL"][i] = lc.sync_s, fc.sync_s, lastc.sync_s
+        a["sf"][i] = est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp) if hasattr(est, "stage_fixed_sync_s") else 0.0
+        # memory-aware pruning: must hold one layer at the cheapest position (last stage, 1 micro-batch in flight)
+        allowed[i] = fixed + lc.static_bytes + lc.act_bytes <= cap
+    allowed = _drop_dominated(opts, allowed, a)
+    G = len(groups)
+    p2p = np.zeros((G, G))
+    for x in range(G):
+        for y in range(G):
+            ga, gb = (groups[x].gpu_type, groups[x].island), (groups[y].gpu_type, groups[y].island)
+            p2p[x, y] = est.p2p_time(ga, gb, b)
+    var = Variant(
+        samples_per_microbatch=b, num_microbatches=m_count,
+        layer_time=a["lt"], first_time=a["ft"], last_time=a["lat"],
+        layer_static_mem=a["ls"], layer_act_mem=a["la"],
+        first_static_mem=a["fs"], first_act_mem=a["fa"], last_static_mem=a["xs"], last_act_mem=a["xa"],
+        fixed_mem=a["fx"], mem_capacity=a["cap"],
+        sync_fixed=a["sf"], sync_per_layer=a["sl"], sync_first=a["s1"], sync_last=a["sL"],
+        p2p_time=p2p, allowed=allowed,
+    )
+    return var, compute_bound(opts, groups, var, model.num_layers)
+
+
+def _drop_dominated(opts: list[Option], allowed: np.ndarray, a: dict) -> np.ndarray:
+    """Option i is dominated by j when same group, tp and dp (so same GPUs and the same rules),
+    and j is no worse in time, memory and sync: i can never be needed."""
+    keys = ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "sl", "s1", "sL")
+    out = allowed.copy()
+    idx = np.flatnonzero(allowed)
+    for i in idx:
+        for j in idx:
+            if i == j or not out[j]:
+                continue
+            oi, oj = opts[i], opts[j]
+            if (oi.group, oi.tp, oi.dp) != (oj.group, oj.tp, oj.dp):
+                continue
+            if all(a[k][j] <= a[k][i] for k in keys) and any(a[k][j] < a[k][i] for k in keys):
+                out[i] = False
+                break
+    return out
+
+
+def compute_bound(opts: list[Option], groups, var: Variant, num_layers: int) -> float:
+    """Eq. B1: T >= (M - 1) * L / sum_g cap_g * r_g + L * min_o layer_time[o].
+
+    r_g is the best rate of group g in layers per second per GPU, so no stage can be faster than
+    perfect load balance over all GPUs (the steady-state term), and one micro-batch must still
+    traverse all L layers at the best per-layer time (the fill term). No bubble, no communication
+    beyond the layers' own."""
+    rate = np.zeros(len(groups))
+    ok = np.flatnonzero(var.allowed)
+    if not len(ok):
+        return math.inf
+    for i in ok:
+        o = opts[i]
+        rate[o.group] = max(rate[o.group], 1.0 / (var.layer_time[i] * o.num_gpus))
+    total = sum(rate[g] * groups[g].capacity for g in range(len(groups)))
+    fill = num_layers * float(var.layer_time[ok].min())
+    return (var.num_microbatches - 1) * num_layers / total + fill
+
+
+def _max_stages(model, groups, options, variants, opts) -> int:
+    """Stages are bounded by layers, by GPUs (one GPU at least each) and by the user/default cap."""
+    cap = options.max_stages or DEFAULT_MAX_STAGES
+    min_gpus = min((opts[i].num_gpus for v in variants for i in np.flatnonzero(v.allowed)), default=1)
+    total = sum(g.capacity for g in groups)
+    return max(1, min(model.num_layers, cap, total // max(min_gpus, 1)))
+
+
+def decode(pre: Presolved, a: Assignment, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> Plan:
+    """Solver answer -> Plan (stages in pipeline order, contiguous layer ranges)."""
+    prob = pre.problem
+    var = prob.variants[a.variant]
+    times, mems = stage_times(prob, a), stage_memory(prob, a)
+    stages, first = [], 0
+    for st, t, mem in zip(a.stages, times, mems):
+        o = prob.options[st.option]
+        g = pre.groups[o.group]
+        stages.append(StagePlan(
+            first_layer=first, num_layers=st.num_layers, gpu_type=g.gpu_type, island=g.island,
+            tp=o.tp, dp=o.dp, ep=o.ep, recompute=o.recompute, time_s=t, memory_gib=mem / 2**30,
+        ))
+        first += st.num_layers
+    b = var.samples_per_microbatch
+    return Plan(
+        model=model.name, cluster=cluster.name, stages=tuple(stages),
+        micro_batch_size=b // stages[0].dp, num_microbatches=var.num_microbatches,
+        global_batch_size=training.global_batch_size, seq_len=training.seq_len, precision=training.precision,
+        sequence_parallel=training.sequence_parallel, distributed_optimizer=training.distributed_optimizer,
+    )

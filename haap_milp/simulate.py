@@ -1,0 +1,387 @@
+"""Event-by-event replay of one training iteration under a pipeline schedule.
+
+An independent judge of the planner's closed-form objective (eq. T1 of ``problem.py``)::
+
+    T = (M - 1) * max(max_j t_j, max_j c_j) + sum_j t_j + sum_j c_j + max_j s_j
+
+The simulator never imports solvers or presolve; it reads plain numbers (per-stage forward and
+backward time of one micro-batch, p2p time per boundary, DP sync per stage) and replays:
+
+* **stages** are compute resources executing their operations in the engine's fixed order
+  (GPipe: all forwards then all backwards; 1F1B and interleaved 1F1B: Megatron-LM's warm-up /
+  steady / cool-down order, ``megatron/core/pipeline_parallel/schedules.py``);
+* **links** are resources too: the activation of a forward (and the gradient of a backward)
+  crosses the boundary as a transfer that occupies the link for half of ``c_j`` (activation and
+  its gradient have the same shape), one transfer at a time per direction (``duplex="full"``) or
+  one at a time on the link (``duplex="half"``), served first-come first-served. Transfers are
+  asynchronous: the sending stage goes on computing; the receiving operation waits for arrival;
+* **DP sync** of stage j starts after its last backward and lasts ``s_j``; the iteration ends
+  when the last stage finishes its sync.
+
+The order of operations fixes memory: a stage holds the activations of every micro-batch whose
+forward has started and whose backward has not finished; ``peak_inflight`` reports the maximum.
+
+Where replay and closed form differ (measured: ``benchmarks/sim_vs_closed_form.py``, results in
+``benchmarks/results/sim_vs_closed_form.md``):
+
+* uniform stages, no p2p: identical (``(M + P - 1)(f + b) + s``), 1F1B and GPipe;
+* uneven stages, no p2p: the closed form is an upper bound (it charges the slowest stage M - 1
+  times plus every stage once); replay is lower by 0-22 % at M = P, by at most ~7 % for M >= 4P;
+* 1F1B with p2p: stage j keeps at most P - j micro-batches in flight and each waits a full round
+  trip through the later stages and links, so the steady period is at least
+  ``(sum_{k>=j} t_k + c_k) / (P - j)`` — above ``max(t, c)`` once links matter. The closed form is
+  then optimistic: +(M-1)(P-1)c/P on uniform stages; +17 % mean (up to +48 %) when c ~ t/2 and
+  M >= 4P. ``inflight_bound_iteration_s`` adds that bound and stays within a few percent;
+* GPipe with p2p: within -13 % / +11 % (mean about -1 %).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from haap_milp.errors import HaapInputError
+
+log = logging.getLogger(__name__)
+
+ScheduleName = Literal["gpipe", "1f1b", "interleaved"]
+
+# Backward ≈ 2x forward FLOPs (weight and input gradients; Kaplan et al. 2020, "Scaling laws",
+# sec. 2.1; Narayanan et al. 2021, SC'21, eq. 2-3: 3 GEMM passes per layer), so 2/3 of t_j.
+BWD_FRACTION_DEFAULT = 2.0 / 3.0
+# Full recompute replays the forward inside the backward: 1 + 2 + 1 = 4 passes, backward 3/4
+# (Korthikanti et al. 2022, "Reducing activation recomputation", sec. 5: ~33% overhead).
+BWD_FRACTION_FULL_RECOMPUTE = 3.0 / 4.0
+
+
+@dataclass(frozen=True)
+class Event:
+    """One interval of the replay. ``kind``: F, B (compute), send_fwd, send_bwd (link), sync."""
+
+    kind: str
+    stage: int  # compute/sync: the stage; transfers: the sending stage
+    microbatch: int  # -1 for sync
+    chunk: int  # virtual chunk on that stage (0 without interleaving)
+    start_s: float
+    end_s: float
+    link: str = ""  # transfers: "j->k"
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """What one replayed iteration looked like."""
+
+    schedule: str
+    num_stages: int
+    num_microbatches: int
+    vpp: int
+    iteration_time_s: float
+    closed_form_s: float  # eq. T1 on the same inputs (vpp, schedule and duplex ignored)
+    busy_fraction: tuple[float, ...]  # compute time / iteration time, per stage
+    bubble_fraction: tuple[float, ...]  # idle (not compute, not own DP sync) / iteration time
+    sync_fraction: tuple[float, ...]
+    peak_inflight: tuple[float, ...]  # micro-batches of activations held at the peak, per stage
+    compute_end_s: tuple[float, ...]  # end of each stage's last backward
+    events: tuple[Event, ...] = field(repr=False)
+    stage_labels: tuple[str, ...] = ()
+
+    @property
+    def relative_difference(self) -> float:
+        """(simulated - closed form) / closed form."""
+        return (self.iteration_time_s - self.closed_form_s) / self.closed_form_s if self.closed_form_s else 0.0
+
+    def to_dict(self, with_events: bool = False) -> dict:
+        d = asdict(self)
+        d["relative_difference"] = self.relative_difference
+        if not with_events:
+            d.pop("events")
+        return d
+
+
+def split_stage_time(stage_s: float, bwd_fraction: float = BWD_FRACTION_DEFAULT) -> tuple[float, float]:
+    """(forward, backward) seconds of one micro-batch from the stage's fwd+bwd time."""
+    if not 0.0 < bwd_fraction < 1.0:
+        raise HaapInputError(f"bwd_fraction must lie in (0, 1), got {bwd_fraction}", field="bwd_fraction",
+                             value=bwd_fraction)
+    return stage_s * (1.0 - bwd_fraction), stage_s * bwd_fraction
+
+
+def closed_form_iteration_s(stage_s: Sequence[float], p2p_s: Sequence[float], sync_s: Sequence[float],
+                            num_microbatches: int) -> float:
+    """Eq. T1 of problem.py: (M-1)*max(max t, max c) + sum t + sum c + max s."""
+    steady = max(list(stage_s) + list(p2p_s))
+    return (num_microbatches - 1) * steady + sum(stage_s) + sum(p2p_s) + (max(sync_s) if len(sync_s) else 0.0)
+
+
+def inflight_bound_iteration_s(stage_s: Sequence[float], p2p_s: Sequence[float], sync_s: Sequence[float],
+                               num_microbatches: int, duplex: str = "full") -> float:
+    """A proposed refinement of eq. T1 for 1F1B (not used by the planner; measured in benchmarks/).
+
+    Under 1F1B stage j keeps at most ``min(P - j, M)`` micro-batches in flight, and each needs a
+    round trip ``R_j = sum_{k>=j} t_k + sum_{k>=j} c_k`` before its backward returns, so by Little's
+    law the steady period is at least ``R_j / min(P - j, M)``; a link direction carries half of c_j
+    per micro-batch (all of it when half-duplex). Linear in the planner's variables when stages are
+    indexed from the end: ``sum over the last q stages of (t + c) <= q * period``.
+    """
+    p, m = len(stage_s), num_microbatches
+    link = [c / 2.0 for c in p2p_s] if duplex == "full" else list(p2p_s)
+    trip = [(sum(stage_s[j:]) + sum(p2p_s[j:])) / min(p - j, m) for j in range(p)]
+    steady = max(max(stage_s), max(link, default=0.0), max(trip))
+    return (m - 1) * steady + sum(stage_s) + sum(p2p_s) + (max(sync_s) if len(sync_s) else 0.0)
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def op_order(schedule: str, stage: int, num_stages: int, num_microbatches: int, vpp: int = 1
+             ) -> list[tuple[str, int, int]]:
+    """The (kind, micro-batch, chunk) sequence one stage executes."""
+    p, m = num_stages, num_microbatches
+    if schedule == "gpipe":
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    if schedule == "1f1b" or (schedule == "interleaved" and vpp == 1):
+        # Megatron forward_backward_pipelining_without_interleaving: P - rank - 1 warm-up forwards
+        warm = min(p - stage - 1, m)
+        ops = [("F", i, 0) for i in range(warm)]
+        for i in range(m - warm):
+            ops += [("F", warm + i, 0), ("B", i, 0)]
+        return ops + [("B", i, 0) for i in range(m - warm, m)]
+    if schedule == "interleaved":
+        return _interleaved_order(stage, p, m, vpp)
+    raise HaapInputError(f"unknown schedule {schedule!r}; use gpipe, 1f1b or interleaved", field="schedule",
+                         value=schedule)
+
+
+def _interleaved_order(stage: int, p: int, m: int, vpp: int) -> list[tuple[str, int, int]]:
+    """Megatron forward_backward_pipelining_with_interleaving (microbatch group size = P):
+    warm-up (P - rank - 1)*2 + (vpp - 1)*P virtual micro-batches, then 1F1B over the schedule table,
+    backward chunks in reverse (schedules.py get_pp_rank_microbatches, get_schedule_table)."""
+    table: list[tuple[int, int]] = []
+    for lo in range(0, m, p):
+        hi = min(m, lo + p)
+        table += [(mb, ch) for ch in range(vpp) for mb in range(lo, hi)]
+    total = m * vpp
+    warm = total if m == p else min((p - stage - 1) * 2 + (vpp - 1) * p, total)
+    fwd = [("F", mb, ch) for mb, ch in table]
+    bwd = [("B", mb, vpp - 1 - ch) for mb, ch in table]
+    ops = fwd[:warm]
+    for k in range(total - warm):
+        ops += [fwd[warm + k], bwd[k]]
+    return ops + bwd[total - warm:]
+
+
+# --------------------------------------------------------------------------- replay
+
+
+@dataclass
+class _Transfer:
+    request_s: float
+    duration_s: float
+    kind: str  # send_fwd | send_bwd
+    src: int
+    dst: int
+    mb: int
+    vstage: int  # virtual stage that receives
+
+
+def _check_inputs(fwd_s, bwd_s, p2p_s, sync_s, m, schedule, vpp, wrap_p2p_s) -> None:
+    p = len(fwd_s)
+    if p < 1 or len(bwd_s) != p:
+        raise HaapInputError(f"need one forward and one backward time per stage, got {len(fwd_s)} and {len(bwd_s)}",
+                             field="fwd_s")
+    if len(p2p_s) != p - 1:
+        raise HaapInputError(f"need {p - 1} boundary times for {p} stages, got {len(p2p_s)}", field="p2p_s")
+    if sync_s is not None and len(sync_s) != p:
+        raise HaapInputError(f"need {p} sync times, got {len(sync_s)}", field="sync_s")
+    if m < 1:
+        raise HaapInputError(f"num_microbatches must be >= 1, got {m}", field="num_microbatches", value=m)
+    if vpp < 1 or (vpp > 1 and schedule != "interleaved"):
+        raise HaapInputError(f"vpp={vpp} needs schedule 'interleaved' (got {schedule!r})", field="vpp", value=vpp)
+    values = list(fwd_s) + list(bwd_s) + list(p2p_s) + list(sync_s or []) + [wrap_p2p_s or 0.0]
+    if any(not (v >= 0 and math.isfinite(v)) for v in values):
+        raise HaapInputError("times must be finite and non-negative", field="times")
+
+
+def simulate(fwd_s: Sequence[float], bwd_s: Sequence[float], p2p_s: Sequence[float] = (),
+             sync_s: Sequence[float] | None = None, num_microbatches: int = 1, schedule: str = "1f1b",
+             vpp: int = 1, wrap_p2p_s: float | None = None, duplex: Literal["full", "half"] = "full",
+             stage_labels: Sequence[str] = ()) -> SimulationResult:
+    """Replay one iteration.
+
+    ``fwd_s[j]``/``bwd_s[j]``: stage j's forward/backward time of one micro-batch over all its layers
+    (with ``vpp`` chunks each chunk takes 1/vpp of it). ``p2p_s[j]``: boundary j -> j+1, activation
+    plus gradient of one micro-batch (the ``c_j`` of eq. T1). ``wrap_p2p_s``: the last -> first stage
+    link interleaving uses (default: the slowest boundary). ``sync_s[j]``: exposed DP sync.
+    """
+    p, m = len(fwd_s), num_microbatches
+    _check_inputs(fwd_s, bwd_s, p2p_s, sync_s, m, schedule, vpp, wrap_p2p_s)
+    sync = list(sync_s) if sync_s is not None else [0.0] * p
+    wrap = (max(p2p_s) if p2p_s else 0.0) if wrap_p2p_s is None else wrap_p2p_s
+    orders = [op_order(schedule, j, p, m, vpp) for j in range(p)]
+    state = _Replay(p, m, vpp, [f / vpp for f in fwd_s], [b / vpp for b in bwd_s], list(p2p_s), wrap, duplex)
+    state.run(orders)
+    compute_end = [max((e.end_s for e in state.events if e.stage == j and e.kind in "FB"), default=0.0)
+                   for j in range(p)]
+    events = list(state.events)
+    for j in range(p):
+        if sync[j] > 0:
+            events.append(Event("sync", j, -1, 0, compute_end[j], compute_end[j] + sync[j]))
+    total = max([compute_end[j] + sync[j] for j in range(p)] + [e.end_s for e in events])
+    busy = [sum(e.end_s - e.start_s for e in state.events if e.stage == j and e.kind in "FB") for j in range(p)]
+    stage_s = [f + b for f, b in zip(fwd_s, bwd_s)]
+    safe = total if total > 0 else 1.0
+    return SimulationResult(
+        schedule=schedule, num_stages=p, num_microbatches=m, vpp=vpp, iteration_time_s=total,
+        closed_form_s=closed_form_iteration_s(stage_s, p2p_s, sync, m),
+        busy_fraction=tuple(b / safe for b in busy),
+        bubble_fraction=tuple(max(0.0, 1.0 - (b + s) / safe) for b, s in zip(busy, sync)),
+        sync_fraction=tuple(s / safe for s in sync),
+        peak_inflight=tuple(x / vpp for x in state.peak),
+        compute_end_s=tuple(compute_end),
+        events=tuple(sorted(events, key=lambda e: (e.start_s, e.stage, e.kind))),
+        stage_labels=tuple(stage_labels),
+    )
+
+
+class _Replay:
+    """List scheduling: always commit the action (operation or transfer) that can start earliest."""
+
+    def __init__(self, p, m, vpp, fwd, bwd, p2p, wrap, duplex):
+        self.p, self.m, self.vpp, self.fwd, self.bwd, self.p2p, self.wrap = p, m, vpp, fwd, bwd, p2p, wrap
+        self.duplex = duplex
+        self.arrival: dict[tuple[str, int, int], float] = {}  # (kind, mb, vstage) -> input ready
+        self.done_f: dict[tuple[int, int], float] = {}  # (mb, vstage) -> forward end
+        self.queues: dict[str, list[_Transfer]] = {}
+        self.link_free: dict[str, float] = {}
+        self.events: list[Event] = []
+        self.inflight = [0] * p
+        self.peak = [0] * p
+
+    def _link_key(self, t: _Transfer) -> str:
+        a, b = sorted((t.src, t.dst))
+        return f"{a}-{b}" if self.duplex == "half" else f"{t.src}->{t.dst}"
+
+    def _ready(self, j: int, op: tuple[str, int, int]) -> float | None:
+        kind, mb, ch = op
+        v = ch * self.p + j
+        if kind == "F":
+            return 0.0 if v == 0 else self.arrival.get(("F", mb, v))
+        if v == self.p * self.vpp - 1:
+            return self.done_f.get((mb, v))
+        return self.arrival.get(("B", mb, v))
+
+    def _request(self, kind: str, mb: int, v: int, end: float) -> None:
+        """Queue the transfer that feeds virtual stage ``v`` (F: from v-1; B: from v+1)."""
+        src_v = v - 1 if kind == "F" else v + 1
+        src, dst = src_v % self.p, v % self.p
+        lo = min(src, dst)
+        wrap = abs(src - dst) != 1 or self.p == 1
+        dur = (self.wrap if wrap else self.p2p[lo]) / 2.0
+        t = _Transfer(end, dur, "send_fwd" if kind == "F" else "send_bwd", src, dst, mb, v)
+        q = self.queues.setdefault(self._link_key(t), [])
+        q.append(t)
+        q.sort(key=lambda x: (x.request_s, x.kind != "send_fwd"))
+
+    def run(self, orders: list[list[tuple[str, int, int]]]) -> None:
+        nxt = [0] * self.p
+        free = [0.0] * self.p
+        last_v = self.p * self.vpp - 1
+        while True:
+            best: tuple[float, int, object] | None = None
+            for j in range(self.p):
+                if nxt[j] < len(orders[j]):
+                    r = self._ready(j, orders[j][nxt[j]])
+                    if r is not None and (best is None or max(r, free[j]) < best[0]):
+                        best = (max(r, free[j]), 0, j)
+            for key, q in self.queues.items():
+                if q:
+                    start = max(q[0].request_s, self.link_free.get(key, 0.0))
+                    if best is None or start < best[0]:
+                        best = (start, 1, key)
+            if best is None:
+                break
+            start, what, who = best
+            if what == 1:
+                t = self.queues[who].pop(0)
+                self.link_free[who] = start + t.duration_s
+                self.arrival[("F" if t.kind == "send_fwd" else "B", t.mb, t.vstage)] = start + t.duration_s
+                self.events.append(Event(t.kind, t.src, t.mb, t.vstage // self.p, start, start + t.duration_s,
+                                         f"{t.src}->{t.dst}"))
+                continue
+            j = who
+            kind, mb, ch = orders[j][nxt[j]]
+            nxt[j] += 1
+            v = ch * self.p + j
+            end = start + (self.fwd[j] if kind == "F" else self.bwd[j])
+            free[j] = end
+            self.events.append(Event(kind, j, mb, ch, start, end))
+            if kind == "F":
+                self.inflight[j] += 1
+                self.peak[j] = max(self.peak[j], self.inflight[j])
+                self.done_f[(mb, v)] = end
+                if v < last_v:
+                    self._request("F", mb, v + 1, end)
+            else:
+                self.inflight[j] -= 1
+                if v > 0:
+                    self._request("B", mb, v - 1, end)
+        left = sum(len(o) for o in orders) - sum(nxt)
+        if left:  # cannot happen for the schedules above; an internal invariant
+            raise AssertionError(f"pipeline replay deadlocked with {left} operations left")
+
+
+# --------------------------------------------------------------------------- from a plan
+
+
+def stage_label(j: int, stage) -> str:
+    """Short label of a StagePlan for plots and tables."""
+    rc = "" if stage.recompute == "none" else f" rc={stage.recompute}"
+    return f"{j}: {stage.gpu_type} tp{stage.tp} dp{stage.dp} {stage.num_layers}L{rc}"
+
+
+def bwd_fraction_for(recompute: str) -> float:
+    """Backward share of t_j: 2/3 without recompute; full recompute replays the forward in the backward
+    (3/4); selective recompute replays only attention's softmax/dropout, a few percent (kept at 2/3)."""
+    return BWD_FRACTION_FULL_RECOMPUTE if recompute == "full" else BWD_FRACTION_DEFAULT
+
+
+def plan_timings(plan, estimator) -> tuple[list[float], list[float], list[float], float]:
+    """(t_j, c_j, s_j, c_wrap) of a plan from the estimator: t_j and s_j from ``estimate(plan)``, c_j from
+    ``p2p_time`` between the stages' GPU groups (the estimator's own boundary definition)."""
+    est = estimator.estimate(plan)
+    t = [s.time_s for s in est.stages]
+    sync = [s.breakdown.get("sync_s", 0.0) for s in est.stages]
+    boundary = getattr(est, "boundary_s", None)
+    wrap = getattr(est, "wrap_boundary_s", None)
+    if boundary is None or wrap is None:
+        # the estimator evaluates p2p at the plan's batch/sequence (its _for_plan sibling)
+        e = estimator._for_plan(plan) if hasattr(estimator, "_for_plan") else estimator
+
+        def hop(a, b):
+            sa, sb = plan.stages[a], plan.stages[b]
+            return e.p2p_time((sa.gpu_type, sa.island), (sb.gpu_type, sb.island), plan.samples_per_microbatch,
+                              sa.tp, sb.tp, dp_a=sa.dp, dp_b=sb.dp, cp=plan.cp)
+
+        boundary = [hop(j, j + 1) for j in range(plan.pp - 1)]
+        wrap = hop(plan.pp - 1, 0) if plan.pp > 1 else 0.0
+    return t, list(boundary), sync, wrap
+
+
+def simulate_plan(plan, estimator, duplex: Literal["full", "half"] = "full",
+                  bwd_fraction: float | None = None) -> SimulationResult:
+    """Replay ``plan`` with per-stage numbers from ``estimator`` (an ``estimator.Estimator``).
+
+    Forward/backward split per stage by its recompute (``bwd_fraction_for``) unless ``bwd_fraction``
+    is given; the estimator's t_j already contains the recompute time. Interleaving uses the
+    last -> first stage link for the wrap.
+    """
+    t, c, s, wrap = plan_timings(plan, estimator)
+    fracs = [bwd_fraction if bwd_fraction is not None else bwd_fraction_for(st.recompute) for st in plan.stages]
+    fwd, bwd = zip(*(split_stage_time(tj, f) for tj, f in zip(t, fracs)))
+    schedule = plan.schedule if plan.vpp > 1 or plan.schedule != "interleaved" else "1f1b"
+    return simulate(list(fwd), list(bwd), c, s, num_microbatches=plan.num_microbatches, schedule=schedule,
+                    vpp=plan.vpp, wrap_p2p_s=wrap, duplex=duplex,
+                    stage_labels=[stage_label(j, st) for j, st in enumerate(plan.stages)])

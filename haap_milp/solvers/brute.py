@@ -1,0 +1,121 @@
+"""Exhaustive oracle for tiny instances: every variant x stage count x option per stage x
+composition of L. Independent of the other solvers and of ``solvers.common``: it re-implements
+eqs. T1, M1, M2, G1, U1, U2 of ``haap_milp.problem`` vectorised over all plans of one
+(variant, stage count), and confirms the winner with ``problem.evaluate``/``violations``."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import numpy as np
+
+from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
+
+MAX_PLANS = 3_000_000  # refuse (ERROR) above this many (option tuple, composition) pairs
+MEM_RTOL = 1e-9  # problem.violations' tolerance
+
+
+def plan_count(problem: Problem) -> int:
+    """How many candidate plans the enumeration visits."""
+    total = 0
+    for var in problem.variants:
+        n = int(np.count_nonzero(var.allowed))
+        for p in range(1, min(problem.max_stages, problem.num_layers) + 1):
+            total += n**p * math.comb(problem.num_layers - 1, p - 1)
+    return total
+
+
+def compositions(L: int, p: int) -> np.ndarray:
+    """All ways to write L as an ordered sum of p positive parts, shape [C, p]."""
+    rows = []
+    for cuts in itertools.combinations(range(1, L), p - 1):
+        b = (0, *cuts, L)
+        rows.append([b[i + 1] - b[i] for i in range(p)])
+    return np.asarray(rows, dtype=np.int64).reshape(-1, p)
+
+
+def _best_of(problem: Problem, v: int, p: int):
+    """(objective, combo, composition) of the best feasible plan with p stages, or None."""
+    var = problem.variants[v]
+    allowed = np.flatnonzero(var.allowed)
+    if not len(allowed):
+        return None
+    combos = allowed[np.asarray(list(itertools.product(range(len(allowed)), repeat=p)), np.int64)]  # [T, p]
+    comp = compositions(problem.num_layers, p).astype(float)  # [C, p]
+    ok = _combo_ok(problem, combos)  # [T]
+    combos = combos[ok]
+    if not len(combos):
+        return None
+    n = comp[None, :, :]  # [1, C, p]
+    first = np.zeros(p, bool)
+    first[0] = True
+    last = np.zeros(p, bool)
+    last[-1] = True
+
+    def col(arr):
+        return np.asarray(arr, float)[combos][:, None, :]  # [T, 1, p]
+
+    a = np.minimum(p - np.arange(p), var.num_microbatches).astype(float)  # eq. M1
+    mem = col(var.fixed_mem) + n * (col(var.layer_static_mem) + a * col(var.layer_act_mem))
+    mem = mem + first * (col(var.first_static_mem) + a * col(var.first_act_mem))
+    mem = mem + last * (col(var.last_static_mem) + a * col(var.last_act_mem))
+    fits = (mem <= col(var.mem_capacity) * (1 + MEM_RTOL)).all(axis=2)  # [T, C]  eq. M2
+    t = n * col(var.layer_time) + first * col(var.first_time) + last * col(var.last_time)
+    s = col(var.sync_fixed) + n * col(var.sync_per_layer) + first * col(var.sync_first) + last * col(var.sync_last)
+    grp = np.array([o.group for o in problem.options])[combos]  # [T, p]
+    c = np.asarray(var.p2p_time, float)[grp[:, :-1], grp[:, 1:]][:, None, :]  # [T, 1, p-1]
+    steady = np.maximum(t.max(axis=2), c.max(axis=2) if p > 1 else 0.0)
+    obj = (var.num_microbatches - 1) * steady + t.sum(axis=2) + c.sum(axis=2) + s.max(axis=2)  # eq. T1
+    obj = np.where(fits, obj, np.inf)
+    flat = int(np.argmin(obj))
+    ti, ci = divmod(flat, obj.shape[1])
+    if not np.isfinite(obj[ti, ci]):
+        return None
+    return float(obj[ti, ci]), combos[ti], comp[ci].astype(int)
+
+
+def _combo_ok(problem: Problem, combos: np.ndarray) -> np.ndarray:
+    """GPU counts per group (eq. G1) and the engine rules (eqs. U1, U2) of option tuples."""
+    opts = problem.options
+    grp = np.array([o.group for o in opts])[combos]
+    gpus = np.array([o.num_gpus for o in opts])[combos]
+    ok = np.ones(len(combos), bool)
+    for g, cap in enumerate(problem.group_capacity):
+        ok &= np.where(grp == g, gpus, 0).sum(axis=1) <= cap
+    if problem.uniform:
+        sigs = sorted({o.signature for o in opts})
+        sid = np.array([sigs.index(o.signature) for o in opts])[combos]
+        ok &= (sid == sid[:, :1]).all(axis=1)
+    if problem.same_tp_first_last:
+        tp = np.array([o.tp for o in opts])[combos]
+        ok &= tp[:, 0] == tp[:, -1]
+    return ok
+
+
+def solve(problem: Problem, options=None, hint: Assignment | None = None) -> RawResult:
+    """Exhaustive optimum (OPTIMAL, bound = objective) or INFEASIBLE; ERROR when too large."""
+    t0 = time.perf_counter()
+    count = plan_count(problem)
+    if count > MAX_PLANS:
+        return RawResult("ERROR", "brute", message=f"instance too large for brute force ({count} plans > {MAX_PLANS})",
+                         stats={"plans": count})
+    best = None
+    for v in range(len(problem.variants)):
+        for p in range(1, min(problem.max_stages, problem.num_layers) + 1):
+            got = _best_of(problem, v, p)
+            if got is not None and (best is None or got[0] < best[0]):
+                best = (got[0], v, got[1], got[2])
+    wall = time.perf_counter() - t0
+    if best is None:
+        return RawResult("INFEASIBLE", "brute", wall_time_s=wall, stats={"plans": count},
+                         message="exhaustive enumeration: no plan satisfies memory, GPU counts and engine rules")
+    _, v, combo, comp = best
+    a = Assignment(v, tuple(Stage(int(o), int(n)) for o, n in zip(combo, comp)))
+    bad = violations(problem, a)
+    if bad:
+        return RawResult("ERROR", "brute", wall_time_s=wall, message=f"internal: optimum violates {bad[0]}")
+    obj = evaluate(problem, a)
+    return RawResult("OPTIMAL", "brute", assignment=a, objective_s=obj, bound_s=obj, wall_time_s=wall,
+                     stats={"plans": count, "vectorised_objective_s": best[0]})

@@ -1,0 +1,141 @@
+"""Lower bounds (eqs. B1, B2) and human-readable infeasibility reasons.
+
+Equation labels: formulations/README.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from haap_milp.problem import Problem
+from haap_milp.solvers.common.tables import Tables
+
+
+@dataclass(frozen=True)
+class VariantBound:
+    """T >= (M - 1) * tau_lb + rest_lb for every plan of the variant (eq. B2)."""
+
+    tau_lb: float  # lower bound on max_j t_j
+    rest_lb: float  # lower bound on sum_j t_j + sum_j c_j + max_j s_j
+    total_s: float
+    reason: str = ""  # why the variant has no plan (total_s = inf)
+
+
+def _knapsack_max(weights: np.ndarray, values: np.ndarray, cap: int) -> int:
+    """Unbounded knapsack: most value with total weight <= cap (items reusable)."""
+    f = np.zeros(cap + 1, np.int64)
+    best: dict[int, int] = {}
+    for w, val in zip(weights.tolist(), values.tolist()):
+        if val > 0 and w <= cap:
+            best[w] = max(best.get(w, 0), val)
+    for w, val in sorted(best.items()):
+        rows = -(-(cap + 1) // w)
+        pad = np.full(rows * w, np.iinfo(np.int64).min // 4, np.int64)
+        pad[: cap + 1] = f
+        mat = pad.reshape(rows, w)
+        i = np.arange(rows, dtype=np.int64)[:, None] * val
+        mat = np.maximum.accumulate(mat - i, axis=0) + i
+        f = np.maximum(f, mat.reshape(-1)[: cap + 1])
+    return int(f[cap])
+
+
+def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> int:
+    """Most layers the GPUs can hold when no stage and no link may take longer than tau (eq. B2).
+    Per group an unbounded knapsack of stages (weight num_gpus, value its layer capacity; one
+    stage only if the group's own link is slower than tau); the groups of one pipeline form a
+    connected set of the graph whose edges are links no slower than tau."""
+    h = np.minimum(hmax, np.floor(tau / t.coef["layer_time"] + 1e-9)).astype(np.int64)
+    per = {}
+    for g in np.unique(t.group).tolist():
+        m = t.group == g
+        if t.p2p[g, g] > tau:
+            per[g] = int(h[m].max(initial=0))
+        else:
+            per[g] = _knapsack_max(t.gpus[m], h[m], problem.group_capacity[g])
+    return max((sum(per[g] for g in comp) for comp in _components(t.p2p, list(per), tau)), default=0)
+
+
+def _components(p2p: np.ndarray, groups: list[int], tau: float) -> list[list[int]]:
+    """Connected components of the groups under links (either direction) no slower than tau."""
+    left, out = set(groups), []
+    while left:
+        stack, comp = [min(left)], []
+        left.discard(stack[0])
+        while stack:
+            g = stack.pop()
+            comp.append(g)
+            for h in sorted(left):
+                if min(p2p[g, h], p2p[h, g]) <= tau:
+                    left.discard(h)
+                    stack.append(h)
+        out.append(comp)
+    return out
+
+
+def variant_bound(problem: Problem, t: Tables) -> VariantBound:
+    """Eq. B2: the smallest candidate stage time tau at which the GPUs can hold L layers, and the
+    fill/sync/p2p terms every plan pays. Valid for every plan of the variant (memory bounds only)."""
+    if t.n == 0:
+        return VariantBound(math.inf, math.inf, math.inf, "no option is allowed and fits its GPU group")
+    if t.p_min == 0:
+        return VariantBound(math.inf, math.inf, math.inf, _coverage_reason(problem, t))
+    hmax = t.U_mem[: t.p_max].max(axis=0)
+    lt = t.coef["layer_time"]
+    stage = (np.arange(1, t.L + 1)[None, :] * lt[:, None])[np.arange(t.L)[None, :] < hmax[:, None]]
+    cand = np.unique(np.concatenate([stage, t.p2p.ravel()]))  # tau_plan >= one of these (eq. B2)
+    if coverage_at(problem, t, float(cand[-1]) if len(cand) else 0.0, hmax) < t.L:
+        cap = coverage_at(problem, t, math.inf, hmax)
+        return VariantBound(math.inf, math.inf, math.inf,
+                            f"the GPUs can hold at most {cap} of the {t.L} layers in memory")
+    lo_i, hi_i = 0, len(cand) - 1
+    while lo_i < hi_i:  # smallest candidate with enough coverage (coverage is monotone in tau)
+        mid = (lo_i + hi_i) // 2
+        if coverage_at(problem, t, float(cand[mid]), hmax) >= t.L:
+            hi_i = mid
+        else:
+            lo_i = mid + 1
+    tau_lb = float(cand[lo_i])
+    rest = _rest_bound(problem, t)
+    return VariantBound(tau_lb, rest, (t.M - 1) * tau_lb + rest)
+
+
+def _rest_bound(problem: Problem, t: Tables) -> float:
+    """sum t_j >= L*min lt + min ft + min xt; sum c_j >= (p_min-1)*min p2p; max s_j >= the sync
+    of a stage with ceil(L / p_max) layers (eq. B2)."""
+    c = t.coef
+    fill = t.L * c["layer_time"].min() + c["first_time"].min() + c["last_time"].min()
+    groups = np.unique(t.group)
+    p2p_min = float(t.p2p[np.ix_(groups, groups)].min()) if t.p_min > 1 else 0.0
+    heavy = math.ceil(t.L / t.p_max)
+    sync = float((c["sync_fixed"] + heavy * c["sync_per_layer"]).min())
+    return float(fill + (t.p_min - 1) * p2p_min + sync)
+
+
+def _coverage_reason(problem: Problem, t: Tables) -> str:
+    best_nf = t.U_mem.max(axis=1)
+    best_f = t.Uf_mem.max(axis=1)
+    K = t.K
+    if best_f.max() < 1:
+        return "no option can hold one layer plus the embedding as the first stage"
+    most = max(int(best_nf[: p - 1].sum() + best_f[p - 1]) for p in range(1, K + 1))
+    return (f"no option can hold the {t.L} layers within {K} stages "
+            f"(memory allows at most {most} layers at micro-batch size {problem.variants[t.v].samples_per_microbatch})")
+
+
+def infeasibility_reason(problem: Problem, bounds: list[VariantBound]) -> str:
+    """The binding reason when every variant is infeasible (for RawResult.message)."""
+    if not problem.variants:
+        return "no micro-batch variant to plan with"
+    reasons = sorted({b.reason for b in bounds if b.reason})
+    if reasons:
+        return "; ".join(reasons)
+    extra = []
+    if problem.uniform:
+        extra.append("one (tp, dp, recompute) for every stage")
+    if problem.same_tp_first_last:
+        extra.append("the same tp on the first and last stage")
+    rules = (" under " + " and ".join(extra)) if extra else ""
+    return f"no plan satisfies memory, GPU counts and stage limits together{rules}"

@@ -1,0 +1,298 @@
+"""The slot formulation of formulations/README.md as a solver-neutral linear model.
+
+``cpsat.py`` scales the time coefficients to integers (formulations/cpsat.md), ``milp.py``
+passes them as floats (formulations/milp.md); both solve exactly this model. Row kinds:
+
+* ``exact``: integer coefficients (assignment, contiguity, memory, GPUs, engine rules);
+* ``tdef``: ``sum_i a_i x_i + a_0 - T <= 0`` with ``a`` in seconds and ``T`` a time variable
+  (tau or sigma): defines the maxima (eqs. T2, T3);
+* ``cut``: ``sum_i a_i x_i - cap * tau <= 0``, the GPU-time cut (eq. C1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from haap_milp.problem import Assignment, Problem, Stage
+from haap_milp.solvers.common.tables import Tables
+
+INF = float("inf")
+
+
+@dataclass
+class Row:
+    idx: list[int]
+    coef: list[float]
+    lb: float
+    ub: float
+    kind: str = "exact"
+    const: float = 0.0  # tdef rows: the constant a_0 (seconds)
+    label: str = ""
+
+
+@dataclass
+class LinModel:
+    t: Tables
+    names: list[str] = field(default_factory=list)
+    lb: list[float] = field(default_factory=list)
+    ub: list[float] = field(default_factory=list)
+    integer: list[bool] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    xn: dict = field(default_factory=dict)  # (k, i) -> var
+    xf: dict = field(default_factory=dict)
+    nv: dict = field(default_factory=dict)
+    used: dict = field(default_factory=dict)  # k -> var (absent: constant 1 for k <= p_min)
+    z: dict = field(default_factory=dict)  # (k, g, h) -> var
+    slots: dict = field(default_factory=dict)  # k -> local options with variables at slot k
+    w: dict = field(default_factory=dict)  # signature -> var (eq. U1)
+    tau: int = -1
+    sigma: int = -1
+    obj_time: dict = field(default_factory=dict)  # var -> seconds coefficient (sum t + sum c)
+    obj_const: float = 0.0  # seconds (constant p2p terms)
+
+    def var(self, name: str, lb: float, ub: float, integer: bool = True) -> int:
+        self.names.append(name)
+        self.lb.append(lb)
+        self.ub.append(ub)
+        self.integer.append(integer)
+        return len(self.names) - 1
+
+    def add(self, terms: dict, lb: float, ub: float, kind: str = "exact", const: float = 0.0, label: str = ""):
+        terms = {k: c for k, c in terms.items() if c != 0}
+        self.rows.append(Row(list(terms), list(terms.values()), lb, ub, kind, const, label))
+
+    def x(self, k: int, i: int) -> dict:
+        """{var: 1} for x[k,i] = xn[k,i] + xf[k,i]."""
+        return {v: 1 for v in (self.xn.get((k, i)), self.xf.get((k, i))) if v is not None}
+
+
+def _acc(d: dict, terms: dict, scale: float = 1.0) -> None:
+    for v, c in terms.items():
+        d[v] = d.get(v, 0.0) + c * scale
+
+
+def build_model(problem: Problem, t: Tables, tau_lb: float = 0.0) -> LinModel:
+    """Variables and rows of eqs. A1-A5, M3, G1, U1, U2, T1-T3, C1, S1 for one variant."""
+    m = LinModel(t)
+    _slot_vars(m)
+    _slot_rows(problem, m)
+    _time_rows(problem, m, tau_lb)
+    _symmetry_rows(m)
+    return m
+
+
+def _slot_vars(m: LinModel) -> None:
+    t = m.t
+    for k in range(1, t.p_max + 1):
+        if k > t.p_min:
+            m.used[k] = m.var(f"used[{k}]", 0, 1)
+        nf, f = t.nonfirst_ok(k), t.first_ok(k)
+        for i in np.flatnonzero(nf | f):
+            i = int(i)
+            hi = max(int(t.U[k - 1, i]) if nf[i] else 0, int(t.Uf[k - 1, i]) if f[i] else 0)
+            if nf[i]:
+                m.xn[k, i] = m.var(f"xn[{k},{i}]", 0, 1)
+            if f[i]:
+                m.xf[k, i] = m.var(f"xf[{k},{i}]", 0, 1)
+            m.nv[k, i] = m.var(f"n[{k},{i}]", 0, hi)
+            m.slots.setdefault(k, []).append(i)
+
+
+def _used(m: LinModel, k: int) -> tuple[dict, float]:
+    """used_k as (terms, constant)."""
+    if k <= m.t.p_min:
+        return {}, 1.0
+    if k in m.used:
+        return {m.used[k]: 1}, 0.0
+    return {}, 0.0
+
+
+def _slot_rows(problem: Problem, m: LinModel) -> None:
+    t = m.t
+    layers: dict = {}
+    gpu_rows: dict = {}
+    for k in range(1, t.p_max + 1):
+        terms, const = _used(m, k)
+        row = {v: -c for v, c in terms.items()}
+        nf_row: dict = {}
+        for i in m.slots.get(k, []):
+            v = m.nv[k, i]
+            _acc(row, m.x(k, i))
+            if (k, i) in m.xn:
+                nf_row[m.xn[k, i]] = 1
+            xn, xf = m.xn.get((k, i)), m.xf.get((k, i))
+            up = {v: 1, **({xn: -int(t.U[k - 1, i])} if xn is not None else {}),
+                  **({xf: -int(t.Uf[k - 1, i])} if xf is not None else {})}
+            m.add(up, -INF, 0, label="M3 upper")  # n <= U x  (memory + cut-off, eqs. M3, X1)
+            low = {v: 1, **({xn: -int(t.lo[k - 1, i])} if xn is not None else {}),
+                   **({xf: -int(t.lof[k - 1, i])} if xf is not None else {})}
+            m.add(low, 0, INF, label="D1 lower")  # n >= lo x (one layer at least; dominance)
+            layers[v] = 1
+            _acc(gpu_rows.setdefault(int(t.group[i]), {}), m.x(k, i), float(t.gpus[i]))
+        m.add(row, const, const, label="A1 one option per used slot")
+        if k < t.p_max:
+            nterms, nconst = _used(m, k + 1)
+            _acc(nf_row, nterms, -1.0)
+            m.add(nf_row, nconst, nconst, label="A2 non-first iff next slot used")
+        if k + 1 in m.used and k in m.used:
+            m.add({m.used[k]: 1, m.used[k + 1]: -1}, 0, INF, label="A3 contiguous")
+    m.add(layers, t.L, t.L, label="A4 all layers")
+    for g, row in gpu_rows.items():
+        m.add(row, -INF, problem.group_capacity[g], label="G1 GPUs")
+    _rule_rows(problem, m)
+
+
+def _rule_rows(problem: Problem, m: LinModel) -> None:
+    t = m.t
+    if problem.uniform:  # eq. U1
+        for s in np.unique(t.sig):
+            m.w[int(s)] = m.var(f"w[{s}]", 0, 1)
+        m.add(dict.fromkeys(m.w.values(), 1), 1, 1, label="U1 one signature")
+        for k in range(1, t.p_max + 1):
+            for s, ws in m.w.items():
+                row: dict = {}
+                for i in m.slots.get(k, []):
+                    if t.sig[i] == s:
+                        _acc(row, m.x(k, i))
+                if row:
+                    row[ws] = -1
+                    m.add(row, -INF, 0, label="U1 signature")
+    if problem.same_tp_first_last:  # eq. U2
+        for p in np.unique(t.tp):
+            row: dict = {}
+            for (k, i), v in m.xf.items():
+                if t.tp[i] == p:
+                    _acc(row, {v: 1})
+            for i in m.slots.get(1, []):
+                if t.tp[i] == p:
+                    _acc(row, m.x(1, i), -1.0)
+            if row:
+                m.add(row, 0, 0, label="U2 tp first = tp last")
+
+
+def _groups_at(m: LinModel, k: int) -> dict:
+    out: dict = {}
+    for i in m.slots.get(k, []):
+        _acc(out.setdefault(int(m.t.group[i]), {}), m.x(k, i))
+    return out
+
+
+def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
+    t, c = m.t, m.t.coef
+    tau_hi = t.tau_ub * (1 + 1e-9) if t.tau_ub is not None else INF
+    m.tau = m.var("tau", max(0.0, tau_lb), tau_hi, integer=False)
+    m.sigma = m.var("sigma", 0.0, INF, integer=False)
+    cut: dict = {}
+    for k in range(1, t.p_max + 1):
+        tk: dict = {}
+        sk: dict = {}
+        for i in m.slots.get(k, []):
+            v = m.nv[k, i]
+            x, xf = m.x(k, i), m.xf.get((k, i))
+            _acc(tk, {v: c["layer_time"][i]})
+            _acc(sk, x, c["sync_fixed"][i])
+            _acc(sk, {v: c["sync_per_layer"][i]})
+            if xf is not None:
+                _acc(tk, {xf: c["first_time"][i]})
+                _acc(sk, {xf: c["sync_first"][i]})
+            if k == 1:
+                _acc(tk, x, c["last_time"][i])
+                _acc(sk, x, c["sync_last"][i])
+            g = int(t.group[i])
+            _acc(cut.setdefault(g, {}), {v: c["layer_time"][i] * t.gpus[i]})
+            if xf is not None:
+                _acc(cut[g], {xf: c["first_time"][i] * t.gpus[i]})
+            if k == 1:
+                _acc(cut[g], x, c["last_time"][i] * t.gpus[i])
+        m.add({**tk, m.tau: -1}, -INF, 0, kind="tdef", label="T2 tau >= t_k")
+        m.add({**sk, m.sigma: -1}, -INF, 0, kind="tdef", label="T3 sigma >= s_k")
+        _acc(m.obj_time, tk)
+    for g, row in cut.items():
+        m.add({**row, m.tau: -float(problem.group_capacity[g])}, -INF, 0, kind="cut", label="C1 GPU-time")
+    for k in range(1, t.p_max):
+        _boundary(m, k, tau_hi)
+
+
+def _boundary(m: LinModel, k: int, tau_hi: float) -> None:
+    """c_k: p2p between slot k+1 (earlier stage) and slot k (eq. T1 boundary, linearised by the
+    transport rows Z1: sum_h z[k,g,h] = u[k+1,g], sum_g z[k,g,h] <= u[k,h])."""
+    t = m.t
+    up, down = _groups_at(m, k + 1), _groups_at(m, k)
+    if not up or not down:
+        return  # slot k+1 cannot be used (its A1 row forces used_{k+1} = 0) or the model is infeasible
+    vals = {float(t.p2p[g, h]) for g in up for h in down}
+    uterms, uconst = _used(m, k + 1)
+    if len(vals) == 1 and max(vals) <= tau_hi:  # one link price: c_k = p0 * used_{k+1}
+        p0 = float(next(iter(vals)))
+        row = {v: p0 * cc for v, cc in uterms.items()}
+        m.add({**row, m.tau: -1}, -INF, 0, kind="tdef", const=p0 * uconst, label="T2 tau >= c_k")
+        _acc(m.obj_time, row)
+        m.obj_const += p0 * uconst
+        return
+    cost: dict = {}
+    zin: dict = {h: {} for h in down}
+    for g in up:
+        row = {v: -cc for v, cc in up[g].items()}
+        for h in down:
+            if t.p2p[g, h] > tau_hi:
+                continue  # eq. X1: this link alone is slower than the cut-off
+            zv = m.var(f"z[{k},{g},{h}]", 0, 1, integer=False)
+            m.z[k, g, h] = zv
+            row[zv] = 1
+            zin[h][zv] = 1
+            cost[zv] = float(t.p2p[g, h])
+        m.add(row, 0, 0, label="Z1 out")
+    for h, row in zin.items():
+        _acc(row, down[h], -1.0)
+        m.add(row, -INF, 0, label="Z1 in")
+    m.add({**cost, m.tau: -1}, -INF, 0, kind="tdef", label="T2 tau >= c_k")
+    _acc(m.obj_time, cost)
+
+
+def _symmetry_rows(m: LinModel) -> None:
+    """Eq. S1: two consecutive non-first slots k >= 2 with the same option: n[k] >= n[k+1]."""
+    for (k, i), xn in m.xn.items():
+        if k < 2 or (k + 1, i) not in m.nv:
+            continue
+        big = float(m.ub[m.nv[k + 1, i]])
+        row = {m.nv[k, i]: 1, m.nv[k + 1, i]: -1, xn: -big}
+        if (k + 1, i) in m.xf:
+            row[m.xf[k + 1, i]] = big
+        m.add(row, -big, INF, label="S1 symmetry")
+
+
+def decode(m: LinModel, values) -> Assignment:
+    """Variable values (indexable by var id) -> Assignment in pipeline order."""
+    t = m.t
+    chosen = {}
+    for (k, i), v in m.nv.items():
+        if any(round(values[x]) == 1 for x in m.x(k, i)):
+            chosen[k] = Stage(int(t.opts[i]), int(round(values[v])))
+    stages = tuple(chosen[k] for k in sorted(chosen, reverse=True))
+    return Assignment(t.v, stages)
+
+
+def hint_values(m: LinModel, a: Assignment) -> dict | None:
+    """Structural variable values of an assignment (None when the model excludes it)."""
+    t = m.t
+    p = len(a.stages)
+    local = {int(o): i for i, o in enumerate(t.opts)}
+    vals = dict.fromkeys(range(len(m.names)), 0.0)
+    for j, st in enumerate(a.stages):
+        k, i = p - j, local.get(st.option)
+        key = m.xf if j == 0 else m.xn
+        if i is None or (k, i) not in key or not m.lb[m.nv[k, i]] <= st.num_layers <= m.ub[m.nv[k, i]]:
+            return None
+        vals[key[k, i]] = 1.0
+        vals[m.nv[k, i]] = float(st.num_layers)
+    for k, v in m.used.items():
+        vals[v] = 1.0 if k <= p else 0.0
+    for (k, g, h), v in m.z.items():
+        if k < p and int(t.group[local[a.stages[p - k - 1].option]]) == g \
+                and int(t.group[local[a.stages[p - k].option]]) == h:
+            vals[v] = 1.0
+    for s, v in m.w.items():
+        vals[v] = 1.0 if t.sig[local[a.stages[0].option]] == s else 0.0
+    return vals

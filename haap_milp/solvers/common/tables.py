@@ -1,0 +1,194 @@
+"""Per-variant slot tables: how many layers each option can hold at each stage slot.
+
+Slots are indexed from the END of the pipeline, k = 1 .. K (k = 1 is the last stage), so a
+stage at slot k holds a_k = min(k, M) micro-batches of activations (eq. M1) and its memory
+is linear in its layer count (eq. M2). Equation labels: formulations/README.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from haap_milp.problem import Problem
+
+MEM_RTOL = 1e-9  # the memory tolerance of problem.violations (mem > cap * (1 + 1e-9) is a violation)
+TIME_RTOL = 1e-9  # slack when turning a time upper bound into layer bounds (keeps the hint feasible)
+COEF_KEYS = ("layer_time", "first_time", "last_time", "sync_fixed", "sync_per_layer", "sync_first", "sync_last")
+
+
+@dataclass
+class Tables:
+    """Everything a solver needs about one variant, restricted to the usable options.
+
+    Local option index i refers to global option ``opts[i]``. Arrays ``U``, ``Uf``, ``lo``,
+    ``lof`` have shape [K, n] with row k-1 for slot k."""
+
+    v: int
+    M: int
+    L: int
+    K: int
+    opts: np.ndarray  # global option indices (usable: allowed and fitting their group)
+    group: np.ndarray
+    gpus: np.ndarray
+    tp: np.ndarray
+    sig: np.ndarray  # signature id (eq. U1)
+    coef: dict  # COEF_KEYS -> float arrays [n]
+    p2p: np.ndarray  # [G, G]
+    U_mem: np.ndarray  # max layers as a non-first stage, memory only (eq. M2, U[k,o])
+    Uf_mem: np.ndarray  # as the first stage
+    U: np.ndarray  # effective upper bound (memory and the time cut-off, eq. X1)
+    Uf: np.ndarray
+    lo: np.ndarray  # dominance lower bound when used non-first (eq. D1); > U means unusable
+    lof: np.ndarray
+    p_min: int  # fewer stages cannot hold L layers (eq. P1)
+    p_max: int  # more stages cannot be used
+    tau_ub: float | None  # the time cut-off used (None: none)
+    dom: np.ndarray | None = None  # [n, n] dom[a, b]: a time-dominates b (eq. D1)
+
+    @property
+    def n(self) -> int:
+        return len(self.opts)
+
+    def nonfirst_ok(self, k: int) -> np.ndarray:
+        """Options that may run slot k as a non-first stage (then slot k+1 exists)."""
+        if k >= self.p_max:
+            return np.zeros(self.n, bool)
+        return (self.lo[k - 1] <= self.U[k - 1]) & (self.U[k - 1] >= 1)
+
+    def first_ok(self, k: int) -> np.ndarray:
+        if k < self.p_min or k > self.p_max:
+            return np.zeros(self.n, bool)
+        return (self.lof[k - 1] <= self.Uf[k - 1]) & (self.Uf[k - 1] >= 1)
+
+
+def _mem(var, o, n, a, first: bool, last: bool):
+    """problem.stage_memory's arithmetic, vectorised (same float operations, same order)."""
+    mem = var.fixed_mem[o] + n * (var.layer_static_mem[o] + a * var.layer_act_mem[o])
+    if first:
+        mem = mem + (var.first_static_mem[o] + a * var.first_act_mem[o])
+    if last:
+        mem = mem + (var.last_static_mem[o] + a * var.last_act_mem[o])
+    return mem
+
+
+def max_layers_mem(problem: Problem, v: int, o: np.ndarray, k: int, first: bool) -> np.ndarray:
+    """Largest n with stage memory <= capacity at slot k (eq. M2); 0 when none fits, at most L."""
+    var = problem.variants[v]
+    a = min(k, var.num_microbatches)  # eq. M1
+    cap = var.mem_capacity[o] * (1 + MEM_RTOL)
+    base = _mem(var, o, 0.0, a, first, k == 1)
+    per = var.layer_static_mem[o] + a * var.layer_act_mem[o]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        guess = np.where(per > 0, np.floor((cap - base) / np.where(per > 0, per, 1.0)), problem.num_layers)
+    n = np.clip(guess, 0, problem.num_layers)
+    for _ in range(3):  # repair float rounding against the exact check
+        n = np.where((n > 0) & (_mem(var, o, n, a, first, k == 1) > cap), n - 1, n)
+        up = np.minimum(n + 1, problem.num_layers)
+        n = np.where((up > n) & (_mem(var, o, up, a, first, k == 1) <= cap), up, n)
+    n = np.where(base > cap, 0, n)
+    return n.astype(np.int64)
+
+
+def max_layers_time(lt: np.ndarray, extra: np.ndarray, tau_ub: float | None, L: int) -> np.ndarray:
+    """Largest n with n * layer_time + extra <= tau_ub (eq. X1)."""
+    if tau_ub is None or not np.isfinite(tau_ub):
+        return np.full(len(lt), L, np.int64)
+    room = tau_ub * (1 + TIME_RTOL) - extra
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n = np.where(lt > 0, np.floor(room / np.where(lt > 0, lt, 1.0)), np.where(room >= 0, L, -1))
+    return np.clip(n, -1, L).astype(np.int64)
+
+
+def usable_options(problem: Problem, v: int) -> np.ndarray:
+    var = problem.variants[v]
+    ok = [i for i in range(problem.num_options) if var.allowed[i]
+          and problem.options[i].num_gpus <= problem.group_capacity[problem.options[i].group]]
+    return np.asarray(ok, dtype=np.int64)
+
+
+def dominance(problem: Problem, opts: np.ndarray, coef: dict) -> np.ndarray:
+    """D[a, b]: option a time-dominates option b (eq. D1): same group, no more GPUs, no larger
+    time coefficient, same (tp, dp, recompute) under U1 and same tp under U2; ties broken by index."""
+    op = [problem.options[i] for i in opts]
+    grp = np.array([o.group for o in op])
+    gpus = np.array([o.num_gpus for o in op])
+    tp = np.array([o.tp for o in op])
+    le = (grp[:, None] == grp[None, :]) & (gpus[:, None] <= gpus[None, :])
+    strict = gpus[:, None] < gpus[None, :]
+    for key in COEF_KEYS:
+        c = coef[key]
+        le &= c[:, None] <= c[None, :]
+        strict |= c[:, None] < c[None, :]
+    if problem.uniform:
+        sig = np.array([hash(o.signature) for o in op])
+        le &= sig[:, None] == sig[None, :]
+    if problem.same_tp_first_last:
+        le &= tp[:, None] == tp[None, :]
+    idx = np.arange(len(op))
+    return le & (strict | (idx[:, None] < idx[None, :]))
+
+
+def build_tables(problem: Problem, v: int, tau_ub: float | None = None) -> Tables:
+    """Slot tables of variant v; ``tau_ub`` (an upper bound on max_j t_j that any plan better
+    than the incumbent satisfies, eq. X1) tightens the layer bounds."""
+    var = problem.variants[v]
+    L, K = problem.num_layers, min(problem.max_stages, problem.num_layers)
+    opts = usable_options(problem, v)
+    coef = {key: np.asarray(getattr(var, key), float)[opts] for key in COEF_KEYS}
+    op = [problem.options[i] for i in opts]
+    sigs = sorted({o.signature for o in op})
+    n = len(opts)
+    U_mem = np.zeros((K, n), np.int64)
+    Uf_mem = np.zeros((K, n), np.int64)
+    U = np.zeros((K, n), np.int64)
+    Uf = np.zeros((K, n), np.int64)
+    lt, ft, xt = coef["layer_time"], coef["first_time"], coef["last_time"]
+    for k in range(1, K + 1):
+        U_mem[k - 1] = max_layers_mem(problem, v, opts, k, first=False)
+        Uf_mem[k - 1] = max_layers_mem(problem, v, opts, k, first=True)
+        last_x = xt if k == 1 else 0.0 * xt
+        U[k - 1] = np.minimum(U_mem[k - 1], max_layers_time(lt, last_x, tau_ub, L))
+        Uf[k - 1] = np.minimum(Uf_mem[k - 1], max_layers_time(lt, ft + last_x, tau_ub, L))
+    D = dominance(problem, opts, coef) if n else np.zeros((0, 0), bool)
+    lo = np.ones((K, n), np.int64)
+    lof = np.ones((K, n), np.int64)
+    if n:
+        masked = np.where(D[None, :, :], U_mem[:, :, None], 0)  # [K, dominator, dominated]
+        lo = np.maximum(1, masked.max(axis=1) + 1) if n > 1 else lo
+        masked_f = np.where(D[None, :, :], Uf_mem[:, :, None], 0)
+        lof = np.maximum(1, masked_f.max(axis=1) + 1) if n > 1 else lof
+    t = Tables(v=v, M=var.num_microbatches, L=L, K=K, opts=opts,
+               group=np.array([o.group for o in op], np.int64), gpus=np.array([o.num_gpus for o in op], np.int64),
+               tp=np.array([o.tp for o in op], np.int64), sig=np.array([sigs.index(o.signature) for o in op], np.int64),
+               coef=coef, p2p=np.asarray(var.p2p_time, float), U_mem=U_mem, Uf_mem=Uf_mem, U=U, Uf=Uf,
+               lo=lo, lof=lof, p_min=0, p_max=0, tau_ub=tau_ub, dom=D)
+    _stage_count_bounds(problem, t)
+    return t
+
+
+def _stage_count_bounds(problem: Problem, t: Tables) -> None:
+    """p_min: the fewest stages whose best per-slot capacities reach L (eq. P1); p_max: no
+    more stages than GPUs allow (one option each) nor than slots where some option fits."""
+    if t.n == 0:
+        t.p_min, t.p_max = 0, 0
+        return
+    per_group = {}
+    for g, d in zip(t.group, t.gpus):
+        per_group[g] = min(per_group.get(g, 10**9), d)
+    gpu_cap = sum(problem.group_capacity[g] // d for g, d in per_group.items())
+    t.p_max = int(min(t.K, t.L, gpu_cap))
+    best_nf = np.where(t.lo <= t.U, t.U, 0).max(axis=1)  # [K]
+    best_f = np.where(t.lof <= t.Uf, t.Uf, 0).max(axis=1)
+    t.p_min = 0
+    for p in range(1, t.p_max + 1):
+        if best_f[p - 1] >= 1 and (p == 1 or best_nf[: p - 1].min() >= 1):
+            if best_nf[: p - 1].sum() + best_f[p - 1] >= t.L:
+                t.p_min = p
+                break
+    if t.p_min == 0:
+        t.p_max = 0
+        return
+    while t.p_max > t.p_min and (best_f[t.p_max - 1] < 1 or best_nf[: t.p_max - 1].min() < 1):
+        t.p_max -= 1

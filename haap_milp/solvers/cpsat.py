@@ -1,0 +1,153 @@
+"""CP-SAT on the slot formulation (formulations/README.md; scaling: formulations/cpsat.md).
+
+One model per micro-batch variant (common.driver). Times are scaled to integers once per
+model: every time coefficient a becomes ceil(a * S) (eq. CP1), so the integer objective
+over-estimates the true one by at most W units (eq. CP2); the returned objective is
+``evaluate`` of the decoded plan and the bound is (CP-SAT bound - W) / S, a valid lower
+bound on the true optimum (eq. CP3).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from ortools.sat.python import cp_model
+
+from haap_milp.problem import Assignment, Problem, RawResult
+from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, build_model, decode, hint_values
+from haap_milp.solvers.common import run_variants
+from haap_milp.specs import SolveOptions
+
+log = logging.getLogger(__name__)
+SCALE_TARGET = 1e7  # integer units of the reference stage time (eq. CP1)
+INTERLEAVE = True
+LOG = False
+PROBING = 0  # presolve probing on this model creates millions of binary clauses (measured), so off
+
+
+def solve(problem: Problem, options: SolveOptions | None = None, hint: Assignment | None = None) -> RawResult:
+    """Exact solve with OR-Tools CP-SAT (status, objective = evaluate(plan), proven bound, gap)."""
+    return run_variants(problem, options or SolveOptions(), hint, "cpsat", _solve_variant)
+
+
+def _scale(t: Tables, b: VariantBound) -> float:
+    """S such that the reference stage time (the cut-off, else 2x the B2 bound) is SCALE_TARGET."""
+    ref = t.tau_ub if t.tau_ub is not None and math.isfinite(t.tau_ub) else 2.0 * b.tau_lb
+    if not ref > 0:
+        ref = float(max(t.coef["layer_time"].max(), 1e-9))
+    return SCALE_TARGET / ref
+
+
+def _slack(t: Tables) -> tuple[int, int, int]:
+    """Integer over-estimate of tau, sigma and the whole objective (eq. CP2)."""
+    tau_w, sig_w = t.L + 2, t.L + 3
+    return tau_w, sig_w, (t.M - 1) * tau_w + (t.L + 2 + t.K) + sig_w
+
+
+def _int_rows(cp: cp_model.CpModel, lm: LinModel, x: list, S: float) -> dict:
+    """Post the rows; returns {time var: [(vars, int coefs, int const)]} for hint completion."""
+    defs: dict = {lm.tau: [], lm.sigma: []}
+    for row in lm.rows:
+        if row.kind == "exact":
+            coefs = [int(c) for c in row.coef]
+        elif row.kind == "tdef":  # eq. CP1: ceil keeps t_int >= S * t
+            coefs = [int(math.ceil(c * S)) if v not in defs else int(c) for v, c in zip(row.idx, row.coef)]
+        else:  # eq. C1 cut: floor keeps it valid
+            coefs = [int(math.floor(c * S)) if v != lm.tau else int(c) for v, c in zip(row.idx, row.coef)]
+        const = int(math.ceil(row.const * S)) if row.kind == "tdef" else 0
+        expr = cp_model.LinearExpr.weighted_sum([x[i] for i in row.idx], coefs) + const
+        lb = -cp_model.INT_MAX if row.lb == -math.inf else int(math.ceil(row.lb - 1e-9))
+        ub = cp_model.INT_MAX if row.ub == math.inf else int(math.floor(row.ub + 1e-9))
+        cp.add_linear_constraint(expr, lb, ub)
+        if row.kind == "tdef":
+            tv = next(v for v in row.idx if v in defs)
+            defs[tv].append(([v for v in row.idx if v != tv], [c for v, c in zip(row.idx, coefs) if v != tv], const))
+    return defs
+
+
+def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S: float) -> tuple[list, dict]:
+    """CP-SAT variables and the lower bounds of the time variables (IntVar.Proto() is not used:
+    in OR-Tools 9.15 it returned a dangling view and corrupted memory, measured)."""
+    tau_w, sig_w, _ = _slack(t)
+    c = t.coef
+    worst_t = t.L * c["layer_time"].max() + c["first_time"].max() + c["last_time"].max() + float(t.p2p.max())
+    worst_s = (c["sync_fixed"] + t.L * c["sync_per_layer"] + c["sync_first"] + c["sync_last"]).max()
+    tau_hi = t.tau_ub if t.tau_ub is not None else worst_t
+    x = []
+    lows = {lm.tau: int(math.floor(b.tau_lb * S * (1 - 1e-12))), lm.sigma: 0}
+    for i, name in enumerate(lm.names):
+        if i == lm.tau:
+            x.append(cp.new_int_var(lows[i], int(math.ceil(tau_hi * S)) + tau_w, name))
+        elif i == lm.sigma:
+            x.append(cp.new_int_var(0, int(math.ceil(worst_s * S)) + sig_w, name))
+        elif lm.lb[i] == 0 and lm.ub[i] == 1:
+            x.append(cp.new_bool_var(name))
+        else:
+            x.append(cp.new_int_var(int(lm.lb[i]), int(lm.ub[i]), name))
+    return x, lows
+
+
+def _objective(lm: LinModel, x: list, S: float):
+    idx = list(lm.obj_time)
+    coefs = [int(math.ceil(lm.obj_time[i] * S)) for i in idx]
+    expr = cp_model.LinearExpr.weighted_sum([x[i] for i in idx], coefs)
+    return expr + (lm.t.M - 1) * x[lm.tau] + x[lm.sigma] + int(math.ceil(lm.obj_const * S))
+
+
+def _add_hint(cp: cp_model.CpModel, lm: LinModel, x: list, defs: dict, lows: dict, hint: Assignment | None) -> bool:
+    vals = hint_values(lm, hint) if hint is not None else None
+    if vals is None:
+        return False
+    for tv, rows in defs.items():  # tau, sigma = the max of their defining rows (and their lower bound)
+        vals[tv] = max([sum(c * vals[v] for v, c in zip(vs, cs)) + k for vs, cs, k in rows] + [lows[tv]])
+    for i, val in vals.items():
+        cp.add_hint(x[i], int(round(val)))
+    return True
+
+
+def _params(options: SolveOptions, time_s: float) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.max_time_in_seconds = max(time_s, 0.01)
+    p.num_workers = options.threads
+    p.random_seed = options.seed
+    p.relative_gap_limit = options.relative_gap
+    p.log_search_progress = LOG
+    p.cp_model_probing_level = PROBING
+    # determinism: interleaved search gives the same result for the same input and thread count
+    # (sat_parameters.proto, interleave_search) as long as the time limit is not what stops it
+    p.interleave_search = INTERLEAVE and options.threads > 1
+    return solver
+
+
+def _solve_variant(problem: Problem, t: Tables, b: VariantBound, cutoff: float | None, time_s: float,
+                   hint: Assignment | None, options: SolveOptions) -> VariantResult:
+    t0 = time.perf_counter()
+    lm = build_model(problem, t, tau_lb=b.tau_lb)
+    S = _scale(t, b)
+    _, _, W = _slack(t)
+    cp = cp_model.CpModel()
+    x, lows = _variables(cp, lm, t, b, S)
+    defs = _int_rows(cp, lm, x, S)
+    obj = _objective(lm, x, S)
+    if cutoff is not None:  # eq. CP4: T <= cutoff implies T_int <= S * cutoff + W
+        cp.add(obj <= int(math.floor(cutoff * S)) + W)
+    cp.minimize(obj)
+    hinted = _add_hint(cp, lm, x, defs, lows, hint)
+    build_s = time.perf_counter() - t0
+    solver = _params(options, time_s - build_s)
+    code = solver.solve(cp)
+    stats = {"build_s": round(build_s, 4), "vars": len(lm.names), "rows": len(lm.rows), "scale": S,
+             "rounding_error_s": W / S, "tolerance_s": W / S, "hinted": int(hinted),
+             "cp_status": solver.status_name(code), "branches": int(solver.num_branches)}
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        a = decode(lm, [solver.value(v) for v in x])
+        bound = (solver.best_objective_bound - W) / S
+        return VariantResult("OPTIMAL" if code == cp_model.OPTIMAL else "FEASIBLE", a, bound, stats)
+    if code == cp_model.INFEASIBLE:
+        return VariantResult("INFEASIBLE", stats=stats)
+    if code == cp_model.MODEL_INVALID:
+        return VariantResult("ERROR", stats=stats, message=f"CP-SAT model invalid: {cp.validate()}")
+    return VariantResult("NO_SOLUTION", bound_s=(solver.best_objective_bound - W) / S, stats=stats)

@@ -1,0 +1,134 @@
+"""DP heuristic of the AutoHAAP / Metis / Alpa family: the baseline and the exact solvers' warm
+start (formulations/dp.md). No bound is claimed (bound_s is None).
+
+Per micro-batch variant and engine restriction (eqs. U1/U2):
+1. binary search over candidate stage times tau (the values n * layer_time[o] + extras) for the
+   smallest tau at which some structure holds L layers (coverage DP, eqs. DP1-DP3);
+2. for tau* and up to ``EXTRA_TAUS`` larger candidates inside the window where (M-1)*tau can
+   still pay off (eq. DP5), and for up to ``MAX_P_PER_TAU`` stage counts, split the layers with
+   Alpa's inner DP (min sum t_j s.t. t_j <= tau, eq. DP4) and score the plan with ``evaluate``;
+3. keep the best, rewritten into canonical form (dominated options swapped, eq. D1).
+If no structure fits, a beam search over (slot, layers, GPUs used) states (eq. DP6) looks for
+any feasible plan; it is complete while the beam is not truncated (all small instances).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import numpy as np
+
+from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
+from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, variant_bound
+from haap_milp.solvers.dp_core import Restriction, coverage, option_classes, split, stage_caps
+from haap_milp.solvers.dp_fallback import beam_search
+
+log = logging.getLogger(__name__)
+EXTRA_TAUS = 4  # candidate stage times tried above the smallest feasible one
+MAX_P_PER_TAU = 6  # stage counts split per candidate tau
+MAX_SEGMENTS = 6  # most GPU groups in one pipeline (all of them when there are at most 6)
+
+
+def solve(problem: Problem, options=None, hint: Assignment | None = None) -> RawResult:
+    """Best plan the heuristic finds (FEASIBLE), INFEASIBLE when the bounds prove none exists,
+    NO_SOLUTION when it finds none without a proof."""
+    t0 = time.perf_counter()
+    best: tuple[float, Assignment] | None = None
+    bounds, tried = [], 0
+    for v in range(len(problem.variants)):
+        t = build_tables(problem, v)
+        vb = variant_bound(problem, t)
+        bounds.append(vb)
+        if not math.isfinite(vb.total_s):
+            continue
+        for r in _restrictions(problem, t):
+            got, n = _variant(problem, t, r, vb.rest_lb)
+            tried += n
+            if got is not None and (best is None or got[0] < best[0]):
+                best = got
+    stats = {"splits": tried}
+    if best is None and any(math.isfinite(b.total_s) for b in bounds):
+        a = beam_search(problem)
+        stats["fallback"] = "beam"
+        best = (evaluate(problem, a), a) if a is not None else None
+    wall = time.perf_counter() - t0
+    if best is None:
+        if all(not math.isfinite(b.total_s) for b in bounds):
+            return RawResult("INFEASIBLE", "dp", wall_time_s=wall, message=infeasibility_reason(problem, bounds),
+                             stats=stats)
+        return RawResult("NO_SOLUTION", "dp", wall_time_s=wall, message="the DP heuristic found no plan", stats=stats)
+    a = best[1]
+    a = canonical(problem, build_tables(problem, a.variant), a)
+    return RawResult("FEASIBLE", "dp", assignment=a, objective_s=evaluate(problem, a), bound_s=None,
+                     wall_time_s=wall, stats=stats)
+
+
+def _restrictions(problem: Problem, t: Tables) -> list[Restriction]:
+    """U1: one run per (tp, dp, recompute) signature; U2: one run per tp of the pipeline ends."""
+    every = np.ones(t.n, bool)
+    if problem.uniform:
+        return [Restriction(t.sig == s, t.sig == s) for s in np.unique(t.sig)]
+    if problem.same_tp_first_last:
+        return [Restriction(every, t.tp == p) for p in np.unique(t.tp)]
+    return [Restriction(every, every)]
+
+
+def _candidates(t: Tables, r: Restriction) -> np.ndarray:
+    """Every value a stage time or a link can take (the points where coverage changes)."""
+    lt, ft, xt = t.coef["layer_time"][r.every], t.coef["first_time"][r.every], t.coef["last_time"][r.every]
+    hmax = t.U_mem[:, r.every].max(axis=0) if t.n else np.zeros(0)
+    n = np.arange(1, t.L + 1)
+    vals = [(n[None, :] * lt[:, None] + e[:, None])[n[None, :] <= hmax[:, None]] for e in (0 * ft, ft, xt, ft + xt)]
+    return np.unique(np.concatenate(vals + [t.p2p.ravel()]))
+
+
+def _feasible(problem: Problem, t: Tables, r: Restriction, cls, tau: float) -> dict:
+    h, hf = stage_caps(t, tau, r)
+    return coverage(t, cls, h, hf, problem.group_capacity, tau, MAX_SEGMENTS)
+
+
+def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float):
+    """Best (objective, assignment) of one variant and restriction, and the number of splits."""
+    cls = option_classes(t, r)
+    if not len(cls.members):
+        return None, 0
+    cand = _candidates(t, r)
+    if not cand.size or not _feasible(problem, t, r, cls, float(cand[-1])):
+        return None, 0
+    lo, hi = 0, len(cand) - 1
+    while lo < hi:  # smallest tau with a structure holding L layers (eq. DP3 is monotone in tau)
+        mid = (lo + hi) // 2
+        if _feasible(problem, t, r, cls, float(cand[mid])):
+            hi = mid
+        else:
+            lo = mid + 1
+    best, splits = _try_tau(problem, t, r, cls, float(cand[lo]), None)
+    splits_total = splits
+    if best is not None and t.M > 1:  # eq. DP5: larger tau only pays while (M-1)*tau < best - rest_lb
+        window = (best[0] - rest_lb) / (t.M - 1)
+        above = np.flatnonzero((cand > cand[lo]) & (cand <= window))
+        for j in above[np.linspace(0, len(above) - 1, min(EXTRA_TAUS, len(above))).astype(int)] if len(above) else []:
+            best, splits = _try_tau(problem, t, r, cls, float(cand[j]), best)
+            splits_total += splits
+    return best, splits_total
+
+
+def _try_tau(problem: Problem, t: Tables, r: Restriction, cls, tau: float, best):
+    h, hf = stage_caps(t, tau, r)
+    structures = coverage(t, cls, h, hf, problem.group_capacity, tau, MAX_SEGMENTS)
+    ps = sorted(structures)
+    pick = sorted({ps[int(i)] for i in np.linspace(0, len(ps) - 1, min(MAX_P_PER_TAU, len(ps)))}) if ps else []
+    for p in pick:
+        stages = split(t, cls, structures[p][1], h, hf, r)
+        if stages is None:
+            continue
+        a = Assignment(t.v, tuple(Stage(int(t.opts[i]), n) for i, n in reversed(stages)))
+        if violations(problem, a):
+            log.debug("dp: split produced an infeasible plan %s", a)
+            continue
+        obj = evaluate(problem, a)
+        if best is None or obj < best[0]:
+            best = (obj, a)
+    return best, len(pick)

@@ -1,0 +1,66 @@
+"""Uniform Megatron-style baseline: the best plan plain Megatron-LM would run without a layout.
+
+Search space (formulations/README.md, "uniform baseline"): one (tp, dp, recompute) signature
+for every stage, ``P`` dividing ``L`` with ``L / P`` layers per stage (Megatron's default
+even split), each stage placed on one GPU group; groups are filled in pipeline order, and every
+order of the groups is tried (there are at most a handful). It is what a user gets from
+hand-tuning tp/pp/dp on a mixed cluster, and the second baseline the exact plans are compared to.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+
+from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
+
+
+def _placements(problem: Problem, sig_opts: dict[int, int], p: int, gpus: int):
+    """Yield option lists (one per stage) filling groups in each order of the groups."""
+    groups = sorted(sig_opts)
+    seen = set()
+    for order in itertools.permutations(groups):
+        left = {g: problem.group_capacity[g] for g in groups}
+        chosen, gi = [], 0
+        for _ in range(p):
+            while gi < len(order) and left[order[gi]] < gpus:
+                gi += 1
+            if gi == len(order):
+                break
+            left[order[gi]] -= gpus
+            chosen.append(sig_opts[order[gi]])
+        if len(chosen) == p and tuple(chosen) not in seen:
+            seen.add(tuple(chosen))
+            yield chosen
+
+
+def solve(problem: Problem, options=None, hint=None) -> RawResult:
+    """Exhaustive over the (small) uniform space; returns the best feasible assignment."""
+    t0 = time.perf_counter()
+    best, best_t, tried = None, float("inf"), 0
+    L = problem.num_layers
+    for vi, var in enumerate(problem.variants):
+        by_sig: dict[tuple, dict[int, int]] = {}
+        for i in np.flatnonzero(var.allowed):
+            o = problem.options[i]
+            # one option per (signature, group); ep: keep the first (smallest) allowed
+            by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep), {}).setdefault(o.group, int(i))
+        for (tp, dp, _rc, _ep), sig_opts in by_sig.items():
+            for p in range(1, min(problem.max_stages, L) + 1):
+                if L % p:
+                    continue
+                for chosen in _placements(problem, sig_opts, p, tp * dp):
+                    a = Assignment(vi, tuple(Stage(o, L // p) for o in chosen))
+                    tried += 1
+                    if violations(problem, a):
+                        continue
+                    t = evaluate(problem, a)
+                    if t < best_t:
+                        best, best_t = a, t
+    wall = time.perf_counter() - t0
+    if best is None:
+        return RawResult("INFEASIBLE", "uniform", wall_time_s=wall, stats={"tried": tried},
+                         message="no uniform (even-split, same tp/dp/recompute) plan fits")
+    return RawResult("FEASIBLE", "uniform", best, best_t, None, wall, stats={"tried": tried})

@@ -1,0 +1,23 @@
+# Megatron-LM arguments for this plan (haap). Add data, tokenizer, optimizer and model details
+# not in the plan (normalization, position embedding) yourself.
+# 2 stages: 0: 5 layers on h100-80g@main; 1: 3 layers on a100-80g@main
+MEGATRON_ARGS=(
+  --num-layers 8
+  --hidden-size 1024
+  --ffn-hidden-size 4096
+  --num-attention-heads 16
+  --group-query-attention
+  --num-query-groups 4
+  --seq-length 2048
+  --max-position-embeddings 2048
+  --swiglu
+  --untie-embeddings-and-output-weights
+  --tensor-model-parallel-size 2
+  --pipeline-model-parallel-size 2
+  --pipeline-model-parallel-layout 'E,t*5|t*3,L'
+  --micro-batch-size 2
+  --global-batch-size 64
+  --sequence-parallel
+  --use-distributed-optimizer
+  --bf16
+)

@@ -1,0 +1,125 @@
+"""FlagScale emitter: a heterogeneous config satisfies every listed rule; each rule rejects a bad config."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from _emit_cases import DENSE, ISLANDS, MOE, TIED, hetero_plan, interleaved_plan, moe_plan, uniform_plan
+
+from haap_milp.emit import EmitError, emit
+from haap_milp.emit.flagscale import build_config, meshes, plan_violations, validate_flagscale_config
+
+
+def _config(plan=None, model=TIED):
+    files = emit(plan or hetero_plan(), "flagscale", ISLANDS, model)
+    text = files["flagscale_train.yaml"]
+    return yaml.safe_load(text), files
+
+
+def test_heterogeneous_config_satisfies_every_listed_rule():
+    plan = hetero_plan()
+    cfg, files = _config(plan)
+    h, sysc, mdl = cfg["system"]["hetero"], cfg["system"], cfg["model"]
+    flat = h["hetero_process_meshes"]
+    ms = [flat[i:i + 5] for i in range(0, len(flat), 5)]
+    tps, cps, _eps, dps, pps = zip(*ms)
+    # meshes: tp, cp, ep, dp, pp; pp sums to the pipeline; split per stage sums to the layers
+    assert sum(pps) == sysc["pipeline_model_parallel_size"] == plan.pp
+    assert h["hetero_pipeline_layer_split"] == [s.num_layers for s in plan.stages]
+    assert sum(h["hetero_pipeline_layer_split"]) == TIED.num_layers
+    assert len(h["hetero_device_types"]) == len(ms)
+    # each mesh's micro-batch rescaled so every stage sees the same samples: dp_0*mbs % dp_i == 0
+    assert all((dps[0] * mdl["micro_batch_size"]) % d == 0 for d in dps)
+    per_mesh_mbs = [dps[0] * mdl["micro_batch_size"] // d for d in dps]
+    assert {m * d for m, d in zip(per_mesh_mbs, dps)} == {plan.samples_per_microbatch}
+    # equal cp, no vpp, tied embeddings -> first and last mesh the same tp
+    assert len(set(cps)) == 1
+    assert "num_layers_per_virtual_pipeline_stage" not in sysc
+    assert TIED.tied_embeddings and tps[0] == tps[-1]
+    # per-stage recompute: full on the two RoCE V100 stages only
+    assert sysc["recompute_granularity"] == "full"
+    assert sysc["recompute_granularity_per_stage_micro_batch"] == ["1, 16, 0", "1, 16, 1", "1, 16, 1", "1, 16, 0"]
+    # the GPUs: every mesh's world matches the stages it holds, device types follow the hostfile order
+    types = [ln.split("type=")[1] for ln in files["hostfile"].splitlines() if "type=" in ln]
+    assert types == ["h100-80g", "v100-32g", "v100-32g", "v100-32g"]
+    assert validate_flagscale_config(cfg, TIED.num_layers, TIED.num_heads, TIED.kv_heads, True) == []
+
+
+def test_consecutive_identical_stages_form_one_mesh():
+    ms = meshes(hetero_plan())
+    assert [(m["gpu_type"], m["tp"], m["dp"], m["pp"]) for m in ms] == [
+        ("h100-80g", 2, 4, 1), ("v100-32g", 4, 2, 2), ("v100-32g", 2, 4, 1)]
+    assert [m["stages"] for m in ms] == [[0], [1, 2], [3]]
+
+
+def _valid():
+    return build_config(hetero_plan(), TIED)
+
+
+def _check(cfg):
+    return {v.rule for v in validate_flagscale_config(cfg, TIED.num_layers, TIED.num_heads, TIED.kv_heads, True)}
+
+
+def _mut(path_value):
+    cfg = copy.deepcopy(_valid())
+    for path, value in path_value:
+        node = cfg
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return cfg
+
+
+H = ("system", "hetero")
+
+
+@pytest.mark.parametrize("changes,rule", [
+    ([(H + ("hetero_process_meshes",), [2, 1, 1, 4, 1, 4, 1, 1, 2])], "flagscale.mesh_format"),
+    ([(("system", "pipeline_model_parallel_size"), 5)], "flagscale.pp_sum"),
+    ([(H + ("hetero_pipeline_layer_split",), [6, 2, 2, 3])], "flagscale.layer_split"),
+    ([(H + ("hetero_device_types",), ["h100-80g", "v100-32g"])], "flagscale.device_types"),
+    ([(H + ("hetero_process_meshes",), [2, 1, 1, 4, 1, 4, 1, 1, 3, 2, 2, 1, 1, 4, 1])], "flagscale.microbatch_rescale"),
+    ([(H + ("hetero_process_meshes",), [2, 1, 1, 4, 1, 4, 2, 1, 2, 2, 2, 1, 1, 4, 1])], "flagscale.equal_cp"),
+    ([(("model", "global_batch_size"), 66)], "flagscale.global_batch"),
+    ([(H + ("hetero_process_meshes",), [2, 1, 1, 4, 1, 4, 1, 1, 2, 2, 4, 1, 1, 2, 1])], "flagscale.tied_tp"),
+    ([(H + ("hetero_process_meshes",), [2, 1, 1, 4, 1, 4, 1, 1, 2, 2, 2, 1, 1, 3, 1])], "flagscale.tied_dp"),
+    ([(("system", "num_layers_per_virtual_pipeline_stage"), 1)], "flagscale.no_vpp"),
+    ([(H + ("hetero_process_meshes",), [2, 1, 1, 4, 1, 3, 1, 1, 2, 2, 2, 1, 1, 4, 1])], "flagscale.heads_tp"),
+    ([(H + ("hetero_process_meshes",), [2, 1, 2, 4, 1, 4, 1, 1, 2, 2, 2, 1, 1, 4, 1])], "flagscale.experts_ep"),
+    ([(("system", "recompute_granularity"), "selective")], "flagscale.recompute"),
+    ([(("system", "recompute_granularity_per_stage_micro_batch"), ["1, 16, 0", "1, 15, 1", "2, 16, 1"])],
+     "flagscale.recompute"),
+    ([(("system", "recompute_granularity_per_stage_micro_batch"), ["1, 16, 0", "1, 16, 1"])], "flagscale.recompute"),
+])
+def test_each_rule_rejects_its_bad_config(changes, rule):
+    assert _check(_valid()) == set()
+    assert rule in _check(_mut(changes))
+
+
+def test_ep_with_tp_needs_sequence_parallel():
+    cfg = build_config(moe_plan(), MOE)
+    cfg["system"]["sequence_parallel"] = False
+    rules = {v.rule for v in validate_flagscale_config(cfg, MOE.num_layers, MOE.num_heads, MOE.kv_heads, False, 8)}
+    assert "flagscale.ep_tp_sp" in rules
+
+
+def test_refusals_name_the_feature():
+    with pytest.raises(EmitError, match=r"virtual pipeline.*--target megatron"):
+        emit(interleaved_plan(), "flagscale", ISLANDS, DENSE)
+    plan = hetero_plan()
+    mixed = plan.model_copy(update={"stages": (plan.stages[0].model_copy(update={"recompute": "selective"}),
+                                               *plan.stages[1:])})
+    assert any(v.rule == "flagscale.recompute" for v in plan_violations(mixed, TIED))
+    untied_tp = plan.model_copy(update={"stages": (*plan.stages[:3], plan.stages[3].model_copy(update={"tp": 4,
+                                                                                                      "dp": 2}))})
+    with pytest.raises(EmitError, match="same tp"):
+        emit(untied_tp, "flagscale", ISLANDS, TIED)
+
+
+def test_uniform_plan_is_one_mesh():
+    cfg = build_config(uniform_plan(), DENSE)
+    assert cfg["system"]["hetero"]["hetero_process_meshes"] == [2, 1, 1, 4, 2]
+    assert cfg["system"]["recompute_granularity"] == "selective"
+    assert "recompute_granularity_per_stage_micro_batch" not in cfg["system"]
