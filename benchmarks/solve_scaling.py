@@ -95,9 +95,18 @@ def targets(lines: list[dict]) -> list[str]:
             ok = r["status"] == "OPTIMAL" and r["gap_pct"] != "" and r["gap_pct"] <= 1.0 and r["total_s"] != "" \
                 and r["total_s"] <= limit
             out.append(f"- {r['model']} on {gpus} GPUs x 3 types: target gap <= 1 % within {limit:g} s -> "
-                       f"{'MET' if ok else 'NOT MET'} (status {r['status'] or '-'}, gap {r['gap_pct']} %, "
-                       f"CP-SAT {r['cpsat_s']} s, end to end {r['total_s']} s).")
+                       f"{'MET' if ok else 'NOT MET'} (status {r['status'] or '-'}, gap {_cell('gap_pct', r['gap_pct'])} %, "
+                       f"CP-SAT {_cell('cpsat_s', r['cpsat_s'])} s, end to end {_cell('total_s', r['total_s'])} s).")
     return out or ["- the target instances (80 layers, 3 types, 1024/4096 GPUs) were not in this run."]
+
+
+FORMATS = {"gap_pct": ".2f", "cpsat_s": ".2f", "presolve_s": ".2f", "dp_s": ".2f", "total_s": ".2f",
+           "objective_s": ".3f", "dp_objective_s": ".3f", "uniform_objective_s": ".3f", "gain_vs_dp_pct": "+.1f",
+           "gain_vs_uniform_pct": "+.1f"}
+
+
+def _cell(key: str, value) -> str:
+    return "–" if value == "" else format(value, FORMATS[key]) if key in FORMATS else str(value)
 
 
 def write_md(lines: list[dict], path: Path, args) -> None:
@@ -112,7 +121,7 @@ def write_md(lines: list[dict], path: Path, args) -> None:
              "uniform = T_base / T_exact − 1 (throughput gain).")
     md = ["# Solve-time scaling", "", __doc__.split("Usage:")[0].strip(), "", setup, "", "## Targets", "",
           *targets(lines), "", "## Results", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    md += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in lines]
+    md += ["| " + " | ".join(_cell(k, r[k]) for k in keys) + " |" for r in lines]
     notes = [f"- {r['model']} {r['cluster']}: {r['message']}" for r in lines if r["message"]]
     md += ["", "## Messages", "", *(notes or ["- none"]), ""]
     path.write_text("\n".join(md))

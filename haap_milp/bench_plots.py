@@ -29,7 +29,7 @@ def plot_solve_time(rows: list[dict], path: Path) -> Path:
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in rows:
         g, w = num(r["cluster_gpus"]), num(r["wall_s"])
-        if g and w is not None and r["status"] != "ERROR":
+        if g and w is not None and r["status"] not in ("ERROR", "INFEASIBLE"):  # presolve-proven: not a solve
             name = r["method"] + (f" ({r['time_limit_s']} s)" if r["time_limit_s"] else "")
             series[name].append((g, max(w, 1e-3)))
     for name, pts in sorted(series.items()):
@@ -43,7 +43,7 @@ def plot_solve_time(rows: list[dict], path: Path) -> Path:
         ax.plot(xs, [statistics.median(by_g[x]) for x in xs], color=color, marker=marker, ls=ls,
                 label=f"{name} median")
     ax.set(xscale="log", yscale="log", xlabel="GPUs in the cluster", ylabel="solve wall time (s)",
-           title="Solve time vs cluster size (points: runs; lines: median)")
+           title="Solve time vs cluster size (points: runs; lines: median; infeasible excluded)")
     _int_ticks(ax, sorted({g for pts in series.values() for g, _ in pts}))
     ax.grid(True, which="both", alpha=0.3)
     if series:

@@ -62,8 +62,9 @@ def summarize(rows: list[dict]) -> list[dict]:
         dp = next((r for r in rs if r["method"] == "dp"), None)
         uni = next((r for r in rs if r["method"] == "uniform"), None)
         t_ex = num(best["objective_s"]) if best else None
+        info = next((r for r in rs if r["model_params_b"]), rs[0])  # rows of crashed runs carry no model info
         rec = {"model": key[0], "cluster": key[1], "gbs": key[2], "seq": key[3], "precision": key[4],
-               "params_b": num(rs[0]["model_params_b"]), "moe": rs[0]["moe"] == "1", "gpus": num(rs[0]["cluster_gpus"]),
+               "params_b": num(info["model_params_b"]), "moe": info["moe"] == "1", "gpus": num(info["cluster_gpus"]),
                "best": best, "dp": dp, "uniform": uni, "limit": top, "t_exact": t_ex,
                "gain_dp": _gain(dp, t_ex), "gain_uniform": _gain(uni, t_ex),
                "gap": num(best["gap"]) if best else None}
@@ -185,7 +186,16 @@ def environment() -> str:
             f"OR-Tools {ver('ortools')}, HiGHS {ver('highspy')}, haap-milp {ver('haap-milp')}._")
 
 
+def grid_order(spec: BenchSpec, rows: list[dict]) -> list[dict]:
+    """Rows in the spec's grid order (they arrive in completion order), methods in run order."""
+    tasks = {(t.model, t.cluster, str(t.gbs), str(t.seq), t.precision): i for i, t in enumerate(spec.tasks())}
+    runs = {(m, "" if t is None else format(float(t), "g")): i for i, (m, t) in enumerate(spec.runs())}
+    return sorted(rows, key=lambda r: (tasks.get(task_of(r), len(tasks)), runs.get((r["method"], r["time_limit_s"]),
+                                                                                    len(runs))))
+
+
 def write_summary(spec: BenchSpec, rows: list[dict], path: Path) -> Path:
+    rows = grid_order(spec, rows)
     recs = summarize(rows)
     lines = [f"# Benchmark `{spec.name}`", ""]
     if spec.description:

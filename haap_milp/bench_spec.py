@@ -223,9 +223,9 @@ def parse_spec(data: object, source: str = "spec") -> BenchSpec:
 DEFAULT_SPEC: dict = {
     "name": "default",
     "description": "Full grid: 7 models (1.3B-405B, dense and MoE) x 7 clusters (1-3 GPU types, 16-4096 GPUs, "
-                   "one mixed-NIC two-island cluster) x cpsat, milp, dp, uniform x time limits 10 s and 60 s.",
+                   "one mixed-NIC two-island cluster) x cpsat, milp, dp, uniform x time limits 10 s and 30 s.",
     "methods": ["cpsat", "milp", "dp", "uniform"],
-    "time_limits_s": [10, 60],
+    "time_limits_s": [10, 30],
     "gbs": [512],
     "seq": [4096],
     "models": [

@@ -30,6 +30,22 @@ def _layers_per_gpu(problem: Problem) -> dict[int, tuple[float, int]]:
     return best
 
 
+def _extras_in_layers(problem: Problem, best: dict) -> float:
+    """Embedding + LM head memory, in layers of the roomiest option (they must sit somewhere)."""
+    if not best:
+        return 0.0
+    i = best[max(best, key=lambda g: best[g][0])][1]
+    v = next(v for v in problem.variants if v.allowed[i])
+    per_layer = v.layer_static_mem[i] + v.layer_act_mem[i]
+    extra = v.first_static_mem[i] + v.first_act_mem[i] + v.last_static_mem[i] + v.last_act_mem[i]
+    return float(extra / per_layer) if per_layer > 0 else 0.0
+
+
+def _cheaper(training) -> str:
+    alt = ", or a shorter sequence"
+    return alt if training.distributed_optimizer else alt + " or --distributed-optimizer"
+
+
 def infeasibility_reason(ctx) -> str:
     """One or two sentences naming the binding limit and a cheap change that would help."""
     pre, training, model = ctx.presolved, ctx.training, ctx.model
@@ -40,14 +56,17 @@ def infeasibility_reason(ctx) -> str:
     if not problem.variants:
         return _one_layer_reason(ctx)
     best = _layers_per_gpu(problem)
-    holdable = sum(best[g][0] * problem.group_capacity[g] for g in best)
+    holdable = sum(best[g][0] * problem.group_capacity[g] for g in best) - _extras_in_layers(problem, best)
     if holdable < model.num_layers:
         g = max(best, key=lambda k: best[k][0])
         need = math.ceil((model.num_layers - holdable) / best[g][0]) if best[g][0] > 0 else None
-        more = f"about {need} more {pre.groups[g].gpu_type} GPUs" if need else "GPUs with more memory"
+        gpn = pre.groups[g].gpus_per_node
+        need = -(-need // gpn) * gpn if need else need  # whole nodes
+        more = f"about {need} more {pre.groups[g].gpu_type} GPUs ({need // gpn} node(s))" if need else \
+            "GPUs with more memory"
         return (f"memory binds: even with the most memory-frugal options the cluster's GPUs hold about "
                 f"{holdable:.0f} of the {model.num_layers} layers (weights, gradients, optimizer state and "
-                f"activations); it needs {more}, a smaller global batch or sequence, or the distributed optimizer")
+                f"activations, embedding and LM head); it needs {more}" + _cheaper(training))
     if problem.uniform:
         return ("no plan with the same tp, dp and recompute on every stage fits (the target engine needs "
                 "uniform parallelism); try --target flagscale or --target any")

@@ -97,7 +97,9 @@ def finish(ctx: Context, raw: RawResult, extra_wall_s: float = 0.0) -> Outcome:
         if viol:
             message = (message + " " if message else "") + f"checker found {len(viol)} violation(s)"
             status = Status.ERROR
-    if status == Status.INFEASIBLE and not message:
+    if status == Status.INFEASIBLE:  # one sentence on the binding limit; the solver's detail stays in stats
+        if message:
+            stats["solver_message"] = message
         message = explain_infeasible(ctx)
     result = SolveResult(
         status=status, solver=raw.solver, objective_s=objective, bound_s=bound,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
 from haap_milp.problem import Assignment, Option, Problem, Variant, stage_memory, stage_times
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, SolveOptions, StagePlan, TrainingSpec
@@ -178,16 +179,22 @@ def _price_variant(est, model, training, groups, opts, b, ids) -> tuple[Variant,
         o = opts[i]
         g = groups[o.group]
         args = (g.gpu_type, o.tp, o.dp, o.ep, 1, o.recompute, b)
-        lc, fc, lastc = est.layer_cost(*args), est.first_stage_extra(*args), est.last_stage_extra(*args)
+        try:
+            lc = est.layer_cost(*args, island=g.island)
+            fc, lastc = est.first_stage_extra(*args, island=g.island), est.last_stage_extra(*args, island=g.island)
+        except HaapInputError as exc:  # a combination the estimator cannot run (e.g. precision): not an option
+            log.debug("option %s dropped: %s", o, exc)
+            continue
         cap = est.usable_memory_bytes(g.gpu_type)
-        fixed = est.stage_fixed_bytes(g.gpu_type, o.tp)
+        # full recompute adds the transient activations of the layer being recomputed
+        fixed = est.stage_fixed_bytes(g.gpu_type, o.tp, dp=o.dp, recompute=o.recompute, samples_per_microbatch=b)
         a["lt"][i], a["ft"][i], a["lat"][i] = lc.time_s, fc.time_s, lastc.time_s
         a["ls"][i], a["la"][i] = lc.static_bytes, lc.act_bytes
         a["fs"][i], a["fa"][i] = fc.static_bytes, fc.act_bytes
         a["xs"][i], a["xa"][i] = lastc.static_bytes, lastc.act_bytes
         a["fx"][i], a["cap"][i] = fixed, cap
         a["sl"][i], a["s1"][i], a["sL"][i] = lc.sync_s, fc.sync_s, lastc.sync_s
-        a["sf"][i] = est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp) if hasattr(est, "stage_fixed_sync_s") else 0.0
+        a["sf"][i] = est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp, ep=o.ep)
         # memory-aware pruning: must hold one layer at the cheapest position (last stage, 1 micro-batch in flight)
         allowed[i] = fixed + lc.static_bytes + lc.act_bytes <= cap
     allowed = _drop_dominated(opts, allowed, a)

@@ -110,7 +110,8 @@ def _option_costs(model: ModelShape, gpu: GpuType, opt: Option, b: int, dp_bw_gb
     )
 
 
-def _p2p(model: ModelShape, b: int, islands: list[int], rng, ib_gbps: float) -> np.ndarray:
+def _p2p(model: ModelShape, b: int, islands: list[int], rng, ib_gbps: float,
+         cross_gbps: tuple[float, float] = (0.5, 3.0)) -> np.ndarray:
     """Per micro-batch fwd activation + bwd gradient, s*B*h bf16 each way."""
     bytes_ = 2 * 2.0 * model.seq * b * model.hidden
     g = len(islands)
@@ -122,12 +123,13 @@ def _p2p(model: ModelShape, b: int, islands: list[int], rng, ib_gbps: float) -> 
             elif islands[i] == islands[j]:
                 bw[i, j] = ib_gbps * rng.uniform(0.4, 0.9)
             else:
-                bw[i, j] = rng.uniform(0.5, 3.0)  # slow inter-island link
+                bw[i, j] = rng.uniform(*cross_gbps)  # slow inter-island link
     bw = np.minimum(bw, bw.T)
     return bytes_ / (bw * 1e9)
 
 
-def _variant(model, gpus, options, b, m, islands, rng, ib_gbps, gpus_per_node, mem_scale) -> Variant:
+def _variant(model, gpus, options, b, m, islands, rng, ib_gbps, gpus_per_node, mem_scale,
+             cross_gbps=(0.5, 3.0)) -> Variant:
     cols: dict[str, list] = {}
     for o in options:
         gpu = gpus[o.group]
@@ -139,7 +141,8 @@ def _variant(model, gpus, options, b, m, islands, rng, ib_gbps, gpus_per_node, m
     allowed = np.array([b % o.dp == 0 for o in options])
     one = arr["fixed_mem"] + arr["layer_static_mem"] + arr["layer_act_mem"]
     allowed &= one <= arr["mem_capacity"]
-    return Variant(samples_per_microbatch=b, num_microbatches=m, p2p_time=_p2p(model, b, islands, rng, ib_gbps),
+    return Variant(samples_per_microbatch=b, num_microbatches=m,
+                   p2p_time=_p2p(model, b, islands, rng, ib_gbps, cross_gbps),
                    allowed=allowed, **arr)
 
 
@@ -182,7 +185,8 @@ def random_problem(src, *, num_groups: int | None = None, num_layers: int | None
 def large_problem(src, *, num_gpus: int = 1024, num_types: int = 3, num_layers: int = 80, max_stages: int = 32,
                   hidden: int = 8192, heads: int = 64, seq: int = 4096, gbs: int = 1024,
                   micro_batches: tuple[int, ...] = (8, 16, 32), islands: int = 2,
-                  recompute: tuple[str, ...] = ("none", "selective", "full")) -> Problem:
+                  recompute: tuple[str, ...] = ("none", "selective", "full"),
+                  cross_island_gbps: tuple[float, float] = (5.0, 12.5)) -> Problem:
     """A presolve-sized instance: ``num_gpus`` split over ``num_types`` GPU types (each type a
     group; types alternate over ``islands``), options = group x tp {1,2,4,8} x dp = B/m for
     m in {1,2,4,8} x recompute, one variant per B in ``micro_batches``."""
@@ -204,7 +208,7 @@ def large_problem(src, *, num_gpus: int = 1024, num_types: int = 3, num_layers: 
                         options.append(Option(gi, tp, dp, 1, rc))
     options = tuple(options)
     scale = np.ones(num_types)
-    variants = tuple(_variant(model, types, options, b, gbs // b, isl, rng, 25.0, 8, scale)
+    variants = tuple(_variant(model, types, options, b, gbs // b, isl, rng, 25.0, 8, scale, cross_island_gbps)
                      for b in micro_batches)
     kept = []
     for v in variants:

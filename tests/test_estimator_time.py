@@ -228,3 +228,17 @@ def test_mixed_precision_gpu_peaks_in_mfu():
     assert pe.mfu == pytest.approx(pe.tflops_per_gpu * 1e12 * pe.num_gpus / peak, rel=1e-9)
     assert 0 < pe.mfu < pe.hfu < 1
     assert A100.bf16_tflops < H100.bf16_tflops
+
+
+def test_p2p_models():
+    """'group' (default) depends only on the two groups and B, as problem.py's table needs; 'per_gpu' uses
+    the plan's tp/dp and is never faster than 'group' (which assumes the whole smaller group sends)."""
+    plan = _hetero_plan()
+    grp = Estimator(LLAMA_8B, hetero_cluster(40.0), training(32, 4096))
+    per = Estimator(LLAMA_8B, hetero_cluster(40.0), training(32, 4096), p2p_model="per_gpu")
+    a, b = ("h100-80g", "east"), ("a100-80g", "west")
+    assert grp.p2p_time(a, b, 16) == grp.p2p_time(a, b, 16, 4, 8, dp_a=2, dp_b=2)
+    assert per.p2p_time(a, b, 16, 2, 8, dp_a=4, dp_b=2) >= grp.p2p_time(a, b, 16)
+    assert per.estimate(plan).iteration_time_s >= grp.estimate(plan).iteration_time_s
+    with pytest.raises(HaapInputError):
+        Estimator(LLAMA_8B, cluster(), training(), p2p_model="magic")

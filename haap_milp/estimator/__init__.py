@@ -1,10 +1,12 @@
 """The heterogeneity-aware cost model (DESIGN.md step 2): time and memory of any plan on any cluster.
 
 Modules by concern: ``flops`` (FLOP counts and published closed forms), ``compute`` (GEMM / attention /
-memory-bound time), ``comm`` (collectives on real links), ``memory`` (bytes per parameter, activations),
-``layers`` + ``costs`` (per-layer-kind costs), ``schedule`` (pipeline closed forms), ``whole`` (plan
-estimate), ``calibration`` (fitted parameters, ``calibration.json``), ``profiles`` + ``override``
-(measured profiles), ``plan`` (the public ``Estimator``).
+memory-bound time), ``comm`` (collectives on real links), ``hardware`` (node groups, links, stage
+checks), ``memory`` (bytes per parameter, activations), ``impl`` (engine kernel choices), ``layers`` +
+``costs`` (per-layer-kind costs), ``schedule`` (pipeline closed forms), ``whole`` (plan estimate),
+``calibration`` (fitted parameters, ``calibration.json``), ``measured`` (published runs as specs, used
+by benchmarks/calibrate.py), ``profiles`` + ``override`` (measured profiles), ``results`` (return
+types), ``plan`` (the public ``Estimator``).
 """
 
 from haap_milp.estimator.calibration import Calibration, GlobalParams, GpuParams, load_calibration

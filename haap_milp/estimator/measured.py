@@ -243,7 +243,7 @@ def fsdp_time_s(est: Estimator, plan: Plan, stage_time_s: float) -> float:
 
 
 def estimator_for(run: Run, calibration: Calibration | None = None) -> Estimator:
-    return Estimator(run.model, run.cluster, run.training, calibration, impl=run.impl)
+    return Estimator(run.model, run.cluster, run.training, calibration, impl=run.impl, p2p_model="per_gpu")
 
 
 def predict_time_s(run: Run, est: Estimator) -> float:

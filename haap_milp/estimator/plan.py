@@ -42,14 +42,15 @@ class Estimator:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                  calibration: Calibration | None = None, profile: Profile | None = None, *,
-                 impl: Implementation = MODERN, p2p_model: str = "node"):
+                 impl: Implementation = MODERN, p2p_model: str = "group"):
         self.model, self.cluster, self.training = model, cluster, training
         self.impl = impl
-        if p2p_model not in ("node", "per_gpu"):
-            raise HaapInputError(f"p2p_model={p2p_model!r} must be 'node' or 'per_gpu'.", field="p2p_model")
+        if p2p_model not in ("group", "per_gpu"):
+            raise HaapInputError(f"p2p_model={p2p_model!r} must be 'group' or 'per_gpu'.", field="p2p_model")
         self.p2p_model = p2p_model
         self.calibration = calibration if calibration is not None else _default_calibration()
         self.profile = profile
+        self.moe_fraction = model.num_moe_layers / model.num_layers  # computed once: a property that loops layers
         if profile is not None and profile.seq_len and profile.seq_len != training.seq_len:
             raise HaapInputError(f"profile was measured at seq_len={profile.seq_len}, training uses "
                                  f"{training.seq_len}; profile times do not transfer.", field="profile.seq_len",
@@ -105,8 +106,8 @@ class Estimator:
 
     def _analytic_layer(self, c: costs.StageConfig, hw: hardware.Hardware) -> StageCost:
         """Mean over the model's dense and MoE decoder layers (layer-kind passes cached across dp)."""
-        frac = self.model.num_moe_layers / self.model.num_layers
-        total = StageCost()
+        frac = self.moe_fraction
+        parts = []
         for moe, w in ((False, 1.0 - frac), (True, frac)):
             if w <= 0:
                 continue
@@ -114,8 +115,8 @@ class Estimator:
             passes = self._memo("layer_passes", pkey,
                                 lambda: costs.decoder_passes(self.model, moe, c, hw, self.training, self.impl))  # noqa: B023
             cost = costs.decoder_cost(self.model, moe, c, hw, self.training, self.calibration, passes, self.impl)
-            total = total + cost.scaled(w)
-        return total
+            parts.append(cost if w == 1.0 else cost.scaled(w))
+        return parts[0] if len(parts) == 1 else parts[0] + parts[1]
 
     def first_stage_extra(self, gpu_type: str, tp: int, dp: int, ep: int, etp: int, recompute: str,
                           samples_per_microbatch: int, *, island: str | None = None, cp: int = 1) -> StageCost:
@@ -155,7 +156,7 @@ class Estimator:
             if recompute == "full" and samples_per_microbatch:
                 b = samples_per_microbatch / dp
                 sp = self.training.sequence_parallel and tp > 1
-                moe = self.model.num_moe_layers > 0
+                moe = self.moe_fraction > 0
                 fixed += memory.recompute_working_bytes(self.model, moe, b, self.training.seq_len, tp, sp, recompute,
                                                         cp, etp, self.impl)
             return fixed
@@ -184,12 +185,14 @@ class Estimator:
                  cp: int = 1) -> float:
         """Forward activations a -> b plus backward gradients b -> a of one micro-batch (B samples, 16-bit).
 
-        ``p2p_model="node"`` (default; what problem.py's group-pair table can hold): the transfer runs over
-        the NICs of one node at each end (rail-optimised: every GPU of a node sends its share on its own
-        NIC), whatever the stages' tp/dp. ``"per_gpu"`` with ``dp_a``/``dp_b`` given: each of the
-        min(tp_a·dp_a, tp_b·dp_b)·cp GPUs on the narrower side moves its 1/(tp·dp·cp) share over its own
-        NIC share (Megatron scatter/gather). Between islands the island link, shared by all senders, also
-        bounds the rate; latencies: NIC (+ island link)."""
+        Every sending GPU moves its share of the micro-batch over its own share of its node's NICs
+        (rail-optimised nodes, Megatron scatter/gather), so the rate is (number of GPUs on the narrower
+        side) x NIC share per GPU. ``p2p_model="per_gpu"`` with ``dp_a``/``dp_b`` given: that number is
+        min(tp_a·dp_a, tp_b·dp_b)·cp, exact for the plan. ``"group"`` (default; what problem.py's
+        group-pair table can hold, so presolve's objective equals ``estimate``): it is the GPU count of the
+        smaller of the two node groups - exact when stages fill their groups, optimistic for stages much
+        smaller than their group. Between islands the island link, shared by all senders, also bounds the
+        rate; latencies: NIC (+ island link)."""
         streams = None
         if self.p2p_model == "per_gpu" and dp_a is not None and dp_b is not None:
             streams = min(tp_a * dp_a, tp_b * dp_b) * cp
@@ -200,7 +203,7 @@ class Estimator:
         hw_a, hw_b = self.hardware(*ga), self.hardware(*gb)
         total = samples * self.training.seq_len * self.model.hidden * 2.0  # 16-bit activations of B samples
         if streams is None:
-            streams = min(hw_a.gpus_per_node, hw_b.gpus_per_node)  # one node's NICs at each end
+            streams = min(self._group_gpus(ga), self._group_gpus(gb))
         rate = min(hw_a.nic_gpu.bytes_per_s, hw_b.nic_gpu.bytes_per_s) * streams
         lat = max(hw_a.nic_gpu.latency_s, hw_b.nic_gpu.latency_s)
         link = self.cluster.island_link(ga[1], gb[1]) if ga[1] != gb[1] else None
@@ -208,6 +211,9 @@ class Estimator:
             rate = min(rate, link.bandwidth_gbps * 1e9 * min(hw_a.params.nic_eff, hw_b.params.nic_eff))
             lat += link.latency_us * 1e-6
         return 2.0 * comm.p2p(comm.Link(rate, lat)).time(total)
+
+    def _group_gpus(self, group: tuple[str, str]) -> int:
+        return sum(g.num_gpus for g in hardware.node_groups(self.cluster, group[0], group[1]))
 
     # ------------------------------------------------------------------ whole plan
     def estimate(self, plan: Plan) -> PlanEstimate:

@@ -99,7 +99,7 @@ def estimate_plan(est: Estimator, plan: Plan) -> PlanEstimate:
 
 
 def _boundary(est: Estimator, plan: Plan, a: int, b: int) -> float:
-    """c_j: with the default node-level p2p model this is exactly presolve's p2p_time[g_a][g_b]."""
+    """c_j: with the default group-level p2p model this is exactly presolve's p2p_time[g_a][g_b]."""
     sa, sb = plan.stages[a], plan.stages[b]
     return est.p2p_time((sa.gpu_type, sa.island), (sb.gpu_type, sb.island), plan.samples_per_microbatch,
                         sa.tp, sb.tp, dp_a=sa.dp, dp_b=sb.dp, cp=plan.cp)

@@ -16,7 +16,7 @@ import time
 from ortools.sat.python import cp_model
 
 from haap_milp.problem import Assignment, Problem, RawResult
-from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, build_model, decode, hint_values
+from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, decode, hint_values
 from haap_milp.solvers.common import run_variants
 from haap_milp.specs import SolveOptions
 
@@ -29,12 +29,15 @@ PROBING = 0  # presolve probing on this model creates millions of binary clauses
 
 def solve(problem: Problem, options: SolveOptions | None = None, hint: Assignment | None = None) -> RawResult:
     """Exact solve with OR-Tools CP-SAT (status, objective = evaluate(plan), proven bound, gap)."""
-    return run_variants(problem, options or SolveOptions(), hint, "cpsat", _solve_variant)
+    return run_variants(problem, options or SolveOptions(), hint, "cpsat", _solve_node)
 
 
 def _scale(t: Tables, b: VariantBound) -> float:
-    """S such that the reference stage time (the cut-off, else 2x the B2 bound) is SCALE_TARGET."""
-    ref = t.tau_ub if t.tau_ub is not None and math.isfinite(t.tau_ub) else 2.0 * b.tau_lb
+    """S such that the reference stage time (the node's upper tau, at most twice its lower tau)
+    is SCALE_TARGET."""
+    ref = min(t.tau_ub if t.tau_ub is not None else math.inf, 2.0 * b.tau_lb if b.tau_lb > 0 else math.inf)
+    if not math.isfinite(ref):
+        ref = 2.0 * b.tau_lb
     if not ref > 0:
         ref = float(max(t.coef["layer_time"].max(), 1e-9))
     return SCALE_TARGET / ref
@@ -119,13 +122,16 @@ def _params(options: SolveOptions, time_s: float) -> cp_model.CpSolver:
     # determinism: interleaved search gives the same result for the same input and thread count
     # (sat_parameters.proto, interleave_search) as long as the time limit is not what stops it
     p.interleave_search = INTERLEAVE and options.threads > 1
+    if p.interleave_search:
+        p.interleave_batch_size = 1  # measured: larger batches wait seconds on tiny models
     return solver
 
 
-def _solve_variant(problem: Problem, t: Tables, b: VariantBound, cutoff: float | None, time_s: float,
-                   hint: Assignment | None, options: SolveOptions) -> VariantResult:
+def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float | None, time_s: float,
+                hint: Assignment | None, options: SolveOptions) -> VariantResult:
+    """CP-SAT on one (variant, tau interval) node model."""
     t0 = time.perf_counter()
-    lm = build_model(problem, t, tau_lb=b.tau_lb)
+    t = lm.t
     S = _scale(t, b)
     _, _, W = _slack(t)
     cp = cp_model.CpModel()

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import sys
 import time
 
 import numpy as np
 import pulp
 
 from haap_milp.problem import Assignment, Problem, RawResult
-from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, build_model, decode, hint_values
+from haap_milp.solvers.common import LinModel, VariantBound, VariantResult, decode, hint_values
 from haap_milp.solvers.common import run_variants
 from haap_milp.specs import SolveOptions
 
@@ -28,6 +30,29 @@ try:  # PuLP's in-process HiGHS needs highspy
 except Exception:  # pragma: no cover - environment without highspy
     highspy = None
     _HAVE_HIGHS = False
+
+
+def _silence_banner() -> None:
+    """HiGHS prints a copyright banner on stdout when the first instance is created in a process
+    (measured with highspy 1.16); create that first instance with file descriptor 1 muted so that
+    JSON on stdout stays clean."""
+    if not _HAVE_HIGHS:
+        return
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            try:
+                highspy.Highs()
+            finally:
+                os.dup2(saved, 1)
+                os.close(saved)
+    except OSError:  # pragma: no cover - no real file descriptor 1
+        highspy.Highs()
+
+
+_silence_banner()
 
 
 if _HAVE_HIGHS:
@@ -48,7 +73,7 @@ if _HAVE_HIGHS:
 
 def solve(problem: Problem, options: SolveOptions | None = None, hint: Assignment | None = None) -> RawResult:
     """Exact solve with HiGHS through PuLP (CBC when highspy is missing)."""
-    return run_variants(problem, options or SolveOptions(), hint, "milp", _solve_variant)
+    return run_variants(problem, options or SolveOptions(), hint, "milp", _solve_node)
 
 
 def _build(lm: LinModel, cutoff: float | None) -> tuple[pulp.LpProblem, list]:
@@ -57,8 +82,8 @@ def _build(lm: LinModel, cutoff: float | None) -> tuple[pulp.LpProblem, list]:
     for i, name in enumerate(lm.names):
         cat = pulp.LpInteger if lm.integer[i] else pulp.LpContinuous
         ub = None if lm.ub[i] == math.inf else lm.ub[i]
-        x.append(pulp.LpVariable(f"v{i}_{name.replace('[', '_').replace(']', '').replace(',', '_')}",
-                                 lm.lb[i], ub, cat))
+        x.append(prob.add_variable(f"v{i}_{name.replace('[', '_').replace(']', '').replace(',', '_')}",
+                                   lm.lb[i], ub, cat))
     for r, row in enumerate(lm.rows):
         expr = pulp.LpAffineExpression([(x[i], c) for i, c in zip(row.idx, row.coef)])
         lo, hi = row.lb - row.const, row.ub - row.const  # tdef rows: sum a x + a0 - T <= 0
@@ -99,10 +124,10 @@ def _solver(options: SolveOptions, time_s: float, start: dict | None):
                              gapRel=options.relative_gap, warmStart=start is not None)
 
 
-def _solve_variant(problem: Problem, t: Tables, b: VariantBound, cutoff: float | None, time_s: float,
-                   hint: Assignment | None, options: SolveOptions) -> VariantResult:
+def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float | None, time_s: float,
+                hint: Assignment | None, options: SolveOptions) -> VariantResult:
+    """HiGHS on one (variant, tau interval) node model."""
     t0 = time.perf_counter()
-    lm = build_model(problem, t, tau_lb=b.tau_lb * (1 - 1e-9))
     prob, x = _build(lm, cutoff)
     start = _start(lm, x, hint)
     if start is not None and not _HAVE_HIGHS:

@@ -1,33 +1,41 @@
-"""One exact model per micro-batch variant, best bound first, sharing the incumbent.
+"""Best-first branch and bound over (micro-batch variant, tau interval) nodes; the exact engine
+(CP-SAT or HiGHS) solves each node's model (formulations/README.md, "Search").
 
-Variants are few (2-4) and each one's M fixes the (M - 1) * tau product, so every model is
-linear (formulations/README.md, "Variants"). The driver orders variants by their eq. B2
-bound, skips those that cannot beat the incumbent by more than the requested gap, derives
-the time cut-off of eq. X1 from the incumbent, splits the time limit, and combines the
-per-variant bounds into one proven lower bound.
+Every variant fixes M, so (M - 1) * tau is linear. Its plans are split by their steady-state
+time tau = max_j max(t_j, c_j) into intervals [a, b]: a node's model has tau >= a and the layer
+bounds of tau <= b (eq. X1), which makes the LP far tighter than over the whole range (eq. N1).
+Nodes are taken lowest bound first; an unfinished node is split at its midpoint. A node is
+pruned when its bound reaches the incumbent (less the requested gap); the global bound is
+the least bound of the open and finished nodes.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from haap_milp.problem import Assignment, Problem, RawResult, evaluate, violations
+from haap_milp.problem import Assignment, Problem, RawResult, boundary_times, evaluate, stage_times, violations
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.hints import canonical
+from haap_milp.solvers.common.lp import lp_bound
+from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.tables import Tables, build_tables
 
 log = logging.getLogger(__name__)
-MIN_SHARE_S = 0.05  # a variant with less time than this is not started (its B2 bound stands)
+MIN_NODE_S = 0.05  # stop when less time than this is left
+MIN_ENGINE_S = 1.0  # least time given to an exact engine on a node (doubles on each retry)
+INITIAL_SPLIT = 4  # intervals per variant before the search starts
+SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 
 
 @dataclass
 class VariantResult:
-    """What a solver's per-variant model returns. ``bound_s`` bounds every plan of the variant
-    with T <= cutoff (None: nothing proven beyond eq. B2)."""
+    """What a solver's node model returns. ``bound_s`` bounds every plan of the node with
+    T <= cutoff (None: nothing proven beyond the node's bound)."""
 
     status: str  # OPTIMAL | FEASIBLE | INFEASIBLE | NO_SOLUTION | ERROR
     assignment: Assignment | None = None
@@ -36,18 +44,19 @@ class VariantResult:
     message: str = ""
 
 
-SolveVariant = Callable[[Problem, Tables, VariantBound, "float | None", float, "Assignment | None", object],
-                        VariantResult]
+SolveNode = Callable[[Problem, LinModel, VariantBound, "float | None", float, "Assignment | None", object],
+                     VariantResult]
 
 
 @dataclass
 class _State:
     inc: Assignment | None = None
     inc_obj: float = math.inf
-    bounds: dict = field(default_factory=dict)
+    closed: list = field(default_factory=list)  # bounds of finished nodes
     stats: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
     tol_s: float = 0.0
+    nodes: int = 0
 
     def offer(self, problem: Problem, a: Assignment | None, who: str) -> None:
         if a is None:
@@ -62,7 +71,41 @@ class _State:
             self.inc, self.inc_obj = a, obj
 
 
-def _start(problem: Problem, hint: Assignment | None, name: str) -> tuple[_State, list, list]:
+def _steady(problem: Problem, a: Assignment) -> float:
+    return max(stage_times(problem, a) + boundary_times(problem, a))
+
+
+def _worst_tau(t: Tables) -> float:
+    c = t.coef
+    return float(t.L * c["layer_time"].max() + c["first_time"].max() + c["last_time"].max() + t.p2p.max())
+
+
+def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float) -> list:
+    """Initial nodes (bound, variant, a, b): each variant's tau range split in INITIAL_SPLIT."""
+    heap = []
+    for v, b in enumerate(vb):
+        if not math.isfinite(b.total_s):
+            st.closed.append(math.inf)
+            continue
+        M = problem.variants[v].num_microbatches
+        hi = _worst_tau(tables[v])
+        if st.inc is not None and M > 1:
+            hi = min(hi, (st.inc_obj - b.rest_lb) / (M - 1))  # eq. X1
+        if M == 1 or hi <= b.tau_lb:
+            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0))
+            continue
+        edges = [b.tau_lb + (hi - b.tau_lb) * i / INITIAL_SPLIT for i in range(INITIAL_SPLIT + 1)]
+        for lo, up in zip(edges[:-1], edges[1:]):
+            heap.append(((M - 1) * lo + b.rest_lb, v, lo, up, 0))
+    heapq.heapify(heap)
+    return heap
+
+
+def run_variants(problem: Problem, options, hint: Assignment | None, name: str, solve_node: SolveNode) -> RawResult:
+    """Branch and bound over (variant, tau interval); see the module docstring."""
+    t0 = time.perf_counter()
+    deadline = t0 + options.time_limit_s
+    r = options.relative_gap
     st = _State()
     tables = [build_tables(problem, v) for v in range(len(problem.variants))]
     vb = [variant_bound(problem, t) for t in tables]
@@ -71,89 +114,105 @@ def _start(problem: Problem, hint: Assignment | None, name: str) -> tuple[_State
         st.stats["hint_objective_s"] = st.inc_obj
     elif hint is not None:
         log.warning("%s: ignoring an infeasible hint", name)
-    return st, tables, vb
+    heap = _roots(problem, st, vb, tables, r)
+    while heap:
+        node = heap[0]
+        cutoff = st.inc_obj * (1 - r) if st.inc is not None else None
+        if cutoff is not None and node[0] >= cutoff:
+            break  # every open node is pruned
+        if deadline - time.perf_counter() < MIN_NODE_S and (st.inc is not None or st.nodes > 0):
+            break
+        heapq.heappop(heap)
+        _node(problem, options, st, heap, vb[node[1]], node, cutoff, deadline, name, solve_node)
+    return _finish(problem, options, st, vb, heap, name, time.perf_counter() - t0)
 
 
-def run_variants(problem: Problem, options, hint: Assignment | None, name: str, solve_variant: SolveVariant) -> RawResult:
-    """Drive ``solve_variant`` over the variants; see the module docstring."""
-    t0 = time.perf_counter()
-    deadline = t0 + options.time_limit_s
-    r = options.relative_gap
-    st, tables, vb = _start(problem, hint, name)
-    order = sorted(range(len(problem.variants)), key=lambda v: (vb[v].total_s, v))
-    for pos, v in enumerate(order):
-        b = vb[v]
-        if not math.isfinite(b.total_s):
-            st.bounds[v] = math.inf
-            continue
-        cutoff = None
-        if st.inc is not None:
-            cutoff = st.inc_obj if st.inc.variant == v else st.inc_obj * (1 - r)
-            if b.total_s >= cutoff:
-                st.bounds[v] = b.total_s  # eq. B2 already proves it cannot do better
-                st.stats[f"v{v}"] = "pruned_by_bound"
-                continue
-        share = (deadline - time.perf_counter()) / (len(order) - pos)
-        if share < MIN_SHARE_S and (st.inc is not None or pos > 0):
-            st.bounds[v] = b.total_s
-            st.stats[f"v{v}"] = "not_started_time_limit"
-            continue
-        _one(problem, options, st, tables, vb, v, cutoff, max(share, MIN_SHARE_S), name, solve_variant)
-    return _finish(problem, options, st, vb, name, time.perf_counter() - t0)
-
-
-def _one(problem, options, st: _State, tables, vb, v: int, cutoff, share: float, name: str,
-         solve_variant: SolveVariant) -> None:
-    b = vb[v]
-    var = problem.variants[v]
-    tau_ub = None
-    if cutoff is not None and var.num_microbatches > 1:
-        tau_ub = (cutoff - b.rest_lb) / (var.num_microbatches - 1)  # eq. X1
-    t = build_tables(problem, v, tau_ub) if tau_ub is not None else tables[v]
-    if t.p_min == 0:  # nothing fits under the cut-off
-        st.bounds[v] = cutoff if cutoff is not None else math.inf
-        st.stats[f"v{v}"] = "empty_under_cutoff"
+def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
+    """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
+    bound, v, a, b, tries = node
+    st.nodes += 1
+    M = problem.variants[v].num_microbatches
+    if cutoff is not None and M > 1:
+        b = min(b, (cutoff - vb.rest_lb) / (M - 1))  # eq. X1 with the current incumbent
+    t = build_tables(problem, v, b if M > 1 else None)
+    if t.p_min == 0:  # no plan of this variant has tau <= b (memory and GPUs)
+        st.closed.append(cutoff if cutoff is not None else math.inf)
         return
-    vhint = st.inc if st.inc is not None and st.inc.variant == v else None
+    lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
+    small = len(lm.names) <= SMALL_MODEL
+    if not small and tries == 0:
+        lp = lp_bound(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
+        if lp is not None:
+            bound = max(bound, lp - 1e-7 * abs(lp))
+        if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
+            st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
+            return
+        if M > 1 and b - a > _split_width(options, a):
+            _split(heap, bound, v, a, b, M, vb)
+            return
+    _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound), (bound, v, a, b, tries),
+            cutoff, deadline, name, solve_node)
+
+
+def _split_width(options, a: float) -> float:
+    """Intervals are split by LP until tau is known to within half the requested gap."""
+    return max(options.relative_gap, 2e-3) * a / 2
+
+
+def _split(heap, bound, v, a, b, M, vb: VariantBound) -> None:
+    mid = (a + b) / 2 if b <= 4 * a or a <= 0 else math.sqrt(a * b)
+    heapq.heappush(heap, (max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0))
+    heapq.heappush(heap, (max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0))
+
+
+def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node):
+    bound, v, a, b, tries = node
+    M = problem.variants[v].num_microbatches
+    left = deadline - time.perf_counter()
+    share = min(left, max(MIN_ENGINE_S * 2**tries, left / max(2, len(heap) + 1)))
+    inc = st.inc
+    h = inc if inc is not None and inc.variant == v and a <= _steady(problem, inc) <= b * (1 + 1e-9) else None
     t1 = time.perf_counter()
     try:
-        res = solve_variant(problem, t, b, cutoff, share, vhint, options)
+        res = solve_node(problem, lm, nb, cutoff, share, h, options)
     except Exception as exc:  # a solver failure is a result, not a crash
         log.exception("%s failed on variant %d", name, v)
         res = VariantResult("ERROR", message=f"{type(exc).__name__}: {exc}")
-    st.stats[f"v{v}"] = f"{res.status} in {time.perf_counter() - t1:.3f}s"
-    for key, val in res.stats.items():
-        if isinstance(val, (int, float, str)):
-            st.stats[f"v{v}_{key}"] = val
+    st.stats[f"node{st.nodes}"] = f"v{v} [{a:.4g},{b:.4g}] {res.status} {time.perf_counter() - t1:.2f}s"
     st.tol_s = max(st.tol_s, float(res.stats.get("tolerance_s", 0.0)))
+    for key in ("vars", "rows"):
+        if key in res.stats:
+            st.stats[f"max_{key}"] = max(st.stats.get(f"max_{key}", 0), res.stats[key])
     if res.status == "ERROR":
         st.errors.append(res.message)
     st.offer(problem, res.assignment, name)
     if res.status == "INFEASIBLE":
-        bound = cutoff if cutoff is not None else math.inf
-    else:
-        bound = max(res.bound_s if res.bound_s is not None else -math.inf, b.total_s)
-        if cutoff is not None:
-            bound = min(bound, cutoff)
-    st.bounds[v] = bound
+        st.closed.append(cutoff if cutoff is not None else math.inf)
+        return
+    nbound = max(res.bound_s if res.bound_s is not None else -math.inf, bound)
+    if res.status == "OPTIMAL":
+        st.closed.append(min(nbound, cutoff) if cutoff is not None else nbound)
+        return
+    heapq.heappush(heap, (nbound, v, a, b, tries + 1))  # not finished: again later with more time
 
 
-def _finish(problem, options, st: _State, vb, name: str, wall_s: float) -> RawResult:
-    bound = min(st.bounds.values(), default=math.inf)
+def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) -> RawResult:
+    bound = min(st.closed + [n[0] for n in heap], default=math.inf)
     st.stats["tolerance_s"] = st.tol_s
+    st.stats["nodes"] = st.nodes
+    st.stats["open_nodes"] = len(heap)
     msg = "; ".join(st.errors)
     if st.inc is None:
         if math.isinf(bound) and not st.errors:
-            return RawResult("INFEASIBLE", name, bound_s=None, wall_time_s=wall_s,
-                             message=infeasibility_reason(problem, vb), stats=st.stats)
+            return RawResult("INFEASIBLE", name, wall_time_s=wall_s, message=infeasibility_reason(problem, vb),
+                             stats=st.stats)
         status = "ERROR" if st.errors else "NO_SOLUTION"
         return RawResult(status, name, bound_s=bound if math.isfinite(bound) else None, wall_time_s=wall_s,
                          message=msg or "time limit reached before any plan was found", stats=st.stats)
     bound = min(bound, st.inc_obj)
     gap_abs = st.inc_obj - bound
     proven = gap_abs <= options.relative_gap * st.inc_obj + st.tol_s + 1e-9 * st.inc_obj
-    status = "OPTIMAL" if proven else "FEASIBLE"
     if not proven and not msg:
         msg = f"gap {gap_abs / st.inc_obj:.2%} when the time limit was reached"
-    return RawResult(status, name, assignment=st.inc, objective_s=st.inc_obj, bound_s=bound, wall_time_s=wall_s,
-                     message=msg, stats=st.stats)
+    return RawResult("OPTIMAL" if proven else "FEASIBLE", name, assignment=st.inc, objective_s=st.inc_obj,
+                     bound_s=bound, wall_time_s=wall_s, message=msg, stats=st.stats)

@@ -141,7 +141,26 @@ def _slot_rows(problem: Problem, m: LinModel) -> None:
     m.add(layers, t.L, t.L, label="A4 all layers")
     for g, row in gpu_rows.items():
         m.add(row, -INF, problem.group_capacity[g], label="G1 GPUs")
+    _cg_cuts(problem, m)
     _rule_rows(problem, m)
+
+
+def _cg_cuts(problem: Problem, m: LinModel) -> None:
+    """Eq. G2: Chvatal-Gomory rounding of G1 by each stage size q of the group:
+    sum floor(d_o / q) x[k,o] <= floor(cap_g / q) (at most 5 stages of 64 GPUs fit in 344)."""
+    t = m.t
+    for g in np.unique(t.group).tolist():
+        cap = problem.group_capacity[g]
+        for q in sorted(set(t.gpus[t.group == g].tolist())):
+            if q <= 1 or cap % q == 0:
+                continue
+            row: dict = {}
+            for k, opts in m.slots.items():
+                for i in opts:
+                    if t.group[i] == g and t.gpus[i] >= q:
+                        _acc(row, m.x(k, i), float(t.gpus[i] // q))
+            if row:
+                m.add(row, -INF, cap // q, label="G2 CG cut")
 
 
 def _rule_rows(problem: Problem, m: LinModel) -> None:

@@ -1,0 +1,119 @@
+"""CP-SAT, MILP and DP against the brute-force oracle on random small instances."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from synthetic import random_problem  # noqa: E402
+
+from haap_milp.problem import evaluate, violations  # noqa: E402
+from haap_milp.solvers import get_solver  # noqa: E402
+from haap_milp.specs import SolveOptions  # noqa: E402
+
+EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=2, seed=0)
+SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _check_plan(problem, res):
+    """Every returned plan is feasible and its objective is evaluate()."""
+    assert res.assignment is not None
+    assert violations(problem, res.assignment) == []
+    assert res.objective_s == pytest.approx(evaluate(problem, res.assignment), rel=1e-3)
+    opts = [problem.options[s.option] for s in res.assignment.stages]
+    if problem.uniform:
+        assert len({o.signature for o in opts}) == 1
+    if problem.same_tp_first_last:
+        assert opts[0].tp == opts[-1].tp
+
+
+def _agree(problem, brute, res, tol_s: float):
+    assert res.status in ("OPTIMAL", "INFEASIBLE"), (res.status, res.message)
+    assert res.status == brute.status, (res.status, brute.status, res.message)
+    if brute.status == "INFEASIBLE":
+        assert res.message
+        return
+    _check_plan(problem, res)
+    assert res.objective_s <= brute.objective_s + tol_s
+    assert res.objective_s >= brute.objective_s * (1 - 1e-9)  # brute force is the optimum
+    assert res.bound_s is not None and res.bound_s <= brute.objective_s * (1 + 1e-9)
+
+
+@settings(max_examples=220, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_exact_solvers_match_brute_force(seed):
+    problem = random_problem(seed)
+    brute = get_solver("brute")(problem, EXACT)
+    assert brute.status in ("OPTIMAL", "INFEASIBLE")
+    cp = get_solver("cpsat")(problem, EXACT)
+    # CP-SAT: within its stated rounding error of the optimum (formulations/cpsat.md, eq. CP3)
+    _agree(problem, brute, cp, tol_s=cp.stats["tolerance_s"] + 1e-12)
+    mi = get_solver("milp")(problem, EXACT)
+    if brute.status == "OPTIMAL":
+        _agree(problem, brute, mi, tol_s=1e-6 * brute.objective_s)
+    else:
+        _agree(problem, brute, mi, tol_s=0.0)
+    dp = get_solver("dp")(problem, EXACT)
+    assert dp.bound_s is None
+    if brute.status == "OPTIMAL":
+        assert dp.status == "FEASIBLE", dp.message  # feasible whenever a plan exists
+        _check_plan(problem, dp)
+        assert dp.objective_s >= brute.objective_s * (1 - 1e-12)  # never better than the optimum
+    else:
+        assert dp.status in ("INFEASIBLE", "NO_SOLUTION")
+        assert dp.assignment is None
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1), rule=st.sampled_from(["uniform", "same_tp_first_last", "both"]))
+def test_engine_rules_are_constraints(seed, rule):
+    kw = {"uniform": rule in ("uniform", "both"), "same_tp_first_last": rule in ("same_tp_first_last", "both")}
+    problem = random_problem(seed, max_stages=3, **kw)
+    brute = get_solver("brute")(problem, EXACT)
+    for name in ("cpsat", "milp"):
+        res = get_solver(name)(problem, EXACT)
+        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * (brute.objective_s or 0.0)
+        _agree(problem, brute, res, tol_s=tol)
+    dp = get_solver("dp")(problem, EXACT)
+    if brute.status == "OPTIMAL":
+        _check_plan(problem, dp)
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_same_input_same_plan(seed):
+    problem = random_problem(seed)
+    for name in ("cpsat", "milp", "dp"):
+        first = get_solver(name)(problem, EXACT)
+        again = get_solver(name)(problem, EXACT)
+        assert first.status == again.status
+        assert first.assignment == again.assignment, name
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_warm_start_from_dp(seed):
+    problem = random_problem(seed)
+    dp = get_solver("dp")(problem, EXACT)
+    if dp.assignment is None:
+        return
+    for name in ("cpsat", "milp"):
+        res = get_solver(name)(problem, EXACT, hint=dp.assignment)
+        assert res.status == "OPTIMAL"
+        assert res.objective_s <= dp.objective_s + res.stats["tolerance_s"] + 1e-12
+        assert not math.isinf(res.bound_s)
+
+
+def test_infeasible_reason_names_the_limit():
+    problem = random_problem(7, num_layers=12, max_stages=1)
+    res = get_solver("cpsat")(problem, EXACT)
+    brute = get_solver("brute")(problem, EXACT)
+    assert res.status == brute.status
+    if res.status == "INFEASIBLE":
+        assert "layer" in res.message or "plan" in res.message
