@@ -31,7 +31,8 @@ Where replay and closed form differ (measured: ``benchmarks/sim_vs_closed_form.p
   trip through the later stages and links, so the steady period is at least
   ``(sum_{k>=j} t_k + c_k) / (P - j)`` — above ``max(t, c)`` once links matter. The closed form is
   then optimistic: +(M-1)(P-1)c/P on uniform stages; +17 % mean (up to +48 %) when c ~ t/2 and
-  M >= 4P. ``inflight_bound_iteration_s`` adds that bound and stays within a few percent;
+  M >= 4P. The planner's objective (problem.py eq. T2, ``closed_form_iteration_s`` here) adds that
+  bound and stays within a few percent (the old form is ``link_free_iteration_s``);
 * GPipe with p2p: within -13 % / +11 % (mean about -1 %).
 """
 
@@ -42,6 +43,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
+
+from haap_milp.pipeline import exposed_sync, steady_period
 
 from haap_milp.errors import HaapInputError
 
@@ -110,26 +113,37 @@ def split_stage_time(stage_s: float, bwd_fraction: float = BWD_FRACTION_DEFAULT)
 
 
 def closed_form_iteration_s(stage_s: Sequence[float], p2p_s: Sequence[float], sync_s: Sequence[float],
-                            num_microbatches: int) -> float:
-    """Eq. T1 of problem.py: (M-1)*max(max t, max c) + sum t + sum c + max s."""
+                            num_microbatches: int, schedule: str = "1f1b") -> float:
+    """Eqs. T1/T2 of problem.py (what the planner optimises): (M-1)*tau + sum t + sum c + max s, with
+    tau = max(max t, max c/2, max_{j: P-j < M} (sum_{k>=j} t_k + c_k) / (P-j)) (full-duplex links;
+    GPipe: no round-trip term)."""
+    tau = steady_period(list(stage_s), list(p2p_s), num_microbatches, schedule)
+    sync = exposed_sync(list(stage_s), list(sync_s)) if len(sync_s) else 0.0
+    return (num_microbatches - 1) * tau + sum(stage_s) + sum(p2p_s) + sync
+
+
+def link_free_iteration_s(stage_s: Sequence[float], p2p_s: Sequence[float], sync_s: Sequence[float],
+                          num_microbatches: int) -> float:
+    """The textbook form the planner used first: (M-1)*max(max t, max c) + sum t + sum c + max s.
+    Kept to measure what the in-flight term of eq. T2 changes (benchmarks/sim_vs_closed_form.py)."""
     steady = max(list(stage_s) + list(p2p_s))
     return (num_microbatches - 1) * steady + sum(stage_s) + sum(p2p_s) + (max(sync_s) if len(sync_s) else 0.0)
 
 
 def inflight_bound_iteration_s(stage_s: Sequence[float], p2p_s: Sequence[float], sync_s: Sequence[float],
                                num_microbatches: int, duplex: str = "full") -> float:
-    """A proposed refinement of eq. T1 for 1F1B (not used by the planner; measured in benchmarks/).
+    """Eq. T2 with a choice of duplex: full-duplex equals ``closed_form_iteration_s``; half-duplex
+    links carry all of c_j per micro-batch in one direction's queue.
 
     Under 1F1B stage j keeps at most ``min(P - j, M)`` micro-batches in flight, and each needs a
     round trip ``R_j = sum_{k>=j} t_k + sum_{k>=j} c_k`` before its backward returns, so by Little's
-    law the steady period is at least ``R_j / min(P - j, M)``; a link direction carries half of c_j
-    per micro-batch (all of it when half-duplex). Linear in the planner's variables when stages are
-    indexed from the end: ``sum over the last q stages of (t + c) <= q * period``.
+    law the steady period is at least ``R_j / min(P - j, M)``.
     """
+    if duplex == "full":
+        return closed_form_iteration_s(stage_s, p2p_s, sync_s, num_microbatches)
     p, m = len(stage_s), num_microbatches
-    link = [c / 2.0 for c in p2p_s] if duplex == "full" else list(p2p_s)
     trip = [(sum(stage_s[j:]) + sum(p2p_s[j:])) / min(p - j, m) for j in range(p)]
-    steady = max(max(stage_s), max(link, default=0.0), max(trip))
+    steady = max(max(stage_s), max(p2p_s, default=0.0), max(trip))
     return (m - 1) * steady + sum(stage_s) + sum(p2p_s) + (max(sync_s) if len(sync_s) else 0.0)
 
 
@@ -235,7 +249,7 @@ def simulate(fwd_s: Sequence[float], bwd_s: Sequence[float], p2p_s: Sequence[flo
     safe = total if total > 0 else 1.0
     return SimulationResult(
         schedule=schedule, num_stages=p, num_microbatches=m, vpp=vpp, iteration_time_s=total,
-        closed_form_s=closed_form_iteration_s(stage_s, p2p_s, sync, m),
+        closed_form_s=closed_form_iteration_s(stage_s, p2p_s, sync, m, schedule),
         busy_fraction=tuple(b / safe for b in busy),
         bubble_fraction=tuple(max(0.0, 1.0 - (b + s) / safe) for b, s in zip(busy, sync)),
         sync_fraction=tuple(s / safe for s in sync),

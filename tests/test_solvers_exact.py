@@ -117,3 +117,20 @@ def test_infeasible_reason_names_the_limit():
     assert res.status == brute.status
     if res.status == "INFEASIBLE":
         assert "layer" in res.message or "plan" in res.message
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_deep_pipelines_match_brute_force(seed):
+    """Up to 5 stages with few options: exercises the in-flight rows of eq. T2, the symmetry rows
+    of eq. S1 (slots >= max(2, M)) and micro-batch counts below the stage count."""
+    problem = random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=5, max_options=4)
+    brute = get_solver("brute")(problem, EXACT)
+    for name in ("cpsat", "milp"):
+        res = get_solver(name)(problem, EXACT)
+        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * (brute.objective_s or 0.0)
+        _agree(problem, brute, res, tol_s=tol)
+    dp = get_solver("dp")(problem, EXACT)
+    if brute.status == "OPTIMAL":
+        _check_plan(problem, dp)
+        assert dp.objective_s >= brute.objective_s * (1 - 1e-12)

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from haap_milp.pipeline import BWD_SHARE
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 
 MAX_PLANS = 3_000_000  # refuse (ERROR) above this many (option tuple, composition) pairs
@@ -66,8 +67,15 @@ def _best_of(problem: Problem, v: int, p: int):
     s = col(var.sync_fixed) + n * col(var.sync_per_layer) + first * col(var.sync_first) + last * col(var.sync_last)
     grp = np.array([o.group for o in problem.options])[combos]  # [T, p]
     c = np.asarray(var.p2p_time, float)[grp[:, :-1], grp[:, 1:]][:, None, :]  # [T, 1, p-1]
-    steady = np.maximum(t.max(axis=2), c.max(axis=2) if p > 1 else 0.0)
-    obj = (var.num_microbatches - 1) * steady + t.sum(axis=2) + c.sum(axis=2) + s.max(axis=2)  # eq. T1
+    steady = np.maximum(t.max(axis=2), c.max(axis=2) / 2 if p > 1 else 0.0)  # eq. T2
+    c_pad = np.concatenate([c, np.zeros(c.shape[:2] + (1,))], axis=2)  # [T, 1, p]: c_j for j < p-1
+    suffix = np.flip(np.cumsum(np.flip(t + c_pad, axis=2), axis=2), axis=2)  # sum_{k>=j} (t_k + c_k)
+    q = (p - np.arange(p)).astype(float)  # P - j micro-batches in flight at stage j
+    waits = q < var.num_microbatches  # only stages with more micro-batches than that wait (eq. T2)
+    steady = np.maximum(steady, np.where(waits, suffix / q, 0.0).max(axis=2))  # eq. T2, in-flight term
+    before = np.cumsum(t, axis=2) - t  # sum_{k<j} t_k
+    sigma = (s - BWD_SHARE * before).max(axis=2)  # eq. T3
+    obj = (var.num_microbatches - 1) * steady + t.sum(axis=2) + c.sum(axis=2) + sigma  # eq. T1
     obj = np.where(fits, obj, np.inf)
     flat = int(np.argmin(obj))
     ti, ci = divmod(flat, obj.shape[1])

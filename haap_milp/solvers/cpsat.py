@@ -23,6 +23,7 @@ from haap_milp.specs import SolveOptions
 log = logging.getLogger(__name__)
 SCALE_TARGET = 1e7  # integer units of the reference stage time (eq. CP1)
 INTERLEAVE = True
+SUBSOLVERS = ("max_lp", "default_lp")
 LOG = False
 PROBING = 0  # presolve probing on this model creates millions of binary clauses (measured), so off
 
@@ -45,7 +46,8 @@ def _scale(t: Tables, b: VariantBound) -> float:
 
 def _slack(t: Tables) -> tuple[int, int, int]:
     """Integer over-estimate of tau, sigma and the whole objective (eq. CP2)."""
-    tau_w, sig_w = t.L + 2, t.L + 3
+    # in-flight rows (eq. T2) and sync rows (eq. T3) each round up by at most L + 2K units
+    tau_w, sig_w = t.L + 2 + 2 * t.K, 2 * t.L + 3 + 2 * t.K
     return tau_w, sig_w, (t.M - 1) * tau_w + (t.L + 2 + t.K) + sig_w
 
 
@@ -66,7 +68,8 @@ def _int_rows(cp: cp_model.CpModel, lm: LinModel, x: list, S: float) -> dict:
         cp.add_linear_constraint(expr, lb, ub)
         if row.kind == "tdef":
             tv = next(v for v in row.idx if v in defs)
-            defs[tv].append(([v for v in row.idx if v != tv], [c for v, c in zip(row.idx, coefs) if v != tv], const))
+            q = -coefs[row.idx.index(tv)]  # tau carries -min(k, M) in the in-flight rows (eq. T2)
+            defs[tv].append(([v for v in row.idx if v != tv], [c for v, c in zip(row.idx, coefs) if v != tv], const, q))
     return defs
 
 
@@ -75,16 +78,18 @@ def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S
     in OR-Tools 9.15 it returned a dangling view and corrupted memory, measured)."""
     tau_w, sig_w, _ = _slack(t)
     c = t.coef
-    worst_t = t.L * c["layer_time"].max() + c["first_time"].max() + c["last_time"].max() + float(t.p2p.max())
+    worst_t = (t.L * c["layer_time"].max() + c["first_time"].max() + c["last_time"].max()
+               + max(t.K - 1, 1) * float(t.p2p.max()))  # eq. T2 in-flight term included
     worst_s = (c["sync_fixed"] + t.L * c["sync_per_layer"] + c["sync_first"] + c["sync_last"]).max()
     tau_hi = t.tau_ub if t.tau_ub is not None else worst_t
     x = []
     lows = {lm.tau: int(math.floor(b.tau_lb * S * (1 - 1e-12))), lm.sigma: 0}
+    lows["hi"] = {lm.tau: int(math.ceil(tau_hi * S)) + tau_w, lm.sigma: int(math.ceil(worst_s * S)) + sig_w}
     for i, name in enumerate(lm.names):
         if i == lm.tau:
-            x.append(cp.new_int_var(lows[i], int(math.ceil(tau_hi * S)) + tau_w, name))
+            x.append(cp.new_int_var(lows[i], lows["hi"][i], name))
         elif i == lm.sigma:
-            x.append(cp.new_int_var(0, int(math.ceil(worst_s * S)) + sig_w, name))
+            x.append(cp.new_int_var(0, lows["hi"][i], name))
         elif lm.lb[i] == 0 and lm.ub[i] == 1:
             x.append(cp.new_bool_var(name))
         else:
@@ -104,7 +109,12 @@ def _add_hint(cp: cp_model.CpModel, lm: LinModel, x: list, defs: dict, lows: dic
     if vals is None:
         return False
     for tv, rows in defs.items():  # tau, sigma = the max of their defining rows (and their lower bound)
-        vals[tv] = max([sum(c * vals[v] for v, c in zip(vs, cs)) + k for vs, cs, k in rows] + [lows[tv]])
+        vals[tv] = max([math.ceil((sum(c * vals[v] for v, c in zip(vs, cs)) + k) / q) for vs, cs, k, q in rows]
+                       + [lows[tv]])
+        if vals[tv] > lows["hi"][tv]:
+            # the hint lies outside this node's tau interval: a hint out of its variable's domain
+            # made CP-SAT 9.15 abort ("heuristics.fixed_search != nullptr") with interleave_search
+            return False
     for i, val in vals.items():
         cp.add_hint(x[i], int(round(val)))
     return True
@@ -122,6 +132,9 @@ def _params(options: SolveOptions, time_s: float) -> cp_model.CpSolver:
     # determinism: interleaved search gives the same result for the same input and thread count
     # (sat_parameters.proto, interleave_search) as long as the time limit is not what stops it
     p.interleave_search = INTERLEAVE and options.threads > 1
+    # measured on the synthetic scaling instances: the default 2-worker portfolio has no worker
+    # with the full LP and its bound hardly moves; max_lp (all rows in the LP) + default_lp does
+    p.subsolvers.extend(SUBSOLVERS)
     if p.interleave_search:
         p.interleave_batch_size = 1  # measured: larger batches wait seconds on tiny models
     return solver
@@ -141,7 +154,11 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     if cutoff is not None:  # eq. CP4: T <= cutoff implies T_int <= S * cutoff + W
         cp.add(obj <= int(math.floor(cutoff * S)) + W)
     cp.minimize(obj)
-    hinted = _add_hint(cp, lm, x, defs, lows, hint)
+    # CP-SAT 9.15 aborted ("Check failed: heuristics.fixed_search != nullptr") on a hinted model
+    # with interleave_search (measured on a megatron-target instance); the incumbent still enters
+    # every node model as the cut-off (eq. CP4), so the warm start keeps its value without the hint
+    interleaved = INTERLEAVE and options.threads > 1
+    hinted = False if interleaved else _add_hint(cp, lm, x, defs, lows, hint)
     build_s = time.perf_counter() - t0
     solver = _params(options, time_s - build_s)
     code = solver.solve(cp)

@@ -22,7 +22,7 @@ import numpy as np
 
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, variant_bound
-from haap_milp.solvers.dp_core import Restriction, coverage, option_classes, split, stage_caps
+from haap_milp.solvers.dp_core import CapCache, Restriction, coverage, option_classes, split
 from haap_milp.solvers.dp_fallback import beam_search
 
 log = logging.getLogger(__name__)
@@ -76,17 +76,19 @@ def _restrictions(problem: Problem, t: Tables) -> list[Restriction]:
 
 
 def _candidates(t: Tables, r: Restriction) -> np.ndarray:
-    """Every value a stage time or a link can take (the points where coverage changes)."""
+    """Every value at which some stage capacity changes: n * layer_time + extras + outgoing link
+    (eq. DP1), and the link values themselves."""
     lt, ft, xt = t.coef["layer_time"][r.every], t.coef["first_time"][r.every], t.coef["last_time"][r.every]
     hmax = t.U_mem[:, r.every].max(axis=0) if t.n else np.zeros(0)
     n = np.arange(1, t.L + 1)
-    vals = [(n[None, :] * lt[:, None] + e[:, None])[n[None, :] <= hmax[:, None]] for e in (0 * ft, ft, xt, ft + xt)]
-    return np.unique(np.concatenate(vals + [t.p2p.ravel()]))
+    links = np.unique(np.concatenate([[0.0], t.p2p.ravel()]))
+    base = np.unique(np.concatenate([(n[None, :] * lt[:, None] + e[:, None])[n[None, :] <= hmax[:, None]]
+                                     for e in (0 * ft, ft, xt, ft + xt)]))
+    return np.unique(np.concatenate([(base[None, :] + links[:, None]).ravel(), t.p2p.ravel() / 2]))
 
 
 def _feasible(problem: Problem, t: Tables, r: Restriction, cls, tau: float) -> dict:
-    h, hf = stage_caps(t, tau, r)
-    return coverage(t, cls, h, hf, problem.group_capacity, tau, MAX_SEGMENTS)
+    return coverage(t, cls, CapCache(t, r), problem.group_capacity, tau, MAX_SEGMENTS)
 
 
 def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float):
@@ -116,12 +118,12 @@ def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float):
 
 
 def _try_tau(problem: Problem, t: Tables, r: Restriction, cls, tau: float, best):
-    h, hf = stage_caps(t, tau, r)
-    structures = coverage(t, cls, h, hf, problem.group_capacity, tau, MAX_SEGMENTS)
+    caps_at = CapCache(t, r)
+    structures = coverage(t, cls, caps_at, problem.group_capacity, tau, MAX_SEGMENTS)
     ps = sorted(structures)
     pick = sorted({ps[int(i)] for i in np.linspace(0, len(ps) - 1, min(MAX_P_PER_TAU, len(ps)))}) if ps else []
     for p in pick:
-        stages = split(t, cls, structures[p][1], h, hf, r)
+        stages = split(t, cls, structures[p][1], caps_at, tau)
         if stages is None:
             continue
         a = Assignment(t.v, tuple(Stage(int(t.opts[i]), n) for i, n in reversed(stages)))

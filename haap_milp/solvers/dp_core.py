@@ -3,7 +3,9 @@
 * ``coverage``: for a stage-time bound tau, which pipeline structures (GPU groups as contiguous
   segments in some order, one GPU count per segment) can hold the most layers (eqs. DP2, DP3);
 * ``split``: for a structure and tau, the per-stage options and layer counts that minimise
-  sum_j t_j subject to t_j <= tau (eq. DP4; Alpa's inner DP, Zheng et al. 2022, sec. 5.2).
+  sum_j t_j subject to t_j + (outgoing link) <= tau (eq. DP4; Alpa's inner DP, Zheng et al.
+  2022, sec. 5.2, with each stage's budget reduced by its link so that the in-flight term of
+  eq. T2 stays within tau).
 """
 
 from __future__ import annotations
@@ -55,46 +57,70 @@ def option_classes(t: Tables, r: Restriction) -> Classes:
     return Classes(np.array([g for g, _ in keys], np.int64), np.array([d for _, d in keys], np.int64), members)
 
 
-def _segments(t: Tables, cls: Classes, h, hf, caps, tau: float):
-    """seg[g]: [K+1, K+1] most layers of a segment of group g on slots s+1..e (value at [s, e]),
-    non-final; segf[g]: the same with slot e the first stage; arg*: the class used (eq. DP2)."""
+class CapCache:
+    """stage_caps per time budget (a budget is tau less the stage's outgoing link, eq. DP1)."""
+
+    def __init__(self, t: Tables, r: Restriction):
+        self.t, self.r, self.cache = t, r, {}
+
+    def __call__(self, budget: float):
+        key = round(budget, 15)
+        if key not in self.cache:
+            self.cache[key] = stage_caps(self.t, budget, self.r)
+        return self.cache[key]
+
+
+def _segments(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, g: int, link: float):
+    """For group g whose bottom slot sends to the next stage over ``link`` (0 at slot 1):
+    seg[s, e] most layers of a segment on slots s+1..e (non-final), segf[s, e] the same with
+    slot e the first stage, arg/argf the class used. Every slot's budget is tau less its
+    outgoing link (eq. DP1), so the in-flight term of eq. T2 stays within tau (eq. DP2)."""
     K = t.K
-    G = len(caps)
-    seg = np.full((G, K + 1, K + 1), NEG, np.int64)
-    segf = np.full((G, K + 1, K + 1), NEG, np.int64)
-    arg = np.full((G, K + 1, K + 1), -1, np.int64)
-    argf = np.full((G, K + 1, K + 1), -1, np.int64)
+    seg = np.full((K + 1, K + 1), NEG, np.int64)
+    segf = np.full((K + 1, K + 1), NEG, np.int64)
+    arg = np.full((K + 1, K + 1), -1, np.int64)
+    argf = np.full((K + 1, K + 1), -1, np.int64)
     s_idx, e_idx = np.meshgrid(np.arange(K + 1), np.arange(K + 1), indexing="ij")
     span = e_idx - s_idx
-    for c, mem in enumerate(cls.members):
-        g, d = int(cls.group[c]), int(cls.gpus[c])
-        cv = h[:, mem].max(axis=1)  # [K] best per slot
-        cf = hf[:, mem].max(axis=1)
-        pre = np.concatenate([[0], np.cumsum(cv)])
-        zer = np.concatenate([[0], np.cumsum(cv < 1)])
-        ok = (span >= 1) & (span * d <= caps[g])
-        if t.p2p[g, g] > tau:
-            ok &= span == 1
-        val = np.where(ok & (zer[e_idx] - zer[s_idx] == 0), pre[e_idx] - pre[s_idx], NEG)
-        better = val > seg[g]
-        seg[g] = np.where(better, val, seg[g])
-        arg[g] = np.where(better, c, arg[g])
-        top = np.maximum(e_idx - 1, 0)
-        below_ok = zer[top] - zer[s_idx] == 0
-        top_cf = cf[np.maximum(e_idx - 1, 0)]
-        valf = np.where(ok & below_ok & (top_cf >= 1), pre[top] - pre[s_idx] + top_cf, NEG)
-        better = valf > segf[g]
-        segf[g] = np.where(better, valf, segf[g])
-        argf[g] = np.where(better, c, argf[g])
+    h_in, hf_in = caps_at(tau - t.p2p[g, g])
+    h_bo, hf_bo = caps_at(tau - link)
+    s_c = np.minimum(s_idx, K - 1)
+    for c in np.flatnonzero(cls.group == g):
+        mem, d = cls.members[c], int(cls.gpus[c])
+        A, Af = h_in[:, mem].max(axis=1), hf_in[:, mem].max(axis=1)  # [K] best per slot
+        B, Bf = h_bo[:, mem].max(axis=1), hf_bo[:, mem].max(axis=1)
+        pre = np.concatenate([[0], np.cumsum(A)])
+        zer = np.concatenate([[0], np.cumsum(A < 1)])
+        ok = (span >= 1) & (span * d <= gpu_caps[g]) & (s_idx < K)
+        lo = np.minimum(s_idx + 1, K)
+        mid_ok = zer[np.maximum(e_idx, lo)] - zer[lo] == 0
+        val = np.where(ok & (B[s_c] >= 1) & mid_ok, B[s_c] + pre[np.maximum(e_idx, lo)] - pre[lo], NEG)
+        better = val > seg
+        seg, arg = np.where(better, val, seg), np.where(better, c, arg)
+        top = np.maximum(e_idx - 1, lo)
+        inner_ok = zer[top] - zer[lo] == 0
+        two = B[s_c] + pre[top] - pre[lo] + Af[np.clip(e_idx - 1, 0, K - 1)]
+        valf = np.where(span == 1, np.where(Bf[s_c] >= 1, Bf[s_c], NEG),
+                        np.where((B[s_c] >= 1) & inner_ok & (Af[np.clip(e_idx - 1, 0, K - 1)] >= 1), two, NEG))
+        valf = np.where(ok, valf, NEG)
+        better = valf > segf
+        segf, argf = np.where(better, valf, segf), np.where(better, c, argf)
     return seg, segf, arg, argf
 
 
-def coverage(t: Tables, cls: Classes, h, hf, caps, tau: float, max_segments: int) -> dict:
+def coverage(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, max_segments: int) -> dict:
     """Best structure per stage count P: {P: (layers, [(group, class, s, e), ...] from slot 1 up)}.
     GPU groups form contiguous segments in any order (eq. DP3): a DP over (set of groups used,
-    group of the topmost segment) with back pointers; boundaries slower than tau are excluded."""
-    seg, segf, arg, argf = _segments(t, cls, h, hf, caps, tau)
-    groups = [g for g in range(len(caps)) if (arg[g] >= 0).any() or (argf[g] >= 0).any()]
+    group of the topmost segment) with back pointers."""
+    memo: dict = {}
+
+    def segs(g, last):
+        link = 0.0 if last < 0 else float(t.p2p[g, last])
+        if (g, link) not in memo:
+            memo[g, link] = _segments(t, cls, caps_at, gpu_caps, tau, g, link)
+        return memo[g, link]
+
+    groups = sorted({int(g) for g in cls.group})
     init = np.full(t.K + 1, NEG, np.int64)
     init[0] = 0
     states = {(0, -1): (init, None, None)}  # (set bits, last) -> (F, prev key per e, s per e)
@@ -106,14 +132,15 @@ def coverage(t: Tables, cls: Classes, h, hf, caps, tau: float, max_segments: int
             F = states[key][0]
             used, last = key
             for g in groups:
-                if used >> g & 1 or (last >= 0 and t.p2p[g, last] > tau):
+                if used >> g & 1:
                     continue
-                tot = F[:, None] + segf[g]
+                seg, segf, _, _ = segs(g, last)
+                tot = F[:, None] + segf
                 val, s_at = tot.max(axis=0), tot.argmax(axis=0)
                 for e in np.flatnonzero((val >= t.L) & (np.arange(t.K + 1) <= t.L)):
                     if e not in best or val[e] > best[e][0]:
                         best[int(e)] = (int(val[e]), key, g, int(s_at[e]))
-                tot = F[:, None] + seg[g]
+                tot = F[:, None] + seg
                 val, s_at = tot.max(axis=0), tot.argmax(axis=0)
                 nk = (used | 1 << g, g)
                 if nk not in nxt:
@@ -125,23 +152,29 @@ def coverage(t: Tables, cls: Classes, h, hf, caps, tau: float, max_segments: int
         frontier = [k for k, v in nxt.items() if (v[0] > NEG // 2).any()]
     out = {}
     for p, (val, key, g, s) in best.items():
-        segs = [(g, int(argf[g, s, p]), s, p)]
+        structure = [(g, int(segs(g, key[1])[3][s, p]), s, p)]
         e = s
         while key != (0, -1):
             _, prev, s_arr = states[key]
             s_prev = int(s_arr[e])
-            segs.append((key[1], int(arg[key[1], s_prev, e]), s_prev, e))
-            key, e = prev[e], s_prev
-        out[p] = (val, segs[::-1])
+            pkey = prev[e]
+            structure.append((key[1], int(segs(key[1], pkey[1])[2][s_prev, e]), s_prev, e))
+            key, e = pkey, s_prev
+        out[p] = (val, structure[::-1])
     return out
 
 
-def split(t: Tables, cls: Classes, structure, h, hf, r: Restriction):
-    """Eq. DP4: min sum_j t_j with t_j <= tau for the given slots -> [(local option, n)] from
-    slot 1 up, or None. ``structure``: [(group, class, s, e)] from slot 1 up; the top slot is first."""
+def split(t: Tables, cls: Classes, structure, caps_at: CapCache, tau: float):
+    """Eq. DP4: min sum_j t_j with t_j + (outgoing link) <= tau for the given slots ->
+    [(local option, n)] from slot 1 up, or None. ``structure``: [(group, class, s, e)] from
+    slot 1 up; the top slot is the first stage."""
     L = t.L
     lt, ft, xt = t.coef["layer_time"], t.coef["first_time"], t.coef["last_time"]
     P = structure[-1][3]
+    group_of = {}
+    for g, _, s, e in structure:
+        for k in range(s + 1, e + 1):
+            group_of[k] = g
     n_arr = np.arange(L + 1)
     li, ni = np.meshgrid(n_arr, n_arr, indexing="ij")  # [l, n]
     prev_idx = np.clip(li - ni, 0, L)
@@ -150,9 +183,11 @@ def split(t: Tables, cls: Classes, structure, h, hf, r: Restriction):
     G[0] = 0.0
     choice = []
     for g, c, s, e in structure:
+        mem = cls.members[c]
         for k in range(s + 1, e + 1):
             first = k == P
-            mem = cls.members[c]
+            link = 0.0 if k == 1 else float(t.p2p[g, group_of[k - 1]])
+            h, hf = caps_at(tau - link)
             cap = (hf if first else h)[k - 1, mem]
             extra = (ft[mem] if first else 0.0 * ft[mem]) + (xt[mem] if k == 1 else 0.0)
             cost = n_arr[None, :] * lt[mem][:, None] + extra[:, None]  # [|mem|, L+1]
@@ -172,4 +207,4 @@ def split(t: Tables, cls: Classes, structure, h, hf, r: Restriction):
     return out[::-1]  # slot 1 first
 
 
-__all__ = ["Restriction", "Classes", "option_classes", "stage_caps", "coverage", "split"]
+__all__ = ["CapCache", "Classes", "Restriction", "coverage", "option_classes", "split", "stage_caps"]

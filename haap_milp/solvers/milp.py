@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import sys
 import time
 
 import numpy as np
@@ -18,7 +16,7 @@ import pulp
 
 from haap_milp.problem import Assignment, Problem, RawResult
 from haap_milp.solvers.common import LinModel, VariantBound, VariantResult, decode, hint_values
-from haap_milp.solvers.common import run_variants
+from haap_milp.solvers.common import run_variants  # importing common mutes the HiGHS banner (common/lp.py)
 from haap_milp.specs import SolveOptions
 
 log = logging.getLogger(__name__)
@@ -32,27 +30,6 @@ except Exception:  # pragma: no cover - environment without highspy
     _HAVE_HIGHS = False
 
 
-def _silence_banner() -> None:
-    """HiGHS prints a copyright banner on stdout when the first instance is created in a process
-    (measured with highspy 1.16); create that first instance with file descriptor 1 muted so that
-    JSON on stdout stays clean."""
-    if not _HAVE_HIGHS:
-        return
-    try:
-        sys.stdout.flush()
-        saved = os.dup(1)
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-            try:
-                highspy.Highs()
-            finally:
-                os.dup2(saved, 1)
-                os.close(saved)
-    except OSError:  # pragma: no cover - no real file descriptor 1
-        highspy.Highs()
-
-
-_silence_banner()
 
 
 if _HAVE_HIGHS:
@@ -110,7 +87,8 @@ def _start(lm: LinModel, x: list, hint: Assignment | None) -> dict | None:
         best = lm.lb[tv]
         for row in lm.rows:
             if row.kind == "tdef" and tv in row.idx and row.label.startswith(kind):
-                best = max(best, sum(c * vals[i] for i, c in zip(row.idx, row.coef) if i != tv) + row.const)
+                q = -row.coef[row.idx.index(tv)]  # min(k, M) on the in-flight rows (eq. T2)
+                best = max(best, (sum(c * vals[i] for i, c in zip(row.idx, row.coef) if i != tv) + row.const) / q)
         vals[tv] = best
     return {x[i]: v for i, v in vals.items()}
 

@@ -51,7 +51,7 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> in
     per = {}
     for g in np.unique(t.group).tolist():
         m = t.group == g
-        if t.p2p[g, g] > tau:
+        if t.p2p[g, g] > 2 * tau:  # eq. T2: tau >= c / 2 on every link used
             per[g] = int(h[m].max(initial=0))
         else:
             per[g] = _knapsack_max(t.gpus[m], h[m], problem.group_capacity[g])
@@ -59,7 +59,7 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> in
 
 
 def _components(p2p: np.ndarray, groups: list[int], tau: float) -> list[list[int]]:
-    """Connected components of the groups under links (either direction) no slower than tau."""
+    """Connected components of the groups under links (either direction) with c / 2 <= tau."""
     left, out = set(groups), []
     while left:
         stack, comp = [min(left)], []
@@ -68,7 +68,7 @@ def _components(p2p: np.ndarray, groups: list[int], tau: float) -> list[list[int
             g = stack.pop()
             comp.append(g)
             for h in sorted(left):
-                if min(p2p[g, h], p2p[h, g]) <= tau:
+                if min(p2p[g, h], p2p[h, g]) <= 2 * tau:
                     left.discard(h)
                     stack.append(h)
         out.append(comp)
@@ -85,7 +85,7 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
     hmax = t.U_mem[: t.p_max].max(axis=0)
     lt = t.coef["layer_time"]
     stage = (np.arange(1, t.L + 1)[None, :] * lt[:, None])[np.arange(t.L)[None, :] < hmax[:, None]]
-    cand = np.unique(np.concatenate([stage, t.p2p.ravel()]))  # tau_plan >= one of these (eq. B2)
+    cand = np.unique(np.concatenate([stage, t.p2p.ravel() / 2]))  # coverage changes only here (eq. B2)
     if coverage_at(problem, t, float(cand[-1]) if len(cand) else 0.0, hmax) < t.L:
         cap = coverage_at(problem, t, math.inf, hmax)
         return VariantBound(math.inf, math.inf, math.inf,
@@ -103,14 +103,14 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
 
 
 def _rest_bound(problem: Problem, t: Tables) -> float:
-    """sum t_j >= L*min lt + min ft + min xt; sum c_j >= (p_min-1)*min p2p; max s_j >= the sync
-    of a stage with ceil(L / p_max) layers (eq. B2)."""
+    """sum t_j >= L*min lt + min ft + min xt; sum c_j >= (p_min-1)*min p2p; sigma >= the sync
+    of a first stage with one layer (eqs. B2, T3)."""
     c = t.coef
     fill = t.L * c["layer_time"].min() + c["first_time"].min() + c["last_time"].min()
     groups = np.unique(t.group)
     p2p_min = float(t.p2p[np.ix_(groups, groups)].min()) if t.p_min > 1 else 0.0
-    heavy = math.ceil(t.L / t.p_max)
-    sync = float((c["sync_fixed"] + heavy * c["sync_per_layer"]).min())
+    # eq. T3: sigma >= s_0, the first stage's sync (at least one layer and the embedding)
+    sync = float((c["sync_fixed"] + c["sync_per_layer"] + c["sync_first"]).min())
     return float(fill + (t.p_min - 1) * p2p_min + sync)
 
 

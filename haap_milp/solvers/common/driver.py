@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from haap_milp.pipeline import steady_period
 from haap_milp.problem import Assignment, Problem, RawResult, boundary_times, evaluate, stage_times, violations
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.hints import canonical
@@ -72,12 +73,16 @@ class _State:
 
 
 def _steady(problem: Problem, a: Assignment) -> float:
-    return max(stage_times(problem, a) + boundary_times(problem, a))
+    """tau of eq. T2 for the assignment."""
+    m = problem.variants[a.variant].num_microbatches
+    return steady_period(stage_times(problem, a), boundary_times(problem, a), m)
 
 
 def _worst_tau(t: Tables) -> float:
     c = t.coef
-    return float(t.L * c["layer_time"].max() + c["first_time"].max() + c["last_time"].max() + t.p2p.max())
+    # every stage and link of the pipeline in one period bounds the in-flight term of eq. T2
+    return float(t.L * c["layer_time"].max() + c["first_time"].max() + c["last_time"].max()
+                 + max(t.K - 1, 1) * t.p2p.max())
 
 
 def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float) -> list:
@@ -92,11 +97,11 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float) -> li
         if st.inc is not None and M > 1:
             hi = min(hi, (st.inc_obj - b.rest_lb) / (M - 1))  # eq. X1
         if M == 1 or hi <= b.tau_lb:
-            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0))
+            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30))
             continue
         edges = [b.tau_lb + (hi - b.tau_lb) * i / INITIAL_SPLIT for i in range(INITIAL_SPLIT + 1)]
         for lo, up in zip(edges[:-1], edges[1:]):
-            heap.append(((M - 1) * lo + b.rest_lb, v, lo, up, 0))
+            heap.append(((M - 1) * lo + b.rest_lb, v, lo, up, 0, 0, 1 << 30))
     heapq.heapify(heap)
     return heap
 
@@ -129,13 +134,15 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
 
 def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
     """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
-    bound, v, a, b, tries = node
+    bound, v, a, b, tries, plo, phi = node
     st.nodes += 1
     M = problem.variants[v].num_microbatches
     if cutoff is not None and M > 1:
         b = min(b, (cutoff - vb.rest_lb) / (M - 1))  # eq. X1 with the current incumbent
     t = build_tables(problem, v, b if M > 1 else None)
-    if t.p_min == 0:  # no plan of this variant has tau <= b (memory and GPUs)
+    if t.p_min > 0:  # eq. N1: the node's stage-count range
+        t.p_min, t.p_max = max(t.p_min, plo), min(t.p_max, phi)
+    if t.p_min == 0 or t.p_min > t.p_max:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
@@ -143,14 +150,19 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     if not small and tries == 0:
         lp = lp_bound(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
         if lp is not None:
-            bound = max(bound, lp - 1e-7 * abs(lp))
+            bound = max(bound, lp - 1e-7 * abs(lp) if math.isfinite(lp) else lp)
         if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
         if M > 1 and b - a > _split_width(options, a):
-            _split(heap, bound, v, a, b, M, vb)
+            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max)
             return
-    _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound), (bound, v, a, b, tries),
+        if t.p_max > t.p_min:  # then on the number of stages
+            mid = (t.p_min + t.p_max) // 2
+            heapq.heappush(heap, (bound, v, a, b, 0, t.p_min, mid))
+            heapq.heappush(heap, (bound, v, a, b, 0, mid + 1, t.p_max))
+            return
+    _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound), (bound, v, a, b, tries, plo, phi),
             cutoff, deadline, name, solve_node)
 
 
@@ -159,14 +171,14 @@ def _split_width(options, a: float) -> float:
     return max(options.relative_gap, 2e-3) * a / 2
 
 
-def _split(heap, bound, v, a, b, M, vb: VariantBound) -> None:
+def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int) -> None:
     mid = (a + b) / 2 if b <= 4 * a or a <= 0 else math.sqrt(a * b)
-    heapq.heappush(heap, (max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0))
-    heapq.heappush(heap, (max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0))
+    heapq.heappush(heap, (max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi))
+    heapq.heappush(heap, (max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi))
 
 
 def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node):
-    bound, v, a, b, tries = node
+    bound, v, a, b, tries, plo, phi = node
     M = problem.variants[v].num_microbatches
     left = deadline - time.perf_counter()
     share = min(left, max(MIN_ENGINE_S * 2**tries, left / max(2, len(heap) + 1)))
@@ -193,7 +205,7 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     if res.status == "OPTIMAL":
         st.closed.append(min(nbound, cutoff) if cutoff is not None else nbound)
         return
-    heapq.heappush(heap, (nbound, v, a, b, tries + 1))  # not finished: again later with more time
+    heapq.heappush(heap, (nbound, v, a, b, tries + 1, plo, phi))  # not finished: again later with more time
 
 
 def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) -> RawResult:

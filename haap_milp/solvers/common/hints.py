@@ -41,15 +41,16 @@ def replace_dominated(t: Tables, a: Assignment) -> Assignment:
     return Assignment(a.variant, tuple(out))
 
 
-def sort_runs(a: Assignment) -> Assignment:
-    """Eq. S1: within runs of consecutive non-first stages with the same option and slot >= 2,
-    layer counts are non-decreasing in pipeline order (deeper slots hold fewer)."""
+def sort_runs(a: Assignment, num_microbatches: int) -> Assignment:
+    """Eq. S1: within runs of consecutive non-first stages with the same option and slot
+    >= max(2, M), layer counts are non-decreasing in pipeline order (deeper slots hold fewer)."""
     st = list(a.stages)
     p = len(st)
+    last_j = p - max(2, num_microbatches)  # pipeline index j has slot p - j >= max(2, M)
     j = 1
-    while j <= p - 2:  # pipeline index j has slot p - j >= 2
+    while j <= last_j:
         e = j
-        while e + 1 <= p - 2 and st[e + 1].option == st[j].option:
+        while e + 1 <= last_j and st[e + 1].option == st[j].option:
             e += 1
         counts = sorted(s.num_layers for s in st[j: e + 1])
         for q, n in zip(range(j, e + 1), counts):
@@ -63,7 +64,7 @@ def canonical(problem: Problem, t: Tables, a: Assignment) -> Assignment:
     and feasible (it always is when the tables are right)."""
     if any(st.option not in set(t.opts.tolist()) for st in a.stages):
         return a
-    b = sort_runs(replace_dominated(t, a))
+    b = sort_runs(replace_dominated(t, a), t.M)
     if violations(problem, b) or evaluate(problem, b) > evaluate(problem, a) * (1 + 1e-12):
         log.warning("canonical form of the hint is not better; keeping the hint as given")
         return a

@@ -7,6 +7,8 @@ run on them; its value is a valid lower bound on every plan of the node (the LP 
 from __future__ import annotations
 
 import math
+import os
+import sys
 
 import numpy as np
 
@@ -16,6 +18,29 @@ try:
     import highspy
 except ImportError:  # pragma: no cover - highspy is a runtime dependency
     highspy = None
+
+
+def _silence_banner() -> None:
+    """HiGHS prints a copyright banner on stdout when the first instance of a process is created
+    (measured with highspy 1.16); create that instance with file descriptor 1 muted so that JSON
+    written to stdout stays clean."""
+    if highspy is None:
+        return
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # pragma: no cover - no real file descriptor 1
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+_silence_banner()
 
 
 def objective_terms(lm: LinModel) -> dict:

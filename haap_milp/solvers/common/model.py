@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from haap_milp.pipeline import BWD_SHARE
 from haap_milp.problem import Assignment, Problem, Stage
 from haap_milp.solvers.common.tables import Tables
 
@@ -204,6 +205,8 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
     m.tau = m.var("tau", max(0.0, tau_lb), tau_hi, integer=False)
     m.sigma = m.var("sigma", 0.0, INF, integer=False)
     cut: dict = {}
+    slot_t: dict = {}
+    slot_s: dict = {}
     for k in range(1, t.p_max + 1):
         tk: dict = {}
         sk: dict = {}
@@ -226,36 +229,67 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
             if k == 1:
                 _acc(cut[g], x, c["last_time"][i] * t.gpus[i])
         m.add({**tk, m.tau: -1}, -INF, 0, kind="tdef", label="T2 tau >= t_k")
-        m.add({**sk, m.sigma: -1}, -INF, 0, kind="tdef", label="T3 sigma >= s_k")
+        slot_s[k] = sk
         _acc(m.obj_time, tk)
+        slot_t[k] = tk
     for g, row in cut.items():
         m.add({**row, m.tau: -float(problem.group_capacity[g])}, -INF, 0, kind="cut", label="C1 GPU-time")
-    for k in range(1, t.p_max):
-        _boundary(m, k, tau_hi)
+    boundary = {k: _boundary(m, k, tau_hi) for k in range(1, t.p_max)}
+    _inflight_rows(m, slot_t, boundary)
+    _sync_rows(m, slot_t, slot_s)
 
 
-def _boundary(m: LinModel, k: int, tau_hi: float) -> None:
+def _sync_rows(m: LinModel, slot_t: dict, slot_s: dict) -> None:
+    """Eq. T3: sigma >= s_k - beta * (time of the slots before k in the pipeline, i.e. k' > k):
+    a later stage starts its DP sync as soon as its own last backward ends."""
+    before: dict = {}
+    for k in range(m.t.p_max, 0, -1):
+        row = dict(slot_s.get(k, {}))
+        _acc(row, before, -BWD_SHARE)
+        m.add({**row, m.sigma: -1}, -INF, 0, kind="tdef", label="T3 sigma >= s_k - beta*before")
+        _acc(before, slot_t.get(k, {}))
+
+
+def _inflight_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
+    """Eq. T2, in-flight term: for k < M, the last k slots and the k-1 links between them take at
+    most k periods (1F1B round trip; problem.py). Unused slots add nothing, and the row of a k
+    beyond the pipeline is implied by the row of the first stage (its sum is the same, k larger)."""
+    row: dict = {}
+    const = 0.0
+    for k in range(1, m.t.p_max + 1):
+        _acc(row, slot_t.get(k, {}))
+        if k >= 2:
+            terms, c0 = boundary.get(k - 1, ({}, 0.0))
+            _acc(row, terms)
+            const += c0
+            if k < m.t.M:
+                m.add({**row, m.tau: -float(k)}, -INF, 0, kind="tdef", const=const, label="T2 in-flight")
+
+
+def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
     """c_k: p2p between slot k+1 (earlier stage) and slot k (eq. T1 boundary, linearised by the
-    transport rows Z1: sum_h z[k,g,h] = u[k+1,g], sum_g z[k,g,h] <= u[k,h])."""
+    transport rows Z1: sum_h z[k,g,h] = u[k+1,g], sum_g z[k,g,h] <= u[k,h]). Each link direction
+    carries half of c_k, so tau >= c_k / 2 (eq. T2). Returns c_k as (terms, constant)."""
     t = m.t
     up, down = _groups_at(m, k + 1), _groups_at(m, k)
     if not up or not down:
-        return  # slot k+1 cannot be used (its A1 row forces used_{k+1} = 0) or the model is infeasible
+        return {}, 0.0  # slot k+1 cannot be used (its A1 row forces used_{k+1} = 0) or the model is infeasible
     vals = {float(t.p2p[g, h]) for g in up for h in down}
     uterms, uconst = _used(m, k + 1)
-    if len(vals) == 1 and max(vals) <= tau_hi:  # one link price: c_k = p0 * used_{k+1}
+    if len(vals) == 1 and max(vals) / 2 <= tau_hi:  # one link price: c_k = p0 * used_{k+1}
         p0 = float(next(iter(vals)))
         row = {v: p0 * cc for v, cc in uterms.items()}
-        m.add({**row, m.tau: -1}, -INF, 0, kind="tdef", const=p0 * uconst, label="T2 tau >= c_k")
+        half = {v: 0.5 * c for v, c in row.items()}
+        m.add({**half, m.tau: -1}, -INF, 0, kind="tdef", const=0.5 * p0 * uconst, label="T2 tau >= c_k/2")
         _acc(m.obj_time, row)
         m.obj_const += p0 * uconst
-        return
+        return row, p0 * uconst
     cost: dict = {}
     zin: dict = {h: {} for h in down}
     for g in up:
         row = {v: -cc for v, cc in up[g].items()}
         for h in down:
-            if t.p2p[g, h] > tau_hi:
+            if t.p2p[g, h] / 2 > tau_hi:
                 continue  # eq. X1: this link alone is slower than the cut-off
             zv = m.var(f"z[{k},{g},{h}]", 0, 1, integer=False)
             m.z[k, g, h] = zv
@@ -266,14 +300,17 @@ def _boundary(m: LinModel, k: int, tau_hi: float) -> None:
     for h, row in zin.items():
         _acc(row, down[h], -1.0)
         m.add(row, -INF, 0, label="Z1 in")
-    m.add({**cost, m.tau: -1}, -INF, 0, kind="tdef", label="T2 tau >= c_k")
+    m.add({**{v: 0.5 * c for v, c in cost.items()}, m.tau: -1}, -INF, 0, kind="tdef", label="T2 tau >= c_k/2")
     _acc(m.obj_time, cost)
+    return cost, 0.0
 
 
 def _symmetry_rows(m: LinModel) -> None:
-    """Eq. S1: two consecutive non-first slots k >= 2 with the same option: n[k] >= n[k+1]."""
+    """Eq. S1: two consecutive non-first slots k >= max(2, M) with the same option: n[k] >= n[k+1].
+    There both hold M micro-batches (same memory) and no in-flight row of eq. T2 (those cover
+    slots 1..q, q < M) separates them, so swapping their layer counts changes nothing."""
     for (k, i), xn in m.xn.items():
-        if k < 2 or (k + 1, i) not in m.nv:
+        if k < max(2, m.t.M) or (k + 1, i) not in m.nv:
             continue
         big = float(m.ub[m.nv[k + 1, i]])
         row = {m.nv[k, i]: 1, m.nv[k + 1, i]: -1, xn: -big}
