@@ -128,3 +128,28 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
     if max(s) > 0.1 * var.num_microbatches * max(t):
         parts.append(f"DP sync is large ({max(s) * 1e3:.0f} ms)")
     return "; ".join(parts)
+
+
+def estimate_bottleneck(pe) -> str:
+    """What binds a scored plan (estimator.PlanEstimate): the pacing stage, its largest time share,
+    memory pressure and communication that is not hidden."""
+    stages = pe.stages
+    j = max(range(len(stages)), key=lambda i: stages[i].time_s)
+    s = stages[j]
+    b = s.breakdown
+    parts = [f"stage {j} ({s.gpu_type}, {s.num_layers} layers) paces the pipeline at {s.time_s * 1e3:.1f} ms "
+             f"per micro-batch"]
+    comm = b["tp_comm_s"] + b["ep_comm_s"] + b["cp_comm_s"]
+    if comm > 0.15 * b["compute_s"]:
+        parts.append(f"exposed TP/EP/CP communication is {comm / max(b['compute_s'], 1e-12):.0%} of its compute")
+    fullest = max(stages, key=lambda x: x.memory_gib / x.capacity_gib)
+    fill = fullest.memory_gib / fullest.capacity_gib
+    if fill > 0.9:
+        parts.append(f"stage {fullest.index} memory is {fill:.0%} of usable")
+    bubble = max(x.breakdown["bubble_s"] for x in stages) / pe.iteration_time_s
+    if bubble > 0.15:
+        parts.append(f"pipeline bubble up to {bubble:.0%} of the iteration (more micro-batches or fewer stages)")
+    sync = max(x.breakdown["sync_s"] for x in stages) / pe.iteration_time_s
+    if sync > 0.05:
+        parts.append(f"exposed DP sync {sync:.0%} of the iteration")
+    return "; ".join(parts)

@@ -18,6 +18,7 @@ from rich.table import Table
 from haap_milp.catalog import load_cluster, load_model
 from haap_milp.cli.app import app
 from haap_milp.cli.common import console, err_console, print_json
+from haap_milp.explain import estimate_bottleneck
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator, PlanEstimate, load_calibration, load_profile
 from haap_milp.planfile import read_plan_file
@@ -121,6 +122,7 @@ def _table(pe: PlanEstimate, plan: Plan) -> None:
     Console(width=max(console.width, 112), highlight=False).print(t)  # wide table even when piped
     for note in pe.notes:
         console.print(f"note: {note}", highlight=False)
+    console.print(f"why: {estimate_bottleneck(pe)}", highlight=False, markup=False)
 
 
 def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs, seq, precision, sp, dist_opt):
@@ -179,7 +181,7 @@ def estimate(
     est = Estimator(m, c, training, cal, _profile(profile, profile_device))
     pe = est.estimate(p)
     if as_json:
-        print_json(estimate_document(pe, est, p))
+        print_json({**estimate_document(pe, est, p), "explanation": estimate_bottleneck(pe)})
     else:
         _table(pe, p)
     if not pe.fits:
