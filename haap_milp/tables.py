@@ -53,8 +53,14 @@ def stage_table(out) -> Table:
     return t
 
 
+def _wide(console: Console) -> Console:
+    """Tables stay readable when piped (rich falls back to 80 columns)."""
+    return console if console.width >= 120 else Console(width=120, file=console.file, highlight=False)
+
+
 def solve_report(out, console: Console) -> None:
     r = out.result
+    console = _wide(console)
     if r.plan is not None:
         console.print(stage_table(out))
     m = plan_metrics(out)
@@ -80,6 +86,7 @@ def solve_report(out, console: Console) -> None:
 
 
 def compare_table(outs: dict, console: Console) -> None:
+    console = _wide(console)
     t = Table(title="exact solvers vs heuristics (same presolved problem)")
     for col in ("method", "status", "iteration s", "tokens/s", "MFU", "stages", "bound s", "gap", "wall s", "vs DP"):
         t.add_column(col, justify="left" if col in ("method", "status") else "right")
