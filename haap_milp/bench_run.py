@@ -147,6 +147,13 @@ def run_task(task: Task) -> list[dict]:
         except Exception as exc:  # noqa: BLE001 - exact runs go on without a warm start
             dp_err = _describe(exc, "dp")
             dp_raw = None
+    warm = dp_raw
+    if wanted & set(EXACT_METHODS):  # the exact solvers start from the better heuristic, as planner.solve does
+        try:
+            uni_raw, _ = _with_guard(GUARD_HEURISTIC_S, planner.run_method, ctx, "uniform")
+            warm = planner.best_heuristic(*(r for r in (dp_raw, uni_raw) if r is not None))
+        except Exception:  # noqa: BLE001 - the DP plan alone is a fine warm start
+            pass
     for m, t in task.runs:
         row = {**base_row(inp, m, t), **info}
         try:
@@ -158,7 +165,7 @@ def run_task(task: Task) -> list[dict]:
             run_ctx = ctx if t is None else replace(ctx, options=ctx.options.model_copy(
                 update={"time_limit_s": float(t), "solver": m}))
             guard = GUARD_HEURISTIC_S if t is None else float(t) + GUARD_EXACT_SLACK_S + 0.5 * float(t)
-            hint = dp_raw if m in EXACT_METHODS else None
+            hint = warm if m in EXACT_METHODS else None
             raw, _ = _with_guard(guard, planner.run_method, run_ctx, m, hint)
             rows.append(_outcome_row(row, planner.finish(run_ctx, raw)))
         except Exception as exc:  # noqa: BLE001 - every failure is a row

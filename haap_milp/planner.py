@@ -110,7 +110,7 @@ def finish(ctx: Context, raw: RawResult, extra_wall_s: float = 0.0) -> Outcome:
 
 
 def solve(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions) -> Outcome:
-    """Plan: DP first (baseline and warm start), then the chosen exact solver."""
+    """Plan: DP heuristic and uniform baseline first (the better is the warm start), then the exact solver."""
     t0 = time.perf_counter()
     ctx = Context.build(model, cluster, training, options)
     if not ctx.presolved.problem.variants:
@@ -121,8 +121,10 @@ def solve(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, option
     if method in ("dp", "uniform", "brute"):
         raw = dp_raw if method == "dp" else run_method(ctx, method)[0]
     else:
-        raw, _ = run_method(ctx, method, hint_raw=dp_raw)
+        uni_raw, _ = run_method(ctx, "uniform")
+        raw, _ = run_method(ctx, method, hint_raw=best_heuristic(dp_raw, uni_raw))
         raw.stats["dp_objective_s"] = dp_raw.objective_s if dp_raw.objective_s is not None else "none"
+        raw.stats["uniform_objective_s"] = uni_raw.objective_s if uni_raw.objective_s is not None else "none"
     presolve_s = ctx.presolved.stats.get("presolve_s", 0.0)
     out = finish(ctx, raw, extra_wall_s=0.0)
     total = time.perf_counter() - t0
@@ -132,17 +134,25 @@ def solve(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, option
 
 
 def compare(model, cluster, training, options, methods=("cpsat", "milp", "dp", "uniform")) -> dict[str, Outcome]:
-    """Every method on the same presolved problem; exact ones warm-started from DP when asked."""
+    """Every method on the same presolved problem; exact ones warm-started from the best heuristic."""
     ctx = Context.build(model, cluster, training, options)
     if not ctx.presolved.problem.variants:
         raw = RawResult("INFEASIBLE", "presolve", message=explain_infeasible(ctx))
         return {m: finish(ctx, replace(raw, solver=m)) for m in methods}
-    dp_raw, _ = run_method(ctx, "dp")
+    heur = {m: run_method(ctx, m)[0] for m in ("dp", "uniform")}
+    hint = best_heuristic(heur["dp"], heur["uniform"])
     out = {}
     for m in methods:
-        raw = dp_raw if m == "dp" else run_method(ctx, m, hint_raw=dp_raw if m in EXACT else None)[0]
+        raw = heur[m] if m in heur else run_method(ctx, m, hint_raw=hint if m in EXACT else None)[0]
         out[m] = finish(ctx, raw)
     return out
+
+
+def best_heuristic(*raws: RawResult) -> RawResult:
+    """The warm start: the better of the DP heuristic and the uniform baseline (so an exact plan is
+    never worse than either, up to the requested gap)."""
+    found = [r for r in raws if r.objective_s is not None and r.assignment is not None]
+    return min(found, key=lambda r: r.objective_s) if found else raws[0]
 
 
 def explain_infeasible(ctx: Context) -> str:

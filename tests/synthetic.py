@@ -133,7 +133,7 @@ def _variant(model, gpus, options, b, m, islands, rng, ib_gbps, gpus_per_node, m
     cols: dict[str, list] = {}
     for o in options:
         gpu = gpus[o.group]
-        dp_bw = gpu.nvlink_gbps if o.num_gpus <= gpus_per_node else ib_gbps
+        dp_bw = gpu.nvlink_gbps if o.num_gpus <= gpus_per_node else min(ib_gbps, 25.0)  # one HDR NIC per GPU
         for k, val in _option_costs(model, gpu, o, b, dp_bw).items():
             cols.setdefault(k, []).append(val)
     arr = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
@@ -186,10 +186,12 @@ def large_problem(src, *, num_gpus: int = 1024, num_types: int = 3, num_layers: 
                   hidden: int = 8192, heads: int = 64, seq: int = 4096, gbs: int = 1024,
                   micro_batches: tuple[int, ...] = (8, 16, 32), islands: int = 2,
                   recompute: tuple[str, ...] = ("none", "selective", "full"),
-                  cross_island_gbps: tuple[float, float] = (5.0, 12.5)) -> Problem:
+                  cross_island_gbps: tuple[float, float] = (5.0, 12.5), node_link_gbps: float = 200.0) -> Problem:
     """A presolve-sized instance: ``num_gpus`` split over ``num_types`` GPU types (each type a
     group; types alternate over ``islands``), options = group x tp {1,2,4,8} x dp = B/m for
-    m in {1,2,4,8} x recompute, one variant per B in ``micro_batches``."""
+    m in {1,2,4,8} x recompute, one variant per B in ``micro_batches``. Stage-to-stage p2p inside
+    an island runs over all rails of a node (``node_link_gbps``, 8 x 200 Gb/s HDR = 200 GB/s),
+    between islands over a shared link of ``cross_island_gbps`` GB/s."""
     rng = _seed_rng(src)
     types = [GPU_TYPES[i % len(GPU_TYPES)] for i in range(num_types)]
     share = rng.dirichlet(np.full(num_types, 4.0))
@@ -208,7 +210,7 @@ def large_problem(src, *, num_gpus: int = 1024, num_types: int = 3, num_layers: 
                         options.append(Option(gi, tp, dp, 1, rc))
     options = tuple(options)
     scale = np.ones(num_types)
-    variants = tuple(_variant(model, types, options, b, gbs // b, isl, rng, 25.0, 8, scale, cross_island_gbps)
+    variants = tuple(_variant(model, types, options, b, gbs // b, isl, rng, node_link_gbps, 8, scale, cross_island_gbps)
                      for b in micro_batches)
     kept = []
     for v in variants:

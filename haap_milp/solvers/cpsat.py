@@ -120,7 +120,7 @@ def _add_hint(cp: cp_model.CpModel, lm: LinModel, x: list, defs: dict, lows: dic
     return True
 
 
-def _params(options: SolveOptions, time_s: float) -> cp_model.CpSolver:
+def _params(options: SolveOptions, time_s: float, primal: bool = False) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.max_time_in_seconds = max(time_s, 0.01)
@@ -131,18 +131,22 @@ def _params(options: SolveOptions, time_s: float) -> cp_model.CpSolver:
     p.cp_model_probing_level = PROBING
     # determinism: interleaved search gives the same result for the same input and thread count
     # (sat_parameters.proto, interleave_search) as long as the time limit is not what stops it
-    p.interleave_search = INTERLEAVE and options.threads > 1
+    # the primal phase (eq. N3, large models under a wall-clock limit, which no setting makes
+    # reproducible) runs the default portfolio so that it can take the hint
+    p.interleave_search = INTERLEAVE and options.threads > 1 and not primal
     # measured on the synthetic scaling instances: the default 2-worker portfolio has no worker
     # with the full LP and its bound hardly moves; max_lp (all rows in the LP) + default_lp does
-    p.subsolvers.extend(SUBSOLVERS)
+    if not primal:
+        p.subsolvers.extend(SUBSOLVERS)
     if p.interleave_search:
         p.interleave_batch_size = 1  # measured: larger batches wait seconds on tiny models
     return solver
 
 
 def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float | None, time_s: float,
-                hint: Assignment | None, options: SolveOptions) -> VariantResult:
-    """CP-SAT on one (variant, tau interval) node model."""
+                hint: Assignment | None, options: SolveOptions, primal: bool = False) -> VariantResult:
+    """CP-SAT on one (variant, tau interval) node model; ``primal``: the default portfolio (with
+    its LNS workers) to improve the warm start instead of the LP-heavy bounding workers."""
     t0 = time.perf_counter()
     t = lm.t
     S = _scale(t, b)
@@ -157,10 +161,10 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     # CP-SAT 9.15 aborted ("Check failed: heuristics.fixed_search != nullptr") on a hinted model
     # with interleave_search (measured on a megatron-target instance); the incumbent still enters
     # every node model as the cut-off (eq. CP4), so the warm start keeps its value without the hint
-    interleaved = INTERLEAVE and options.threads > 1
+    interleaved = INTERLEAVE and options.threads > 1 and not primal
     hinted = False if interleaved else _add_hint(cp, lm, x, defs, lows, hint)
     build_s = time.perf_counter() - t0
-    solver = _params(options, time_s - build_s)
+    solver = _params(options, time_s - build_s, primal)
     code = solver.solve(cp)
     stats = {"build_s": round(build_s, 4), "vars": len(lm.names), "rows": len(lm.rows), "scale": S,
              "rounding_error_s": W / S, "tolerance_s": W / S, "hinted": int(hinted),

@@ -7,7 +7,8 @@ Per micro-batch variant and engine restriction (eqs. U1/U2):
 2. for tau* and up to ``EXTRA_TAUS`` larger candidates inside the window where (M-1)*tau can
    still pay off (eq. DP5), and for up to ``MAX_P_PER_TAU`` stage counts, split the layers with
    Alpa's inner DP (min sum t_j s.t. t_j <= tau, eq. DP4) and score the plan with ``evaluate``;
-3. keep the best, rewritten into canonical form (dominated options swapped, eq. D1).
+3. keep the best, improve it by local search (eq. LS1) and rewrite it into canonical form
+   (dominated options swapped, eq. D1).
 If no structure fits, a beam search over (slot, layers, GPUs used) states (eq. DP6) looks for
 any feasible plan; it is complete while the beam is not truncated (all small instances).
 """
@@ -22,6 +23,7 @@ import numpy as np
 
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, variant_bound
+from haap_milp.solvers.common.polish import polish
 from haap_milp.solvers.dp_core import CapCache, Restriction, coverage, option_classes, split
 from haap_milp.solvers.dp_fallback import beam_search
 
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 EXTRA_TAUS = 4  # candidate stage times tried above the smallest feasible one
 MAX_P_PER_TAU = 6  # stage counts split per candidate tau
 MAX_SEGMENTS = 6  # most GPU groups in one pipeline (all of them when there are at most 6)
+POLISH_S = 0.3  # local search on the DP plan (eq. LS1)
 
 
 def solve(problem: Problem, options=None, hint: Assignment | None = None) -> RawResult:
@@ -59,7 +62,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
             return RawResult("INFEASIBLE", "dp", wall_time_s=wall, message=infeasibility_reason(problem, bounds),
                              stats=stats)
         return RawResult("NO_SOLUTION", "dp", wall_time_s=wall, message="the DP heuristic found no plan", stats=stats)
-    a = best[1]
+    a = polish(problem, best[1], POLISH_S)  # eq. LS1
     a = canonical(problem, build_tables(problem, a.variant), a)
     return RawResult("FEASIBLE", "dp", assignment=a, objective_s=evaluate(problem, a), bound_s=None,
                      wall_time_s=wall, stats=stats)

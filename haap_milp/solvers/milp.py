@@ -103,8 +103,8 @@ def _solver(options: SolveOptions, time_s: float, start: dict | None):
 
 
 def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float | None, time_s: float,
-                hint: Assignment | None, options: SolveOptions) -> VariantResult:
-    """HiGHS on one (variant, tau interval) node model."""
+                hint: Assignment | None, options: SolveOptions, primal: bool = False) -> VariantResult:
+    """HiGHS on one (variant, tau interval) node model (``primal`` changes nothing here)."""
     t0 = time.perf_counter()
     prob, x = _build(lm, cutoff)
     start = _start(lm, x, hint)

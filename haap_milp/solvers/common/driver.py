@@ -24,12 +24,15 @@ from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, 
 from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
+from haap_milp.solvers.common.polish import polish
 from haap_milp.solvers.common.tables import Tables, build_tables
 
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left
 MIN_ENGINE_S = 1.0  # least time given to an exact engine on a node (doubles on each retry)
 INITIAL_SPLIT = 4  # intervals per variant before the search starts
+PRIMAL_SHARE = 0.25  # of the time limit for the engine on the warm start's variant (eq. N3)
+POLISH_S = 0.2  # local search on each new incumbent (eq. LS1)
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 
 
@@ -58,6 +61,7 @@ class _State:
     errors: list = field(default_factory=list)
     tol_s: float = 0.0
     nodes: int = 0
+    engine_calls: int = 0
 
     def offer(self, problem: Problem, a: Assignment | None, who: str) -> None:
         if a is None:
@@ -69,7 +73,9 @@ class _State:
             return
         obj = evaluate(problem, a)
         if obj < self.inc_obj:
-            self.inc, self.inc_obj = a, obj
+            a = polish(problem, a, POLISH_S)  # eq. LS1, then the form the models accept (eqs. D1, S1)
+            a = canonical(problem, build_tables(problem, a.variant), a)
+            self.inc, self.inc_obj = a, evaluate(problem, a)
 
 
 def _steady(problem: Problem, a: Assignment) -> float:
@@ -85,13 +91,56 @@ def _worst_tau(t: Tables) -> float:
                  + max(t.K - 1, 1) * t.p2p.max())
 
 
-def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float) -> list:
-    """Initial nodes (bound, variant, a, b): each variant's tau range split in INITIAL_SPLIT."""
+def _primal(problem, options, st: _State, vb, tables, deadline, name, solve_node) -> dict:
+    """Eq. N3: before branching, the engine improves the warm start on the whole range of its
+    variant for PRIMAL_SHARE of the time (large models only); its bound floors that variant."""
+    if st.inc is None:
+        return {}
+    v = st.inc.variant
+    M = problem.variants[v].num_microbatches
+    hi = (st.inc_obj - vb[v].rest_lb) / (M - 1) if M > 1 else None
+    t = build_tables(problem, v, hi)
+    if t.p_min == 0:
+        return {}
+    lm = build_model(problem, t, tau_lb=vb[v].tau_lb)
+    if len(lm.names) <= SMALL_MODEL:
+        return {}
+    share = PRIMAL_SHARE * (deadline - time.perf_counter())
+    res = _call(problem, options, st, lm, vb[v], st.inc_obj, share, st.inc, name, solve_node, v, primal=True)
+    if res.status == "INFEASIBLE":  # nothing beats the warm start in this variant
+        return {v: st.inc_obj}
+    return {v: res.bound_s} if res.bound_s is not None else {}
+
+
+def _call(problem, options, st: _State, lm, nb, cutoff, share, hint, name, solve_node, v, **kw) -> VariantResult:
+    """One engine run, its statistics and its plan offered as incumbent."""
+    t1 = time.perf_counter()
+    try:
+        res = solve_node(problem, lm, nb, cutoff, share, hint, options, **kw)
+    except Exception as exc:  # a solver failure is a result, not a crash
+        log.exception("%s failed on variant %d", name, v)
+        res = VariantResult("ERROR", message=f"{type(exc).__name__}: {exc}")
+    st.engine_calls += 1
+    st.stats[f"engine{st.engine_calls}"] = f"v{v} {res.status} {time.perf_counter() - t1:.2f}s"
+    st.tol_s = max(st.tol_s, float(res.stats.get("tolerance_s", 0.0)))
+    for key in ("vars", "rows"):
+        if key in res.stats:
+            st.stats[f"max_{key}"] = max(st.stats.get(f"max_{key}", 0), res.stats[key])
+    if res.status == "ERROR":
+        st.errors.append(res.message)
+    st.offer(problem, res.assignment, name)
+    return res
+
+
+def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floors: dict) -> list:
+    """Initial nodes (bound, variant, a, b, tries, P_lo, P_hi): each variant's tau range split in
+    INITIAL_SPLIT; ``floors`` holds proven per-variant bounds (eq. N3)."""
     heap = []
     for v, b in enumerate(vb):
-        if not math.isfinite(b.total_s):
-            st.closed.append(math.inf)
+        if not math.isfinite(b.total_s) or floors.get(v, -math.inf) >= st.inc_obj:
+            st.closed.append(min(floors.get(v, math.inf), math.inf))
             continue
+        b = VariantBound(b.tau_lb, b.rest_lb, max(b.total_s, floors.get(v, -math.inf)))
         M = problem.variants[v].num_microbatches
         hi = _worst_tau(tables[v])
         if st.inc is not None and M > 1:
@@ -101,7 +150,7 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float) -> li
             continue
         edges = [b.tau_lb + (hi - b.tau_lb) * i / INITIAL_SPLIT for i in range(INITIAL_SPLIT + 1)]
         for lo, up in zip(edges[:-1], edges[1:]):
-            heap.append(((M - 1) * lo + b.rest_lb, v, lo, up, 0, 0, 1 << 30))
+            heap.append((max((M - 1) * lo + b.rest_lb, floors.get(v, -math.inf)), v, lo, up, 0, 0, 1 << 30))
     heapq.heapify(heap)
     return heap
 
@@ -119,7 +168,8 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
         st.stats["hint_objective_s"] = st.inc_obj
     elif hint is not None:
         log.warning("%s: ignoring an infeasible hint", name)
-    heap = _roots(problem, st, vb, tables, r)
+    floors = _primal(problem, options, st, vb, tables, deadline, name, solve_node)
+    heap = _roots(problem, st, vb, tables, r, floors)
     while heap:
         node = heap[0]
         cutoff = st.inc_obj * (1 - r) if st.inc is not None else None
@@ -184,20 +234,7 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     share = min(left, max(MIN_ENGINE_S * 2**tries, left / max(2, len(heap) + 1)))
     inc = st.inc
     h = inc if inc is not None and inc.variant == v and a <= _steady(problem, inc) <= b * (1 + 1e-9) else None
-    t1 = time.perf_counter()
-    try:
-        res = solve_node(problem, lm, nb, cutoff, share, h, options)
-    except Exception as exc:  # a solver failure is a result, not a crash
-        log.exception("%s failed on variant %d", name, v)
-        res = VariantResult("ERROR", message=f"{type(exc).__name__}: {exc}")
-    st.stats[f"node{st.nodes}"] = f"v{v} [{a:.4g},{b:.4g}] {res.status} {time.perf_counter() - t1:.2f}s"
-    st.tol_s = max(st.tol_s, float(res.stats.get("tolerance_s", 0.0)))
-    for key in ("vars", "rows"):
-        if key in res.stats:
-            st.stats[f"max_{key}"] = max(st.stats.get(f"max_{key}", 0), res.stats[key])
-    if res.status == "ERROR":
-        st.errors.append(res.message)
-    st.offer(problem, res.assignment, name)
+    res = _call(problem, options, st, lm, nb, cutoff, share, h, name, solve_node, v)
     if res.status == "INFEASIBLE":
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return

@@ -75,7 +75,7 @@ def _acc(d: dict, terms: dict, scale: float = 1.0) -> None:
 
 
 def build_model(problem: Problem, t: Tables, tau_lb: float = 0.0) -> LinModel:
-    """Variables and rows of eqs. A1-A5, M3, G1, U1, U2, T1-T3, C1, S1 for one variant."""
+    """Variables and rows of eqs. A1-A4, M3, D1, G1, G2, U1, U2, T1-T3, Z1, C1, S1 for one variant."""
     m = LinModel(t)
     _slot_vars(m)
     _slot_rows(problem, m)
