@@ -16,10 +16,10 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
-from synthetic import count_options, large_problem  # noqa: E402
+from synthetic import count_options, large_problem
 
-from haap_milp.solvers import get_solver  # noqa: E402
-from haap_milp.specs import SolveOptions  # noqa: E402
+from haap_milp.solvers import get_solver
+from haap_milp.specs import SolveOptions
 
 HEADER = ("| GPUs | types | layers | seed | options/variant | DP s | DP obj | "
           + " | ".join(f"{m} status | {m} obj | {m} gap | {m} s" for m in ("cpsat", "milp")) + " |")
@@ -67,8 +67,9 @@ def main(argv=None) -> None:
     if a.quick:
         a.gpus, a.types, a.layers, a.time_limit = [64, 256], [2], [40], 5.0
     methods = tuple(a.methods.split(","))
-    lines = [f"Synthetic scaling, time limit {a.time_limit:g} s, {a.threads} threads, gap target 1 %, "
-             "exact solvers warm-started from DP", "", HEADER, "|" + "---|" * (HEADER.count("|") - 1)]
+    title = (f"Synthetic scaling, time limit {a.time_limit:g} s, {a.threads} threads, gap target 1 %, "
+             "exact solvers warm-started from DP")
+    lines = [title, "", HEADER, "|" + "---|" * (HEADER.count("|") - 1)]
     print("\n".join(lines), flush=True)
     for gpus in a.gpus:
         for types in a.types:

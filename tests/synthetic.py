@@ -97,7 +97,7 @@ def _option_costs(model: ModelShape, gpu: GpuType, opt: Option, b: int, dp_bw_gb
     p_layer = model.layer_params / opt.tp
     static_per_param = 2.0 + 4.0 + 12.0 / opt.dp  # bf16 weights, fp32 grads, sharded Adam state
     grad_sync = 2.0 * (opt.dp - 1) / opt.dp * 2.0 / (dp_bw_gbps * 1e9)  # ring reduce-scatter+all-gather
-    return dict(
+    return dict(  # noqa: C408 - keyword form mirrors the Variant fields
         layer_time=lt, first_time=0.02 * lt, last_time=head_s,
         layer_static_mem=p_layer * static_per_param,
         layer_act_mem=model.layer_act_bytes(per_rep, opt.tp, opt.recompute),
@@ -195,7 +195,7 @@ def large_problem(src, *, num_gpus: int = 1024, num_types: int = 3, num_layers: 
     rng = _seed_rng(src)
     types = [GPU_TYPES[i % len(GPU_TYPES)] for i in range(num_types)]
     share = rng.dirichlet(np.full(num_types, 4.0))
-    caps = [max(8, int(round(num_gpus * s / 8)) * 8) for s in share]
+    caps = [max(8, round(num_gpus * s / 8) * 8) for s in share]
     caps[0] += num_gpus - sum(caps)
     caps = [max(8, c) for c in caps]
     isl = [i % islands for i in range(num_types)]
@@ -233,4 +233,4 @@ def count_options(problem: Problem) -> list[int]:
     return [int(np.count_nonzero(v.allowed)) for v in problem.variants]
 
 
-__all__ = ["random_problem", "large_problem", "count_options", "GPU_TYPES", "ModelShape"]
+__all__ = ["GPU_TYPES", "ModelShape", "count_options", "large_problem", "random_problem"]

@@ -24,13 +24,17 @@ CASES = {
     "moe": ("mixtral-8x7b", "h100-80g:16,a100-80g:16", TrainingSpec(global_batch_size=64, seq_len=2048)),
 }
 OPTS = SolveOptions(time_limit_s=20, threads=2, relative_gap=1e-4, max_stages=6)
+# the small cases prove optimality in a few seconds; the limit is generous so a loaded machine does not
+# turn a proof into a time-out. The MoE case does not prove within any reasonable limit (see below).
+LIMITS = {"moe": 10.0}
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def compared(request):
     name, cluster, training = CASES[request.param]
     model, cl = load_model(name), load_cluster(cluster)
-    return request.param, model, cl, training, planner.compare(model, cl, training, OPTS)
+    opts = OPTS.model_copy(update={"time_limit_s": LIMITS.get(request.param, 60.0)})
+    return request.param, model, cl, training, planner.compare(model, cl, training, opts)
 
 
 def test_every_plan_is_valid_and_scored_consistently(compared):
@@ -60,7 +64,7 @@ def test_exact_solvers_agree_and_beat_heuristics(compared):
         assert outs[heuristic].result.objective_s >= min(cp.bound_s, milp.bound_s) * (1 - tol), (case, heuristic)
     assert best <= outs["dp"].result.objective_s * (1 + tol), case
     if case == "moe":
-        return  # 32 GPUs x 8 experts: the 20 s limit ends with a proven gap of ~7 % (README: solve times)
+        return  # 32 GPUs x 8 experts: the limit ends with a proven gap of ~7 % (README: where haap falls short)
     assert cp.status == Status.OPTIMAL and milp.status == Status.OPTIMAL, (case, cp.message, milp.message)
     # both proven optimal to 1e-4 (CP-SAT within its stated rounding error): same optimum
     assert abs(cp.objective_s - milp.objective_s) <= tol * milp.objective_s, case

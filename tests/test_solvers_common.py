@@ -14,16 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import count_options, large_problem, random_problem  # noqa: E402
+from synthetic import count_options, large_problem, random_problem
 
-from haap_milp.errors import HaapInputError  # noqa: E402
-from haap_milp.problem import Assignment, Stage, evaluate, stage_memory, violations  # noqa: E402
-from haap_milp.solvers import SOLVERS, get_solver  # noqa: E402
-from haap_milp.solvers.brute import compositions, plan_count  # noqa: E402
-from haap_milp.solvers.common import build_tables, canonical, variant_bound  # noqa: E402
-from haap_milp.specs import SolveOptions  # noqa: E402
+from haap_milp.errors import HaapInputError
+from haap_milp.problem import Assignment, Stage, evaluate, stage_memory, violations
+from haap_milp.solvers import SOLVERS, get_solver
+from haap_milp.solvers.brute import compositions, plan_count
+from haap_milp.solvers.common import build_tables, canonical, variant_bound
+from haap_milp.specs import SolveOptions
 
-SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}
 
 
 @settings(max_examples=40, **SETTINGS)
@@ -66,9 +66,12 @@ def test_variant_bound_is_below_every_plan(seed):
 
 
 def _steady(problem, a):
+    """The period tau of eq. T2 (as a one-element list)."""
+    from haap_milp.pipeline import steady_period
     from haap_milp.problem import boundary_times, stage_times
 
-    return stage_times(problem, a) + boundary_times(problem, a)
+    return [steady_period(stage_times(problem, a), boundary_times(problem, a),
+                          problem.variants[a.variant].num_microbatches)]
 
 
 @settings(max_examples=40, **SETTINGS)

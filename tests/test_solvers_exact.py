@@ -11,14 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem  # noqa: E402
+from synthetic import random_problem
 
-from haap_milp.problem import evaluate, violations  # noqa: E402
-from haap_milp.solvers import get_solver  # noqa: E402
-from haap_milp.specs import SolveOptions  # noqa: E402
+from haap_milp.problem import evaluate, violations
+from haap_milp.solvers import get_solver
+from haap_milp.specs import SolveOptions
 
 EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=2, seed=0)
-SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}
 
 
 def _check_plan(problem, res):

@@ -7,7 +7,7 @@ module imports only ``haap_milp.problem``, ``haap_milp.specs`` and ``haap_milp.s
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 from haap_milp.errors import HaapInputError
 

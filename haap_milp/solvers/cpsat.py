@@ -16,8 +16,7 @@ import time
 from ortools.sat.python import cp_model
 
 from haap_milp.problem import Assignment, Problem, RawResult
-from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, decode, hint_values
-from haap_milp.solvers.common import run_variants
+from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, decode, hint_values, run_variants
 from haap_milp.specs import SolveOptions
 
 log = logging.getLogger(__name__)
@@ -58,13 +57,13 @@ def _int_rows(cp: cp_model.CpModel, lm: LinModel, x: list, S: float) -> dict:
         if row.kind == "exact":
             coefs = [int(c) for c in row.coef]
         elif row.kind == "tdef":  # eq. CP1: ceil keeps t_int >= S * t
-            coefs = [int(math.ceil(c * S)) if v not in defs else int(c) for v, c in zip(row.idx, row.coef)]
+            coefs = [math.ceil(c * S) if v not in defs else int(c) for v, c in zip(row.idx, row.coef)]
         else:  # eq. C1 cut: floor keeps it valid
-            coefs = [int(math.floor(c * S)) if v != lm.tau else int(c) for v, c in zip(row.idx, row.coef)]
-        const = int(math.ceil(row.const * S)) if row.kind == "tdef" else 0
+            coefs = [math.floor(c * S) if v != lm.tau else int(c) for v, c in zip(row.idx, row.coef)]
+        const = math.ceil(row.const * S) if row.kind == "tdef" else 0
         expr = cp_model.LinearExpr.weighted_sum([x[i] for i in row.idx], coefs) + const
-        lb = -cp_model.INT_MAX if row.lb == -math.inf else int(math.ceil(row.lb - 1e-9))
-        ub = cp_model.INT_MAX if row.ub == math.inf else int(math.floor(row.ub + 1e-9))
+        lb = -cp_model.INT_MAX if row.lb == -math.inf else math.ceil(row.lb - 1e-9)
+        ub = cp_model.INT_MAX if row.ub == math.inf else math.floor(row.ub + 1e-9)
         cp.add_linear_constraint(expr, lb, ub)
         if row.kind == "tdef":
             tv = next(v for v in row.idx if v in defs)
@@ -83,8 +82,8 @@ def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S
     worst_s = (c["sync_fixed"] + t.L * c["sync_per_layer"] + c["sync_first"] + c["sync_last"]).max()
     tau_hi = t.tau_ub if t.tau_ub is not None else worst_t
     x = []
-    lows = {lm.tau: int(math.floor(b.tau_lb * S * (1 - 1e-12))), lm.sigma: 0}
-    lows["hi"] = {lm.tau: int(math.ceil(tau_hi * S)) + tau_w, lm.sigma: int(math.ceil(worst_s * S)) + sig_w}
+    lows = {lm.tau: math.floor(b.tau_lb * S * (1 - 1e-12)), lm.sigma: 0}
+    lows["hi"] = {lm.tau: math.ceil(tau_hi * S) + tau_w, lm.sigma: math.ceil(worst_s * S) + sig_w}
     for i, name in enumerate(lm.names):
         if i == lm.tau:
             x.append(cp.new_int_var(lows[i], lows["hi"][i], name))
@@ -99,9 +98,9 @@ def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S
 
 def _objective(lm: LinModel, x: list, S: float):
     idx = list(lm.obj_time)
-    coefs = [int(math.ceil(lm.obj_time[i] * S)) for i in idx]
+    coefs = [math.ceil(lm.obj_time[i] * S) for i in idx]
     expr = cp_model.LinearExpr.weighted_sum([x[i] for i in idx], coefs)
-    return expr + (lm.t.M - 1) * x[lm.tau] + x[lm.sigma] + int(math.ceil(lm.obj_const * S))
+    return expr + (lm.t.M - 1) * x[lm.tau] + x[lm.sigma] + math.ceil(lm.obj_const * S)
 
 
 def _add_hint(cp: cp_model.CpModel, lm: LinModel, x: list, defs: dict, lows: dict, hint: Assignment | None) -> bool:
@@ -116,7 +115,7 @@ def _add_hint(cp: cp_model.CpModel, lm: LinModel, x: list, defs: dict, lows: dic
             # made CP-SAT 9.15 abort ("heuristics.fixed_search != nullptr") with interleave_search
             return False
     for i, val in vals.items():
-        cp.add_hint(x[i], int(round(val)))
+        cp.add_hint(x[i], round(val))
     return True
 
 
@@ -156,7 +155,7 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     defs = _int_rows(cp, lm, x, S)
     obj = _objective(lm, x, S)
     if cutoff is not None:  # eq. CP4: T <= cutoff implies T_int <= S * cutoff + W
-        cp.add(obj <= int(math.floor(cutoff * S)) + W)
+        cp.add(obj <= math.floor(cutoff * S) + W)
     cp.minimize(obj)
     # CP-SAT 9.15 aborted ("Check failed: heuristics.fixed_search != nullptr") on a hinted model
     # with interleave_search (measured on a megatron-target instance); the incumbent still enters

@@ -13,7 +13,7 @@ from haap_milp.problem import Assignment, Problem, Stage, evaluate, violations
 from haap_milp.solvers.common import build_tables
 
 BEAM = 4000  # states kept per slot
-TIME_LIMIT_S = 2.0
+TIME_LIMIT_S = 1.0
 
 
 def beam_search(problem: Problem, beam: int = BEAM, time_limit_s: float = TIME_LIMIT_S) -> Assignment | None:

@@ -15,8 +15,14 @@ import numpy as np
 import pulp
 
 from haap_milp.problem import Assignment, Problem, RawResult
-from haap_milp.solvers.common import LinModel, VariantBound, VariantResult, decode, hint_values
-from haap_milp.solvers.common import run_variants  # importing common mutes the HiGHS banner (common/lp.py)
+from haap_milp.solvers.common import (
+    LinModel,
+    VariantBound,
+    VariantResult,
+    decode,
+    hint_values,
+    run_variants,  # importing common mutes the HiGHS banner (common/lp.py)
+)
 from haap_milp.specs import SolveOptions
 
 log = logging.getLogger(__name__)
@@ -25,7 +31,7 @@ ABS_GAP_S = 1e-6  # HiGHS mip_abs_gap (its default): an optimum is proven to wit
 try:  # PuLP's in-process HiGHS needs highspy
     import highspy
     _HAVE_HIGHS = pulp.HiGHS().available()
-except Exception:  # pragma: no cover - environment without highspy
+except (ImportError, AttributeError, RuntimeError):  # pragma: no cover - no usable highspy
     highspy = None
     _HAVE_HIGHS = False
 

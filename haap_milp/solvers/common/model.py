@@ -325,7 +325,7 @@ def decode(m: LinModel, values) -> Assignment:
     chosen = {}
     for (k, i), v in m.nv.items():
         if any(round(values[x]) == 1 for x in m.x(k, i)):
-            chosen[k] = Stage(int(t.opts[i]), int(round(values[v])))
+            chosen[k] = Stage(int(t.opts[i]), round(values[v]))
     stages = tuple(chosen[k] for k in sorted(chosen, reverse=True))
     return Assignment(t.v, stages)
 

@@ -183,10 +183,10 @@ def _stage_count_bounds(problem: Problem, t: Tables) -> None:
     best_f = np.where(t.lof <= t.Uf, t.Uf, 0).max(axis=1)
     t.p_min = 0
     for p in range(1, t.p_max + 1):
-        if best_f[p - 1] >= 1 and (p == 1 or best_nf[: p - 1].min() >= 1):
-            if best_nf[: p - 1].sum() + best_f[p - 1] >= t.L:
-                t.p_min = p
-                break
+        fits = best_f[p - 1] >= 1 and (p == 1 or best_nf[: p - 1].min() >= 1)
+        if fits and best_nf[: p - 1].sum() + best_f[p - 1] >= t.L:
+            t.p_min = p
+            break
     if t.p_min == 0:
         t.p_max = 0
         return
