@@ -152,8 +152,8 @@ def run_task(task: Task) -> list[dict]:
         try:
             uni_raw, _ = _with_guard(GUARD_HEURISTIC_S, planner.run_method, ctx, "uniform")
             warm = planner.best_heuristic(*(r for r in (dp_raw, uni_raw) if r is not None))
-        except Exception:  # noqa: BLE001 - the DP plan alone is a fine warm start
-            pass
+        except Exception as exc:  # noqa: BLE001 - the DP plan alone is a fine warm start
+            log.warning("uniform baseline failed, warm start from DP only: %s", exc)
     for m, t in task.runs:
         row = {**base_row(inp, m, t), **info}
         try:

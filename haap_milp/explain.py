@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from haap_milp.pipeline import steady_period
 from haap_milp.problem import Assignment, Problem, boundary_times, stage_memory, stage_times, sync_times
 
 GIB = 2**30
@@ -105,12 +106,16 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
     mem = stage_memory(problem, a)
     var = problem.variants[a.variant]
     j = int(np.argmax(t))
-    parts = [f"stage {j} ({group_labels[problem.options[a.stages[j].option].group]}) is the slowest at "
-             f"{t[j] * 1e3:.1f} ms per micro-batch"]
-    if c and max(c) > t[j]:
+    parts = [(f"stage {j} ({group_labels[problem.options[a.stages[j].option].group]}) is the slowest at "
+              f"{t[j] * 1e3:.1f} ms per micro-batch")]
+    tau = steady_period(t, c, var.num_microbatches)
+    if c and max(c) / 2 >= tau * (1 - 1e-9) and max(c) / 2 > t[j]:
         k = int(np.argmax(c))
-        parts = [f"the link between stages {k} and {k + 1} ({c[k] * 1e3:.1f} ms per micro-batch) "
-                 f"is slower than every stage"]
+        parts = [(f"the link between stages {k} and {k + 1} ({c[k] * 1e3:.1f} ms per micro-batch, both "
+                  f"directions) is slower than every stage")]
+    elif tau > t[j] * (1 + 1e-6):
+        parts.append(f"the 1F1B round trip through later stages and links stretches the period to "
+                     f"{tau * 1e3:.1f} ms (eq. T2)")
     o = a.stages[j].option
     fill = mem[j] / var.mem_capacity[o]
     if fill > 0.9:
@@ -137,8 +142,8 @@ def estimate_bottleneck(pe) -> str:
     j = max(range(len(stages)), key=lambda i: stages[i].time_s)
     s = stages[j]
     b = s.breakdown
-    parts = [f"stage {j} ({s.gpu_type}, {s.num_layers} layers) paces the pipeline at {s.time_s * 1e3:.1f} ms "
-             f"per micro-batch"]
+    parts = [(f"stage {j} ({s.gpu_type}, {s.num_layers} layers) paces the pipeline at {s.time_s * 1e3:.1f} ms "
+              f"per micro-batch")]
     comm = b["tp_comm_s"] + b["ep_comm_s"] + b["cp_comm_s"]
     if comm > 0.15 * b["compute_s"]:
         parts.append(f"exposed TP/EP/CP communication is {comm / max(b['compute_s'], 1e-12):.0%} of its compute")

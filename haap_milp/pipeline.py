@@ -6,7 +6,6 @@ scored at) use this one function, so the solver's objective and the estimate can
 
 from __future__ import annotations
 
-
 BWD_SHARE = 2 / 3  # backward share of a stage's fwd+bwd time without recompute (bwd = 2 x fwd FLOPs,
 # Narayanan et al. SC'21 sec. 3.3); with recompute it is larger, so 2/3 keeps eq. T3 conservative
 

@@ -171,7 +171,7 @@ def build(
 def _price_variant(est, model, training, groups, opts, b, ids) -> tuple[Variant, float]:
     """Cost arrays for one micro-batch choice and its eq. B1 lower bound."""
     n = len(opts)
-    z = lambda: np.zeros(n)  # noqa: E731
+    z = lambda: np.zeros(n)
     a = {k: z() for k in ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "cap", "sf", "sl", "s1", "sL")}
     allowed = np.zeros(n, dtype=bool)
     m_count = training.global_batch_size // b

@@ -44,9 +44,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from haap_milp.pipeline import exposed_sync, steady_period
-
 from haap_milp.errors import HaapInputError
+from haap_milp.pipeline import exposed_sync, steady_period
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ def compared(request):
 
 
 def test_every_plan_is_valid_and_scored_consistently(compared):
-    case, model, cluster, training, outs = compared
+    case, model, cluster, _, outs = compared
     for method, out in outs.items():
         r = out.result
         assert r.status in (Status.OPTIMAL, Status.FEASIBLE), (case, method, r.status, r.message)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import sys
 
 from pydantic import ValidationError
+from typer import Abort as ClickAbort
 
 from haap_milp.cli.app import app
 from haap_milp.cli.common import fail
 from haap_milp.errors import HaapInputError
-
-from typer import Abort as ClickAbort
 
 try:  # recent typer vendors click; older releases depend on it
     from typer._click.exceptions import UsageError
@@ -18,7 +17,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click.exceptions import UsageError
 
 # Command modules register themselves on ``app`` when imported.
-from haap_milp.cli import inspect_cmds, estimate_cmd, solve_cmds, trust_cmds, bench_cmd  # noqa: E402,F401
+from haap_milp.cli import bench_cmd, estimate_cmd, inspect_cmds, solve_cmds, trust_cmds  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,9 +18,9 @@ from rich.table import Table
 from haap_milp.catalog import load_cluster, load_model
 from haap_milp.cli.app import app
 from haap_milp.cli.common import console, err_console, print_json
-from haap_milp.explain import estimate_bottleneck
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator, PlanEstimate, load_calibration, load_profile
+from haap_milp.explain import estimate_bottleneck
 from haap_milp.planfile import read_plan_file
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, StagePlan, TrainingSpec
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from haap_milp import planner
 from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load_model
@@ -13,18 +14,18 @@ from haap_milp.cli.app import app
 from haap_milp.cli.common import console, print_json
 from haap_milp.errors import HaapInputError
 from haap_milp.planfile import solution_document
-from haap_milp.tables import compare_table, plan_metrics, solve_report
 from haap_milp.specs import SolveOptions, TrainingSpec
+from haap_milp.tables import compare_table, plan_metrics, solve_report
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name, HF config.json or YAML.")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Catalog name, YAML, or 'a100-80g:64,h100-80g:32'.")]
 GbsOpt = Annotated[int, typer.Option("--gbs", help="Global batch, sequences.")]
-SeqOpt = Annotated[Optional[int], typer.Option("--seq", help="Sequence length (default: 4096).")]
+SeqOpt = Annotated[int | None, typer.Option("--seq", help="Sequence length (default: 4096).")]
 PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")]
 TimeOpt = Annotated[float, typer.Option("--time-limit", help="Seconds for the exact solver.")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Solver threads.")]
 TargetOpt = Annotated[str, typer.Option("--target", help="any | megatron | flagscale | torchtitan.")]
-StagesOpt = Annotated[Optional[int], typer.Option("--max-stages", help="Upper limit on pipeline stages.")]
+StagesOpt = Annotated[int | None, typer.Option("--max-stages", help="Upper limit on pipeline stages.")]
 GapOpt = Annotated[float, typer.Option("--gap", help="Relative optimality gap to stop at.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 
@@ -33,7 +34,7 @@ def _inputs(model: str, cluster: str, gbs: int, seq: int | None, precision: str)
     m, c = load_model(model), load_cluster(cluster)
     try:
         training = TrainingSpec(global_batch_size=gbs, seq_len=seq or 4096, precision=precision)
-    except Exception as exc:  # pydantic ValidationError -> one paragraph naming the field
+    except ValidationError as exc:  # -> one paragraph naming the field
         raise HaapInputError(f"training setup: {' '.join(str(exc).split())}") from None
     return m, c, training
 
@@ -42,7 +43,7 @@ def _options(solver, time_limit, threads, target, max_stages, gap, seed) -> Solv
     try:
         return SolveOptions(solver=solver, time_limit_s=time_limit, threads=threads, target=target,
                             max_stages=max_stages, relative_gap=gap, seed=seed)
-    except Exception as exc:
+    except ValidationError as exc:
         raise HaapInputError(f"solver options: {' '.join(str(exc).split())}") from None
 
 
@@ -60,8 +61,8 @@ def solve(
     max_stages: StagesOpt = None,
     gap: GapOpt = 0.01,
     seed: SeedOpt = 0,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here ('-' = stdout).")] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write timeline and memory plots to this folder.")] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write the result JSON here ('-' = stdout).")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write timeline and memory plots to this folder.")] = None,
 ) -> None:
     """Find the plan with the shortest iteration time that fits in memory, with its optimality gap."""
     m, c, training = _inputs(model, cluster, gbs, seq, precision)
