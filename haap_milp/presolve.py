@@ -114,6 +114,9 @@ def build(
     uniform = options.target in ("megatron", "torchtitan") if target_uniform is None else target_uniform
     same_tp = options.target == "flagscale" and model.tied_embeddings
     total = sum(g.capacity for g in groups)
+    modes = options.recompute
+    if options.target == "flagscale":  # FlagScale cannot mix selective with other per-stage modes: keep full/none
+        modes = tuple(m for m in modes if m != "selective") or modes
     n_before = 0
     opts: list[Option] = []
     opt_index: dict[Option, int] = {}
@@ -127,7 +130,7 @@ def build(
                         continue
                     dp = b // m
                     for ep in ep_candidates(model, tp, dp):
-                        for rc in options.recompute:
+                        for rc in modes:
                             n_before += 1
                             o = Option(group=gi, tp=tp, dp=dp, ep=ep, recompute=rc)
                             if o not in opt_index:
@@ -145,6 +148,8 @@ def build(
         else:
             dropped.append(f"B={b} samples per micro-batch: no option holds one layer")
     max_stages = _max_stages(model, groups, options, variants, opts)
+    if options.target == "torchtitan" and model.tied_embeddings:
+        max_stages = 1  # torchtitan's pipeline split cannot tie the embedding of the first and last stage
     problem = Problem(
         num_layers=model.num_layers,
         max_stages=max_stages,

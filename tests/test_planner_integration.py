@@ -113,3 +113,16 @@ def test_uniform_target_yields_uniform_plan():
     opts = OPTS.model_copy(update={"target": "megatron"})
     out = planner.solve(load_model(name), load_cluster(cluster), training, opts)
     assert out.result.plan is not None and out.result.plan.is_uniform
+
+
+@pytest.mark.parametrize("target", ["megatron", "flagscale", "torchtitan"])
+def test_target_plans_are_accepted_by_their_emitter(target):
+    """--target is a constraint of the search: the plan it returns is one the engine can run."""
+    from haap_milp.emit import emit
+
+    name, cluster, training = CASES["80g+40g"]
+    model, cl = load_model(name), load_cluster(cluster)
+    out = planner.solve(model, cl, training, OPTS.model_copy(update={"target": target}))
+    assert out.result.plan is not None and out.violations == []
+    files = emit(out.result.plan, target, cl, model, training)
+    assert files and all(text.strip() for text in files.values())
