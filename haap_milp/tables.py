@@ -109,5 +109,6 @@ def write_plots(out, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     sim = simulate.simulate_plan(out.result.plan, out.estimator)
     paths = plots.plot_timeline(sim, folder / "timeline")
-    paths += plots.plot_memory(out.estimate.stages, folder / "memory")
+    rows = plots.memory_bars(out.result.plan, out.estimate, out.estimator.cluster)
+    paths += plots.plot_memory(rows, folder / "memory")
     return [Path(p) for p in paths]
