@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import invoke_cli
 
 SMALL = ["-m", "gpt3-1.3b", "-c", "h100-80g:8,a100-80g:8", "--gbs", "32", "--seq", "2048", "--time-limit", "20"]
