@@ -126,3 +126,15 @@ def test_target_plans_are_accepted_by_their_emitter(target):
     assert out.result.plan is not None and out.violations == []
     files = emit(out.result.plan, target, cl, model, training)
     assert files and all(text.strip() for text in files.values())
+
+
+def test_milp_after_cpsat_in_one_process():
+    """HiGHS's global thread pool, once sized by an earlier run, made every later MILP run return
+    "Not Set" at once (seen in the bench: CP-SAT's node LPs, then MILP with another thread count)."""
+    model, cl = load_model("gpt3-1.3b"), load_cluster("h100-80g:16")
+    opts = SolveOptions(threads=1, relative_gap=0.01, time_limit_s=20)
+    ctx = planner.Context.build(model, cl, TrainingSpec(global_batch_size=512, seq_len=4096), opts)
+    warm, _ = planner.run_method(ctx, "dp")
+    for method in ("cpsat", "milp", "cpsat", "milp"):
+        raw, _ = planner.run_method(ctx, method, warm)
+        assert raw.status == "OPTIMAL", (method, raw.message[:200])

@@ -234,7 +234,8 @@ def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int) -> Non
 def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node):
     bound, v, a, b, tries, plo, phi = node
     left = deadline - time.perf_counter()
-    share = min(left, max(MIN_ENGINE_S * 2**tries, left / max(2, len(heap) + 1)))
+    # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
+    share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
     inc = st.inc
     h = inc if inc is not None and inc.variant == v and a <= _steady(problem, inc) <= b * (1 + 1e-9) else None
     res = _call(problem, options, st, lm, nb, cutoff, share, h, name, solve_node, v)

@@ -84,6 +84,7 @@ def lp_bound(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 
         up.append(cutoff_s - lm.obj_const + 1e-9 * max(1.0, cutoff_s))
     h.addRows(len(lo), np.array(lo), np.array(up), len(idx), np.array(starts, np.int32),
               np.array(idx, np.int32), np.array(val, float))
+    highspy.Highs.resetGlobalScheduler(True)  # see milp.py: a pool sized by another run fails at once
     h.run()
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
