@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from haap_milp.bench_report import num
 from haap_milp.bench_spec import EXACT_METHODS
 
+OTHER_STYLE = ("black", "x")  # a method without its own style below
 STYLE = {"cpsat": ("tab:blue", "o"), "milp": ("tab:orange", "s"), "dp": ("tab:green", "^"),
          "uniform": ("tab:gray", "v")}
+
+
+def num(x) -> float | None:
+    """A CSV cell as a float (None when empty or not a number)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
 
 
 def _pyplot():
@@ -33,7 +43,7 @@ def plot_solve_time(rows: list[dict], path: Path) -> Path:
             name = r["method"] + (f" ({r['time_limit_s']} s)" if r["time_limit_s"] else "")
             series[name].append((g, max(w, 1e-3)))
     for name, pts in sorted(series.items()):
-        color, marker = STYLE.get(name.split()[0], ("black", "x"))
+        color, marker = STYLE.get(name.split()[0], OTHER_STYLE)
         ax.scatter(*zip(*pts), color=color, marker=marker, alpha=0.35, s=18)
         by_g = defaultdict(list)
         for g, w in pts:
@@ -90,7 +100,7 @@ def plot_gap(rows: list[dict], path: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for m in EXACT_METHODS:
-        color, marker = STYLE[m]
+        color, marker = STYLE.get(m, OTHER_STYLE)
         per_task: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
         for r in rows:
             lim, gap = num(r["time_limit_s"]), num(r["gap"])

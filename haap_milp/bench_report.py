@@ -19,7 +19,9 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from haap_milp.bench_plots import num, write_plots
 from haap_milp.bench_spec import EXACT_METHODS, BenchSpec
+from haap_milp.methods import LISTED
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +34,6 @@ GAP_DEFINITIONS = """\
   cost model (0 = proven optimal; the solvers stop at the spec's relative_gap).
 - T is the predicted iteration time for the same global batch and sequence length, so throughput ratios are
   inverse time ratios. "exact" is the better of cpsat/milp at the largest time limit."""
-
-
-def num(x) -> float | None:
-    """A CSV cell as a float (None when empty or not a number)."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def task_of(row: dict) -> tuple:
@@ -122,7 +115,7 @@ def method_table(rows: list[dict]) -> list[str]:
     head = ["method", "limit s", "runs", "OPTIMAL", "FEASIBLE", "INFEASIBLE", "NO_SOLUTION", "ERROR",
             "median solve s", "max solve s", "median gap", "max gap"]
     body = []
-    order = {m: i for i, m in enumerate(("cpsat", "milp", "dp", "uniform"))}
+    order = {m: i for i, m in enumerate(LISTED)}
     for (m, lim), rs in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 9), num(kv[0][1]) or 0)):
         walls = [w for w in (num(r["wall_s"]) for r in rs) if w is not None]
         gaps = [g for g in (num(r["gap"]) for r in rs) if g is not None]
@@ -215,8 +208,6 @@ def write_summary(spec: BenchSpec, rows: list[dict], path: Path) -> Path:
 
 def write_report(spec: BenchSpec, rows: list[dict], out_dir: Path) -> list[Path]:
     """summary.md and the PNG plots; returns the paths written."""
-    from haap_milp.bench_plots import write_plots
-
     paths = [write_summary(spec, rows, out_dir / "summary.md")]
     try:
         paths += write_plots(rows, summarize(rows), out_dir)

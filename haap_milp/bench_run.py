@@ -1,8 +1,9 @@
 """Running a benchmark grid: one task per (model, cluster, gbs, seq), in worker processes, resumable.
 
-Each task is presolved once (``planner.Context.build``); the DP heuristic runs first and
-warm-starts the exact solvers, exactly as ``planner.compare`` does, so the numbers of all
-methods of a task describe the same presolved problem. Every run becomes one CSV row, also
+Each task is presolved once (``planner.Context.build``) and its runs go through
+``planner.orchestrate``, the sequence ``planner.solve`` and ``planner.compare`` use (heuristics
+first, the better warm-starts the exact solvers), so the numbers of all methods of a task
+describe the same presolved problem. Every run becomes one CSV row, also
 when it fails: an exception is an ERROR row with the message, and a worker process that dies
 (segfault, out of memory) is an ERROR row for each run of its task, never a crashed sweep.
 """
@@ -22,7 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from haap_milp.bench_spec import EXACT_METHODS, BenchSpec, TaskInputs
+from haap_milp.bench_spec import BenchSpec, TaskInputs
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +116,10 @@ def _outcome_row(row: dict, out, wall_s: float | None = None) -> dict:
 
 
 def run_task(task: Task) -> list[dict]:
-    """Presolve once, run DP (warm start), then every requested run; one row per run, never raises."""
+    """Presolve once, then every requested run through ``planner.orchestrate`` (heuristics first, the best
+    warm-starts the exact runs); one row per run, never raises."""
     from haap_milp import planner
     from haap_milp.catalog import load_cluster, load_model
-    from haap_milp.problem import RawResult
     from haap_milp.specs import SolveOptions, TrainingSpec
 
     logging.getLogger("haap_milp").setLevel(logging.WARNING)
@@ -134,43 +135,21 @@ def run_task(task: Task) -> list[dict]:
     except Exception as exc:  # noqa: BLE001 - every failure is a row
         return error_rows(task, "ERROR", _describe(exc, "presolve"))
     info = {**_info(model, cluster), "presolve_s": presolve_s}
-    rows, dp_raw, dp_err = [], None, "dp: did not run"
-    if not ctx.presolved.problem.variants:
-        for m, t in task.runs:
-            raw = RawResult("INFEASIBLE", m, message=_safe(planner.explain_infeasible, ctx))
-            rows.append(_outcome_row({**base_row(inp, m, t), **info}, planner.finish(ctx, raw)))
-        return rows
-    wanted = {m for m, _ in task.runs}
-    if "dp" in wanted or wanted & set(EXACT_METHODS):
-        try:
-            dp_raw, _ = _with_guard(GUARD_HEURISTIC_S, planner.run_method, ctx, "dp")
-        except Exception as exc:  # noqa: BLE001 - exact runs go on without a warm start
-            dp_err = _describe(exc, "dp")
-            dp_raw = None
-    warm = dp_raw
-    if wanted & set(EXACT_METHODS):  # the exact solvers start from the better heuristic, as planner.solve does
-        try:
-            uni_raw, _ = _with_guard(GUARD_HEURISTIC_S, planner.run_method, ctx, "uniform")
-            warm = planner.best_heuristic(*(r for r in (dp_raw, uni_raw) if r is not None))
-        except Exception as exc:  # noqa: BLE001 - the DP plan alone is a fine warm start
-            log.warning("uniform baseline failed, warm start from DP only: %s", exc)
-    for m, t in task.runs:
+    outcomes = planner.orchestrate(ctx, list(task.runs), step=_guarded).outcomes
+    rows = []
+    for (m, t), out in zip(task.runs, outcomes):
         row = {**base_row(inp, m, t), **info}
-        try:
-            if m == "dp":
-                if dp_raw is None:
-                    raise RuntimeError(dp_err)
-                rows.append(_outcome_row(row, planner.finish(ctx, dp_raw)))
-                continue
-            run_ctx = ctx if t is None else replace(ctx, options=ctx.options.model_copy(
-                update={"time_limit_s": float(t), "solver": m}))
-            guard = GUARD_HEURISTIC_S if t is None else float(t) + GUARD_EXACT_SLACK_S + 0.5 * float(t)
-            hint = warm if m in EXACT_METHODS else None
-            raw, _ = _with_guard(guard, planner.run_method, run_ctx, m, hint)
-            rows.append(_outcome_row(row, planner.finish(run_ctx, raw)))
-        except Exception as exc:  # noqa: BLE001 - every failure is a row
-            rows.append({**row, "status": "ERROR", "message": _describe(exc, m)})
+        if isinstance(out, Exception):  # every failure is a row
+            rows.append({**row, "status": "ERROR", "message": _describe(out, m)})
+        else:
+            rows.append(_outcome_row(row, out))
     return rows
+
+
+def _guarded(_method: str, limit: float | None, fn: Callable, *args):
+    """One solver call of a run under its wall-clock guard (``planner.orchestrate``'s step)."""
+    guard = GUARD_HEURISTIC_S if limit is None else float(limit) + GUARD_EXACT_SLACK_S + 0.5 * float(limit)
+    return _with_guard(guard, fn, *args)
 
 
 def _describe(exc: BaseException, where: str) -> str:
@@ -179,13 +158,6 @@ def _describe(exc: BaseException, where: str) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
     at = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
     return " ".join(f"{where}: {type(exc).__name__}: {exc}{at}".split())[:500]
-
-
-def _safe(fn, *args) -> str:
-    try:
-        return fn(*args)
-    except Exception as exc:  # noqa: BLE001
-        return f"infeasible (reason unavailable: {type(exc).__name__})"
 
 
 # --------------------------------------------------------------------------- driver side

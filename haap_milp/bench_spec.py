@@ -17,7 +17,8 @@ A spec file looks like ``benchmarks/specs/quick.yaml``::
       - {model: llama3-405b, cluster: h100-80g:16}
 
 Every (model, cluster, gbs, seq) is one *task*: presolved once, then every method runs on it.
-Heuristics (dp, uniform) run once per task; exact methods (cpsat, milp) once per time limit.
+Heuristics (dp, uniform) run once per task; exact methods (cpsat, milp) once per time limit
+(kinds from the method registry, ``haap_milp.methods``).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from haap_milp.errors import HaapInputError
+from haap_milp.methods import EXACT, LISTED
+from haap_milp.specs import Target
 
-Method = Literal["cpsat", "milp", "dp", "uniform"]
-EXACT_METHODS = ("cpsat", "milp")
-HEURISTICS = ("dp", "uniform")
-# run order inside a task: dp first (it warm-starts the exact solvers), then the rest
-METHOD_ORDER = ("dp", "uniform", "cpsat", "milp")
+Method = Literal[LISTED]  # the method registry (methods.py), less the test oracle
+EXACT_METHODS = EXACT
+# run order inside a task: heuristics first (they warm-start the exact solvers), then the exact methods
+METHOD_ORDER = tuple(m for m in LISTED if m not in EXACT) + EXACT
 
 
 class _Frozen(BaseModel):
@@ -96,7 +98,7 @@ class BenchSpec(_Frozen):
     description: str = Field(default="", description="Free text shown in the summary.")
     models: tuple[BenchModel, ...] = Field(description="Models (at least one).", min_length=1)
     clusters: tuple[BenchCluster, ...] = Field(description="Clusters (at least one).", min_length=1)
-    methods: tuple[Method, ...] = Field(default=("cpsat", "milp", "dp", "uniform"), min_length=1)
+    methods: tuple[Method, ...] = Field(default=LISTED, min_length=1)
     time_limits_s: tuple[float, ...] = Field(default=(10.0,), description="Limits for the exact solvers, s.",
                                              min_length=1)
     gbs: tuple[int, ...] = Field(default=(512,), description="Global batch sizes (sequences).", min_length=1)
@@ -104,7 +106,7 @@ class BenchSpec(_Frozen):
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     threads: int = Field(default=1, description="Solver threads per run (one worker process per core).", ge=1, le=64)
     relative_gap: float = Field(default=0.01, description="Exact solvers stop at this proven gap.", ge=0, le=1)
-    target: Literal["any", "megatron", "flagscale", "torchtitan"] = "any"
+    target: Target = "any"
     seed: int = Field(default=0, ge=0)
     exclude: tuple[Exclude, ...] = Field(default=(), description="(model, cluster) pairs to skip.")
 
@@ -155,7 +157,7 @@ class BenchSpec(_Frozen):
         out: list[tuple[str, float | None]] = []
         for m in METHOD_ORDER:
             if m in self.methods:
-                out += [(m, None)] if m in HEURISTICS else [(m, t) for t in self.time_limits_s]
+                out += [(m, t) for t in self.time_limits_s] if m in EXACT else [(m, None)]
         return out
 
     def solve_options(self) -> dict:

@@ -25,8 +25,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
+from haap_milp.emit import engine_module
 from haap_milp.errors import HaapInputError
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec
+from haap_milp.targets import capabilities
 from haap_milp.violations import Violation
 
 log = logging.getLogger(__name__)
@@ -138,9 +140,7 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: Tra
                                         "tp.", "ep.")) for v in out)
     if memory and not structural:
         out += _memory(plan, model, cluster, training, estimator)
-    if target not in ("any", None):
-        from haap_milp.emit import engine_module
-
+    if capabilities(target).module is not None:  # the engine's own rules
         out += engine_module(target).plan_violations(plan, model)
     if out:
         log.info("plan check: %d violation(s): %s", len(out), "; ".join(map(str, out)))

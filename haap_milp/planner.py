@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from haap_milp import presolve
 from haap_milp.estimator import Estimator
+from haap_milp.methods import HEURISTICS, LISTED, METHODS, resolve
 from haap_milp.problem import Problem, RawResult
 from haap_milp.solvers import get_solver
 from haap_milp.specs import ClusterSpec, ModelSpec, SolveOptions, SolveResult, Status, TrainingSpec, relative_gap
 
 log = logging.getLogger(__name__)
-
-EXACT = ("cpsat", "milp")
 
 
 @dataclass
@@ -59,7 +59,8 @@ def run_method(ctx: Context, method: str, hint_raw: RawResult | None = None) -> 
     """Run one method on the presolved problem; returns the raw result and the variant map used."""
     prob = ctx.presolved.problem
     keep = list(range(len(prob.variants)))
-    if method in EXACT and hint_raw is not None and hint_raw.objective_s is not None:
+    takes_hint = METHODS[resolve(method)].takes_hint
+    if takes_hint and hint_raw is not None and hint_raw.objective_s is not None:
         # variants whose lower bound already exceeds the DP plan cannot hold the optimum
         keep = [i for i in keep if ctx.presolved.lower_bounds_s[i] < hint_raw.objective_s * (1 + 1e-9)]
         if hint_raw.assignment is not None and hint_raw.assignment.variant not in keep:
@@ -69,14 +70,83 @@ def run_method(ctx: Context, method: str, hint_raw: RawResult | None = None) -> 
     hint = None
     if hint_raw is not None and hint_raw.assignment is not None and ctx.options.warm_start:
         hint = replace(hint_raw.assignment, variant=keep.index(hint_raw.assignment.variant))
-    raw = get_solver(method)(sub, ctx.options, hint=hint) if method in EXACT else get_solver(method)(sub, ctx.options)
+    raw = get_solver(method)(sub, ctx.options, hint=hint) if takes_hint else get_solver(method)(sub, ctx.options)
     if raw.assignment is not None:
         raw = replace(raw, assignment=replace(raw.assignment, variant=keep[raw.assignment.variant]))
     raw.stats.setdefault("variants_searched", len(keep))
     return raw, keep
 
 
-def finish(ctx: Context, raw: RawResult, extra_wall_s: float = 0.0) -> Outcome:
+Run = tuple[str, "float | None"]  # (method, time limit in s; None: the context's options as they are)
+Step = Callable[..., RawResult]  # step(method, limit, fn, *args) -> fn(*args), e.g. under a wall-clock guard
+
+
+@dataclass
+class Orchestrated:
+    """What ``orchestrate`` did: one outcome (or, with a ``step``, the exception) per run, in order, and the
+    heuristic results the warm start was chosen from."""
+
+    outcomes: list[Outcome | Exception]
+    heuristics: dict[str, RawResult | Exception] = field(default_factory=dict)
+
+
+def _plain_step(_method: str, _limit: float | None, fn: Callable, *args):
+    return fn(*args)
+
+
+def orchestrate(ctx: Context, runs: list[Run], step: Step | None = None) -> Orchestrated:
+    """The planning sequence, the one place it is written: on the presolved ``ctx``, the heuristics (DP, then
+    the uniform baseline) run first when a run needs them (asked for, or an exact method to warm-start); the
+    better of their plans warm-starts every method that takes a hint; each run is decoded, re-scored and
+    checked (``finish``). A run with a time limit runs on the options with that limit (and that solver).
+
+    ``step(method, limit, fn, *args)`` wraps each solver call (the benchmark puts a wall-clock guard there);
+    when a ``step`` is given, a run that raises gets the exception as its outcome (a failed heuristic is
+    left out of the warm start) instead of ending the sequence.
+    """
+    catch = step is not None
+    step = step or _plain_step
+    if not ctx.presolved.problem.variants:
+        message = explain_infeasible(ctx)
+        return Orchestrated([finish(ctx, RawResult("INFEASIBLE", m, message=message)) for m, _ in runs])
+    wanted = {resolve(m) for m, _ in runs}
+    hinted = any(METHODS[m].takes_hint for m in wanted)
+    heur: dict[str, RawResult | Exception] = {}
+    for m in HEURISTICS:
+        if m in wanted or hinted:
+            try:
+                heur[m] = step(m, None, run_method, ctx, m)[0]
+            except Exception as exc:
+                if not catch:
+                    raise
+                log.warning("%s heuristic failed: %s", m, exc)
+                heur[m] = exc
+    found = [r for r in heur.values() if isinstance(r, RawResult)]
+    hint = best_heuristic(*found) if found else None
+    outcomes: list[Outcome | Exception] = []
+    for m, limit in runs:
+        run_ctx = ctx if limit is None else replace(ctx, options=ctx.options.model_copy(
+            update={"time_limit_s": float(limit), "solver": m}))
+        raw = heur.get(resolve(m))
+        if isinstance(raw, Exception):  # a failed heuristic (only with a step): its run failed with it
+            outcomes.append(raw)
+            continue
+        try:
+            if raw is None and METHODS[resolve(m)].takes_hint:
+                raw = step(m, limit, run_method, run_ctx, m, hint)[0]
+                raw.stats.update({f"{h}_objective_s": r.objective_s if r.objective_s is not None else "none"
+                                  for h, r in heur.items() if isinstance(r, RawResult)})  # what it started from
+            elif raw is None:
+                raw = step(m, limit, run_method, run_ctx, m)[0]
+            outcomes.append(finish(run_ctx, raw))
+        except Exception as exc:
+            if not catch:
+                raise
+            outcomes.append(exc)
+    return Orchestrated(outcomes, heur)
+
+
+def finish(ctx: Context, raw: RawResult) -> Outcome:
     """Decode, re-score and check a raw solver result."""
     from haap_milp.check import check_plan  # late import: the checker is independent of the planner
 
@@ -103,7 +173,7 @@ def finish(ctx: Context, raw: RawResult, extra_wall_s: float = 0.0) -> Outcome:
         message = explain_infeasible(ctx)
     result = SolveResult(
         status=status, solver=raw.solver, objective_s=objective, bound_s=bound,
-        gap=relative_gap(objective, bound), wall_time_s=raw.wall_time_s + extra_wall_s,
+        gap=relative_gap(objective, bound), wall_time_s=raw.wall_time_s,
         plan=plan, message=message, stats=stats,
     )
     return Outcome(result, pre, est, viol, ctx.estimator, raw.assignment)
@@ -113,39 +183,20 @@ def solve(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, option
     """Plan: DP heuristic and uniform baseline first (the better is the warm start), then the exact solver."""
     t0 = time.perf_counter()
     ctx = Context.build(model, cluster, training, options)
-    if not ctx.presolved.problem.variants:
-        raw = RawResult("INFEASIBLE", options.solver, message=explain_infeasible(ctx))
-        return finish(ctx, raw, time.perf_counter() - t0)
-    method = "cpsat" if options.solver == "auto" else options.solver
-    dp_raw, _ = run_method(ctx, "dp")
-    if method in ("dp", "uniform", "brute"):
-        raw = dp_raw if method == "dp" else run_method(ctx, method)[0]
-    else:
-        uni_raw, _ = run_method(ctx, "uniform")
-        raw, _ = run_method(ctx, method, hint_raw=best_heuristic(dp_raw, uni_raw))
-        raw.stats["dp_objective_s"] = dp_raw.objective_s if dp_raw.objective_s is not None else "none"
-        raw.stats["uniform_objective_s"] = uni_raw.objective_s if uni_raw.objective_s is not None else "none"
-    presolve_s = ctx.presolved.stats.get("presolve_s", 0.0)
-    out = finish(ctx, raw, extra_wall_s=0.0)
+    out = orchestrate(ctx, [(options.solver, None)]).outcomes[0]
     total = time.perf_counter() - t0
+    if not ctx.presolved.problem.variants:
+        out.result = out.result.model_copy(update={"wall_time_s": out.result.wall_time_s + total})
+        return out
     out.result = out.result.model_copy(update={"stats": {**out.result.stats, "total_wall_s": round(total, 4),
-                                                          "presolve_s": presolve_s}})
+                                                          "presolve_s": ctx.presolved.stats.get("presolve_s", 0.0)}})
     return out
 
 
-def compare(model, cluster, training, options, methods=("cpsat", "milp", "dp", "uniform")) -> dict[str, Outcome]:
+def compare(model, cluster, training, options, methods=LISTED) -> dict[str, Outcome]:
     """Every method on the same presolved problem; exact ones warm-started from the best heuristic."""
     ctx = Context.build(model, cluster, training, options)
-    if not ctx.presolved.problem.variants:
-        raw = RawResult("INFEASIBLE", "presolve", message=explain_infeasible(ctx))
-        return {m: finish(ctx, replace(raw, solver=m)) for m in methods}
-    heur = {m: run_method(ctx, m)[0] for m in ("dp", "uniform")}
-    hint = best_heuristic(heur["dp"], heur["uniform"])
-    out = {}
-    for m in methods:
-        raw = heur[m] if m in heur else run_method(ctx, m, hint_raw=hint if m in EXACT else None)[0]
-        out[m] = finish(ctx, raw)
-    return out
+    return dict(zip(methods, orchestrate(ctx, [(m, None) for m in methods]).outcomes))
 
 
 def best_heuristic(*raws: RawResult) -> RawResult:

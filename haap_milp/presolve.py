@@ -28,6 +28,7 @@ from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
 from haap_milp.problem import Assignment, Option, Problem, Variant, stage_memory, stage_times
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, SolveOptions, StagePlan, TrainingSpec
+from haap_milp.targets import capabilities
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +112,13 @@ def build(
             dropped.append(f"{g.label} ({g.capacity} GPUs): no {training.precision} support")
         else:
             groups.append(g)
-    uniform = options.target in ("megatron", "torchtitan") if target_uniform is None else target_uniform
-    same_tp = options.target == "flagscale" and model.tied_embeddings
+    caps = capabilities(options.target)  # what the target engine can run (haap_milp.targets)
+    uniform = caps.uniform_stages if target_uniform is None else target_uniform
+    same_tp = caps.same_tp_first_last_when_tied and model.tied_embeddings
     total = sum(g.capacity for g in groups)
     modes = options.recompute
-    if options.target == "flagscale":  # FlagScale cannot mix selective with other per-stage modes: keep full/none
-        modes = tuple(m for m in modes if m != "selective") or modes
+    if caps.recompute_modes is not None:  # e.g. FlagScale cannot mix selective with other per-stage modes
+        modes = tuple(m for m in modes if m in caps.recompute_modes) or modes
     n_before = 0
     opts: list[Option] = []
     opt_index: dict[Option, int] = {}
@@ -148,8 +150,8 @@ def build(
         else:
             dropped.append(f"B={b} samples per micro-batch: no option holds one layer")
     max_stages = _max_stages(model, groups, options, variants, opts)
-    if options.target == "torchtitan" and model.tied_embeddings:
-        max_stages = 1  # torchtitan's pipeline split cannot tie the embedding of the first and last stage
+    if caps.max_stages_when_tied is not None and model.tied_embeddings:
+        max_stages = min(max_stages, caps.max_stages_when_tied)  # e.g. torchtitan cannot tie first and last stage
     problem = Problem(
         num_layers=model.num_layers,
         max_stages=max_stages,

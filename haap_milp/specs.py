@@ -19,14 +19,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from haap_milp.methods import SOLVER_NAMES
+from haap_milp.targets import TARGET_NAMES
+
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
 Activation = Literal["gelu", "swiglu", "relu"]
 NicType = Literal["ib", "roce", "ethernet"]
 MoeLayerPattern = Literal["all", "every_k", "first_k_dense"]
 Schedule = Literal["1f1b", "interleaved", "gpipe"]
-Target = Literal["any", "megatron", "flagscale", "torchtitan"]
-SolverName = Literal["auto", "cpsat", "milp", "dp", "brute", "uniform"]
+Target = Literal[TARGET_NAMES]  # the target registry (targets.py)
+SolverName = Literal[SOLVER_NAMES]  # the method registry (methods.py)
 
 GIB = 2**30
 

@@ -13,9 +13,11 @@ from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load
 from haap_milp.cli.app import app
 from haap_milp.cli.common import console, print_json
 from haap_milp.errors import HaapInputError
+from haap_milp.methods import LISTED
 from haap_milp.planfile import solution_document
 from haap_milp.specs import SolveOptions, TrainingSpec
 from haap_milp.tables import compare_table, plan_metrics, solve_report
+from haap_milp.targets import TARGET_NAMES
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name, HF config.json or YAML.")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Catalog name, YAML, or 'a100-80g:64,h100-80g:32'.")]
@@ -24,7 +26,8 @@ SeqOpt = Annotated[int | None, typer.Option("--seq", help="Sequence length (defa
 PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")]
 TimeOpt = Annotated[float, typer.Option("--time-limit", help="Seconds for the exact solver.")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Solver threads.")]
-TargetOpt = Annotated[str, typer.Option("--target", help="any | megatron | flagscale | torchtitan.")]
+TargetOpt = Annotated[str, typer.Option("--target", help=" | ".join(TARGET_NAMES) + ".")]  # the target registry
+SolverOpt = Annotated[str, typer.Option("--solver", help=" | ".join(("auto", *LISTED)) + ".")]  # the method registry
 StagesOpt = Annotated[int | None, typer.Option("--max-stages", help="Upper limit on pipeline stages.")]
 GapOpt = Annotated[float, typer.Option("--gap", help="Relative optimality gap to stop at.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
@@ -54,7 +57,7 @@ def solve(
     gbs: GbsOpt = 512,
     seq: SeqOpt = None,
     precision: PrecOpt = "bf16",
-    solver: Annotated[str, typer.Option("--solver", help="auto | cpsat | milp | dp | uniform.")] = "auto",
+    solver: SolverOpt = "auto",
     time_limit: TimeOpt = 60.0,
     threads: ThreadsOpt = 2,
     target: TargetOpt = "any",

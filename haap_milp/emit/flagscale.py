@@ -25,11 +25,13 @@ so grouping changes nothing but the config's length).
 
 from __future__ import annotations
 
-from haap_milp.emit import EmitError
 from haap_milp.emit.megatron import moe_layer_freq
 from haap_milp.emit.placement import dump_yaml, place
 from haap_milp.specs import ModelSpec, Plan
+from haap_milp.targets import TARGETS, EmitError
 from haap_milp.violations import Violation
+
+CAPABILITIES = TARGETS["flagscale"]  # what presolve may plan for this engine (haap_milp.targets)
 
 
 def meshes(plan: Plan) -> list[dict]:

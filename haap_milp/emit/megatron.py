@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import shlex
 
-from haap_milp.emit import EmitError
 from haap_milp.emit.megatron_rules import validate_megatron_args
 from haap_milp.emit.placement import place
 from haap_milp.specs import ModelSpec, Plan
+from haap_milp.targets import TARGETS, EmitError
 from haap_milp.violations import Violation
+
+CAPABILITIES = TARGETS["megatron"]  # what presolve may plan for this engine (haap_milp.targets)
 
 
 def chunk_layers(plan: Plan) -> list[list[int]]:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from haap_milp.emit import EmitError
 from haap_milp.specs import ClusterSpec, Plan
+from haap_milp.targets import EmitError
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 
-from haap_milp.emit import EmitError
 from haap_milp.emit.megatron import chunk_layers, launch_script
 from haap_milp.emit.placement import place
 from haap_milp.specs import ModelSpec, Plan
+from haap_milp.targets import TARGETS, EmitError
 from haap_milp.violations import Violation
+
+CAPABILITIES = TARGETS["torchtitan"]  # what presolve may plan for this engine (haap_milp.targets)
 
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 

@@ -1,7 +1,8 @@
-"""Solver registry: ``SOLVERS[name](problem, options, hint=None) -> RawResult``.
+"""Solver entry points: ``SOLVERS[name](problem, options, hint=None) -> RawResult``.
 
-Modules are imported on first use (OR-Tools and HiGHS load only when asked for). Each solver
-module imports only ``haap_milp.problem``, ``haap_milp.specs`` and ``haap_milp.solvers.common``.
+The table of methods lives in ``haap_milp.methods`` (one line per solver); this module turns it into
+solve functions. Modules are imported on first use (OR-Tools and HiGHS load only when asked for). Each
+solver module imports only ``haap_milp.problem``, ``haap_milp.specs`` and ``haap_milp.solvers.common``.
 """
 
 from __future__ import annotations
@@ -10,14 +11,7 @@ import importlib
 from collections.abc import Callable
 
 from haap_milp.errors import HaapInputError
-
-_MODULES = {
-    "cpsat": "haap_milp.solvers.cpsat",
-    "milp": "haap_milp.solvers.milp",
-    "dp": "haap_milp.solvers.dp",
-    "brute": "haap_milp.solvers.brute",
-    "uniform": "haap_milp.solvers.uniform",
-}
+from haap_milp.methods import METHODS, resolve
 
 
 def _lazy(module: str) -> Callable:
@@ -29,12 +23,12 @@ def _lazy(module: str) -> Callable:
     return solve
 
 
-SOLVERS: dict[str, Callable] = {name: _lazy(mod) for name, mod in _MODULES.items()}
+SOLVERS: dict[str, Callable] = {name: _lazy(m.module) for name, m in METHODS.items()}
 
 
 def get_solver(name: str) -> Callable:
     """The solve function of a solver name ("auto" means cpsat)."""
-    key = "cpsat" if name == "auto" else name
+    key = resolve(name)
     if key not in SOLVERS:
         raise HaapInputError(f"Unknown solver {name!r} (field 'solver'); choose one of {', '.join(sorted(SOLVERS))}.")
     return SOLVERS[key]

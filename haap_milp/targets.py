@@ -1,0 +1,58 @@
+"""Target engines: what each can run, declared once (``EngineCapabilities``), and the registry.
+
+Presolve (which plans to enumerate) and the checker read these capabilities; nobody compares target
+names. This module imports nothing from haap_milp, so specs, presolve and check import it without
+loading any emitter; the emitters (``emit/<name>.py``, found through ``module``) import from here,
+never the other way round.
+
+A new target = its emitter module (``emit(plan, cluster, model, training)``, ``plan_violations(plan,
+model)`` and ``CAPABILITIES = TARGETS["<name>"]``) + one ``EngineCapabilities`` line below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from haap_milp.errors import HaapInputError
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine can run: the plan space presolve enumerates for it (formulations/: eqs. U1, U2)."""
+
+    name: str
+    module: str | None  # the emitter module (emit/...); None: no engine, no launch files
+    description: str
+    uniform_stages: bool = False  # one (tp, dp, recompute, ep) on every stage (eq. U1)
+    same_tp_first_last_when_tied: bool = False  # tied embeddings: first and last stage the same tp (eq. U2)
+    recompute_modes: tuple[str, ...] | None = None  # per-stage recompute modes it can mix (None: all)
+    max_stages_when_tied: int | None = None  # pipeline stages with tied embeddings (None: no limit)
+
+
+class EmitError(HaapInputError):
+    """The target engine cannot run this plan (the message names the feature and a target that can)."""
+
+
+TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
+    EngineCapabilities("any", None, "any plan (no engine restriction)"),
+    EngineCapabilities("megatron", "haap_milp.emit.megatron", "Megatron-LM: one tp/dp/recompute/ep, any layer split",
+                       uniform_stages=True),
+    EngineCapabilities("flagscale", "haap_milp.emit.flagscale", "FlagScale heterogeneous meshes: per-stage tp/dp",
+                       same_tp_first_last_when_tied=True, recompute_modes=("none", "full")),
+    EngineCapabilities("torchtitan", "haap_milp.emit.torchtitan", "torchtitan: one device mesh, any layer split",
+                       uniform_stages=True, max_stages_when_tied=1),
+)}
+TARGET_NAMES: tuple[str, ...] = tuple(TARGETS)  # for Literal[TARGET_NAMES]
+ENGINES: tuple[str, ...] = tuple(n for n, c in TARGETS.items() if c.module is not None)  # targets with an emitter
+
+
+def capabilities(target: str | None) -> EngineCapabilities:
+    """The capabilities of a target name (None means "any")."""
+    caps = TARGETS.get("any" if target is None else target)
+    if caps is None:
+        raise HaapInputError(f"unknown target {target!r}; use one of {', '.join(TARGET_NAMES)}", field="target",
+                             value=target)
+    return caps
+
+
+__all__ = ["ENGINES", "TARGETS", "TARGET_NAMES", "EmitError", "EngineCapabilities", "capabilities"]
