@@ -4,7 +4,9 @@ decide which plans presolve offers."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import pathlib
 
 import pytest
 
@@ -136,3 +138,73 @@ def test_registries_have_no_strays():
     assert SOLVER_NAMES == ("auto", *METHODS) and set(Target.__args__) == set(TARGETS)
     assert all(m.kind in ("exact", "heuristic", "oracle") for m in METHODS.values())
     assert all(METHODS[m].takes_hint for m in EXACT)
+
+
+# --------------------------------------------------------------------------- import graph
+
+PKG = pathlib.Path(__file__).parent.parent / "haap_milp"
+KNOWN_CYCLES = [{"haap_milp.estimator.plan", "haap_milp.estimator.whole"}]  # the estimator's own, not this issue's
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> haap_milp modules it imports, at module level or inside functions."""
+    def name(p: pathlib.Path) -> str:
+        parts = list(p.relative_to(PKG.parent).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    files = {name(p): p for p in PKG.rglob("*.py")}
+    graph = {}
+    for mod, path in files.items():
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                out.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
+                           for a in node.names)
+            elif isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+        graph[mod] = {m for m in out if m in files and m != mod}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while not comp or v not in comp:
+                comp.add(stack.pop())
+            if len(comp) > 1:
+                out.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    graph = _import_graph()
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [{"a", "b"}]  # the detector sees a cycle
+    assert all(c in KNOWN_CYCLES for c in _cycles(graph)), _cycles(graph)
+
+
+def test_registries_import_nothing_above_them():
+    graph = _import_graph()
+    for registry in ("haap_milp.targets", "haap_milp.methods"):
+        assert graph[registry] <= {"haap_milp.errors"}, (registry, graph[registry])
+    for name, caps in TARGETS.items():  # the emitters import the registry, never the package that dispatches
+        if caps.module is not None:
+            assert "haap_milp.targets" in graph[caps.module] and "haap_milp.emit" not in graph[caps.module], name
