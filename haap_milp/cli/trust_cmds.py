@@ -11,6 +11,7 @@ from rich.table import Table
 from haap_milp.cli.app import app
 from haap_milp.cli.common import console, err_console, print_json
 from haap_milp.errors import HaapInputError
+from haap_milp.targets import ENGINES
 
 PlanArg = Annotated[Path, typer.Argument(help="Plan JSON, or a solve result JSON with a 'plan'.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model (default: the one in the plan file).")]
@@ -93,7 +94,7 @@ def _plots(plan, sim, estimate, cluster, folder: Path) -> list[Path]:
 @app.command()
 def emit(
     plan: PlanArg,
-    target: Annotated[str, typer.Option("--target", "-t", help="megatron | flagscale | torchtitan.")],
+    target: Annotated[str, typer.Option("--target", "-t", help=" | ".join(ENGINES) + ".")],
     model: ModelOpt = None,
     cluster: ClusterOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the files into this folder.")] = None,
