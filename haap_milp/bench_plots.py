@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from haap_milp.bench_spec import EXACT_METHODS
+from haap_milp.methods import EXACT
 
 OTHER_STYLE = ("black", "x")  # a method without its own style below
 STYLE = {"cpsat": ("tab:blue", "o"), "milp": ("tab:orange", "s"), "dp": ("tab:green", "^"),
@@ -99,7 +99,7 @@ def plot_gap(rows: list[dict], path: Path) -> Path:
     """Proven gap of each exact run against its time limit (lines join the runs of one task)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for m in EXACT_METHODS:
+    for m in EXACT:
         color, marker = STYLE.get(m, OTHER_STYLE)
         per_task: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
         for r in rows:

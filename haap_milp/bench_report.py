@@ -20,8 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from haap_milp.bench_plots import num, write_plots
-from haap_milp.bench_spec import EXACT_METHODS, BenchSpec
-from haap_milp.methods import LISTED
+from haap_milp.bench_spec import BenchSpec
+from haap_milp.methods import EXACT, LISTED
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +47,9 @@ def summarize(rows: list[dict]) -> list[dict]:
         by_task[task_of(r)].append(r)
     out = []
     for key, rs in by_task.items():
-        limits = [num(r["time_limit_s"]) for r in rs if r["method"] in EXACT_METHODS]
+        limits = [num(r["time_limit_s"]) for r in rs if r["method"] in EXACT]
         top = max((t for t in limits if t is not None), default=None)
-        exact = [r for r in rs if r["method"] in EXACT_METHODS and num(r["time_limit_s"]) == top]
+        exact = [r for r in rs if r["method"] in EXACT and num(r["time_limit_s"]) == top]
         with_obj = [r for r in exact if num(r["objective_s"]) is not None]
         best = min(with_obj, key=lambda r: num(r["objective_s"])) if with_obj else (exact[0] if exact else None)
         dp = next((r for r in rs if r["method"] == "dp"), None)
@@ -134,7 +134,7 @@ def detail_table(rows: list[dict]) -> list[str]:
     body = [[r["model"], r["cluster"], r["method"], r["time_limit_s"], r["status"], _f(num(r["objective_s"]), ".3f"),
              _f(num(r["bound_s"]), ".3f"), _f(None if num(r["gap"]) is None else 100 * num(r["gap"]), ".2f"),
              _f(num(r["wall_s"]), ".2f"), (r["message"] or "")[:120].replace("|", "/")]
-            for r in rows if r["method"] in EXACT_METHODS]
+            for r in rows if r["method"] in EXACT]
     return _table(head, body)
 
 

@@ -34,7 +34,6 @@ from haap_milp.methods import EXACT, LISTED
 from haap_milp.specs import Target
 
 Method = Literal[LISTED]  # the method registry (methods.py), less the test oracle
-EXACT_METHODS = EXACT
 # run order inside a task: heuristics first (they warm-start the exact solvers), then the exact methods
 METHOD_ORDER = tuple(m for m in LISTED if m not in EXACT) + EXACT
 
