@@ -52,7 +52,7 @@ def import_cmd(
         typer.echo(text, nl=False)
         return
     write_atomic(out, text)
-    console.print(f"wrote {out}: {len(links)} measured links for {', '.join(net.gpu_types)}", markup=False,
+    console.print(f"wrote {out}: {len(links)} measured links for {', '.join(net.gpu_types)}", markup=False, soft_wrap=True,
                   highlight=False)
 
 
