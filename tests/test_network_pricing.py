@@ -179,3 +179,26 @@ def test_solve_estimate_simulate_with_network_end_to_end(tmp_path):
     assert json.loads(out)["estimator_iteration_s"] == pytest.approx(with_net)
     code, out, err = invoke_cli(["compare", *common[:-2], "--time-limit", "2", "--json", "--network", str(net)])
     assert code == 0, err
+
+
+def test_figure_measured_with_the_same_collective_is_preferred():
+    net = MeasuredNetwork(links=(_flat("inter_node", ("a100-40g",), 10.0, op="all_reduce"),
+                                 _flat("inter_node", ("a100-40g",), 1.0, op="sendrecv")))
+    hw = _est(net).hardware("a100-40g")
+    assert hw.dp_links("all_reduce", 32, 1, 2.0)[1].bytes_per_s == 10e9
+    assert hw.dp_links("reduce_scatter", 32, 1, 2.0)[1].bytes_per_s == 1e9  # no reduce-scatter figure: any figure
+    assert hw.nic_gpu_at(4e6, "sendrecv").bytes_per_s == 1e9 / 4
+
+
+def test_inter_island_figure_bounds_p2p_between_islands():
+    cluster = load_cluster("a100-40g:8/4@x,a100-40g:8/4@y")
+    net = MeasuredNetwork(links=(
+        MeasuredLink(link="inter_island", islands=("x", "y"), per="node_nic", senders=8, latency_us=100.0,
+                     curve={"kind": "table", "points": [{"message_bytes": 1e6, "bandwidth_gbps": 1.0}]}),
+        MeasuredLink(link="inter_island", islands=("y", "x"), per="node_nic", senders=8, latency_us=100.0,
+                     curve={"kind": "table", "points": [{"message_bytes": 1e6, "bandwidth_gbps": 2.0}]})))
+    est = Estimator(load_model("opt-350m"), with_network(cluster, net), _training())
+    nic_lat = est.hardware("a100-40g", "x").nic_gpu.latency_s
+    total = 8 * 2048 * 1024 * 2.0
+    expected = total / 1e9 + total / 2e9 + 2 * (nic_lat + 100e-6)  # the island link is far below the NICs
+    assert est.p2p_time(("a100-40g", "x"), ("a100-40g", "y"), 8) == pytest.approx(expected, rel=1e-12)

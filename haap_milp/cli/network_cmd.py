@@ -51,7 +51,11 @@ def import_cmd(
     if out is None:
         typer.echo(text, nl=False)
         return
-    write_atomic(out, text)
+    try:
+        write_atomic(out, text)
+    except OSError as exc:
+        raise HaapInputError(f"--out {str(out)!r} cannot be written: {exc.strerror or exc}.", field="out",
+                             value=str(out)) from None
     console.print(f"wrote {out}: {len(links)} measured links for {', '.join(net.gpu_types)}", markup=False, soft_wrap=True,
                   highlight=False)
 
