@@ -222,3 +222,18 @@ def test_network_import_user_errors_exit_2(args, needle):
     code, _, err = invoke_cli(["network", "import", *args])
     assert code == 2
     assert needle in " ".join(err.split()) and "Traceback" not in err
+
+
+def test_network_package_sits_below_the_planner():
+    """network.spec is imported by specs.py (no haap import of its own); the rest may use estimator.comm,
+    catalog and specs but nothing above the estimator."""
+    import ast
+
+    pkg = Path(__file__).parent.parent / "haap_milp" / "network"
+    upper = ("haap_milp.planner", "haap_milp.cli", "haap_milp.solvers", "haap_milp.presolve")
+    for f in sorted(pkg.glob("*.py")):
+        mods = {n.module for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.ImportFrom) and n.module}
+        mods = {m for m in mods if m.startswith("haap_milp")}
+        assert not any(m.startswith(upper) for m in mods), (f.name, mods)
+        if f.name in ("spec.py", "__init__.py"):
+            assert not mods, (f.name, mods)
