@@ -120,6 +120,7 @@ def run_task(task: Task) -> list[dict]:
     warm-starts the exact runs); one row per run, never raises."""
     from haap_milp import planner
     from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.network.merge import apply_network_option
     from haap_milp.specs import SolveOptions, TrainingSpec
 
     logging.getLogger("haap_milp").setLevel(logging.WARNING)
@@ -127,6 +128,7 @@ def run_task(task: Task) -> list[dict]:
     limits = [t for _, t in task.runs if t is not None]
     try:
         model, cluster = load_model(inp.model), load_cluster(inp.cluster_ref)
+        cluster = apply_network_option(cluster, inp.network, "network")  # None: unchanged
         training = TrainingSpec(global_batch_size=inp.gbs, seq_len=inp.seq, precision=inp.precision)
         opts = SolveOptions(**dict(task.options), time_limit_s=max(limits, default=10.0))
         t0 = time.perf_counter()

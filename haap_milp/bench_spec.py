@@ -74,6 +74,8 @@ class BenchCluster(_Frozen):
     label: str | None = Field(default=None, description="Name in results (default: the cluster string).")
     precision: Literal["bf16", "fp16", "fp8"] | None = Field(
         default=None, description="Overrides the grid precision (e.g. fp16 for V100 clusters).")
+    network: str | None = Field(default=None, description="Measured network YAML (haap-solve network import) "
+                                "merged into the cluster, as --network does.")
 
     @property
     def name(self) -> str:
@@ -148,7 +150,8 @@ class BenchSpec(_Frozen):
                     continue
                 for gbs in m.gbs or self.gbs:
                     for seq in m.seq or self.seq:
-                        out.append(TaskInputs(m.name, c.name, c.cluster, gbs, seq, c.precision or self.precision))
+                        out.append(TaskInputs(m.name, c.name, c.cluster, gbs, seq, c.precision or self.precision,
+                                              c.network))
         return out
 
     def runs(self) -> list[tuple[str, float | None]]:
@@ -175,10 +178,11 @@ class TaskInputs(BaseModel):
     gbs: int
     seq: int
     precision: str
+    network: str | None = None  # measured network file merged into the cluster
 
-    def __init__(self, model, cluster, cluster_ref, gbs, seq, precision):
+    def __init__(self, model, cluster, cluster_ref, gbs, seq, precision, network=None):
         super().__init__(model=model, cluster=cluster, cluster_ref=cluster_ref, gbs=gbs, seq=seq,
-                         precision=precision)
+                         precision=precision, network=network)
 
 
 def load_spec(path: str | Path) -> BenchSpec:

@@ -17,9 +17,10 @@ import math
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_serializer, model_validator
 
 from haap_milp.methods import SOLVER_NAMES
+from haap_milp.network.spec import MeasuredNetwork
 from haap_milp.targets import TARGET_NAMES
 
 Precision = Literal["bf16", "fp16", "fp8"]
@@ -269,6 +270,15 @@ class ClusterSpec(Frozen):
     name: str = Field(description="Display name.", min_length=1, max_length=200)
     node_groups: tuple[NodeGroup, ...] = Field(description="Node groups (at least one).", min_length=1)
     island_links: tuple[IslandLink, ...] = Field(default=(), description="Links between islands.")
+    network: MeasuredNetwork | None = Field(
+        default=None, description="Measured links (haap_milp/network); None: datasheet bandwidths x efficiencies.")
+
+    @model_serializer(mode="wrap")
+    def _omit_no_network(self, handler):  # output without a measured network stays as it was
+        data = handler(self)
+        if self.network is None and isinstance(data, dict):
+            data.pop("network", None)
+        return data
 
     @model_validator(mode="after")
     def _check_islands(self) -> ClusterSpec:

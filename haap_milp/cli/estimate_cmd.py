@@ -18,9 +18,11 @@ from rich.table import Table
 from haap_milp.catalog import load_cluster, load_model
 from haap_milp.cli.app import app
 from haap_milp.cli.common import console, err_console, print_json
+from haap_milp.cli.network_cmd import NetworkOpt
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator, PlanEstimate, load_calibration, load_profile
 from haap_milp.explain import estimate_bottleneck
+from haap_milp.network.merge import apply_network_option
 from haap_milp.planfile import read_plan_file
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, StagePlan, TrainingSpec
 
@@ -169,9 +171,11 @@ def estimate(
     profile_device: Annotated[list[str], Opt("--profile-device", help="Map a profile device, e.g. A100=a100-80g.")] = [],  # noqa: B006
     calibration: Annotated[str | None, Opt("--calibration", help="Calibration JSON (default: packaged).")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
+    network: NetworkOpt = None,
 ) -> None:
     """Predict iteration time, throughput, MFU and per-stage memory of a plan. Exit 2 if it does not fit."""
     m, c, training, p = _resolve(plan, model, cluster, gbs, seq, precision, sp, dist_opt)
+    c = apply_network_option(c, network)
     if p is None:
         if recompute not in ("none", "selective", "full"):
             raise HaapInputError(f"--recompute {recompute!r} must be none, selective or full.", field="recompute")

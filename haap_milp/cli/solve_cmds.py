@@ -12,8 +12,10 @@ from haap_milp import planner
 from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load_model
 from haap_milp.cli.app import app
 from haap_milp.cli.common import console, print_json
+from haap_milp.cli.network_cmd import NetworkOpt
 from haap_milp.errors import HaapInputError
 from haap_milp.methods import LISTED
+from haap_milp.network.merge import apply_network_option
 from haap_milp.planfile import solution_document
 from haap_milp.specs import SolveOptions, TrainingSpec
 from haap_milp.tables import compare_table, plan_metrics, solve_report
@@ -64,11 +66,13 @@ def solve(
     max_stages: StagesOpt = None,
     gap: GapOpt = 0.01,
     seed: SeedOpt = 0,
+    network: NetworkOpt = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the result JSON here ('-' = stdout).")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write timeline and memory plots to this folder.")] = None,
 ) -> None:
     """Find the plan with the shortest iteration time that fits in memory, with its optimality gap."""
     m, c, training = _inputs(model, cluster, gbs, seq, precision)
+    c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed)
     out = planner.solve(m, c, training, opts)
     doc = solution_document(out.result, m, c, training, plan_metrics(out))
@@ -103,10 +107,12 @@ def compare(
     max_stages: StagesOpt = None,
     gap: GapOpt = 0.01,
     seed: SeedOpt = 0,
+    network: NetworkOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
     m, c, training = _inputs(model, cluster, gbs, seq, precision)
+    c = apply_network_option(c, network)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed)
     outs = planner.compare(m, c, training, opts)
     if json_out:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from haap_milp.cli.app import app
 from haap_milp.cli.common import console, err_console, print_json
+from haap_milp.cli.network_cmd import NetworkOpt
 from haap_milp.errors import HaapInputError
 from haap_milp.targets import ENGINES
 
@@ -61,14 +62,17 @@ def simulate(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     duplex: Annotated[str, typer.Option("--duplex", help="Links: full (one transfer per direction) or half.")]
     = "full",
+    network: NetworkOpt = None,
 ) -> None:
     """Replay the plan's schedule event by event and compare with the planner's closed form."""
     from haap_milp.estimator import Estimator
+    from haap_milp.network.merge import apply_network_option
     from haap_milp.simulate import simulate_plan
 
     if duplex not in ("full", "half"):
         raise HaapInputError(f"--duplex must be full or half, got {duplex!r}", field="duplex", value=duplex)
     p, m, c, training = _inputs(plan, model, cluster)
+    c = apply_network_option(c, network)
     est = Estimator(m, c, training)
     estimate = est.estimate(p)
     sim = simulate_plan(p, est, duplex=duplex)  # type: ignore[arg-type]

@@ -1,6 +1,8 @@
 """Collective communication on the links actually used (ring / hierarchical algorithms).
 
-Bandwidths are achievable bus bandwidths: datasheet per-direction GB/s x a calibrated efficiency.
+Bandwidths are achievable bus bandwidths: datasheet per-direction GB/s x a calibrated efficiency, or,
+when the cluster carries a measured network, the measured figure at the caller's real message size and
+sender count, as given (haap_milp/network/pricing.py builds those Links; hardware.Hardware hands them out).
 Each cost is split into a part linear in the message (seconds per byte) and a latency part, so that
 callers can keep per-layer costs additive (problem.py eq. T1) and charge latencies once per stage.
 Formulas: Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations in

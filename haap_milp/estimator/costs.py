@@ -46,6 +46,12 @@ def grad_bytes(precision: str) -> float:
     return 2.0 if precision == "fp16" else 4.0
 
 
+def _dp_collective(kind: str, grp: ParamGroup, hw: Hardware, element_bytes: float) -> comm.Cost:
+    """A DP collective of this group on its links (measured network: at one bucket, hardware.dp_links)."""
+    return comm.group_collective(kind, grp.n, grp.span, hw.gpus_per_node,
+                                 *hw.dp_links(kind, grp.n, grp.span, element_bytes))
+
+
 def static_and_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, cal: Calibration
                     ) -> tuple[memory.ParamBytes, float, float, float]:
     """(bytes held per GPU by kind, raw DP comm s, optimizer step s, DP latency s) of these parameters.
@@ -59,15 +65,14 @@ def static_and_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSp
         bpp = memory.bytes_per_param(training.precision, dist, grp.n, training.optimizer_state_bytes_per_param)
         w, g, o = w + grp.params * bpp.weights, g + grp.params * bpp.grads, o + grp.params * bpp.optimizer
         gb = grp.params * grad_bytes(training.precision)
-        links = (grp.n, grp.span, hw.gpus_per_node, hw.nvlink, hw.nic_node)
         if grp.n > 1:
             if dist:
-                rs = comm.group_collective("reduce_scatter", *links)
-                ag = comm.group_collective("all_gather", *links)
+                rs = _dp_collective("reduce_scatter", grp, hw, grad_bytes(training.precision))
+                ag = _dp_collective("all_gather", grp, hw, memory.A)
                 comm_s += rs.per_byte_s * gb + ag.per_byte_s * grp.params * memory.A
                 lat = max(lat, rs.latency_s + ag.latency_s)
             else:
-                ar = comm.group_collective("all_reduce", *links)
+                ar = _dp_collective("all_reduce", grp, hw, grad_bytes(training.precision))
                 comm_s += ar.per_byte_s * gb
                 lat = max(lat, ar.latency_s)
         opt_s += compute.optimizer_step_s(grp.params / (grp.n if dist else 1), hw.gpu, hw.params)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator.calibration import Calibration, GpuParams
 from haap_milp.estimator.comm import Link
+from haap_milp.network import pricing
+from haap_milp.network.spec import MeasuredNetwork
 from haap_milp.specs import ClusterSpec, GPUSpec, ModelSpec, NodeGroup
 
 
@@ -20,10 +22,36 @@ class Hardware:
     nvlink: Link  # per GPU, one direction, achievable
     nic_node: Link  # all NICs of a node together, achievable
     nic_gpu: Link  # one GPU's share of its node's NICs
+    network: MeasuredNetwork | None = None  # measured links (cluster.network): used as given where they apply
 
     @property
     def gpus_per_node(self) -> int:
         return self.group.gpus_per_node
+
+    # Links at a message size (network/pricing.py); without a measured figure: the datasheet links above.
+    def intra(self, message_bytes: float, n: int, op: str = "all_reduce") -> Link:
+        """Per-GPU link of a collective among n GPUs of one node."""
+        if self.network is None:
+            return self.nvlink
+        links = pricing.links_of(self.network, "intra_node", (self.gpu.name,), self.group.island)
+        return pricing.intra_link(links, n, message_bytes, self.nvlink, op)
+
+    def nic_gpu_at(self, message_bytes: float, op: str = "p2p", k: int | None = None) -> Link:
+        """One GPU's share of the inter-node network while k (default: all) GPUs of its node send."""
+        if self.network is None:
+            return self.nic_gpu
+        links = pricing.links_of(self.network, "inter_node", (self.gpu.name,), self.group.island)
+        return pricing.per_gpu_link(links, k or self.gpus_per_node, message_bytes, self.nic_gpu, op)
+
+    def dp_links(self, kind: str, n: int, span: int, element_bytes: float) -> tuple[Link, Link]:
+        """(intra-node link, whole-node link) of a DP collective over n ranks spaced span apart, at one bucket."""
+        if self.network is None:
+            return self.nvlink, self.nic_node
+        size = pricing.dp_bucket_bytes(self.network, n, element_bytes)
+        inter = pricing.links_of(self.network, "inter_node", (self.gpu.name,), self.group.island)
+        r = max(1, min(n, self.gpus_per_node // max(span, 1)))
+        return (self.intra(size, r, kind),
+                pricing.node_link(inter, self.gpus_per_node, size, self.nic_node, kind))
 
 
 def node_groups(cluster: ClusterSpec, gpu_type: str, island: str | None) -> list[NodeGroup]:
@@ -46,7 +74,7 @@ def resolve(cluster: ClusterSpec, cal: Calibration, gpu_type: str, island: str |
     nvlink = Link(gpu.intra_node_bandwidth_gbps * 1e9 * p.nvlink_eff, cal.globals.intra_latency_s)
     nic_node = Link(group.nic_bandwidth_gbps * 1e9 * p.nic_eff, group.nic_latency_us * 1e-6)
     nic_gpu = Link(nic_node.bytes_per_s / group.gpus_per_node, nic_node.latency_s)
-    return Hardware(gpu, p, group, nvlink, nic_node, nic_gpu)
+    return Hardware(gpu, p, group, nvlink, nic_node, nic_gpu, cluster.network)
 
 
 def check_stage(model: ModelSpec, hw: Hardware, precision: str, tp: int, dp: int, ep: int, etp: int,

@@ -80,7 +80,7 @@ def _attention_block(model: ModelSpec, hw: Hardware, precision: str, tokens: flo
 
 def _tp_collective(hw: Hardware, tp: int, message_bytes: float) -> float:
     """One all-reduce (no SP) or all-gather + reduce-scatter (SP): same bytes, inside a node."""
-    return comm.ring("all_reduce", tp, hw.nvlink).time(message_bytes)
+    return comm.ring("all_reduce", tp, hw.intra(message_bytes, tp)).time(message_bytes)
 
 
 def _cp_exchange(hw: Hardware, tokens: float, kv: int, tp: int, cp: int, a_f: float, a_b: float) -> tuple[float, float]:
@@ -88,8 +88,9 @@ def _cp_exchange(hw: Hardware, tokens: float, kv: int, tp: int, cp: int, a_f: fl
     with the attention compute; only the excess is exposed. CP ranks are tp apart in Megatron's order."""
     if cp <= 1:
         return 0.0, 0.0
-    link = hw.nvlink if tp * cp <= hw.gpus_per_node else hw.nic_gpu
-    step = comm.p2p(link).time(2 * tokens * kv / tp * A)
+    step_bytes = 2 * tokens * kv / tp * A
+    link = hw.intra(step_bytes, cp, "p2p") if tp * cp <= hw.gpus_per_node else hw.nic_gpu_at(step_bytes)
+    step = comm.p2p(link).time(step_bytes)
     return max(0.0, (cp - 1) * step - a_f), max(0.0, 2 * (cp - 1) * step - a_b)
 
 
@@ -142,10 +143,11 @@ def _moe_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp
 def _ep_exchange(hw: Hardware, dispatch_bytes: float, ep: int, etp: int, gathered_bytes: float) -> float:
     """Dispatch + combine all-to-all over ep ranks spaced etp apart (+ all-gather / reduce-scatter of the
     routed tokens over etp when experts are tensor-parallel)."""
-    a2a = comm.all_to_all(ep, etp, hw.gpus_per_node, hw.nvlink, hw.nic_gpu)
+    a2a = comm.all_to_all(ep, etp, hw.gpus_per_node, hw.intra(dispatch_bytes, ep, "alltoall"),
+                          hw.nic_gpu_at(dispatch_bytes, "alltoall"))
     t = 2 * a2a.time(dispatch_bytes)
     if etp > 1:
-        t += 2 * comm.ring("all_gather", etp, hw.nvlink).time(gathered_bytes)
+        t += 2 * comm.ring("all_gather", etp, hw.intra(gathered_bytes, etp, "all_gather")).time(gathered_bytes)
     return t
 
 
@@ -179,7 +181,7 @@ def head_passes(model: ModelSpec, hw: Hardware, precision: str, tokens: float, t
     ce = tokens * v * 4.0 * 3  # fp32 logits: write, softmax read + write
     e_f = compute.memory_bound_s(A * rep * 2 * h + ce, 4, hw.gpu, hw.params)
     e_b = compute.memory_bound_s(A * rep * 2 * h + ce, 4, hw.gpu, hw.params)
-    small = 3 * comm.ring("all_reduce", tp, hw.nvlink).time(tokens * 4.0)
+    small = 3 * comm.ring("all_reduce", tp, hw.intra(tokens * 4.0, tp)).time(tokens * 4.0)
     return Passes(g_f + e_f, g_b + e_b, 0.0, _tp_collective(hw, tp, tokens * h * A) / 2 + small, 0.0, 0.0, 0.0)
 
 

@@ -19,6 +19,7 @@ from haap_milp.estimator.override import apply_profile
 from haap_milp.estimator.profiles import Profile
 from haap_milp.estimator.results import GIB, ComputeBound, PlanEstimate, StageCost
 from haap_milp.estimator.whole import estimate_plan
+from haap_milp.network import pricing
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec
 
 log = logging.getLogger(__name__)
@@ -204,9 +205,12 @@ class Estimator:
         total = samples * self.training.seq_len * self.model.hidden * 2.0  # 16-bit activations of B samples
         if streams is None:
             streams = min(self._group_gpus(ga), self._group_gpus(gb))
+        link = self.cluster.island_link(ga[1], gb[1]) if ga[1] != gb[1] else None
+        measured = pricing.p2p_round_trip_s(hw_a, hw_b, total, streams, link)  # None: no measured figure
+        if measured is not None:
+            return measured
         rate = min(hw_a.nic_gpu.bytes_per_s, hw_b.nic_gpu.bytes_per_s) * streams
         lat = max(hw_a.nic_gpu.latency_s, hw_b.nic_gpu.latency_s)
-        link = self.cluster.island_link(ga[1], gb[1]) if ga[1] != gb[1] else None
         if link is not None:
             rate = min(rate, link.bandwidth_gbps * 1e9 * min(hw_a.params.nic_eff, hw_b.params.nic_eff))
             lat += link.latency_us * 1e-6

@@ -1,0 +1,87 @@
+"""Read a measured-network file and attach it to a cluster (``--network FILE``, bench specs' ``network:``).
+
+The network replaces what the cluster carried before (a cluster file may hold a ``network`` of its own).
+Every GPU type and island the file names must be in the cluster: a figure for a type the cluster lacks is
+almost always a mismatched file (say, a network measured on A100-80GB nodes given to an A100-40GB
+cluster), so it is an error rather than silently unused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from haap_milp.errors import HaapInputError
+from haap_milp.network.spec import MeasuredNetwork
+from haap_milp.specs import ClusterSpec
+
+FLAG = "--network"
+
+
+def load_network(path: str | Path, flag: str = FLAG) -> MeasuredNetwork:
+    """A MeasuredNetwork from YAML or JSON; every mistake is one paragraph naming ``flag`` and the path."""
+    p = Path(path)
+    if not p.is_file():
+        raise HaapInputError(f"{flag} {str(path)!r} is not a file; write one with 'haap-solve network import'.",
+                             field=flag.lstrip("-"), value=str(path))
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise HaapInputError(f"{flag} {str(path)!r} cannot be read as {'JSON' if p.suffix == '.json' else 'YAML'}: "
+                             f"{' '.join(str(exc).split())}", field=flag.lstrip("-"), value=str(path)) from None
+    if not isinstance(data, dict):
+        raise HaapInputError(f"{flag} {str(path)!r} must be a mapping with 'links' (haap-solve schema network).",
+                             field=flag.lstrip("-"), value=str(path))
+    try:
+        return MeasuredNetwork.model_validate(data)
+    except ValidationError as exc:
+        errs = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'file'}: {e['msg']}" for e in exc.errors()[:5])
+        raise HaapInputError(f"{flag} {str(path)!r} is not a valid network description: {errs} "
+                             "(see haap-solve schema network).", field=flag.lstrip("-"), value=str(path)) from None
+
+
+def with_network(cluster: ClusterSpec, network: MeasuredNetwork, flag: str = FLAG, where: str = "") -> ClusterSpec:
+    """``cluster`` with ``network`` attached, after checking the types and islands it names."""
+    label = f"{flag} {where!r}" if where else flag
+    missing = [t for t in network.gpu_types if t not in cluster.gpu_types]
+    if missing:
+        raise HaapInputError(
+            f"{label} has measurements for GPU type(s) {', '.join(missing)}, which cluster {cluster.name!r} does not "
+            f"have (it has {', '.join(cluster.gpu_types)}); use the network measured on this cluster, or re-import "
+            "leaving those types out (--gpu-name NAME=none).", field=flag.lstrip("-"), value=where or None)
+    islands = [i for i in network.islands if i not in cluster.islands]
+    if islands:
+        raise HaapInputError(
+            f"{label} names island(s) {', '.join(islands)}, which cluster {cluster.name!r} does not have (it has "
+            f"{', '.join(cluster.islands)}).", field=flag.lstrip("-"), value=where or None)
+    return cluster.model_copy(update={"network": network})
+
+
+def apply_network_option(cluster: ClusterSpec, path: str | Path | None, flag: str = FLAG) -> ClusterSpec:
+    """The CLI's ``--network FILE``: the cluster unchanged without it."""
+    if path is None or str(path) == "":
+        return cluster
+    return with_network(cluster, load_network(path, flag), flag, str(path))
+
+
+def network_yaml(network: MeasuredNetwork) -> str:
+    return yaml.safe_dump(network.model_dump(mode="json"), sort_keys=False, width=120)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and os.replace."""
+    folder = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
