@@ -17,7 +17,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click.exceptions import UsageError
 
 # Command modules register themselves on ``app`` when imported.
-from haap_milp.cli import bench_cmd, estimate_cmd, inspect_cmds, solve_cmds, trust_cmds  # noqa: F401
+from haap_milp.cli import bench_cmd, estimate_cmd, inspect_cmds, profile_cmd, solve_cmds, trust_cmds  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:
