@@ -39,9 +39,13 @@ LAYERS_NOTE = ("layers: RMSNorm, attention without rotary embedding, MLP with th
                "and fp32 Adam state")
 
 
+def has_torch() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
 def require_torch() -> Any:
     """The torch module, or a one-paragraph user error naming the extra."""
-    if importlib.util.find_spec("torch") is None:
+    if not has_torch():
         raise HaapInputError(f"`haap-solve profile` needs PyTorch, which is not installed; {INSTALL_HINT}",
                              field="torch")
     import torch
