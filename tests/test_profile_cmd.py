@@ -184,3 +184,23 @@ def test_gpu_type_from_driver_names():
     assert gpu_type_from_name("Tesla V100-SXM2-16GB") == "v100-16g"
     assert gpu_type_from_name("NVIDIA L40S") == "l40s-48g"
     assert gpu_type_from_name("Some Unknown Accelerator") is None
+
+
+@needs_torch
+def test_tensor_parallel_points_through_torch_distributed(tmp_path, one_thread):
+    """tp 2 in two processes (gloo on CPU: the distributed machinery, not the timing). A tp-2 shard holds half
+    the decoder's weights, so its counted memory is smaller than the whole layer's."""
+    from haap_milp import profiling
+    from haap_milp.catalog import load_model
+
+    req = profiling.Request(model=load_model(_model(tmp_path, TINY, "tiny")), layers=("decoder",),
+                            micro_batches=(2,), precisions=("fp32",), tps=(1, 2), seq_len=32, device="cpu",
+                            gpu_type="a100-80g", warmup=0, repeats=1, allow_cpu_tp=True)
+    result = profiling.run(req)
+    one, two = result.points
+    assert (one.tp, two.tp) == (1, 2) and two.forward_s > 0 and two.backward_s > 0 and not two.out_of_memory
+    assert two.peak_memory_bytes < one.peak_memory_bytes
+    assert result.header.device.count == 2
+    path = tmp_path / "tp.json"
+    profiling.write_atomic(result, path)
+    assert load_profile(path).meta["covered_keys"] == {("a100-80g", 1, 2, "fp32"), ("a100-80g", 2, 2, "fp32")}

@@ -65,6 +65,7 @@ class Request:
     gpu_type: str
     warmup: int
     repeats: int
+    allow_cpu_tp: bool = False  # tp > 1 on CPU with gloo: tests the distributed code; timings mean nothing
 
     def grid(self) -> list[tuple[str, int, int, str]]:
         """(precision, tp, micro_batch, layer) in measurement order; small micro-batches first."""
@@ -120,7 +121,7 @@ def device_info(torch: Any, device: str, gpu_type: str, count: int) -> DeviceInf
                       python_version=platform.python_version(), platform=platform.platform())
 
 
-def check_request(torch: Any, model: ModelSpec, device: str, tps: tuple[int, ...]) -> int:
+def check_request(torch: Any, model: ModelSpec, device: str, tps: tuple[int, ...], allow_cpu_tp: bool = False) -> int:
     """Refuse what cannot be measured here; returns the number of devices used."""
     if model.is_moe:
         raise HaapInputError(f"model {model.name!r} is a Mixture of Experts; `haap-solve profile` measures dense "
@@ -133,29 +134,42 @@ def check_request(torch: Any, model: ModelSpec, device: str, tps: tuple[int, ...
         if t < 1 or model.num_heads % t:
             raise HaapInputError(f"--tp {t} must be >= 1 and divide the {model.num_heads} attention heads of "
                                  f"{model.name}.", field="tp", value=t)
-        if t > 1:
+        if t > 1 and (device == "cpu" and not allow_cpu_tp or device == "cuda" and have < t):
             raise HaapInputError(f"--tp {t}: measuring tensor parallelism needs {t} GPUs in one torch.distributed "
-                                 f"group; this {device} run has {have} device(s) and multi-GPU profiling is not "
-                                 "implemented yet - measure tp 1 here.", field="tp", value=t)
+                                 f"group (one process per GPU); this {device} run has {have} device(s) - measure "
+                                 "tp 1 here or run on a machine with more GPUs.", field="tp", value=t)
     return max(tps)
 
 
 def run(req: Request, on_point: Callable[[ProfilePoint, int, int], None] | None = None) -> NativeProfile:
-    """Measure the grid of ``req``; ``on_point(point, done, total)`` after each point (progress)."""
+    """Measure the grid of ``req``; ``on_point(point, done, total)`` after each point (progress). tp 1 runs in
+    this process, each tp > 1 in ``tp`` spawned processes (distributed.py; progress per tp degree)."""
     torch = require_torch()
-    count = check_request(torch, req.model, req.device, req.tps)
+    count = check_request(torch, req.model, req.device, req.tps, req.allow_cpu_tp)
     from haap_milp.profiling.runner import measure
 
     dev = torch.device(req.device)
-    points = []
-    grid = req.grid()
-    for i, (prec, tp, mbs, kind) in enumerate(grid):
-        fields = measure(kind, req.model, tp, mbs, req.seq_len, prec, dev, req.warmup, req.repeats)
-        pt = ProfilePoint(layer_kind=kind, gpu_type=req.gpu_type, tp=tp, micro_batch=mbs, seq_len=req.seq_len,
-                          precision=prec, **fields)
-        points.append(pt)
+    points: list[ProfilePoint] = []
+    total = len(req.grid())
+
+    def add(prec: str, tp: int, mbs: int, kind: str, fields: dict[str, Any]) -> None:
+        points.append(ProfilePoint(layer_kind=kind, gpu_type=req.gpu_type, tp=tp, micro_batch=mbs,
+                                   seq_len=req.seq_len, precision=prec, **fields))
         if on_point is not None:
-            on_point(pt, i + 1, len(grid))
+            on_point(points[-1], len(points), total)
+
+    for tp in req.tps:
+        items = [(p, b, k) for p, t, b, k in req.grid() if t == tp]
+        if tp == 1:
+            for prec, mbs, kind in items:
+                add(prec, tp, mbs, kind, measure(kind, req.model, tp, mbs, req.seq_len, prec, dev, req.warmup,
+                                                 req.repeats))
+        else:
+            from haap_milp.profiling.distributed import measure_tp
+
+            for (prec, mbs, kind), fields in zip(items, measure_tp(req.model, tp, items, req.seq_len, req.device,
+                                                                   req.warmup, req.repeats), strict=True):
+                add(prec, tp, mbs, kind, fields)
     m = req.model
     header = ProfileHeader(
         model=ProfiledModel(name=m.name, num_layers=m.num_layers, hidden=m.hidden, ffn_hidden=m.ffn_hidden,
@@ -167,7 +181,8 @@ def run(req: Request, on_point: Callable[[ProfilePoint, int, int], None] | None 
         memory_method="cuda_max_memory_allocated" if req.device == "cuda" else "cpu_tensor_bytes",
         timing_method=("time.perf_counter around forward, backward and Adam step"
                        + (", torch.cuda.synchronize before each reading" if req.device == "cuda" else "")
-                       + f"; median of {req.repeats} after {req.warmup} warm-up"),
+                       + f"; median of {req.repeats} after {req.warmup} warm-up"
+                       + ("; tp > 1: rank 0 of a torch.distributed group" if count > 1 else "")),
         warmup=req.warmup, repeats=req.repeats,
         notes=[LAYERS_NOTE])
     return NativeProfile(header=header, points=points)

@@ -98,6 +98,8 @@ def measure(kind: str, model: ModelSpec, tp: int, micro_batch: int, seq: int, pr
                 a.grad = None
             if cuda and i == warmup:
                 torch.cuda.reset_peak_memory_stats(device)
+            if group is not None:
+                torch.distributed.barrier(group)  # tp ranks start each repeat together
             sync()
             t0 = time.perf_counter()
             with _autocast(device, precision):
