@@ -18,9 +18,9 @@ The loader (``load_native_json``) turns the points of one precision and one sequ
 * layer time = forward_s + backward_s of the decoder point (Metis' ``layer_compute_total_ms`` is the
   same sum); without a decoder point, attention + mlp points of the same key are added (stated in the
   notes); embedding and head likewise.
-* layer memory = peak_memory_bytes of the decoder point (attention + mlp: the larger of the two plus
-  the smaller one's static bytes are unknown, so their memory is not combined - left to the analytic
-  model, stated in the notes).
+* layer memory = peak_memory_bytes of the decoder point. Two separate attention and mlp peaks do not add
+  up to the layer's peak (each includes its own input and temporaries), so they are not combined: the
+  analytic memory stands for such keys (stated in the notes).
 * ``optimizer_s`` is carried in ``Profile.meta["optimizer_s"]`` but not used yet: the estimator's
   analytic optimizer step stands.
 * Out-of-memory points are never priced: they are left out of the entries and listed in
