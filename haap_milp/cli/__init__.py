@@ -17,7 +17,15 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click.exceptions import UsageError
 
 # Command modules register themselves on ``app`` when imported.
-from haap_milp.cli import bench_cmd, estimate_cmd, inspect_cmds, network_cmd, solve_cmds, trust_cmds  # noqa: F401
+from haap_milp.cli import (  # noqa: F401
+    bench_cmd,
+    estimate_cmd,
+    inspect_cmds,
+    network_cmd,
+    profile_cmd,
+    solve_cmds,
+    trust_cmds,
+)
 
 
 def main(argv: list[str] | None = None) -> None:

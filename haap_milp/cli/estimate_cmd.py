@@ -80,7 +80,7 @@ def uniform_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                 sequence_parallel=training.sequence_parallel, distributed_optimizer=training.distributed_optimizer)
 
 
-def _profile(path: str | None, devices: list[str]):
+def _profile(path: str | None, devices: list[str], precision: str | None = None):
     if not path:
         return None
     mapping = {}
@@ -89,7 +89,7 @@ def _profile(path: str | None, devices: list[str]):
             raise HaapInputError(f"--profile-device {item!r} must look like A100=a100-80g.", field="profile_device")
         k, v = item.split("=", 1)
         mapping[k.strip()] = v.strip()
-    return load_profile(path, mapping)
+    return load_profile(path, mapping, precision)
 
 
 def estimate_document(pe: PlanEstimate, est: Estimator, plan: Plan) -> dict[str, Any]:
@@ -182,7 +182,7 @@ def estimate(
         _check_uniform(m, c, training.global_batch_size, tp, pp, dp, mbs, cp, ep, vpp)
         p = uniform_plan(m, c, training, tp, pp, dp, mbs, vpp, recompute, ep, etp, cp)
     cal = load_calibration(calibration) if calibration else None
-    est = Estimator(m, c, training, cal, _profile(profile, profile_device))
+    est = Estimator(m, c, training, cal, _profile(profile, profile_device, training.precision))
     pe = est.estimate(p)
     if as_json:
         print_json({**estimate_document(pe, est, p), "explanation": estimate_bottleneck(pe)})

@@ -17,6 +17,7 @@ from haap_milp.catalog.summary import cluster_summary, gpu_summary, model_summar
 from haap_milp.cli.app import app
 from haap_milp.cli.common import console, print_json
 from haap_milp.errors import HaapInputError
+from haap_milp.estimator.profile_format import profile_schema
 from haap_milp.network.spec import MeasuredNetwork
 from haap_milp.specs import GPUSpec, ModelSpec, Plan, SolveOptions, SolveResult, TrainingSpec
 
@@ -220,12 +221,14 @@ def show_cmd(
 SCHEMAS = {"model": ModelSpec.model_json_schema, "cluster": cluster_file_schema, "gpu": GPUSpec.model_json_schema,
            "training": TrainingSpec.model_json_schema, "plan": Plan.model_json_schema,
            "result": SolveResult.model_json_schema, "options": SolveOptions.model_json_schema,
-           "network": MeasuredNetwork.model_json_schema}
+           "network": MeasuredNetwork.model_json_schema, "profile": profile_schema}
 
 
 @app.command("schema")
 def schema_cmd(
-    kind: str = typer.Argument("all", help="model | cluster | gpu | training | plan | result | options | network | all."),
+    kind: str = typer.Argument(
+        "all", help="model | cluster | gpu | training | plan | result | options | network | profile | all."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Accepted for symmetry; the schema is always JSON."),
 ) -> None:
     """JSON Schema of an input file (model, cluster, training) or an output (plan, result)."""

@@ -56,6 +56,9 @@ class Estimator:
             raise HaapInputError(f"profile was measured at seq_len={profile.seq_len}, training uses "
                                  f"{training.seq_len}; profile times do not transfer.", field="profile.seq_len",
                                  value=profile.seq_len)
+        if profile is not None and profile.meta.get("precision", training.precision) != training.precision:
+            raise HaapInputError(f"profile points are at precision {profile.meta['precision']}, training uses "
+                                 f"{training.precision}.", field="profile.precision", value=profile.meta["precision"])
         if profile is not None and profile.num_layers and profile.num_layers != model.num_layers:
             log.warning("profile has %d layers, model %s has %d", profile.num_layers, model.name, model.num_layers)
         self._cache: dict[str, dict[Any, Any]] = {}

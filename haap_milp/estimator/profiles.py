@@ -192,8 +192,12 @@ def load_native(path: str | Path) -> Profile:
     return Profile(entries, source=str(data.get("source", p.name)), seq_len=int(seq) if seq else None)
 
 
-def load_profile(path: str | Path, device_map: dict[str, str] | None = None) -> Profile:
-    """A Metis directory or a native file."""
+def load_profile(path: str | Path, device_map: dict[str, str] | None = None, precision: str | None = None) -> Profile:
+    """A Metis directory, a native JSON profile (profile_format.py; its points at ``precision``) or a YAML file."""
+    from haap_milp.estimator import profile_format as pf  # it imports this module
+
+    if pf.looks_native_json(path):
+        return pf.load_native_json(path, precision)
     return load_metis_dir(path, device_map) if Path(path).is_dir() else load_native(path)
 
 
