@@ -1,0 +1,125 @@
+"""The user path ``planner.solve`` against the spec-level brute-force oracle (tests/spec_oracle.py).
+
+The oracle enumerates Plans from the specs alone, scores them with the estimator and keeps those
+check_plan accepts, so these tests check presolve (enumeration, memory and dominance pruning, the
+eq. B1 variant pruning), the solvers and decode together, independently of the Problem they build.
+Exact methods must reach the oracle optimum (within the requested gap); heuristics must return a
+valid plan never better than it. A presolve that prunes the optimal option, or a decode that maps an
+option to the wrong stage configuration, makes an exact method miss the oracle."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from spec_oracle import first_valid, score_plans, stage_configs
+
+from haap_milp import planner
+from haap_milp.check import check_plan
+from haap_milp.estimator import Estimator
+from haap_milp.solvers import SOLVERS
+from haap_milp.specs import ClusterSpec, GPUSpec, IslandLink, ModelSpec, NodeGroup, SolveOptions, Status, TrainingSpec
+
+MODEL = ModelSpec(name="tiny-4l", num_layers=4, hidden=2048, ffn_hidden=8192, num_heads=16, vocab_size=32000)
+TRAIN = TrainingSpec(global_batch_size=4, seq_len=2048)
+EXACT = ("cpsat", "milp", "brute")
+HEURISTIC = ("dp", "uniform")
+
+
+def _gpu(name: str, mem: float, tflops: float, hbm: float, nvlink: float) -> GPUSpec:
+    # real datasheet speeds, shrunk memory so that a 4-layer model is memory-bound on 2+2 GPUs
+    return GPUSpec(name=name, memory_gib=mem, bf16_tflops=tflops, fp16_tflops=tflops, hbm_bandwidth_gbps=hbm,
+                   intra_node_bandwidth_gbps=nvlink)
+
+
+def _cluster(mem_a: float, mem_h: float, link_gbps: float | None) -> ClusterSpec:
+    a = _gpu("a100-80g", mem_a, 312, 2039, 300)
+    h = _gpu("h100-80g", mem_h, 989, 3350, 450)
+    isl = ("east", "west") if link_gbps else ("main", "main")
+    return ClusterSpec(name=f"a{mem_a:g}+h{mem_h:g}", node_groups=(
+        NodeGroup(gpu=a, num_nodes=1, gpus_per_node=2, nic_bandwidth_gbps=50, island=isl[0]),
+        NodeGroup(gpu=h, num_nodes=1, gpus_per_node=2, nic_bandwidth_gbps=50, island=isl[1])),
+        island_links=(IslandLink(a="east", b="west", bandwidth_gbps=link_gbps),) if link_gbps else ())
+
+
+# name -> (cluster, options); every case is memory-bound (cheaper plans fail check_plan's memory rule)
+CASES = {
+    "one-island": (_cluster(10, 7, None), SolveOptions(max_stages=3, relative_gap=0.0, threads=1)),
+    "two-islands": (_cluster(9, 6, 5.0), SolveOptions(max_stages=3, relative_gap=0.0, threads=1,
+                                                       recompute=("none", "full"))),
+    "two-islands-megatron": (_cluster(9, 6, 5.0), SolveOptions(max_stages=3, relative_gap=0.0, threads=1,
+                                                                recompute=("none", "full"), target="megatron")),
+    "infeasible": (_cluster(6, 4, None), SolveOptions(max_stages=3, relative_gap=0.0, threads=1,
+                                                      recompute=("none", "full"))),
+}
+_SCORED: dict = {}
+
+
+def _scored(cluster, options):
+    """Scored plans, shared by cases with the same cluster and search space (target applies later)."""
+    key = (cluster.name, options.max_stages, options.recompute)
+    if key not in _SCORED:
+        est = Estimator(MODEL, cluster, TRAIN)
+        _SCORED[key] = (est, score_plans(MODEL, cluster, TRAIN, options, est))
+    return _SCORED[key]
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request):
+    cluster, options = CASES[request.param]
+    est, scored = _scored(cluster, options)
+    oracle = first_valid(scored, MODEL, cluster, TRAIN, options.target, est)
+    return request.param, cluster, options, oracle
+
+
+def _solve(cluster, options, method):
+    return planner.solve(MODEL, cluster, TRAIN, options.model_copy(update={"solver": method}))
+
+
+def test_oracle_cases_are_what_they_claim(case):
+    name, _cluster_spec, options, oracle = case
+    if name == "infeasible":
+        assert oracle.plan is None and oracle.plans_scored > 0
+        return
+    assert oracle.plan is not None
+    assert oracle.plans_checked > 1, "memory (or the target's rules) must reject a cheaper plan"
+    assert len({s.gpu_type for s in oracle.plan.stages}) == 2, "the optimum should use both GPU types"
+    if options.target == "megatron":
+        assert oracle.plan.is_uniform
+
+
+@pytest.mark.parametrize("method", sorted(SOLVERS))
+def test_user_path_against_the_oracle(case, method):
+    _name, cluster, options, oracle = case
+    out = _solve(cluster, options, method)
+    res = out.result
+    if oracle.plan is None:
+        assert res.status in (Status.INFEASIBLE, Status.NO_SOLUTION) and res.plan is None, (method, res.status)
+        return
+    assert res.plan is not None, (method, res.status, res.message)
+    assert out.violations == []
+    assert check_plan(res.plan, MODEL, cluster, TRAIN, target=options.target) == []
+    got = out.estimate.iteration_time_s
+    assert res.objective_s == pytest.approx(got, rel=1e-6)  # solver objective = estimator re-score
+    assert got >= oracle.time_s * (1 - 1e-9), "better than exhaustive enumeration: the oracle missed a plan"
+    if method in EXACT:
+        assert res.status == Status.OPTIMAL, (method, res.message)
+        tol = float(res.stats.get("tolerance_s", 0.0)) + 1e-6 * oracle.time_s
+        assert got <= oracle.time_s * (1 + options.relative_gap) + tol, (method, res.plan, oracle.plan)
+    else:
+        assert res.status == Status.FEASIBLE
+    if method == "uniform":  # no better than the best uniform plan of the enumeration
+        est, scored = _scored(cluster, options)
+        uni = first_valid(scored, MODEL, cluster, TRAIN, options.target, est, accept=lambda p: p.is_uniform)
+        assert res.plan.is_uniform
+        assert got >= uni.time_s * (1 - 1e-9)
+
+
+def test_stage_configs_follow_the_rules():
+    cluster = _cluster(10, 7, None)
+    cfgs = stage_configs(MODEL, cluster, 4, ("none",))
+    assert {(tp, dp) for _, _, tp, dp, _ in cfgs} == {(1, 1), (1, 2), (2, 1)}  # tp*dp <= 2 GPUs, dp | 4
+    assert {(tp, dp) for _, _, tp, dp, _ in stage_configs(MODEL, cluster, 1, ("none",))} == {(1, 1), (2, 1)}
