@@ -22,7 +22,17 @@ from dataclasses import dataclass
 from haap_milp.check import check_plan
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
-from haap_milp.specs import ClusterSpec, ModelSpec, Plan, SolveOptions, StagePlan, TrainingSpec
+from haap_milp.specs import (
+    ClusterSpec,
+    GPUSpec,
+    IslandLink,
+    ModelSpec,
+    NodeGroup,
+    Plan,
+    SolveOptions,
+    StagePlan,
+    TrainingSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -125,3 +135,22 @@ def best_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, op
     est = estimator or Estimator(model, cluster, training)
     return first_valid(score_plans(model, cluster, training, options, est), model, cluster, training,
                        options.target, est, accept)
+
+
+# Tiny specs the oracle enumerates in about a second: 4 layers on 2 + 2 GPUs.
+TINY_MODEL = ModelSpec(name="tiny-4l", num_layers=4, hidden=2048, ffn_hidden=8192, num_heads=16, vocab_size=32000)
+TINY_TRAINING = TrainingSpec(global_batch_size=4, seq_len=2048)
+
+
+def tiny_cluster(mem_a: float, mem_h: float, link_gbps: float | None = None) -> ClusterSpec:
+    """One node of 2 A100 and one of 2 H100 (datasheet speeds) with shrunk memory so that the tiny
+    model is memory-bound; on two islands joined by ``link_gbps`` GB/s when given."""
+    a = GPUSpec(name="a100-80g", memory_gib=mem_a, bf16_tflops=312, fp16_tflops=312, hbm_bandwidth_gbps=2039,
+                intra_node_bandwidth_gbps=300)
+    h = GPUSpec(name="h100-80g", memory_gib=mem_h, bf16_tflops=989, fp16_tflops=989, hbm_bandwidth_gbps=3350,
+                intra_node_bandwidth_gbps=450)
+    isl = ("east", "west") if link_gbps else ("main", "main")
+    return ClusterSpec(name=f"a{mem_a:g}+h{mem_h:g}" + (f"@{link_gbps:g}" if link_gbps else ""), node_groups=(
+        NodeGroup(gpu=a, num_nodes=1, gpus_per_node=2, nic_bandwidth_gbps=50, island=isl[0]),
+        NodeGroup(gpu=h, num_nodes=1, gpus_per_node=2, nic_bandwidth_gbps=50, island=isl[1])),
+        island_links=(IslandLink(a="east", b="west", bandwidth_gbps=link_gbps),) if link_gbps else ())

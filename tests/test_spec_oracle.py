@@ -15,34 +15,18 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from spec_oracle import first_valid, score_plans, stage_configs
+from spec_oracle import TINY_MODEL, TINY_TRAINING, first_valid, score_plans, stage_configs, tiny_cluster
 
 from haap_milp import planner
 from haap_milp.check import check_plan
 from haap_milp.estimator import Estimator
 from haap_milp.solvers import SOLVERS
-from haap_milp.specs import ClusterSpec, GPUSpec, IslandLink, ModelSpec, NodeGroup, SolveOptions, Status, TrainingSpec
+from haap_milp.specs import SolveOptions, Status
 
-MODEL = ModelSpec(name="tiny-4l", num_layers=4, hidden=2048, ffn_hidden=8192, num_heads=16, vocab_size=32000)
-TRAIN = TrainingSpec(global_batch_size=4, seq_len=2048)
+MODEL, TRAIN = TINY_MODEL, TINY_TRAINING
 EXACT = ("cpsat", "milp", "brute")
 HEURISTIC = ("dp", "uniform")
-
-
-def _gpu(name: str, mem: float, tflops: float, hbm: float, nvlink: float) -> GPUSpec:
-    # real datasheet speeds, shrunk memory so that a 4-layer model is memory-bound on 2+2 GPUs
-    return GPUSpec(name=name, memory_gib=mem, bf16_tflops=tflops, fp16_tflops=tflops, hbm_bandwidth_gbps=hbm,
-                   intra_node_bandwidth_gbps=nvlink)
-
-
-def _cluster(mem_a: float, mem_h: float, link_gbps: float | None) -> ClusterSpec:
-    a = _gpu("a100-80g", mem_a, 312, 2039, 300)
-    h = _gpu("h100-80g", mem_h, 989, 3350, 450)
-    isl = ("east", "west") if link_gbps else ("main", "main")
-    return ClusterSpec(name=f"a{mem_a:g}+h{mem_h:g}", node_groups=(
-        NodeGroup(gpu=a, num_nodes=1, gpus_per_node=2, nic_bandwidth_gbps=50, island=isl[0]),
-        NodeGroup(gpu=h, num_nodes=1, gpus_per_node=2, nic_bandwidth_gbps=50, island=isl[1])),
-        island_links=(IslandLink(a="east", b="west", bandwidth_gbps=link_gbps),) if link_gbps else ())
+_cluster = tiny_cluster
 
 
 # name -> (cluster, options); every case is memory-bound (cheaper plans fail check_plan's memory rule)
