@@ -103,3 +103,18 @@ def test_stage_configs_follow_the_rules():
     cfgs = stage_configs(MODEL, cluster, 4, ("none",))
     assert {(tp, dp) for _, _, tp, dp, _ in cfgs} == {(1, 1), (1, 2), (2, 1)}  # tp*dp <= 2 GPUs, dp | 4
     assert {(tp, dp) for _, _, tp, dp, _ in stage_configs(MODEL, cluster, 1, ("none",))} == {(1, 1), (2, 1)}
+
+
+def test_compare_against_the_oracle():
+    """planner.compare (every method on one shared presolve) agrees with the oracle too."""
+    cluster, training, options = CASES["two-islands"]
+    est, scored = _scored(cluster, training, options)
+    oracle = first_valid(scored, MODEL, cluster, training, options.target, est)
+    outs = planner.compare(MODEL, cluster, training, options)
+    assert set(outs) == {"cpsat", "milp", "dp", "uniform"}
+    for method, out in outs.items():
+        assert out.violations == [] and out.result.plan is not None, method
+        got = out.estimate.iteration_time_s
+        assert got >= oracle.time_s * (1 - 1e-9), method
+        if method in EXACT:
+            assert got <= oracle.time_s * (1 + 1e-6) + float(out.result.stats.get("tolerance_s", 0.0)), method
