@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from haap_milp import problem as pb
+from haap_milp.check import check_plan
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator, compute, schedule
 from haap_milp.estimator.calibration import load_calibration
@@ -42,7 +43,9 @@ def _problem_for(est: Estimator, plan: Plan) -> tuple[pb.Problem, pb.Assignment]
         args = (gpu, o.tp, o.dp, 1, 1, o.recompute, b)
         lc, fc, xc = (f(*args, island=isl) for f in (est.layer_cost, est.first_stage_extra, est.last_stage_extra))
         vals = (lc.time_s, fc.time_s, xc.time_s, lc.static_bytes, lc.act_bytes, fc.static_bytes, fc.act_bytes,
-                xc.static_bytes, xc.act_bytes, est.stage_fixed_bytes(gpu, o.tp), est.usable_memory_bytes(gpu),
+                xc.static_bytes, xc.act_bytes,
+                est.stage_fixed_bytes(gpu, o.tp, dp=o.dp, recompute=o.recompute, samples_per_microbatch=b),
+                est.usable_memory_bytes(gpu),
                 est.stage_fixed_sync_s(gpu, isl, o.tp, o.dp), lc.sync_s, fc.sync_s, xc.sync_s)
         for k, v in zip(arr, vals):
             arr[k][i] = v
@@ -78,13 +81,15 @@ def test_estimate_equals_problem_eq_t1_and_m2(which):
         est = Estimator(LLAMA_8B, hetero_cluster(), training(32, 4096))
         plan = _hetero_plan()
     prob, assign = _problem_for(est, plan)
-    assert pb.violations(prob, assign) == [] or which == "hetero"
+    assert pb.violations(prob, assign) == []  # both plans fit, and the checker agrees
+    assert check_plan(plan, est.model, est.cluster, est.training, estimator=est) == []
+    assert len({(s.gpu_type, s.tp, s.dp, s.recompute) for s in plan.stages}) == (1 if which == "uniform" else 3)
     pe = est.estimate(plan)
     assert pe.iteration_time_s == pytest.approx(pb.evaluate(prob, assign), rel=1e-9)
     mems = pb.stage_memory(prob, assign)
-    for s, m in zip(pe.stages, mems):
-        if plan.stages[s.index].recompute != "full":  # full recompute adds its transient via stage_fixed_bytes kwargs
-            assert s.memory_gib * 2**30 == pytest.approx(m, rel=1e-12)
+    assert any(s.recompute == "full" for s in plan.stages) == (which == "hetero")
+    for s, m in zip(pe.stages, mems):  # full recompute's transient comes in through stage_fixed_bytes' kwargs
+        assert s.memory_gib * 2**30 == pytest.approx(m, rel=1e-12)
     assert [s.time_s for s in pe.stages] == pytest.approx(pb.stage_times(prob, assign), rel=1e-12)
 
 

@@ -1,6 +1,11 @@
-"""Recompute expected.json of every reference instance by brute force (run after a cost-model change).
+"""Recompute expected.json of every spec-level reference instance by brute force on the presolved
+problem (run after a cost-model or calibration.json change and review the diff).
 
     python formulations/instances/regenerate.py
+
+Only the spec-level instances (``<name>/instance.yaml``) move with the cost model. The pinned
+Problem-level instances (``problems/*.json``) do not, and are not rewritten here: see
+problems/generate.py and README.md.
 """
 
 from __future__ import annotations

@@ -1,0 +1,156 @@
+"""Spec-level brute-force oracle: the best ``Plan`` for tiny specs, found without presolve.
+
+Every Plan is enumerated straight from the specs: each contiguous split of the decoder layers into
+stages (up to ``SolveOptions.max_stages``), each stage on any (GPU type, island) with any tp that
+divides the attention and key/value heads and fits a node, any dp, any recompute mode of
+``SolveOptions.recompute``, and any samples-per-micro-batch B dividing the global batch (or
+``SolveOptions.micro_batch_sizes``) with every dp dividing B. Each plan is scored with
+``Estimator.estimate`` and judged by ``check_plan`` (with the engine target); the cheapest accepted
+plan is the optimum. Nothing of presolve is used, so comparing ``planner.solve`` against this
+checks presolve's enumeration, its pruning (memory, dominance, eq. B1) and ``decode`` at once.
+
+Plans using more GPUs of a (type, island) than it has are skipped before scoring (check_plan would
+reject them as ``gpus.*``); everything else is left to check_plan, which is called in increasing
+order of estimated time until one plan passes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from haap_milp.check import check_plan
+from haap_milp.errors import HaapInputError
+from haap_milp.estimator import Estimator
+from haap_milp.specs import (
+    ClusterSpec,
+    GPUSpec,
+    IslandLink,
+    ModelSpec,
+    NodeGroup,
+    Plan,
+    SolveOptions,
+    StagePlan,
+    TrainingSpec,
+)
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    plan: Plan | None
+    time_s: float | None
+    plans_scored: int
+    plans_checked: int
+
+
+def _groups(cluster: ClusterSpec) -> dict[tuple[str, str], tuple[int, int]]:
+    """(GPU type, island) -> (GPUs, largest node size)."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for ng in cluster.node_groups:
+        g = out.setdefault((ng.gpu.name, ng.island), [0, 0])
+        g[0] += ng.num_gpus
+        g[1] = max(g[1], ng.gpus_per_node)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def _compositions(n: int, parts: int):
+    for cuts in itertools.combinations(range(1, n), parts - 1):
+        b = (0, *cuts, n)
+        yield tuple(b[i + 1] - b[i] for i in range(parts))
+
+
+def stage_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute) -> list[tuple]:
+    """(gpu_type, island, tp, dp, recompute) a stage may use with B = b samples per micro-batch."""
+    out = []
+    for (gpu, island), (cap, per_node) in _groups(cluster).items():
+        for tp in range(1, per_node + 1):
+            if model.num_heads % tp or model.kv_heads % tp:
+                continue
+            for dp in range(1, cap // tp + 1):
+                if b % dp:
+                    continue
+                out.extend((gpu, island, tp, dp, rc) for rc in recompute)
+    return out
+
+
+def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions):
+    """Every candidate Plan (see module docstring)."""
+    gbs = training.global_batch_size
+    sizes = options.micro_batch_sizes or tuple(b for b in range(1, gbs + 1) if gbs % b == 0)
+    caps = {k: v[0] for k, v in _groups(cluster).items()}
+    max_p = min(model.num_layers, options.max_stages or model.num_layers)
+    for b in sorted(set(sizes)):
+        if gbs % b:
+            continue
+        configs = stage_configs(model, cluster, b, options.recompute)
+        for p in range(1, max_p + 1):
+            for combo in itertools.product(configs, repeat=p):
+                used: dict = {}
+                for gpu, island, tp, dp, _ in combo:
+                    used[(gpu, island)] = used.get((gpu, island), 0) + tp * dp
+                if any(n > caps[k] for k, n in used.items()):
+                    continue
+                for comp in _compositions(model.num_layers, p):
+                    stages, first = [], 0
+                    for (gpu, island, tp, dp, rc), n in zip(combo, comp):
+                        stages.append(StagePlan(first_layer=first, num_layers=n, gpu_type=gpu, island=island,
+                                                tp=tp, dp=dp, recompute=rc))
+                        first += n
+                    yield Plan(model=model.name, cluster=cluster.name, stages=tuple(stages),
+                               micro_batch_size=b // combo[0][3], num_microbatches=gbs // b, global_batch_size=gbs,
+                               seq_len=training.seq_len, precision=training.precision,
+                               sequence_parallel=training.sequence_parallel,
+                               distributed_optimizer=training.distributed_optimizer)
+
+
+def score_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions,
+                estimator: Estimator) -> list[tuple[float, Plan]]:
+    """Every enumerated plan the estimator can price, with its iteration time, cheapest first."""
+    scored = []
+    for plan in enumerate_plans(model, cluster, training, options):
+        try:
+            scored.append((estimator.estimate(plan).iteration_time_s, len(scored), plan))
+        except HaapInputError:  # check_plan rejects these too (memory.estimate)
+            continue
+    scored.sort(key=lambda x: x[:2])
+    return [(t, plan) for t, _, plan in scored]
+
+
+def first_valid(scored: list[tuple[float, Plan]], model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                target: str, estimator: Estimator, accept=None) -> OracleResult:
+    """The cheapest plan check_plan accepts for ``target`` (``accept(plan)`` filters further)."""
+    checked = 0
+    for t, plan in scored:
+        if accept is not None and not accept(plan):
+            continue
+        checked += 1
+        if not check_plan(plan, model, cluster, training, target=target, estimator=estimator):
+            return OracleResult(plan, t, len(scored), checked)
+    return OracleResult(None, None, len(scored), checked)
+
+
+def best_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions,
+              estimator: Estimator | None = None, accept=None) -> OracleResult:
+    """The oracle optimum: the cheapest enumerated plan that check_plan accepts."""
+    est = estimator or Estimator(model, cluster, training)
+    return first_valid(score_plans(model, cluster, training, options, est), model, cluster, training,
+                       options.target, est, accept)
+
+
+# Tiny specs the oracle enumerates in about a second: 4 layers on 2 + 2 GPUs.
+TINY_MODEL = ModelSpec(name="tiny-4l", num_layers=4, hidden=2048, ffn_hidden=8192, num_heads=16, vocab_size=32000)
+TINY_TRAINING = TrainingSpec(global_batch_size=4, seq_len=2048)
+
+
+def tiny_cluster(mem_a: float, mem_h: float, link_gbps: float | None = None) -> ClusterSpec:
+    """One node of 2 A100 and one of 2 H100 (datasheet speeds) with shrunk memory so that the tiny
+    model is memory-bound; on two islands joined by ``link_gbps`` GB/s when given."""
+    a = GPUSpec(name="a100-80g", memory_gib=mem_a, bf16_tflops=312, fp16_tflops=312, hbm_bandwidth_gbps=2039,
+                intra_node_bandwidth_gbps=300)
+    h = GPUSpec(name="h100-80g", memory_gib=mem_h, bf16_tflops=989, fp16_tflops=989, hbm_bandwidth_gbps=3350,
+                intra_node_bandwidth_gbps=450)
+    isl = ("east", "west") if link_gbps else ("main", "main")
+    return ClusterSpec(name=f"a{mem_a:g}+h{mem_h:g}" + (f"@{link_gbps:g}" if link_gbps else ""), node_groups=(
+        NodeGroup(gpu=a, num_nodes=1, gpus_per_node=2, nic_bandwidth_gbps=50, island=isl[0]),
+        NodeGroup(gpu=h, num_nodes=1, gpus_per_node=2, nic_bandwidth_gbps=50, island=isl[1])),
+        island_links=(IslandLink(a="east", b="west", bandwidth_gbps=link_gbps),) if link_gbps else ())
