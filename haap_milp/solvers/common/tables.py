@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from haap_milp.pipeline import MEM_RTOL, TIME_RTOL, inflight_1f1b, memory_limit, stage_memory
+
+__all__ = ["MEM_RTOL", "Tables", "build_tables", "max_layers_mem", "usable_options"]  # MEM_RTOL: re-exported
 from haap_milp.problem import Problem
 
-MEM_RTOL = 1e-9  # the memory tolerance of problem.violations (mem > cap * (1 + 1e-9) is a violation)
-TIME_RTOL = 1e-9  # slack when turning a time upper bound into layer bounds (keeps the hint feasible)
 COEF_KEYS = ("layer_time", "first_time", "last_time", "sync_fixed", "sync_per_layer", "sync_first", "sync_last")
 
 
@@ -64,20 +65,17 @@ class Tables:
 
 
 def _mem(var, o, n, a, first: bool, last: bool):
-    """problem.stage_memory's arithmetic, vectorised (same float operations, same order)."""
-    mem = var.fixed_mem[o] + n * (var.layer_static_mem[o] + a * var.layer_act_mem[o])
-    if first:
-        mem = mem + (var.first_static_mem[o] + a * var.first_act_mem[o])
-    if last:
-        mem = mem + (var.last_static_mem[o] + a * var.last_act_mem[o])
-    return mem
+    """problem.stage_memory vectorised over options: the same ``pipeline.stage_memory`` (eq. M2)."""
+    f = (var.first_static_mem[o], var.first_act_mem[o]) if first else None
+    x = (var.last_static_mem[o], var.last_act_mem[o]) if last else None
+    return stage_memory(var.fixed_mem[o], var.layer_static_mem[o], var.layer_act_mem[o], n, a, f, x)
 
 
 def max_layers_mem(problem: Problem, v: int, o: np.ndarray, k: int, first: bool) -> np.ndarray:
     """Largest n with stage memory <= capacity at slot k (eq. M2); 0 when none fits, at most L."""
     var = problem.variants[v]
-    a = min(k, var.num_microbatches)  # eq. M1
-    cap = var.mem_capacity[o] * (1 + MEM_RTOL)
+    a = inflight_1f1b(k, var.num_microbatches)  # eq. M1
+    cap = memory_limit(var.mem_capacity[o])  # the fit test of problem.violations (pipeline.fits_memory)
     base = _mem(var, o, 0.0, a, first, k == 1)
     per = var.layer_static_mem[o] + a * var.layer_act_mem[o]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -95,7 +93,7 @@ def max_layers_time(lt: np.ndarray, extra: np.ndarray, tau_ub: float | None, L: 
     """Largest n with n * layer_time + extra <= tau_ub (eq. X1)."""
     if tau_ub is None or not np.isfinite(tau_ub):
         return np.full(len(lt), L, np.int64)
-    room = tau_ub * (1 + TIME_RTOL) - extra
+    room = tau_ub * (1 + TIME_RTOL) - extra  # slack keeps the hint feasible
     with np.errstate(divide="ignore", invalid="ignore"):
         n = np.where(lt > 0, np.floor(room / np.where(lt > 0, lt, 1.0)), np.where(room >= 0, L, -1))
     return np.clip(n, -1, L).astype(np.int64)
