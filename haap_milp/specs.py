@@ -19,6 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from haap_milp.pipeline import GIB  # noqa: F401  (re-exported for catalog/; its home is pipeline.py)
+
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
 Activation = Literal["gelu", "swiglu", "relu"]
@@ -27,8 +29,6 @@ MoeLayerPattern = Literal["all", "every_k", "first_k_dense"]
 Schedule = Literal["1f1b", "interleaved", "gpipe"]
 Target = Literal["any", "megatron", "flagscale", "torchtitan"]
 SolverName = Literal["auto", "cpsat", "milp", "dp", "brute", "uniform"]
-
-GIB = 2**30
 
 
 class Frozen(BaseModel):

@@ -41,12 +41,12 @@ class Tables:
     Uf_mem: np.ndarray  # as the first stage
     U: np.ndarray  # effective upper bound (memory and the time cut-off, eq. X1)
     Uf: np.ndarray
-    lo: np.ndarray  # dominance lower bound when used non-first (eq. D1); > U means unusable
+    lo: np.ndarray  # time-dominance lower bound when used non-first (eq. D1); > U means unusable
     lof: np.ndarray
     p_min: int  # fewer stages cannot hold L layers (eq. P1)
     p_max: int  # more stages cannot be used
     tau_ub: float | None  # the time cut-off used (None: none)
-    dom: np.ndarray | None = None  # [n, n] dom[a, b]: a time-dominates b (eq. D1)
+    dom: np.ndarray | None = None  # [n, n] dom[a, b]: a time-dominates b (eq. D1, ``time_dominance``)
 
     @property
     def n(self) -> int:
@@ -106,9 +106,11 @@ def usable_options(problem: Problem, v: int) -> np.ndarray:
     return np.asarray(ok, dtype=np.int64)
 
 
-def dominance(problem: Problem, opts: np.ndarray, coef: dict) -> np.ndarray:
+def time_dominance(problem: Problem, opts: np.ndarray, coef: dict) -> np.ndarray:
     """D[a, b]: option a time-dominates option b (eq. D1): same group, no more GPUs, no larger
-    time coefficient, same (tp, dp, recompute) under U1 and same tp under U2; ties broken by index."""
+    time coefficient, same (tp, dp, recompute) under U1 and same tp under U2; ties broken by index.
+    Memory is not compared: b stays usable, but only with more layers than a can hold (the ``lo``
+    bounds). Not presolve's ``_drop_outclassed``, which removes options outright."""
     op = [problem.options[i] for i in opts]
     grp = np.array([o.group for o in op])
     gpus = np.array([o.num_gpus for o in op])
@@ -149,7 +151,7 @@ def build_tables(problem: Problem, v: int, tau_ub: float | None = None) -> Table
         last_x = xt if k == 1 else 0.0 * xt
         U[k - 1] = np.minimum(U_mem[k - 1], max_layers_time(lt, last_x, tau_ub, L))
         Uf[k - 1] = np.minimum(Uf_mem[k - 1], max_layers_time(lt, ft + last_x, tau_ub, L))
-    D = dominance(problem, opts, coef) if n else np.zeros((0, 0), bool)
+    D = time_dominance(problem, opts, coef) if n else np.zeros((0, 0), bool)
     lo = np.ones((K, n), np.int64)
     lof = np.ones((K, n), np.int64)
     if n:
