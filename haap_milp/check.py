@@ -27,6 +27,8 @@ from collections import Counter
 
 from haap_milp.emit import engine_module
 from haap_milp.errors import HaapInputError
+from haap_milp.parallel_rules import ep_divides_experts, ep_fits_grid, tp_fits_node, tp_head_misfits
+from haap_milp.pipeline import fits_memory
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec
 from haap_milp.targets import capabilities
 from haap_milp.violations import Violation
@@ -84,21 +86,22 @@ def _parallel(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> list[Violat
     out = []
     b = plan.samples_per_microbatch
     for j, s in enumerate(plan.stages):
-        if model.num_heads % s.tp:
+        misfit = tp_head_misfits(model.num_heads, model.kv_heads, s.tp)
+        if "heads" in misfit:
             out.append(Violation("tp.heads", j, f"tp={s.tp} does not divide {model.num_heads} attention heads"))
-        if model.kv_heads % s.tp:
+        if "kv_heads" in misfit:
             out.append(Violation("tp.kv_heads", j, f"tp={s.tp} does not divide {model.kv_heads} key/value heads"))
         nodes = [g.gpus_per_node for g in cluster.node_groups if g.gpu.name == s.gpu_type and g.island == s.island]
-        if nodes and s.tp > max(nodes):
+        if nodes and not tp_fits_node(s.tp, max(nodes)):
             out.append(Violation("tp.node", j, f"tp={s.tp} does not fit a node of {max(nodes)} {s.gpu_type} GPUs"))
         if b % s.dp:
             out.append(Violation("batch.dp_divides", j, f"dp={s.dp} does not divide the {b} samples per micro-batch "
                                  f"(micro_batch_size {plan.micro_batch_size} x dp_0 {plan.stages[0].dp})"))
         if not model.is_moe and s.ep > 1:
             out.append(Violation("ep.dense", j, f"ep={s.ep} on dense model {model.name}"))
-        if model.is_moe and model.num_experts % s.ep:
+        if model.is_moe and not ep_divides_experts(model.num_experts, s.ep):
             out.append(Violation("ep.experts", j, f"ep={s.ep} does not divide {model.num_experts} experts"))
-        if (s.tp * s.dp * plan.cp) % (s.ep * s.etp):
+        if not ep_fits_grid(s.tp, s.dp, plan.cp, s.ep, s.etp):
             out.append(Violation("ep.fold", j, f"ep*etp = {s.ep}*{s.etp} does not divide tp*dp*cp = "
                                  f"{s.tp}*{s.dp}*{plan.cp}"))
         gpu = cluster.gpu(s.gpu_type) if s.gpu_type in cluster.gpus_per_type else None
@@ -126,7 +129,7 @@ def _memory(plan: Plan, model, cluster, training, estimator) -> list[Violation]:
         return [Violation("memory.estimate", None, f"the estimator cannot price this plan: {exc}")]
     return [Violation("memory.capacity", s.index, f"needs {s.memory_gib:.2f} GiB per {s.gpu_type} GPU, "
                       f"{s.capacity_gib:.2f} GiB usable (capacity minus {training.memory_headroom_fraction:.0%} "
-                      f"headroom)") for s in est.stages if s.memory_gib > s.capacity_gib * (1 + 1e-9)]
+                      f"headroom)") for s in est.stages if not fits_memory(s.memory_gib, s.capacity_gib)]
 
 
 def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec | None = None, *,

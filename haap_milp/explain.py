@@ -10,10 +10,9 @@ import math
 
 import numpy as np
 
-from haap_milp.pipeline import steady_period
+from haap_milp.parallel_rules import tp_allowed
+from haap_milp.pipeline import GIB, TIME_RTOL, steady_period
 from haap_milp.problem import Assignment, Problem, boundary_times, stage_memory, stage_times, sync_times
-
-GIB = 2**30
 
 
 def _layers_per_gpu(problem: Problem) -> dict[int, tuple[float, int]]:
@@ -81,7 +80,7 @@ def _one_layer_reason(ctx) -> str:
     best = None
     for g in ctx.presolved.groups:
         for tp in (8, 4, 2, 1):
-            if tp > g.gpus_per_node or model.num_heads % tp or model.kv_heads % tp:
+            if not tp_allowed(model.num_heads, model.kv_heads, tp, g.gpus_per_node):
                 continue
             dp = max(1, g.capacity // tp)
             b = min(ctx.training.global_batch_size, dp)
@@ -109,7 +108,7 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
     parts = [(f"stage {j} ({group_labels[problem.options[a.stages[j].option].group]}) is the slowest at "
               f"{t[j] * 1e3:.1f} ms per micro-batch")]
     tau = steady_period(t, c, var.num_microbatches)
-    if c and max(c) / 2 >= tau * (1 - 1e-9) and max(c) / 2 > t[j]:
+    if c and max(c) / 2 >= tau * (1 - TIME_RTOL) and max(c) / 2 > t[j]:  # the link term of eq. T2 binds
         k = int(np.argmax(c))
         parts = [(f"the link between stages {k} and {k + 1} ({c[k] * 1e3:.1f} ms per micro-batch, both "
                   f"directions) is slower than every stage")]

@@ -1,16 +1,56 @@
-"""Pipeline closed forms shared by the problem semantics and the estimator (a leaf module).
+"""The pipeline schedule's closed forms and the constants they share (a leaf module: no haap_milp imports).
 
-Both ``problem.evaluate`` (what solvers optimise) and ``estimator.schedule`` (what a plan is
-scored at) use this one function, so the solver's objective and the estimate cannot drift apart.
+Every module that needs the iteration time, the steady period, the exposed sync, the in-flight
+micro-batches, a stage's memory, the backward share, GIB or the shared tolerances takes it from here:
+``problem.evaluate``/``stage_memory`` (what the solvers optimise), the slot tables
+(``solvers/common/tables.py``), the brute-force oracle, the estimator (``estimator/schedule.py``,
+``estimator/whole.py``), the simulator's closed forms, ``explain`` and ``check``. So the solver's
+objective, the estimate and the judges cannot drift apart. Equation labels: formulations/README.md.
+
+Notation (seconds, bytes; stage j = 0 .. P-1 in pipeline order, M micro-batches)::
+
+    t_j  stage j's forward + backward time of one micro-batch
+    c_j  boundary j -> j+1, activation forward + gradient backward of one micro-batch (P-1 values)
+    s_j  stage j's DP gradient sync + optimizer step, once per iteration
+
+    T     = (M - 1) * tau + sum_j t_j + sum_j c_j + sigma                                 (eq. T1)
+    tau   = max(max_j t_j, max_j c_j / 2, max_{j: P-j < M} (sum_{k>=j} t_k + c_k) / (P-j))  (eq. T2)
+    sigma = max_j (s_j - BWD_SHARE * sum_{k<j} t_k)                                        (eq. T3)
+    mem_j = fixed + n_j * (static + a_j * act) [+ first/last extras]  with a_j in flight   (eqs. M1, M2)
+
+The float operations of each formula happen in the order ``problem.evaluate`` has always used; every
+caller (scalars or numpy arrays) goes through the same function, so the results agree to the last bit.
 """
 
 from __future__ import annotations
 
-BWD_SHARE = 2 / 3  # backward share of a stage's fwd+bwd time without recompute (bwd = 2 x fwd FLOPs,
-# Narayanan et al. SC'21 sec. 3.3); with recompute it is larger, so 2/3 keeps eq. T3 conservative
+from collections.abc import Sequence
+
+GIB = 2**30  # bytes per GiB (binary: HBM sold as "80 GB" is an 80 GiB part)
+
+# Relative tolerances shared across modules.
+MEM_RTOL = 1e-9  # a stage fits when mem <= capacity * (1 + MEM_RTOL) (problem.violations, tables, estimator, check)
+TIME_RTOL = 1e-9  # float slack when comparing or inverting times (layer bounds from a time cut-off, "this term binds")
+
+# Backward share of a stage's fwd+bwd time t_j. Without recompute the backward does two GEMM passes
+# (input and weight gradients) per forward pass, bwd = 2 x fwd FLOPs (Narayanan et al., SC'21, sec. 3.3),
+# so 2/3 of t_j. Full recompute replays the forward inside the backward: 1 + 2 + 1 passes, backward 3/4
+# (Korthikanti et al. 2022, "Reducing activation recomputation", sec. 5). Selective recompute replays
+# only attention's softmax/dropout, a few percent: kept at 2/3.
+BWD_SHARE = 2 / 3
+BWD_SHARE_FULL_RECOMPUTE = 3 / 4
 
 
-def exposed_sync(t: list[float], s: list[float], bwd_share: float = BWD_SHARE) -> float:
+def bwd_share(recompute: str) -> float:
+    """Backward share of t_j for a stage's recompute mode (the simulator's forward/backward split).
+
+    The objective's eq. T3 uses the constant ``BWD_SHARE`` for every stage instead: it is the smallest
+    share, so sigma (which subtracts ``share * sum_{k<j} t_k``) is never under-estimated, and a constant
+    keeps eq. T3 linear for the MILP/CP-SAT models."""
+    return BWD_SHARE_FULL_RECOMPUTE if recompute == "full" else BWD_SHARE
+
+
+def exposed_sync(t: Sequence[float], s: Sequence[float], bwd_share: float = BWD_SHARE) -> float:
     """sigma of eq. T3: stage j's DP sync starts when its own last backward ends, which is at least
     the backward time of the stages before it earlier than the first stage's; the iteration ends at
     max_j (s_j - bwd_share * sum_{k<j} t_k) after the first stage's last backward (>= s_0)."""
@@ -21,7 +61,7 @@ def exposed_sync(t: list[float], s: list[float], bwd_share: float = BWD_SHARE) -
     return out
 
 
-def steady_period(t: list[float], c: list[float], num_microbatches: int, schedule: str = "1f1b") -> float:
+def steady_period(t: Sequence[float], c: Sequence[float], num_microbatches: int, schedule: str = "1f1b") -> float:
     """tau of eq. T2: stage times t (P values), boundary times c (P-1 values). GPipe keeps every
     micro-batch in flight, so it never waits for a round trip: only the stage and link terms."""
     p = len(t)
@@ -34,3 +74,79 @@ def steady_period(t: list[float], c: list[float], num_microbatches: int, schedul
         if p - j < num_microbatches:  # stage j must wait for a backward before its (P-j+1)-th forward
             tau = max(tau, suffix / (p - j))
     return tau
+
+
+def compose_iteration_time(num_microbatches: int, tau, sum_t, sum_c, sigma):
+    """Eq. T1 from its parts: (M - 1) * tau + sum_j t_j + sum_j c_j + sigma (scalars or numpy arrays).
+
+    The one place that adds the parts up; callers with their own tau or sigma (the brute-force oracle's
+    vectorised forms, the simulator's comparison forms) compose through it too."""
+    return (num_microbatches - 1) * tau + sum_t + sum_c + sigma
+
+
+def iteration_time(t: Sequence[float], c: Sequence[float], s: Sequence[float], num_microbatches: int,
+                   schedule: str = "1f1b", vpp: int = 1, c_wrap: float = 0.0) -> float:
+    """Iteration time T (seconds) of a schedule.
+
+    1F1B and GPipe: eq. T1 with tau of eq. T2 (GPipe: no round-trip term) and sigma of eq. T3 (no
+    sync times given: sigma = 0). Interleaved 1F1B with vpp model chunks per stage (SC'21 sec. 2.2.2)
+    shrinks the bubble by vpp and sends vpp times as many activations::
+
+        steady = max(max_j t_j, vpp * max_j c_j, vpp * c_wrap)
+        T = (M - 1/vpp) * steady + sum_j t_j / vpp + sum_j c_j + max_j s_j
+
+    (uniform stages, no comm: M*t + (P-1)*t/vpp, the paper's bubble; c_wrap is the boundary from the
+    last stage back to the first)."""
+    m = num_microbatches
+    if schedule == "interleaved" and vpp > 1:
+        steady = max([*t, *(vpp * x for x in c), vpp * c_wrap])
+        return (m - 1 / vpp) * steady + sum(t) / vpp + sum(c) + max(s)
+    tau = steady_period(t, c, m, schedule)
+    sigma = exposed_sync(t, s) if len(s) else 0.0
+    return compose_iteration_time(m, tau, sum(t), sum(c), sigma)
+
+
+def inflight_1f1b(position_from_end: int, num_microbatches: int) -> int:
+    """Eq. M1: under 1F1B the stage at position q = P - j from the end (1 = last stage) holds
+    min(q, M) micro-batches of activations at its peak."""
+    return min(position_from_end, num_microbatches)
+
+
+def inflight(schedule: str, j: int, pp: int, m: int, vpp: int = 1) -> float:
+    """Micro-batches' worth of activations stage j (of pp) keeps at its peak.
+
+    1F1B: eq. M1. GPipe: all M. Interleaved: Megatron's warm-up count ``(P - j - 1)*2 + (vpp - 1)*P``
+    chunks plus the one being computed, each chunk 1/vpp of the stage's layers:
+    ``((P-j-1)*2 + (vpp-1)*P + 1)/vpp`` stage-equivalents, which on the first stage is
+    P*(1 + (P-1)/(P*vpp)) (Megatron theoretical_memory_usage.py); capped at M."""
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "interleaved" and vpp > 1:
+        return min(((pp - j - 1) * 2 + (vpp - 1) * pp + 1) / vpp, float(m))
+    return float(inflight_1f1b(pp - j, m))
+
+
+def stage_memory(fixed, layer_static, layer_act, num_layers, inflight_mb, first=None, last=None):
+    """Eq. M2: peak bytes per GPU of a stage with ``num_layers`` layers and ``inflight_mb`` micro-batches
+    in flight; ``first``/``last``: (static, act) bytes of the embedding / LM head when the stage holds it.
+
+        mem = fixed + n * (static + a * act) + (first_static + a * first_act) + (last_static + a * last_act)
+
+    Works on scalars and numpy arrays alike (an extra multiplied by a 0/1 mask adds exactly 0 or itself)."""
+    a = inflight_mb
+    mem = fixed + num_layers * (layer_static + a * layer_act)
+    if first is not None:
+        mem = mem + (first[0] + a * first[1])
+    if last is not None:
+        mem = mem + (last[0] + a * last[1])
+    return mem
+
+
+def memory_limit(capacity):
+    """The largest memory that still fits ``capacity`` (tolerance MEM_RTOL; scalars or arrays)."""
+    return capacity * (1 + MEM_RTOL)
+
+
+def fits_memory(mem, capacity):
+    """Eq. M2's test: mem <= capacity up to the relative tolerance MEM_RTOL."""
+    return mem <= memory_limit(capacity)

@@ -9,8 +9,9 @@ Steps (DESIGN.md step 3, AutoHAAP's memory-aware initialisation):
 3. Options per group: tp (divides heads and kv heads, <= GPUs per node) x per-replica
    micro-batch m (so dp = B / m) x recompute x ep (MoE). An option that cannot hold one
    layer at the cheapest pipeline position, or whose dp*tp exceeds the group, is dropped.
-   Options dominated by another of the same group (no more GPUs, no slower, no more memory
-   or sync) are dropped too.
+   Options *outclassed* by another of the same group, tp and dp (no slower, no more memory or
+   sync) are dropped too (``_drop_outclassed``; not the time-dominance of eq. D1, which the slot
+   tables use to bound layer counts and which drops nothing).
 4. Costs come from the estimator (cached per key: "state caching").
 The lower bound is the load-balanced compute bound of eq. B1 (formulations/README.md).
 """
@@ -26,6 +27,8 @@ import numpy as np
 
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
+from haap_milp.parallel_rules import ep_divides_experts, ep_fits_grid, tp_allowed
+from haap_milp.pipeline import GIB
 from haap_milp.problem import Assignment, Option, Problem, Variant, stage_memory, stage_times
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, SolveOptions, StagePlan, TrainingSpec
 from haap_milp.targets import capabilities
@@ -76,14 +79,14 @@ def cluster_groups(cluster: ClusterSpec) -> list[Group]:
 
 def tp_candidates(model: ModelSpec, gpus_per_node: int) -> list[int]:
     """tp must divide heads and kv heads (Megatron: num_query_groups % tp == 0) and fit a node."""
-    return [t for t in TP_CANDIDATES if t <= gpus_per_node and model.num_heads % t == 0 and model.kv_heads % t == 0]
+    return [t for t in TP_CANDIDATES if tp_allowed(model.num_heads, model.kv_heads, t, gpus_per_node)]
 
 
 def ep_candidates(model: ModelSpec, tp: int, dp: int) -> list[int]:
     """Expert parallel degrees: divide the experts and the tp*dp ranks of the stage (etp = 1)."""
     if not model.is_moe:
         return [1]
-    return [e for e in (1, 2, 4, 8, 16, 32, 64) if model.num_experts % e == 0 and (tp * dp) % e == 0]
+    return [e for e in (1, 2, 4, 8, 16, 32, 64) if ep_divides_experts(model.num_experts, e) and ep_fits_grid(tp, dp, 1, e)]
 
 
 def microbatch_candidates(training: TrainingSpec, total_gpus: int, options: SolveOptions) -> list[int]:
@@ -204,7 +207,7 @@ def _price_variant(est, model, training, groups, opts, b, ids) -> tuple[Variant,
         a["sf"][i] = est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp, ep=o.ep)
         # memory-aware pruning: must hold one layer at the cheapest position (last stage, 1 micro-batch in flight)
         allowed[i] = fixed + lc.static_bytes + lc.act_bytes <= cap
-    allowed = _drop_dominated(opts, allowed, a)
+    allowed = _drop_outclassed(opts, allowed, a)
     G = len(groups)
     p2p = np.zeros((G, G))
     for x in range(G):
@@ -223,9 +226,10 @@ def _price_variant(est, model, training, groups, opts, b, ids) -> tuple[Variant,
     return var, compute_bound(opts, groups, var, model.num_layers)
 
 
-def _drop_dominated(opts: list[Option], allowed: np.ndarray, a: dict) -> np.ndarray:
-    """Option i is dominated by j when same group, tp and dp (so same GPUs and the same rules),
-    and j is no worse in time, memory and sync: i can never be needed."""
+def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict) -> np.ndarray:
+    """Drop outclassed options: i is outclassed by j when both have the same group, tp and dp (so the
+    same GPUs and the same rules) and j is no worse in every time, memory and sync coefficient and
+    better in one, so i can never be needed."""
     keys = ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "sl", "s1", "sL")
     out = allowed.copy()
     idx = np.flatnonzero(allowed)
@@ -280,7 +284,7 @@ def decode(pre: Presolved, a: Assignment, model: ModelSpec, cluster: ClusterSpec
         g = pre.groups[o.group]
         stages.append(StagePlan(
             first_layer=first, num_layers=st.num_layers, gpu_type=g.gpu_type, island=g.island,
-            tp=o.tp, dp=o.dp, ep=o.ep, recompute=o.recompute, time_s=t, memory_gib=mem / 2**30,
+            tp=o.tp, dp=o.dp, ep=o.ep, recompute=o.recompute, time_s=t, memory_gib=mem / GIB,
         ))
         first += st.num_layers
     b = var.samples_per_microbatch

@@ -24,8 +24,11 @@ Objective (eq. T1), for micro-batch variant v with M micro-batches::
             + [j == 0] * sync_first[o_j] + [j == P-1] * sync_last[o_j]
     tau   = max( max_j t_j,  max_j c_j / 2,
                  max_{j: P-j < M} (sum_{k>=j} t_k + sum_{j<=k<P-1} c_k) / (P - j) )   (eq. T2)
-    sigma = max_j ( s_j - beta * sum_{k<j} t_k ),  beta = 2/3                       (eq. T3)
+    sigma = max_j ( s_j - beta * sum_{k<j} t_k ),  beta = pipeline.BWD_SHARE (2/3)   (eq. T3)
     T     = (M - 1) * tau + sum_j t_j + sum_j c_j + sigma
+
+The closed forms of tau, sigma, T, a_j and mem_j live in ``haap_milp/pipeline.py`` (their one home);
+this module assembles t_j, c_j, s_j from the cost arrays and calls them.
 
 tau is the steady-state period; sigma the DP sync left after the first stage's last backward
 (a later stage starts its sync earlier, by at least the backward share of the stages before it). Links are pipeline resources: each direction of a boundary
@@ -55,7 +58,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from haap_milp.pipeline import exposed_sync, steady_period
+from haap_milp.pipeline import GIB, fits_memory, inflight_1f1b, iteration_time
+from haap_milp.pipeline import stage_memory as stage_memory_bytes
 
 
 @dataclass(frozen=True)
@@ -138,18 +142,16 @@ class Assignment:
 
 
 def stage_memory(problem: Problem, a: Assignment) -> list[float]:
-    """Peak bytes per GPU of each stage (eq. M2)."""
+    """Peak bytes per GPU of each stage (eq. M2, ``pipeline.stage_memory``; a_j of eq. M1)."""
     v = problem.variants[a.variant]
     p = len(a.stages)
     out = []
     for j, st in enumerate(a.stages):
-        o, n = st.option, st.num_layers
-        inflight = min(p - j, v.num_microbatches)
-        mem = v.fixed_mem[o] + n * (v.layer_static_mem[o] + inflight * v.layer_act_mem[o])
-        if j == 0:
-            mem += v.first_static_mem[o] + inflight * v.first_act_mem[o]
-        if j == p - 1:
-            mem += v.last_static_mem[o] + inflight * v.last_act_mem[o]
+        o = st.option
+        first = (v.first_static_mem[o], v.first_act_mem[o]) if j == 0 else None
+        last = (v.last_static_mem[o], v.last_act_mem[o]) if j == p - 1 else None
+        mem = stage_memory_bytes(v.fixed_mem[o], v.layer_static_mem[o], v.layer_act_mem[o], st.num_layers,
+                                 inflight_1f1b(p - j, v.num_microbatches), first, last)
         out.append(float(mem))
     return out
 
@@ -190,11 +192,10 @@ def sync_times(problem: Problem, a: Assignment) -> list[float]:
 
 
 def evaluate(problem: Problem, a: Assignment) -> float:
-    """Iteration time T of eq. T1 (seconds). Does not check feasibility."""
+    """Iteration time T of eq. T1 (seconds, ``pipeline.iteration_time`` under 1F1B). Does not check feasibility."""
     v = problem.variants[a.variant]
     t, c, s = stage_times(problem, a), boundary_times(problem, a), sync_times(problem, a)
-    tau = steady_period(t, c, v.num_microbatches)
-    return (v.num_microbatches - 1) * tau + sum(t) + sum(c) + exposed_sync(t, s)
+    return iteration_time(t, c, s, v.num_microbatches)
 
 
 def violations(problem: Problem, a: Assignment) -> list[str]:
@@ -223,8 +224,8 @@ def violations(problem: Problem, a: Assignment) -> list[str]:
             out.append(f"stage {j}: option {st.option} not allowed with variant {a.variant}")
     for j, (mem, st) in enumerate(zip(stage_memory(problem, a), a.stages)):
         cap = v.mem_capacity[st.option]
-        if mem > cap * (1 + 1e-9):
-            out.append(f"stage {j} needs {mem / 2**30:.2f} GiB of {cap / 2**30:.2f} GiB")
+        if not fits_memory(mem, cap):
+            out.append(f"stage {j} needs {mem / GIB:.2f} GiB of {cap / GIB:.2f} GiB")
     opts = [problem.options[s.option] for s in a.stages]
     if problem.uniform and len({o.signature for o in opts}) > 1:
         out.append("stages differ in (tp, dp, recompute) under a uniform target")

@@ -1,8 +1,10 @@
 """Event-by-event replay of one training iteration under a pipeline schedule.
 
-An independent judge of the planner's closed-form objective (eq. T1 of ``problem.py``)::
+An independent judge of the planner's closed-form objective (eqs. T1-T3, ``haap_milp/pipeline.py``)::
 
-    T = (M - 1) * max(max_j t_j, max_j c_j) + sum_j t_j + sum_j c_j + max_j s_j
+    T = (M - 1) * tau + sum_j t_j + sum_j c_j + sigma
+    tau = max(max_j t_j, max_j c_j / 2, max_{j: P-j < M} (sum_{k>=j} t_k + c_k) / (P - j))
+    sigma = max_j (s_j - BWD_SHARE * sum_{k<j} t_k)
 
 The simulator never imports solvers or presolve; it reads plain numbers (per-stage forward and
 backward time of one micro-batch, p2p time per boundary, DP sync per stage) and replays:
@@ -29,10 +31,11 @@ Where replay and closed form differ (measured: ``benchmarks/sim_vs_closed_form.p
   times plus every stage once); replay is lower by 0-22 % at M = P, by at most ~7 % for M >= 4P;
 * 1F1B with p2p: stage j keeps at most P - j micro-batches in flight and each waits a full round
   trip through the later stages and links, so the steady period is at least
-  ``(sum_{k>=j} t_k + c_k) / (P - j)`` — above ``max(t, c)`` once links matter. The closed form is
-  then optimistic: +(M-1)(P-1)c/P on uniform stages; +17 % mean (up to +48 %) when c ~ t/2 and
-  M >= 4P. The planner's objective (problem.py eq. T2, ``closed_form_iteration_s`` here) adds that
-  bound and stays within a few percent (the old form is ``link_free_iteration_s``);
+  ``(sum_{k>=j} t_k + c_k) / (P - j)`` — above ``max(t, c)`` once links matter. The textbook form
+  with tau = max(max t, max c) (``link_free_iteration_s``, the planner's first objective) is then
+  optimistic: +(M-1)(P-1)c/P on uniform stages; +17 % mean (up to +48 %) when c ~ t/2 and M >= 4P.
+  The planner's objective (eq. T2, ``closed_form_iteration_s`` here) adds that bound and stays
+  within a few percent;
 * GPipe with p2p: within -13 % / +11 % (mean about -1 %).
 """
 
@@ -45,19 +48,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from haap_milp.errors import HaapInputError
-from haap_milp.pipeline import exposed_sync, steady_period
+from haap_milp.pipeline import BWD_SHARE, bwd_share, compose_iteration_time, inflight_1f1b, iteration_time
 
 log = logging.getLogger(__name__)
 
 ScheduleName = Literal["gpipe", "1f1b", "interleaved"]
-
-# Backward ≈ 2x forward FLOPs (weight and input gradients; Kaplan et al. 2020, "Scaling laws",
-# sec. 2.1; Narayanan et al. 2021, SC'21, eq. 2-3: 3 GEMM passes per layer), so 2/3 of t_j.
-BWD_FRACTION_DEFAULT = 2.0 / 3.0
-# Full recompute replays the forward inside the backward: 1 + 2 + 1 = 4 passes, backward 3/4
-# (Korthikanti et al. 2022, "Reducing activation recomputation", sec. 5: ~33% overhead).
-BWD_FRACTION_FULL_RECOMPUTE = 3.0 / 4.0
-
 
 @dataclass(frozen=True)
 class Event:
@@ -103,7 +98,7 @@ class SimulationResult:
         return d
 
 
-def split_stage_time(stage_s: float, bwd_fraction: float = BWD_FRACTION_DEFAULT) -> tuple[float, float]:
+def split_stage_time(stage_s: float, bwd_fraction: float = BWD_SHARE) -> tuple[float, float]:
     """(forward, backward) seconds of one micro-batch from the stage's fwd+bwd time."""
     if not 0.0 < bwd_fraction < 1.0:
         raise HaapInputError(f"bwd_fraction must lie in (0, 1), got {bwd_fraction}", field="bwd_fraction",
@@ -113,20 +108,19 @@ def split_stage_time(stage_s: float, bwd_fraction: float = BWD_FRACTION_DEFAULT)
 
 def closed_form_iteration_s(stage_s: Sequence[float], p2p_s: Sequence[float], sync_s: Sequence[float],
                             num_microbatches: int, schedule: str = "1f1b") -> float:
-    """Eqs. T1/T2 of problem.py (what the planner optimises): (M-1)*tau + sum t + sum c + max s, with
-    tau = max(max t, max c/2, max_{j: P-j < M} (sum_{k>=j} t_k + c_k) / (P-j)) (full-duplex links;
-    GPipe: no round-trip term)."""
-    tau = steady_period(list(stage_s), list(p2p_s), num_microbatches, schedule)
-    sync = exposed_sync(list(stage_s), list(sync_s)) if len(sync_s) else 0.0
-    return (num_microbatches - 1) * tau + sum(stage_s) + sum(p2p_s) + sync
+    """Eqs. T1-T3 (what the planner optimises): ``pipeline.iteration_time`` (full-duplex links; GPipe:
+    no round-trip term; no sync times: sigma = 0)."""
+    return iteration_time(list(stage_s), list(p2p_s), list(sync_s), num_microbatches, schedule)
 
 
 def link_free_iteration_s(stage_s: Sequence[float], p2p_s: Sequence[float], sync_s: Sequence[float],
                           num_microbatches: int) -> float:
-    """The textbook form the planner used first: (M-1)*max(max t, max c) + sum t + sum c + max s.
-    Kept to measure what the in-flight term of eq. T2 changes (benchmarks/sim_vs_closed_form.py)."""
+    """The textbook form the planner used first: tau = max(max t, max c), sigma = max s (eq. T1's parts
+    composed by ``pipeline.compose_iteration_time``). Kept to measure what the in-flight term of eq. T2
+    changes (benchmarks/sim_vs_closed_form.py)."""
     steady = max(list(stage_s) + list(p2p_s))
-    return (num_microbatches - 1) * steady + sum(stage_s) + sum(p2p_s) + (max(sync_s) if len(sync_s) else 0.0)
+    return compose_iteration_time(num_microbatches, steady, sum(stage_s), sum(p2p_s),
+                                  max(sync_s) if len(sync_s) else 0.0)
 
 
 def inflight_bound_iteration_s(stage_s: Sequence[float], p2p_s: Sequence[float], sync_s: Sequence[float],
@@ -136,14 +130,14 @@ def inflight_bound_iteration_s(stage_s: Sequence[float], p2p_s: Sequence[float],
 
     Under 1F1B stage j keeps at most ``min(P - j, M)`` micro-batches in flight, and each needs a
     round trip ``R_j = sum_{k>=j} t_k + sum_{k>=j} c_k`` before its backward returns, so by Little's
-    law the steady period is at least ``R_j / min(P - j, M)``.
+    law the steady period is at least ``R_j / min(P - j, M)`` (sigma: max s, as in the textbook form).
     """
     if duplex == "full":
         return closed_form_iteration_s(stage_s, p2p_s, sync_s, num_microbatches)
     p, m = len(stage_s), num_microbatches
-    trip = [(sum(stage_s[j:]) + sum(p2p_s[j:])) / min(p - j, m) for j in range(p)]
+    trip = [(sum(stage_s[j:]) + sum(p2p_s[j:])) / inflight_1f1b(p - j, m) for j in range(p)]
     steady = max(max(stage_s), max(p2p_s, default=0.0), max(trip))
-    return (m - 1) * steady + sum(stage_s) + sum(p2p_s) + (max(sync_s) if len(sync_s) else 0.0)
+    return compose_iteration_time(m, steady, sum(stage_s), sum(p2p_s), max(sync_s) if len(sync_s) else 0.0)
 
 
 # --------------------------------------------------------------------------- schedules
@@ -356,31 +350,18 @@ def stage_label(j: int, stage) -> str:
 
 
 def bwd_fraction_for(recompute: str) -> float:
-    """Backward share of t_j: 2/3 without recompute; full recompute replays the forward in the backward
-    (3/4); selective recompute replays only attention's softmax/dropout, a few percent (kept at 2/3)."""
-    return BWD_FRACTION_FULL_RECOMPUTE if recompute == "full" else BWD_FRACTION_DEFAULT
+    """Backward share of t_j for the stage's recompute mode (``pipeline.bwd_share``: 2/3, full recompute 3/4)."""
+    return bwd_share(recompute)
 
 
 def plan_timings(plan, estimator) -> tuple[list[float], list[float], list[float], float]:
-    """(t_j, c_j, s_j, c_wrap) of a plan from the estimator: t_j and s_j from ``estimate(plan)``, c_j from
-    ``p2p_time`` between the stages' GPU groups (the estimator's own boundary definition)."""
+    """(t_j, c_j, s_j, c_wrap) of a plan, all from ``estimator.estimate(plan)``: t_j and s_j per stage,
+    c_j and the last -> first wrap boundary from the PlanEstimate's ``boundary_s`` / ``wrap_boundary_s``
+    (the estimator's own p2p model at the plan's batch and sequence)."""
     est = estimator.estimate(plan)
     t = [s.time_s for s in est.stages]
     sync = [s.breakdown.get("sync_s", 0.0) for s in est.stages]
-    boundary = getattr(est, "boundary_s", None)
-    wrap = getattr(est, "wrap_boundary_s", None)
-    if boundary is None or wrap is None:
-        # the estimator evaluates p2p at the plan's batch/sequence (its _for_plan sibling)
-        e = estimator._for_plan(plan) if hasattr(estimator, "_for_plan") else estimator
-
-        def hop(a, b):
-            sa, sb = plan.stages[a], plan.stages[b]
-            return e.p2p_time((sa.gpu_type, sa.island), (sb.gpu_type, sb.island), plan.samples_per_microbatch,
-                              sa.tp, sb.tp, dp_a=sa.dp, dp_b=sb.dp, cp=plan.cp)
-
-        boundary = [hop(j, j + 1) for j in range(plan.pp - 1)]
-        wrap = hop(plan.pp - 1, 0) if plan.pp > 1 else 0.0
-    return t, list(boundary), sync, wrap
+    return t, list(est.boundary_s), sync, est.wrap_boundary_s
 
 
 def simulate_plan(plan, estimator, duplex: Literal["full", "half"] = "full",

@@ -23,6 +23,8 @@ from haap_milp.methods import SOLVER_NAMES
 from haap_milp.network.spec import MeasuredNetwork
 from haap_milp.targets import TARGET_NAMES
 
+from haap_milp.pipeline import GIB  # noqa: F401  (re-exported for catalog/; its home is pipeline.py)
+
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
 Activation = Literal["gelu", "swiglu", "relu"]
@@ -31,8 +33,6 @@ MoeLayerPattern = Literal["all", "every_k", "first_k_dense"]
 Schedule = Literal["1f1b", "interleaved", "gpipe"]
 Target = Literal[TARGET_NAMES]  # the target registry (targets.py)
 SolverName = Literal[SOLVER_NAMES]  # the method registry (methods.py)
-
-GIB = 2**30
 
 
 class Frozen(BaseModel):

@@ -6,7 +6,8 @@ import pytest
 from _emit_cases import A100_16, DENSE, H100_A100, ISLANDS, TIED, hetero_plan, hetero_uniform_plan, uniform_plan
 
 from haap_milp.estimator import Estimator
-from haap_milp.simulate import BWD_FRACTION_FULL_RECOMPUTE, plan_timings, simulate_plan
+from haap_milp.pipeline import BWD_SHARE_FULL_RECOMPUTE
+from haap_milp.simulate import plan_timings, simulate_plan
 from haap_milp.specs import TrainingSpec
 
 
@@ -44,4 +45,4 @@ def test_full_recompute_stages_split_three_quarters_backward():
     f = next(e for e in sim.events if e.kind == "F" and e.stage == 1)
     b = next(e for e in sim.events if e.kind == "B" and e.stage == 1)
     dur_f, dur_b = f.end_s - f.start_s, b.end_s - b.start_s
-    assert dur_b / (dur_f + dur_b) == pytest.approx(BWD_FRACTION_FULL_RECOMPUTE)
+    assert dur_b / (dur_f + dur_b) == pytest.approx(BWD_SHARE_FULL_RECOMPUTE)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from haap_milp.emit.megatron import moe_layer_freq
 from haap_milp.emit.placement import dump_yaml, place
+from haap_milp.parallel_rules import tp_divides_heads
 from haap_milp.specs import ModelSpec, Plan
 from haap_milp.targets import TARGETS, EmitError
 from haap_milp.violations import Violation
@@ -155,7 +156,7 @@ def validate_flagscale_config(cfg: dict, num_layers: int, num_heads: int, kv_hea
     if "num_layers_per_virtual_pipeline_stage" in sysc:
         bad("no_vpp", "virtual pipeline is not supported with heterogeneous meshes")
     for i, (tp, ep) in enumerate(zip(tps, eps)):
-        if num_heads % tp or kv_heads % tp:
+        if not tp_divides_heads(num_heads, kv_heads, tp):
             bad("heads_tp", f"mesh {i}: tp={tp} must divide heads {num_heads} and kv heads {kv_heads}")
         if ep > 1 and (not num_experts or num_experts % ep):
             bad("experts_ep", f"mesh {i}: ep={ep} must divide num_experts={num_experts}")

@@ -18,6 +18,7 @@ import json
 
 from haap_milp.emit.megatron import chunk_layers, launch_script
 from haap_milp.emit.placement import place
+from haap_milp.parallel_rules import tp_divides_heads
 from haap_milp.specs import ModelSpec, Plan
 from haap_milp.targets import TARGETS, EmitError
 from haap_milp.violations import Violation
@@ -74,7 +75,7 @@ def validate(plan: Plan, model: ModelSpec) -> list[Violation]:
     if plan.global_batch_size % s.dp or local % plan.micro_batch_size:
         out.append(Violation("torchtitan.batch", None, f"global batch {plan.global_batch_size} must split into dp={s.dp}"
                              f" local batches divisible by the micro-batch {plan.micro_batch_size}"))
-    if model.num_heads % s.tp or model.kv_heads % s.tp:
+    if not tp_divides_heads(model.num_heads, model.kv_heads, s.tp):
         out.append(Violation("torchtitan.heads_tp", None, f"tp={s.tp} must divide heads {model.num_heads} and kv heads "
                              f"{model.kv_heads}"))
     if model.is_moe and s.ep > 1 and not plan.cp <= s.ep <= s.dp * plan.cp:

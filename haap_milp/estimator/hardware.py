@@ -9,6 +9,7 @@ from haap_milp.estimator.calibration import Calibration, GpuParams
 from haap_milp.estimator.comm import Link
 from haap_milp.network import pricing
 from haap_milp.network.spec import MeasuredNetwork
+from haap_milp.parallel_rules import ep_divides_experts, ep_fits_grid, tp_divides_heads, tp_fits_node
 from haap_milp.specs import ClusterSpec, GPUSpec, ModelSpec, NodeGroup
 
 
@@ -92,11 +93,11 @@ def check_stage(model: ModelSpec, hw: Hardware, precision: str, tp: int, dp: int
     for name, v in (("tp", tp), ("dp", dp), ("ep", ep), ("etp", etp), ("cp", cp), ("samples_per_microbatch", samples)):
         if not isinstance(v, int) or v < 1:
             raise HaapInputError(f"{name}={v!r} must be a positive integer.", field=name, value=v)
-    if tp > hw.gpus_per_node:
+    if not tp_fits_node(tp, hw.gpus_per_node):
         raise HaapInputError(
             f"tp={tp} exceeds the {hw.gpus_per_node} GPUs per node of {gpu.name}; tensor parallelism stays inside "
             "a node.", field="tp", value=tp)
-    if model.num_heads % tp or model.kv_heads % tp:
+    if not tp_divides_heads(model.num_heads, model.kv_heads, tp):
         raise HaapInputError(
             f"tp={tp} must divide the attention heads ({model.num_heads}) and key/value heads ({model.kv_heads}) "
             f"of {model.name}.", field="tp", value=tp)
@@ -113,10 +114,10 @@ def _check_experts(model: ModelSpec, tp: int, dp: int, ep: int, etp: int, cp: in
             raise HaapInputError(f"ep={ep}, etp={etp}: expert parallelism needs an MoE model; {model.name} is dense.",
                                  field="ep", value=ep)
         return
-    if model.num_experts % ep:
+    if not ep_divides_experts(model.num_experts, ep):
         raise HaapInputError(f"ep={ep} does not divide the {model.num_experts} experts of {model.name}.",
                              field="ep", value=ep)
-    if (tp * dp * cp) % (ep * etp):
+    if not ep_fits_grid(tp, dp, cp, ep, etp):
         raise HaapInputError(
             f"ep x etp = {ep}x{etp} must divide the stage's tp x dp x cp = {tp}x{dp}x{cp} GPUs (Megatron expert grid).",
             field="ep", value=ep)

@@ -25,6 +25,7 @@ from haap_milp.estimator.costs import grad_bytes
 from haap_milp.estimator.flops import narayanan_sc21_flops
 from haap_milp.estimator.impl import MEGATRON_2021, MODERN, Implementation
 from haap_milp.estimator.plan import Estimator
+from haap_milp.pipeline import GIB
 from haap_milp.specs import ClusterSpec, GPUSpec, ModelSpec, NodeGroup, Plan, StagePlan, TrainingSpec
 
 GPU_NAMES = {"A100-SXM4-80GB": "a100-80g", "A100-SXM4-40GB": "a100-40g", "H100-SXM5-80GB": "h100-80g"}
@@ -288,6 +289,6 @@ def memory_rows(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], ModelS
         run = Run(row)
         model = _model(run)
         if model is not None:
-            unit = 2**30 if row["measured"].get("memory_unit") == "GiB" else 1e9
+            unit = GIB if row["measured"].get("memory_unit") == "GiB" else 1e9
             out.append((row, model, gb * unit))
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-GIB = 2**30
+from haap_milp.pipeline import GIB  # noqa: F401  (re-exported: estimator modules import it from here)
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,8 @@ class PlanEstimate:
     stages: list[StageEstimate]
     schedule: str = "1f1b"
     notes: list[str] = field(default_factory=list)
+    boundary_s: list[float] = field(default_factory=list)  # c_j: p2p time of boundary j -> j+1 per micro-batch
+    wrap_boundary_s: float = 0.0  # last -> first stage p2p time per micro-batch (interleaving; 0 when P = 1)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,7 +8,10 @@ Stage j with n_j layers (problem.py eq. T1/M2)::
             + [j = P-1]·(last.static + a_j·last.act)
     c_j   = p2p_time(stage j -> j+1)
 
-with a_j from schedule.inflight. MFU = model FLOP/s / sum of the used GPUs' own dense peaks at the plan's
+with a_j from pipeline.inflight and T from pipeline.iteration_time (the one home of the closed forms; the
+memory is itemised here per kind, weights / grads / optimizer / activations / overhead, for the report).
+The boundary times c_j and the wrap boundary (last -> first stage) go into the PlanEstimate for the
+simulator. MFU = model FLOP/s / sum of the used GPUs' own dense peaks at the plan's
 precision (heterogeneous clusters: each GPU counts its own peak); HFU the same with hardware FLOPs.
 """
 
@@ -19,7 +22,8 @@ from typing import TYPE_CHECKING
 from haap_milp.errors import PlanInvalidError
 from haap_milp.estimator import schedule
 from haap_milp.estimator.compute import peak_flops
-from haap_milp.estimator.results import GIB, PlanEstimate, StageCost, StageEstimate
+from haap_milp.estimator.results import PlanEstimate, StageCost, StageEstimate
+from haap_milp.pipeline import GIB, fits_memory
 from haap_milp.specs import Plan
 
 if TYPE_CHECKING:
@@ -93,9 +97,10 @@ def estimate_plan(est: Estimator, plan: Plan) -> PlanEstimate:
     sync = [x.sync_s + est.stage_fixed_sync_s(s.gpu_type, s.island, s.tp, s.dp, cp=plan.cp, ep=s.ep, etp=s.etp)
             for x, s in zip(totals, plan.stages)]
     c = [_boundary(est, plan, j, j + 1) for j in range(p - 1)]
-    c_wrap = _boundary(est, plan, p - 1, 0) if (sched == "interleaved" and v > 1 and p > 1) else 0.0
+    wrap = _boundary(est, plan, p - 1, 0) if p > 1 else 0.0  # the link interleaving (and the simulator) uses
+    c_wrap = wrap if (sched == "interleaved" and v > 1) else 0.0
     it = schedule.iteration_time(sched, t, c, sync, m, v, c_wrap)
-    return _finish(est, plan, it, totals, mems, inflight, t, c, sync)
+    return _finish(est, plan, it, totals, mems, inflight, t, c, sync, wrap)
 
 
 def _boundary(est: Estimator, plan: Plan, a: int, b: int) -> float:
@@ -106,7 +111,7 @@ def _boundary(est: Estimator, plan: Plan, a: int, b: int) -> float:
 
 
 def _finish(est: Estimator, plan: Plan, it: float, totals: list[StageCost], mems: list[dict[str, float]],
-            inflight: list[float], t: list[float], c: list[float], sync: list[float]) -> PlanEstimate:
+            inflight: list[float], t: list[float], c: list[float], sync: list[float], wrap: float) -> PlanEstimate:
     m = plan.num_microbatches
     stages = []
     for j, (tot, mem, s) in enumerate(zip(totals, mems, plan.stages)):
@@ -118,7 +123,7 @@ def _finish(est: Estimator, plan: Plan, it: float, totals: list[StageCost], mems
                "cp_comm_s": m * tot.cp_comm_s, "p2p_s": p2p, "sync_s": sync[j], "bubble_s": it - busy - p2p}
         brk.update({f"{k}_gib": v / GIB for k, v in mem.items()})
         stages.append(StageEstimate(j, s.gpu_type, s.num_layers, t[j], used / GIB, cap / GIB,
-                                    used <= cap * (1 + 1e-9), inflight[j], brk))
+                                    bool(fits_memory(used, cap)), inflight[j], brk))
     model_f = m * sum(x.model_flops for x in totals)
     hw_f = m * sum(x.hw_flops for x in totals)
     n = plan.num_gpus
@@ -132,4 +137,4 @@ def _finish(est: Estimator, plan: Plan, it: float, totals: list[StageCost], mems
         tflops_per_gpu=model_f / it / n / 1e12, hw_tflops_per_gpu=hw_f / it / n / 1e12,
         mfu=model_f / it / peak if peak else 0.0, hfu=hw_f / it / peak if peak else 0.0,
         peak_memory_gib=max(s.memory_gib for s in stages), fits=all(s.fits for s in stages), num_gpus=n,
-        stages=stages, schedule=plan.schedule, notes=notes)
+        stages=stages, schedule=plan.schedule, notes=notes, boundary_s=list(c), wrap_boundary_s=wrap)

@@ -1,7 +1,9 @@
 """Exhaustive oracle for tiny instances: every variant x stage count x option per stage x
-composition of L. Independent of the other solvers and of ``solvers.common``: it re-implements
-eqs. T1, M1, M2, G1, U1, U2 of ``haap_milp.problem`` vectorised over all plans of one
-(variant, stage count), and confirms the winner with ``problem.evaluate``/``violations``."""
+composition of L. Independent of the other solvers and of ``solvers.common``: it evaluates eqs.
+T1, M1, M2, G1, U1, U2 vectorised over all plans of one (variant, stage count), with the closed
+forms of ``haap_milp.pipeline`` (stage memory, in-flight count, memory fit, BWD_SHARE, eq. T1's
+sum) and its own vectorised tau (eq. T2), and confirms the winner with
+``problem.evaluate``/``violations``."""
 
 from __future__ import annotations
 
@@ -11,11 +13,10 @@ import time
 
 import numpy as np
 
-from haap_milp.pipeline import BWD_SHARE
+from haap_milp.pipeline import BWD_SHARE, compose_iteration_time, fits_memory, inflight_1f1b, stage_memory
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 
 MAX_PLANS = 3_000_000  # refuse (ERROR) above this many (option tuple, composition) pairs
-MEM_RTOL = 1e-9  # problem.violations' tolerance
 
 
 def plan_count(problem: Problem) -> int:
@@ -58,11 +59,13 @@ def _best_of(problem: Problem, v: int, p: int):
     def col(arr):
         return np.asarray(arr, float)[combos][:, None, :]  # [T, 1, p]
 
-    a = np.minimum(p - np.arange(p), var.num_microbatches).astype(float)  # eq. M1
-    mem = col(var.fixed_mem) + n * (col(var.layer_static_mem) + a * col(var.layer_act_mem))
-    mem = mem + first * (col(var.first_static_mem) + a * col(var.first_act_mem))
-    mem = mem + last * (col(var.last_static_mem) + a * col(var.last_act_mem))
-    fits = (mem <= col(var.mem_capacity) * (1 + MEM_RTOL)).all(axis=2)  # [T, C]  eq. M2
+    a = np.array([inflight_1f1b(p - j, var.num_microbatches) for j in range(p)], float)  # eq. M1
+    # the first/last extras masked to their column: x * 1 == x and x * 0 == 0 exactly, so each column
+    # gets the same float operations as problem.stage_memory
+    mem = stage_memory(col(var.fixed_mem), col(var.layer_static_mem), col(var.layer_act_mem), n, a,
+                       (first * col(var.first_static_mem), first * col(var.first_act_mem)),
+                       (last * col(var.last_static_mem), last * col(var.last_act_mem)))
+    fits = fits_memory(mem, col(var.mem_capacity)).all(axis=2)  # [T, C]  eq. M2
     t = n * col(var.layer_time) + first * col(var.first_time) + last * col(var.last_time)
     s = col(var.sync_fixed) + n * col(var.sync_per_layer) + first * col(var.sync_first) + last * col(var.sync_last)
     grp = np.array([o.group for o in problem.options])[combos]  # [T, p]
@@ -75,7 +78,7 @@ def _best_of(problem: Problem, v: int, p: int):
     steady = np.maximum(steady, np.where(waits, suffix / q, 0.0).max(axis=2))  # eq. T2, in-flight term
     before = np.cumsum(t, axis=2) - t  # sum_{k<j} t_k
     sigma = (s - BWD_SHARE * before).max(axis=2)  # eq. T3
-    obj = (var.num_microbatches - 1) * steady + t.sum(axis=2) + c.sum(axis=2) + sigma  # eq. T1
+    obj = compose_iteration_time(var.num_microbatches, steady, t.sum(axis=2), c.sum(axis=2), sigma)  # eq. T1
     obj = np.where(fits, obj, np.inf)
     flat = int(np.argmin(obj))
     ti, ci = divmod(flat, obj.shape[1])

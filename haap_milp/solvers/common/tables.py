@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from haap_milp.pipeline import MEM_RTOL, TIME_RTOL, inflight_1f1b, memory_limit, stage_memory
+
+__all__ = ["MEM_RTOL", "Tables", "build_tables", "max_layers_mem", "usable_options"]  # MEM_RTOL: re-exported
 from haap_milp.problem import Problem
 
-MEM_RTOL = 1e-9  # the memory tolerance of problem.violations (mem > cap * (1 + 1e-9) is a violation)
-TIME_RTOL = 1e-9  # slack when turning a time upper bound into layer bounds (keeps the hint feasible)
 COEF_KEYS = ("layer_time", "first_time", "last_time", "sync_fixed", "sync_per_layer", "sync_first", "sync_last")
 
 
@@ -40,12 +41,12 @@ class Tables:
     Uf_mem: np.ndarray  # as the first stage
     U: np.ndarray  # effective upper bound (memory and the time cut-off, eq. X1)
     Uf: np.ndarray
-    lo: np.ndarray  # dominance lower bound when used non-first (eq. D1); > U means unusable
+    lo: np.ndarray  # time-dominance lower bound when used non-first (eq. D1); > U means unusable
     lof: np.ndarray
     p_min: int  # fewer stages cannot hold L layers (eq. P1)
     p_max: int  # more stages cannot be used
     tau_ub: float | None  # the time cut-off used (None: none)
-    dom: np.ndarray | None = None  # [n, n] dom[a, b]: a time-dominates b (eq. D1)
+    dom: np.ndarray | None = None  # [n, n] dom[a, b]: a time-dominates b (eq. D1, ``time_dominance``)
 
     @property
     def n(self) -> int:
@@ -64,20 +65,17 @@ class Tables:
 
 
 def _mem(var, o, n, a, first: bool, last: bool):
-    """problem.stage_memory's arithmetic, vectorised (same float operations, same order)."""
-    mem = var.fixed_mem[o] + n * (var.layer_static_mem[o] + a * var.layer_act_mem[o])
-    if first:
-        mem = mem + (var.first_static_mem[o] + a * var.first_act_mem[o])
-    if last:
-        mem = mem + (var.last_static_mem[o] + a * var.last_act_mem[o])
-    return mem
+    """problem.stage_memory vectorised over options: the same ``pipeline.stage_memory`` (eq. M2)."""
+    f = (var.first_static_mem[o], var.first_act_mem[o]) if first else None
+    x = (var.last_static_mem[o], var.last_act_mem[o]) if last else None
+    return stage_memory(var.fixed_mem[o], var.layer_static_mem[o], var.layer_act_mem[o], n, a, f, x)
 
 
 def max_layers_mem(problem: Problem, v: int, o: np.ndarray, k: int, first: bool) -> np.ndarray:
     """Largest n with stage memory <= capacity at slot k (eq. M2); 0 when none fits, at most L."""
     var = problem.variants[v]
-    a = min(k, var.num_microbatches)  # eq. M1
-    cap = var.mem_capacity[o] * (1 + MEM_RTOL)
+    a = inflight_1f1b(k, var.num_microbatches)  # eq. M1
+    cap = memory_limit(var.mem_capacity[o])  # the fit test of problem.violations (pipeline.fits_memory)
     base = _mem(var, o, 0.0, a, first, k == 1)
     per = var.layer_static_mem[o] + a * var.layer_act_mem[o]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -95,7 +93,7 @@ def max_layers_time(lt: np.ndarray, extra: np.ndarray, tau_ub: float | None, L: 
     """Largest n with n * layer_time + extra <= tau_ub (eq. X1)."""
     if tau_ub is None or not np.isfinite(tau_ub):
         return np.full(len(lt), L, np.int64)
-    room = tau_ub * (1 + TIME_RTOL) - extra
+    room = tau_ub * (1 + TIME_RTOL) - extra  # slack keeps the hint feasible
     with np.errstate(divide="ignore", invalid="ignore"):
         n = np.where(lt > 0, np.floor(room / np.where(lt > 0, lt, 1.0)), np.where(room >= 0, L, -1))
     return np.clip(n, -1, L).astype(np.int64)
@@ -108,9 +106,11 @@ def usable_options(problem: Problem, v: int) -> np.ndarray:
     return np.asarray(ok, dtype=np.int64)
 
 
-def dominance(problem: Problem, opts: np.ndarray, coef: dict) -> np.ndarray:
+def time_dominance(problem: Problem, opts: np.ndarray, coef: dict) -> np.ndarray:
     """D[a, b]: option a time-dominates option b (eq. D1): same group, no more GPUs, no larger
-    time coefficient, same (tp, dp, recompute) under U1 and same tp under U2; ties broken by index."""
+    time coefficient, same (tp, dp, recompute) under U1 and same tp under U2; ties broken by index.
+    Memory is not compared: b stays usable, but only with more layers than a can hold (the ``lo``
+    bounds). Not presolve's ``_drop_outclassed``, which removes options outright."""
     op = [problem.options[i] for i in opts]
     grp = np.array([o.group for o in op])
     gpus = np.array([o.num_gpus for o in op])
@@ -151,7 +151,7 @@ def build_tables(problem: Problem, v: int, tau_ub: float | None = None) -> Table
         last_x = xt if k == 1 else 0.0 * xt
         U[k - 1] = np.minimum(U_mem[k - 1], max_layers_time(lt, last_x, tau_ub, L))
         Uf[k - 1] = np.minimum(Uf_mem[k - 1], max_layers_time(lt, ft + last_x, tau_ub, L))
-    D = dominance(problem, opts, coef) if n else np.zeros((0, 0), bool)
+    D = time_dominance(problem, opts, coef) if n else np.zeros((0, 0), bool)
     lo = np.ones((K, n), np.int64)
     lof = np.ones((K, n), np.int64)
     if n:
