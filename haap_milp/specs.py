@@ -21,9 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, model_seriali
 
 from haap_milp.methods import SOLVER_NAMES
 from haap_milp.network.spec import MeasuredNetwork
-from haap_milp.targets import TARGET_NAMES
-
 from haap_milp.pipeline import GIB  # noqa: F401  (re-exported for catalog/; its home is pipeline.py)
+from haap_milp.targets import TARGET_NAMES
 
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
