@@ -31,6 +31,10 @@ from haap_milp.specs import SolveOptions
 
 log = logging.getLogger(__name__)
 ABS_GAP_S = 1e-6  # HiGHS mip_abs_gap (its default): an optimum is proven to within this many seconds
+# CBC gives no dual bound through PuLP: an optimal CBC node is bounded by its objective less the
+# requested gap and ABS_GAP_S, and that objective can sit below evaluate() of the plan by CBC's
+# feasibility tolerances (measured: 7e-9 s), so a CBC optimum is proven to within twice ABS_GAP_S
+CBC_TOL_S = 2 * ABS_GAP_S
 BACKENDS = ("highs", "cbc")
 
 
@@ -131,11 +135,11 @@ def _cbc_node(lm: LinModel, cutoff: float | None, time_s: float, hint: Assignmen
         x[i].setInitialValue(val)
     build_s = time.perf_counter() - t0
     solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_s - build_s, 0.01), threads=options.threads,
-                               gapRel=options.relative_gap, warmStart=vals is not None)
+                               gapRel=options.relative_gap, gapAbs=ABS_GAP_S, warmStart=vals is not None)
     prob.solve(solver)
     st = pulp.LpStatus[prob.status]
     stats = {"build_s": round(build_s, 4), "vars": len(lm.names), "rows": len(lm.rows), "hinted": int(vals is not None),
-             "tolerance_s": ABS_GAP_S, "backend": "cbc", "gap_rel": options.relative_gap, "cbc_status": st}
+             "tolerance_s": CBC_TOL_S, "backend": "cbc", "gap_rel": options.relative_gap, "cbc_status": st}
     if st == "Infeasible":
         return VariantResult("INFEASIBLE", stats=stats)
     if prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
