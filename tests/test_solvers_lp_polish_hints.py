@@ -230,11 +230,19 @@ def test_polish_is_bounded_by_moves_not_by_the_clock(monkeypatch):
 # --- MILP backends: HiGHS (highspy) and the CBC fallback (milp.py) ----------------------------------
 
 @pytest.mark.parametrize("seed", [1, 4, 9])
-def test_cbc_backend_agrees_with_highs_and_brute_force(seed):
+def test_cbc_backend_agrees_with_highs_and_brute_force(seed, monkeypatch):
     problem = random_problem(seed, num_layers=6, max_stages=3, num_variants=2)
     brute = get_solver("brute")(problem, EXACT)
+    real = milp._cbc_node
+
+    def no_cbc(*args):
+        raise AssertionError("the HiGHS run fell back to CBC")
+
+    monkeypatch.setattr(milp, "_cbc_node", no_cbc)  # the HiGHS result is HiGHS's own
     hi = milp.solve(problem, EXACT)
+    monkeypatch.setattr(milp, "_cbc_node", real)
     cbc = milp.solve(problem, EXACT, backend="cbc")
+    assert "fallback_nodes" not in hi.stats and "fallback_nodes" not in cbc.stats
     assert hi.status == cbc.status == brute.status, (hi.status, cbc.status, brute.status, cbc.message)
     if brute.status == "OPTIMAL":
         for res in (hi, cbc):
@@ -256,7 +264,7 @@ def test_highs_failure_falls_back_to_cbc(monkeypatch):
     monkeypatch.setattr(milp, "_highs_node", broken)
     monkeypatch.setattr(milp, "_cbc_node", lambda *args: calls.append(1) or real(*args))
     res = milp.solve(problem, EXACT)
-    assert calls, "CBC was not run"
+    assert calls and res.stats["fallback_nodes"] == len(calls)
     assert res.status == "OPTIMAL" and not res.message
     assert res.objective_s == pytest.approx(brute.objective_s, rel=1e-6)
 

@@ -61,10 +61,11 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
         if res.status != "ERROR":
             return res
         log.warning("%s; CBC solves this node instead", res.message)
-        fallback = {"highs_error": res.message}
+        fallback = {"fallback": f"cbc ({res.message})"}
+    elif backend == "highs":
+        log.warning("highspy unavailable; MILP falls back to CBC")
+        fallback = {"fallback": "cbc (highspy unavailable)"}
     else:
-        if backend == "highs":
-            log.warning("highspy unavailable; MILP falls back to CBC")
         fallback = {}
     res = _cbc_node(lm, cutoff, time_s - (time.perf_counter() - t0), hint, options)
     res.stats.update(fallback)
