@@ -26,7 +26,7 @@ from haap_milp.solvers.common import (
     run_variants,  # importing common mutes the HiGHS banner (common/lp.py)
     start_values,
 )
-from haap_milp.solvers.common.lp import highs_model, highspy, run
+from haap_milp.solvers.common.lp import columns, highs_model, highspy, run
 from haap_milp.specs import SolveOptions
 
 log = logging.getLogger(__name__)
@@ -72,12 +72,24 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     return res
 
 
+def column_order(n: int) -> np.ndarray:
+    """The MILP's column order: the variables sorted by the string ``f"{i}_"`` (0, 1, 10, 100, ..., 11,
+    ...), the order PuLP gave HiGHS before this module drove highspy itself (PuLP sorts its variables
+    by name, and the names were ``v{i}_...``). HiGHS' branch and bound depends on the column order; kept
+    so that the search is the one measured before. Measured (islands case of
+    tests/test_planner_integration.py, loaded machine): this order 17-18 s to OPTIMAL, the LinModel's own
+    order 30-34 s (two nodes hit their time share instead of proving infeasibility at once)."""
+    return np.array(sorted(range(n), key=lambda i: f"{i}_"), dtype=np.int64)
+
+
 def _highs_node(lm: LinModel, cutoff: float | None, time_s: float, hint: Assignment | None,
                 options: SolveOptions, t0: float) -> VariantResult:
-    h = highs_model(lm, integer=True, cutoff_s=cutoff, cutoff_tol_s=ABS_GAP_S)  # cutoff: eq. X2
+    order = column_order(len(lm.names))
+    col = columns(order)
+    h = highs_model(lm, integer=True, cutoff_s=cutoff, cutoff_tol_s=ABS_GAP_S, order=order)  # cutoff: eq. X2
     vals = start_values(lm, hint) if hint is not None else None
     if vals is not None:
-        h.setSolution(len(vals), np.fromiter(vals.keys(), np.int32, len(vals)),
+        h.setSolution(len(vals), col[np.fromiter(vals.keys(), np.int64, len(vals))].astype(np.int32),
                       np.fromiter(vals.values(), np.float64, len(vals)))
     build_s = time.perf_counter() - t0
     for key, value in (("time_limit", float(max(time_s - build_s, 0.01))), ("threads", int(options.threads)),
@@ -96,7 +108,7 @@ def _highs_node(lm: LinModel, cutoff: float | None, time_s: float, hint: Assignm
     if ms == status.kInfeasible:
         return VariantResult("INFEASIBLE", stats=stats)
     if has_sol:
-        a = decode(lm, list(h.getSolution().col_value))
+        a = decode(lm, np.asarray(h.getSolution().col_value)[col])
         return VariantResult("OPTIMAL" if ms == status.kOptimal else "FEASIBLE", a, bound, stats)
     if ms in (status.kTimeLimit, status.kInterrupt):
         return VariantResult("NO_SOLUTION", bound_s=bound, stats=stats)

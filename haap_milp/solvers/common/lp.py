@@ -43,42 +43,53 @@ def _silence_banner() -> None:
 _silence_banner()
 
 
-def highs_model(lm: LinModel, integer: bool, cutoff_s: float | None = None, cutoff_tol_s: float = 0.0):
+def highs_model(lm: LinModel, integer: bool, cutoff_s: float | None = None, cutoff_tol_s: float = 0.0,
+                order: np.ndarray | None = None):
     """A ``highspy.Highs`` holding ``lm``: its columns (integrality only when ``integer``), its rows
     (``tdef`` constants moved to the bounds) and its objective (eq. T1, constant left out: add
     ``lm.obj_const`` to HiGHS' values). ``cutoff_s``: one more row, objective <= cutoff_s + cutoff_tol_s
-    (eq. X2). Output off; the caller sets the run's options."""
+    (eq. X2). ``order``: column c holds variable ``order[c]`` (default: the LinModel's order); map
+    values with ``columns(order)``. Output off; the caller sets the run's options."""
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     n = len(lm.names)
+    order = np.arange(n) if order is None else np.asarray(order)
+    col = columns(order)
     inf = highspy.kHighsInf
     obj, const = lm.objective()
     cost = np.zeros(n)
     for i, c in obj.items():
-        cost[i] = c
-    lb = np.array(lm.lb, float)
-    ub = np.array([u if math.isfinite(u) else inf for u in lm.ub], float)
+        cost[col[i]] = c
+    lb = np.array(lm.lb, float)[order]
+    ub = np.array([u if math.isfinite(u) else inf for u in lm.ub], float)[order]
     h.addVars(n, lb, ub)
     h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
     if integer:
-        cols = np.flatnonzero(lm.integer).astype(np.int32)
+        cols = col[np.flatnonzero(lm.integer)].astype(np.int32)
         h.changeColsIntegrality(len(cols), cols, np.full(len(cols), highspy.HighsVarType.kInteger))
     lo, up, starts, idx, val = [], [], [], [], []
     for row in lm.rows:  # tdef rows: sum a x + a0 - T <= 0
         starts.append(len(idx))
-        idx.extend(row.idx)
+        idx.extend(col[row.idx].tolist())
         val.extend(row.coef)
         lo.append(row.lb - row.const if math.isfinite(row.lb) else -inf)
         up.append(row.ub - row.const if math.isfinite(row.ub) else inf)
     if cutoff_s is not None:  # eq. X2
         starts.append(len(idx))
-        idx.extend(obj)
+        idx.extend(col[list(obj)].tolist())
         val.extend(obj.values())
         lo.append(-inf)
         up.append(cutoff_s - const + cutoff_tol_s)
     h.addRows(len(lo), np.array(lo), np.array(up), len(idx), np.array(starts, np.int32),
               np.array(idx, np.int32), np.array(val, float))
     return h
+
+
+def columns(order: np.ndarray) -> np.ndarray:
+    """Variable -> column of ``highs_model(..., order=order)``."""
+    col = np.empty(len(order), np.int64)
+    col[order] = np.arange(len(order))
+    return col
 
 
 def run(h) -> None:
