@@ -18,9 +18,10 @@ from synthetic import large_problem, random_problem
 
 from haap_milp.problem import Assignment, Stage, evaluate, violations
 from haap_milp.solvers import get_solver, milp
-from haap_milp.solvers.common import build_model, build_tables, canonical, decode, hint_values, start_values
+from haap_milp.solvers.common import build_model, build_tables, canonical, decode, hint_values
 from haap_milp.solvers.common import polish as polish_mod
 from haap_milp.solvers.common.lp import highs_model, highspy, lp_bound, run
+from haap_milp.solvers.common.model import start_values
 from haap_milp.specs import SolveOptions
 
 EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=2, seed=0)

@@ -16,7 +16,8 @@ import time
 from ortools.sat.python import cp_model
 
 from haap_milp.problem import Assignment, Problem, RawResult
-from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, decode, run_variants, start_values
+from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, decode, run_variants
+from haap_milp.solvers.common.model import start_values
 from haap_milp.specs import SolveOptions
 
 log = logging.getLogger(__name__)

@@ -24,9 +24,9 @@ from haap_milp.solvers.common import (
     VariantResult,
     decode,
     run_variants,  # importing common mutes the HiGHS banner (common/lp.py)
-    start_values,
 )
 from haap_milp.solvers.common.lp import columns, highs_model, highspy, run
+from haap_milp.solvers.common.model import start_values
 from haap_milp.specs import SolveOptions
 
 log = logging.getLogger(__name__)
