@@ -16,7 +16,8 @@ import time
 from ortools.sat.python import cp_model
 
 from haap_milp.problem import Assignment, Problem, RawResult
-from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, decode, hint_values, run_variants
+from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, decode, run_variants
+from haap_milp.solvers.common.model import start_values
 from haap_milp.specs import SolveOptions
 
 log = logging.getLogger(__name__)
@@ -50,26 +51,24 @@ def _slack(t: Tables) -> tuple[int, int, int]:
     return tau_w, sig_w, (t.M - 1) * tau_w + (t.L + 2 + t.K) + sig_w
 
 
-def _int_rows(cp: cp_model.CpModel, lm: LinModel, x: list, S: float) -> dict:
-    """Post the rows; returns {time var: [(vars, int coefs, int const)]} for hint completion."""
-    defs: dict = {lm.tau: [], lm.sigma: []}
+def _int_row(lm: LinModel, row, S: float) -> tuple[list, int]:
+    """A row's integer coefficients and constant (eq. CP1): ceil(a * S) on the time coefficients of a
+    defining row (t_int >= S * t), floor on the C1 cut (stays valid), the time variables' own unchanged."""
+    if row.kind == "exact":
+        return [int(c) for c in row.coef], 0
+    aux = lm.aux
+    if row.kind == "tdef":
+        return [math.ceil(c * S) if v not in aux else int(c) for v, c in zip(row.idx, row.coef)], math.ceil(row.const * S)
+    return [math.floor(c * S) if v != lm.tau else int(c) for v, c in zip(row.idx, row.coef)], 0
+
+
+def _int_rows(cp: cp_model.CpModel, lm: LinModel, x: list, S: float) -> None:
     for row in lm.rows:
-        if row.kind == "exact":
-            coefs = [int(c) for c in row.coef]
-        elif row.kind == "tdef":  # eq. CP1: ceil keeps t_int >= S * t
-            coefs = [math.ceil(c * S) if v not in defs else int(c) for v, c in zip(row.idx, row.coef)]
-        else:  # eq. C1 cut: floor keeps it valid
-            coefs = [math.floor(c * S) if v != lm.tau else int(c) for v, c in zip(row.idx, row.coef)]
-        const = math.ceil(row.const * S) if row.kind == "tdef" else 0
+        coefs, const = _int_row(lm, row, S)
         expr = cp_model.LinearExpr.weighted_sum([x[i] for i in row.idx], coefs) + const
         lb = -cp_model.INT_MAX if row.lb == -math.inf else math.ceil(row.lb - 1e-9)
         ub = cp_model.INT_MAX if row.ub == math.inf else math.floor(row.ub + 1e-9)
         cp.add_linear_constraint(expr, lb, ub)
-        if row.kind == "tdef":
-            tv = next(v for v in row.idx if v in defs)
-            q = -coefs[row.idx.index(tv)]  # tau carries -min(k, M) in the in-flight rows (eq. T2)
-            defs[tv].append(([v for v in row.idx if v != tv], [c for v, c in zip(row.idx, coefs) if v != tv], const, q))
-    return defs
 
 
 def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S: float) -> tuple[list, dict]:
@@ -97,23 +96,21 @@ def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S
 
 
 def _objective(lm: LinModel, x: list, S: float):
-    idx = list(lm.obj_time)
-    coefs = [math.ceil(lm.obj_time[i] * S) for i in idx]
-    expr = cp_model.LinearExpr.weighted_sum([x[i] for i in idx], coefs)
-    return expr + (lm.t.M - 1) * x[lm.tau] + x[lm.sigma] + math.ceil(lm.obj_const * S)
+    """Eq. T1 in integer units: ceil(a * S) on the time terms, the integer weights of tau and sigma kept."""
+    obj, const = lm.objective()
+    idx = list(obj)
+    coefs = [int(obj[i]) if i in lm.aux else math.ceil(obj[i] * S) for i in idx]
+    return cp_model.LinearExpr.weighted_sum([x[i] for i in idx], coefs) + math.ceil(const * S)
 
 
-def _add_hint(cp: cp_model.CpModel, lm: LinModel, x: list, defs: dict, lows: dict, hint: Assignment | None) -> bool:
-    vals = hint_values(lm, hint) if hint is not None else None
+def _add_hint(cp: cp_model.CpModel, lm: LinModel, x: list, S: float, lows: dict, hint: Assignment | None) -> bool:
+    vals = start_values(lm, hint, lambda row: _int_row(lm, row, S), lows) if hint is not None else None
     if vals is None:
         return False
-    for tv, rows in defs.items():  # tau, sigma = the max of their defining rows (and their lower bound)
-        vals[tv] = max([math.ceil((sum(c * vals[v] for v, c in zip(vs, cs)) + k) / q) for vs, cs, k, q in rows]
-                       + [lows[tv]])
-        if vals[tv] > lows["hi"][tv]:
-            # the hint lies outside this node's tau interval: a hint out of its variable's domain
-            # made CP-SAT 9.15 abort ("heuristics.fixed_search != nullptr") with interleave_search
-            return False
+    if any(vals[tv] > lows["hi"][tv] for tv in lm.aux):
+        # the hint lies outside this node's tau interval: a hint out of its variable's domain
+        # made CP-SAT 9.15 abort ("heuristics.fixed_search != nullptr") with interleave_search
+        return False
     for i, val in vals.items():
         cp.add_hint(x[i], round(val))
     return True
@@ -152,7 +149,7 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     _, _, W = _slack(t)
     cp = cp_model.CpModel()
     x, lows = _variables(cp, lm, t, b, S)
-    defs = _int_rows(cp, lm, x, S)
+    _int_rows(cp, lm, x, S)
     obj = _objective(lm, x, S)
     if cutoff is not None:  # eq. CP4: T <= cutoff implies T_int <= S * cutoff + W
         cp.add(obj <= math.floor(cutoff * S) + W)
@@ -161,7 +158,7 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     # with interleave_search (measured on a megatron-target instance); the incumbent still enters
     # every node model as the cut-off (eq. CP4), so the warm start keeps its value without the hint
     interleaved = INTERLEAVE and options.threads > 1 and not primal
-    hinted = False if interleaved else _add_hint(cp, lm, x, defs, lows, hint)
+    hinted = False if interleaved else _add_hint(cp, lm, x, S, lows, hint)
     build_s = time.perf_counter() - t0
     solver = _params(options, time_s - build_s, primal)
     code = solver.solve(cp)

@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 EXTRA_TAUS = 4  # candidate stage times tried above the smallest feasible one
 MAX_P_PER_TAU = 6  # stage counts split per candidate tau
 MAX_SEGMENTS = 6  # most GPU groups in one pipeline (all of them when there are at most 6)
-POLISH_S = 0.3  # local search on the DP plan (eq. LS1)
 
 
 def solve(problem: Problem, options=None, hint: Assignment | None = None) -> RawResult:
@@ -62,7 +61,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
             return RawResult("INFEASIBLE", "dp", wall_time_s=wall, message=infeasibility_reason(problem, bounds),
                              stats=stats)
         return RawResult("NO_SOLUTION", "dp", wall_time_s=wall, message="the DP heuristic found no plan", stats=stats)
-    a = polish(problem, best[1], POLISH_S)  # eq. LS1
+    a = polish(problem, best[1])  # eq. LS1 (its move budget: common/polish.py)
     a = canonical(problem, build_tables(problem, a.variant), a)
     return RawResult("FEASIBLE", "dp", assignment=a, objective_s=evaluate(problem, a), bound_s=None,
                      wall_time_s=wall, stats=stats)

@@ -1,18 +1,21 @@
-"""MILP on the slot formulation through PuLP with HiGHS (CBC as fallback); formulations/milp.md.
+"""MILP on the slot formulation with HiGHS through highspy (CBC through PuLP as fallback);
+formulations/milp.md.
 
-One model per micro-batch variant (common.driver); times stay in seconds (floats). The
-HiGHS interface of PuLP is extended with a warm start (``Highs.setSolution``) and reads the
-MIP dual bound back (``Highs.getInfo().mip_dual_bound``).
+One model per micro-batch variant (common.driver); times stay in seconds (floats). The rows,
+columns and objective come from the LinModel (``common.lp.highs_model``, shared with the node
+LP bounds), the warm start from ``LinModel.complete`` (``Highs.setSolution``), the dual bound
+from ``Highs.getInfo().mip_dual_bound``. CBC (PuLP) runs a node instead when highspy is missing
+or HiGHS fails on it, or for every node with ``backend="cbc"``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
 
 import numpy as np
-import pulp
 
 from haap_milp.problem import Assignment, Problem, RawResult
 from haap_milp.solvers.common import (
@@ -20,50 +23,104 @@ from haap_milp.solvers.common import (
     VariantBound,
     VariantResult,
     decode,
-    hint_values,
     run_variants,  # importing common mutes the HiGHS banner (common/lp.py)
 )
+from haap_milp.solvers.common.lp import columns, highs_model, highspy, run
+from haap_milp.solvers.common.model import start_values
 from haap_milp.specs import SolveOptions
 
 log = logging.getLogger(__name__)
 ABS_GAP_S = 1e-6  # HiGHS mip_abs_gap (its default): an optimum is proven to within this many seconds
-
-try:  # PuLP's in-process HiGHS needs highspy
-    import highspy
-    _HAVE_HIGHS = pulp.HiGHS().available()
-except (ImportError, AttributeError, RuntimeError):  # pragma: no cover - no usable highspy
-    highspy = None
-    _HAVE_HIGHS = False
+# CBC gives no dual bound through PuLP: an optimal CBC node is bounded by its objective less the
+# requested gap and ABS_GAP_S, and that objective can sit below evaluate() of the plan by CBC's
+# feasibility tolerances (measured: 7e-9 s), so a CBC optimum is proven to within twice ABS_GAP_S
+CBC_TOL_S = 2 * ABS_GAP_S
+BACKENDS = ("highs", "cbc")
 
 
+def solve(problem: Problem, options: SolveOptions | None = None, hint: Assignment | None = None,
+          backend: str = "highs") -> RawResult:
+    """Exact solve with HiGHS (``backend="cbc"``: CBC through PuLP; also the fallback when highspy
+    is missing or HiGHS fails on a node)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown MILP backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    node = functools.partial(_solve_node, backend=backend)
+    return run_variants(problem, options or SolveOptions(), hint, "milp", node)
 
 
-if _HAVE_HIGHS:
-    class _HiGHSWarm(pulp.HiGHS):
-        """PuLP's HiGHS plus a MIP start and the dual bound."""
+def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float | None, time_s: float,
+                hint: Assignment | None, options: SolveOptions, primal: bool = False,
+                backend: str = "highs") -> VariantResult:
+    """One (variant, tau interval) node model (``primal`` changes nothing here)."""
+    t0 = time.perf_counter()
+    if backend == "highs" and highspy is not None:
+        try:
+            res = _highs_node(lm, cutoff, time_s, hint, options, t0)
+        except Exception as exc:  # noqa: BLE001 - any HiGHS failure: CBC gets the node
+            res = VariantResult("ERROR", message=f"HiGHS: {type(exc).__name__}: {exc}")
+        if res.status != "ERROR":
+            return res
+        log.warning("%s; CBC solves this node instead", res.message)
+        fallback = {"fallback": f"cbc ({res.message})"}
+    elif backend == "highs":
+        log.warning("highspy unavailable; MILP falls back to CBC")
+        fallback = {"fallback": "cbc (highspy unavailable)"}
+    else:
+        fallback = {}
+    res = _cbc_node(lm, cutoff, time_s - (time.perf_counter() - t0), hint, options)
+    res.stats.update(fallback)
+    return res
 
-        def __init__(self, start: dict | None = None, **kw):
-            super().__init__(**kw)
-            self.start = start or {}
 
-        def callSolver(self, lp):
-            # HiGHS keeps one global thread pool sized by its first run; a later run that asks for
-            # another thread count (the LP bounds of common/lp.py, or CP-SAT's node LPs, before it)
-            # returned model status "Not Set" at once, every time (measured: bench rows, highspy 1.16)
-            highspy.Highs.resetGlobalScheduler(True)
-            if self.start:
-                idx = np.array([v.index for v in self.start], dtype=np.int32)
-                val = np.array(list(self.start.values()), dtype=np.float64)
-                lp.solverModel.setSolution(len(idx), idx, val)
-            lp.solverModel.run()
+def column_order(n: int) -> np.ndarray:
+    """The MILP's column order: the variables sorted by the string ``f"{i}_"`` (0, 1, 10, 100, ..., 11,
+    ...), the order PuLP gave HiGHS before this module drove highspy itself (PuLP sorts its variables
+    by name, and the names were ``v{i}_...``). HiGHS' branch and bound depends on the column order; kept
+    so that the search is the one measured before. Measured (islands case of
+    tests/test_planner_integration.py, loaded machine): this order 17-18 s to OPTIMAL, the LinModel's own
+    order 30-34 s (two nodes hit their time share instead of proving infeasibility at once)."""
+    return np.array(sorted(range(n), key=lambda i: f"{i}_"), dtype=np.int64)
 
 
-def solve(problem: Problem, options: SolveOptions | None = None, hint: Assignment | None = None) -> RawResult:
-    """Exact solve with HiGHS through PuLP (CBC when highspy is missing)."""
-    return run_variants(problem, options or SolveOptions(), hint, "milp", _solve_node)
+def _highs_node(lm: LinModel, cutoff: float | None, time_s: float, hint: Assignment | None,
+                options: SolveOptions, t0: float) -> VariantResult:
+    order = column_order(len(lm.names))
+    col = columns(order)
+    h = highs_model(lm, integer=True, cutoff_s=cutoff, cutoff_tol_s=ABS_GAP_S, order=order)  # cutoff: eq. X2
+    vals = start_values(lm, hint) if hint is not None else None
+    if vals is not None:
+        h.setSolution(len(vals), col[np.fromiter(vals.keys(), np.int64, len(vals))].astype(np.int32),
+                      np.fromiter(vals.values(), np.float64, len(vals)))
+    build_s = time.perf_counter() - t0
+    for key, value in (("time_limit", float(max(time_s - build_s, 0.01))), ("threads", int(options.threads)),
+                       ("mip_rel_gap", float(options.relative_gap)), ("random_seed", int(options.seed)),
+                       ("mip_abs_gap", ABS_GAP_S)):
+        h.setOptionValue(key, value)
+    run(h)
+    ms = h.getModelStatus()
+    info = h.getInfo()
+    stats = {"build_s": round(build_s, 4), "vars": len(lm.names), "rows": len(lm.rows), "hinted": int(vals is not None),
+             "tolerance_s": ABS_GAP_S, "backend": "highs", "gap_rel": options.relative_gap,
+             "highs_status": h.modelStatusToString(ms), "nodes": int(info.mip_node_count)}
+    has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    bound = info.mip_dual_bound + lm.obj_const if math.isfinite(info.mip_dual_bound) else None
+    status = highspy.HighsModelStatus
+    if ms == status.kInfeasible:
+        return VariantResult("INFEASIBLE", stats=stats)
+    if has_sol:
+        a = decode(lm, np.asarray(h.getSolution().col_value)[col])
+        return VariantResult("OPTIMAL" if ms == status.kOptimal else "FEASIBLE", a, bound, stats)
+    if ms in (status.kTimeLimit, status.kInterrupt):
+        return VariantResult("NO_SOLUTION", bound_s=bound, stats=stats)
+    return VariantResult("ERROR", stats=stats, message=f"HiGHS: {stats['highs_status']}")
 
 
-def _build(lm: LinModel, cutoff: float | None) -> tuple[pulp.LpProblem, list]:
+def _cbc_node(lm: LinModel, cutoff: float | None, time_s: float, hint: Assignment | None,
+              options: SolveOptions) -> VariantResult:
+    """The node on CBC through PuLP (the fallback; the same rows as ``common.lp.highs_model``)."""
+    import pulp  # only the fallback needs PuLP
+
+    t0 = time.perf_counter()
     prob = pulp.LpProblem("haap", pulp.LpMinimize)
     x = []
     for i, name in enumerate(lm.names):
@@ -81,80 +138,27 @@ def _build(lm: LinModel, cutoff: float | None) -> tuple[pulp.LpProblem, list]:
             prob += pulp.LpConstraint(expr, pulp.LpConstraintGE, f"r{r}l", lo)
         if hi < math.inf:
             prob += pulp.LpConstraint(expr, pulp.LpConstraintLE, f"r{r}u", hi)
-    obj = pulp.LpAffineExpression([(x[i], c) for i, c in lm.obj_time.items()])
-    obj += (lm.t.M - 1) * x[lm.tau] + x[lm.sigma]
-    prob += obj  # the constant obj_const is added back when reading values
+    terms, const = lm.objective()
+    obj = pulp.LpAffineExpression([(x[i], c) for i, c in terms.items()])
+    prob += obj  # the constant is added back when reading values
     if cutoff is not None:  # eq. X2: only plans at least as good as the incumbent
-        prob += pulp.LpConstraint(obj, pulp.LpConstraintLE, "cutoff", cutoff - lm.obj_const + ABS_GAP_S)
-    return prob, x
-
-
-def _start(lm: LinModel, x: list, hint: Assignment | None) -> dict | None:
-    vals = hint_values(lm, hint) if hint is not None else None
-    if vals is None:
-        return None
-    for tv, kind in ((lm.tau, "T2"), (lm.sigma, "T3")):  # complete tau, sigma as maxima of their rows
-        best = lm.lb[tv]
-        for row in lm.rows:
-            if row.kind == "tdef" and tv in row.idx and row.label.startswith(kind):
-                q = -row.coef[row.idx.index(tv)]  # min(k, M) on the in-flight rows (eq. T2)
-                best = max(best, (sum(c * vals[i] for i, c in zip(row.idx, row.coef) if i != tv) + row.const) / q)
-        vals[tv] = best
-    return {x[i]: v for i, v in vals.items()}
-
-
-def _solver(options: SolveOptions, time_s: float, start: dict | None):
-    if _HAVE_HIGHS:
-        return _HiGHSWarm(start=start, msg=False, timeLimit=max(time_s, 0.01), threads=options.threads,
-                          gapRel=options.relative_gap, random_seed=options.seed, mip_abs_gap=ABS_GAP_S)
-    log.warning("highspy unavailable; MILP falls back to CBC")
-    return pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_s, 0.01), threads=options.threads,
-                             gapRel=options.relative_gap, warmStart=start is not None)
-
-
-def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float | None, time_s: float,
-                hint: Assignment | None, options: SolveOptions, primal: bool = False) -> VariantResult:
-    """HiGHS on one (variant, tau interval) node model (``primal`` changes nothing here)."""
-    t0 = time.perf_counter()
-    prob, x = _build(lm, cutoff)
-    start = _start(lm, x, hint)
-    if start is not None and not _HAVE_HIGHS:
-        for var, val in start.items():
-            var.setInitialValue(val)
+        prob += pulp.LpConstraint(obj, pulp.LpConstraintLE, "cutoff", cutoff - const + ABS_GAP_S)
+    vals = start_values(lm, hint) if hint is not None else None
+    for i, val in (vals or {}).items():
+        x[i].setInitialValue(val)
     build_s = time.perf_counter() - t0
-    solver = _solver(options, time_s - build_s, start)
+    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_s - build_s, 0.01), threads=options.threads,
+                               gapRel=options.relative_gap, gapAbs=ABS_GAP_S, warmStart=vals is not None)
     prob.solve(solver)
-    stats = {"build_s": round(build_s, 4), "vars": len(lm.names), "rows": len(lm.rows), "hinted": int(start is not None),
-             "tolerance_s": ABS_GAP_S, "backend": "highs" if _HAVE_HIGHS else "cbc", "gap_rel": options.relative_gap}
-    return _read(prob, lm, x, stats)
-
-
-def _read(prob: pulp.LpProblem, lm: LinModel, x: list, stats: dict) -> VariantResult:
-    if _HAVE_HIGHS:
-        h = prob.solverModel
-        ms = h.getModelStatus()
-        info = h.getInfo()
-        stats["highs_status"] = h.modelStatusToString(ms)
-        stats["nodes"] = int(info.mip_node_count)
-        has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
-        bound = info.mip_dual_bound + lm.obj_const if math.isfinite(info.mip_dual_bound) else None
-        if ms == highspy.HighsModelStatus.kInfeasible:
-            return VariantResult("INFEASIBLE", stats=stats)
-        if has_sol:
-            a = decode(lm, [v.varValue for v in x])
-            status = "OPTIMAL" if ms == highspy.HighsModelStatus.kOptimal else "FEASIBLE"
-            return VariantResult(status, a, bound, stats)
-        if ms in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
-            return VariantResult("NO_SOLUTION", bound_s=bound, stats=stats)
-        return VariantResult("ERROR", stats=stats, message=f"HiGHS: {stats['highs_status']}")
     st = pulp.LpStatus[prob.status]
-    stats["cbc_status"] = st
+    stats = {"build_s": round(build_s, 4), "vars": len(lm.names), "rows": len(lm.rows), "hinted": int(vals is not None),
+             "tolerance_s": CBC_TOL_S, "backend": "cbc", "gap_rel": options.relative_gap, "cbc_status": st}
     if st == "Infeasible":
         return VariantResult("INFEASIBLE", stats=stats)
     if prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         a = decode(lm, [v.varValue for v in x])
         opt = prob.sol_status == pulp.LpSolutionOptimal
-        val = pulp.value(prob.objective) + lm.obj_const
-        bound = val * (1 - stats["gap_rel"]) - ABS_GAP_S if opt else None  # CBC stops within gapRel
+        val = pulp.value(prob.objective) + const
+        bound = val * (1 - options.relative_gap) - ABS_GAP_S if opt else None  # CBC stops within gapRel
         return VariantResult("OPTIMAL" if opt else "FEASIBLE", a, bound, stats)
     return VariantResult("NO_SOLUTION", stats=stats)

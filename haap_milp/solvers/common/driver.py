@@ -1,9 +1,11 @@
 """Best-first branch and bound over (micro-batch variant, tau interval) nodes; the exact engine
 (CP-SAT or HiGHS) solves each node's model (formulations/README.md, "Search").
 
-Every variant fixes M, so (M - 1) * tau is linear. Its plans are split by their steady-state
-time tau = max_j max(t_j, c_j) into intervals [a, b]: a node's model has tau >= a and the layer
-bounds of tau <= b (eq. X1), which makes the LP far tighter than over the whole range (eq. N1).
+The objective is T = (M - 1) tau + sum_j t_j + sum_j c_j + sigma (eqs. T1-T3). Every variant fixes
+M, so (M - 1) * tau is linear. Its plans are split by their steady-state period tau (eq. T2: the
+slowest stage, half the slowest link, the 1F1B in-flight round trips) into intervals [a, b]: a
+node's model has tau >= a and the layer bounds of tau <= b (eq. X1), which makes the LP far
+tighter than over the whole range (eq. N1).
 Nodes are taken lowest bound first; an unfinished node is split at its midpoint. A node is
 pruned when its bound reaches the incumbent (less the requested gap); the global bound is
 the least bound of the open and finished nodes.
@@ -36,7 +38,6 @@ INITIAL_SPLIT = 4  # intervals per variant before the search starts
 # presolved llama3-70b instances (1024 and 4096 GPUs x 3 types) a 0.25 share cost 2 s and left the
 # 4096-GPU gap at 7.4 % instead of 1.5 %; on the synthetic instances it found better plans sometimes
 PRIMAL_SHARE = 0.0
-POLISH_S = 0.2  # local search on each new incumbent (eq. LS1)
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 
 
@@ -77,7 +78,7 @@ class _State:
             return
         obj = evaluate(problem, a)
         if obj < self.inc_obj:
-            a = polish(problem, a, POLISH_S)  # eq. LS1, then the form the models accept (eqs. D1, S1)
+            a = polish(problem, a)  # eq. LS1 (a move budget), then the form the models accept (eqs. D1, S1)
             a = canonical(problem, build_tables(problem, a.variant), a)
             self.inc, self.inc_obj = a, evaluate(problem, a)
 
@@ -130,6 +131,8 @@ def _call(problem, options, st: _State, lm, nb, cutoff, share, hint, name, solve
     for key in ("vars", "rows"):
         if key in res.stats:
             st.stats[f"max_{key}"] = max(st.stats.get(f"max_{key}", 0), res.stats[key])
+    if "fallback" in res.stats:  # the engine ran a node on its fallback backend (milp.py: CBC)
+        st.stats["fallback_nodes"] = st.stats.get("fallback_nodes", 0) + 1
     if res.status == "ERROR":
         st.errors.append(res.message)
     st.offer(problem, res.assignment, name)

@@ -43,12 +43,61 @@ def _silence_banner() -> None:
 _silence_banner()
 
 
-def objective_terms(lm: LinModel) -> dict:
-    """Objective coefficients in seconds: sum_j t_j + sum_j c_j + (M - 1) tau + sigma (eq. T1)."""
-    obj = dict(lm.obj_time)
-    obj[lm.tau] = obj.get(lm.tau, 0.0) + (lm.t.M - 1)
-    obj[lm.sigma] = obj.get(lm.sigma, 0.0) + 1.0
-    return obj
+def highs_model(lm: LinModel, integer: bool, cutoff_s: float | None = None, cutoff_tol_s: float = 0.0,
+                order: np.ndarray | None = None):
+    """A ``highspy.Highs`` holding ``lm``: its columns (integrality only when ``integer``), its rows
+    (``tdef`` constants moved to the bounds) and its objective (eq. T1, constant left out: add
+    ``lm.obj_const`` to HiGHS' values). ``cutoff_s``: one more row, objective <= cutoff_s + cutoff_tol_s
+    (eq. X2). ``order``: column c holds variable ``order[c]`` (default: the LinModel's order); map
+    values with ``columns(order)``. Output off; the caller sets the run's options."""
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    n = len(lm.names)
+    order = np.arange(n) if order is None else np.asarray(order)
+    col = columns(order)
+    inf = highspy.kHighsInf
+    obj, const = lm.objective()
+    cost = np.zeros(n)
+    for i, c in obj.items():
+        cost[col[i]] = c
+    lb = np.array(lm.lb, float)[order]
+    ub = np.array([u if math.isfinite(u) else inf for u in lm.ub], float)[order]
+    h.addVars(n, lb, ub)
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
+    if integer:
+        cols = col[np.flatnonzero(lm.integer)].astype(np.int32)
+        h.changeColsIntegrality(len(cols), cols, np.full(len(cols), highspy.HighsVarType.kInteger))
+    lo, up, starts, idx, val = [], [], [], [], []
+    for row in lm.rows:  # tdef rows: sum a x + a0 - T <= 0
+        starts.append(len(idx))
+        idx.extend(col[row.idx].tolist())
+        val.extend(row.coef)
+        lo.append(row.lb - row.const if math.isfinite(row.lb) else -inf)
+        up.append(row.ub - row.const if math.isfinite(row.ub) else inf)
+    if cutoff_s is not None:  # eq. X2
+        starts.append(len(idx))
+        idx.extend(col[list(obj)].tolist())
+        val.extend(obj.values())
+        lo.append(-inf)
+        up.append(cutoff_s - const + cutoff_tol_s)
+    h.addRows(len(lo), np.array(lo), np.array(up), len(idx), np.array(starts, np.int32),
+              np.array(idx, np.int32), np.array(val, float))
+    return h
+
+
+def columns(order: np.ndarray) -> np.ndarray:
+    """Variable -> column of ``highs_model(..., order=order)``."""
+    col = np.empty(len(order), np.int64)
+    col[order] = np.arange(len(order))
+    return col
+
+
+def run(h) -> None:
+    """``h.run()`` on a fresh global thread pool: HiGHS keeps one pool sized by its first run, and a
+    later run that asked for another thread count (the LP bounds here, or CP-SAT's node LPs, before
+    it) returned model status "Not Set" at once, every time (measured: bench rows, highspy 1.16)."""
+    highspy.Highs.resetGlobalScheduler(True)
+    h.run()
 
 
 def lp_bound(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 5.0) -> float | None:
@@ -56,36 +105,10 @@ def lp_bound(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 
     gives no answer in time."""
     if highspy is None:
         return None
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    tol = None if cutoff_s is None else 1e-9 * max(1.0, cutoff_s)
+    h = highs_model(lm, integer=False, cutoff_s=cutoff_s, cutoff_tol_s=tol or 0.0)
     h.setOptionValue("time_limit", float(time_limit_s))
-    n = len(lm.names)
-    inf = highspy.kHighsInf
-    cost = np.zeros(n)
-    for i, c in objective_terms(lm).items():
-        cost[i] = c
-    lb = np.array(lm.lb, float)
-    ub = np.array([u if math.isfinite(u) else inf for u in lm.ub], float)
-    h.addVars(n, lb, ub)
-    h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
-    lo, up, starts, idx, val = [], [], [], [], []
-    for row in lm.rows:
-        starts.append(len(idx))
-        idx.extend(row.idx)
-        val.extend(row.coef)
-        lo.append(row.lb - row.const if math.isfinite(row.lb) else -inf)
-        up.append(row.ub - row.const if math.isfinite(row.ub) else inf)
-    if cutoff_s is not None:  # eq. X2
-        starts.append(len(idx))
-        obj = objective_terms(lm)
-        idx.extend(obj)
-        val.extend(obj.values())
-        lo.append(-inf)
-        up.append(cutoff_s - lm.obj_const + 1e-9 * max(1.0, cutoff_s))
-    h.addRows(len(lo), np.array(lo), np.array(up), len(idx), np.array(starts, np.int32),
-              np.array(idx, np.int32), np.array(val, float))
-    highspy.Highs.resetGlobalScheduler(True)  # see milp.py: a pool sized by another run fails at once
-    h.run()
+    run(h)
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
         return math.inf

@@ -7,10 +7,16 @@ passes them as floats (formulations/milp.md); both solve exactly this model. Row
 * ``tdef``: ``sum_i a_i x_i + a_0 - T <= 0`` with ``a`` in seconds and ``T`` a time variable
   (tau or sigma): defines the maxima (eqs. T2, T3);
 * ``cut``: ``sum_i a_i x_i - cap * tau <= 0``, the GPU-time cut (eq. C1).
+
+The model owns its objective (``LinModel.objective``, eq. T1) and the completion of a warm
+start (``LinModel.complete``): each ``tdef`` row records the time variable it defines
+(``Row.defines``), so no engine finds rows by their label.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +37,7 @@ class Row:
     kind: str = "exact"
     const: float = 0.0  # tdef rows: the constant a_0 (seconds)
     label: str = ""
+    defines: int = -1  # tdef rows: the time variable (tau or sigma) whose lower bound the row is
 
 
 @dataclass
@@ -60,9 +67,45 @@ class LinModel:
         self.integer.append(integer)
         return len(self.names) - 1
 
-    def add(self, terms: dict, lb: float, ub: float, kind: str = "exact", const: float = 0.0, label: str = ""):
+    def add(self, terms: dict, lb: float, ub: float, kind: str = "exact", const: float = 0.0, label: str = "",
+            defines: int = -1):
         terms = {k: c for k, c in terms.items() if c != 0}
-        self.rows.append(Row(list(terms), list(terms.values()), lb, ub, kind, const, label))
+        self.rows.append(Row(list(terms), list(terms.values()), lb, ub, kind, const, label, defines))
+
+    def tdef(self, terms: dict, time_var: int, q: float = 1.0, const: float = 0.0, label: str = "") -> None:
+        """A defining row ``sum a x + a_0 <= q * T`` of the time variable T (eqs. T2, T3)."""
+        self.add({**terms, time_var: -q}, -INF, 0, kind="tdef", const=const, label=label, defines=time_var)
+
+    @property
+    def aux(self) -> tuple[int, int]:
+        """The time variables defined as maxima of their ``tdef`` rows: tau (eq. T2), sigma (eq. T3)."""
+        return self.tau, self.sigma
+
+    def objective(self) -> tuple[dict, float]:
+        """Eq. T1 in seconds: ({var: coefficient}, constant) of (M - 1) tau + sum t + sum c + sigma."""
+        obj = dict(self.obj_time)
+        obj[self.tau] = obj.get(self.tau, 0.0) + (self.t.M - 1)
+        obj[self.sigma] = obj.get(self.sigma, 0.0) + 1.0
+        return obj, self.obj_const
+
+    def complete(self, vals: dict, lift: Callable[[Row], tuple[list, float]] | None = None,
+                 lower: dict | None = None) -> dict:
+        """Completes ``vals`` (every structural variable, e.g. from ``hint_values``) with the time
+        variables: each at the largest of its lower bound and its defining rows (eqs. T2, T3), the
+        least value that satisfies them. ``lift(row) -> (coefficients, constant)`` restates a row in
+        another unit (CP-SAT's integer time, eq. CP1); the values are then rounded up to integers and
+        ``lower`` gives the lower bounds in that unit. Updates ``vals`` in place and returns it."""
+        best = {v: (lower[v] if lower is not None else self.lb[v]) for v in self.aux}
+        for row in self.rows:
+            v = row.defines
+            if v < 0:
+                continue
+            coefs, const = lift(row) if lift is not None else (row.coef, row.const)
+            q = -coefs[row.idx.index(v)]  # min(k, M) on the in-flight rows (eq. T2), else 1
+            val = (sum(c * vals[i] for i, c in zip(row.idx, coefs) if i != v) + const) / q
+            best[v] = max(best[v], math.ceil(val) if lift is not None else val)
+        vals.update(best)
+        return vals
 
     def x(self, k: int, i: int) -> dict:
         """{var: 1} for x[k,i] = xn[k,i] + xf[k,i]."""
@@ -228,7 +271,7 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
                 _acc(cut[g], {xf: c["first_time"][i] * t.gpus[i]})
             if k == 1:
                 _acc(cut[g], x, c["last_time"][i] * t.gpus[i])
-        m.add({**tk, m.tau: -1}, -INF, 0, kind="tdef", label="T2 tau >= t_k")
+        m.tdef(tk, m.tau, label="T2 tau >= t_k")
         slot_s[k] = sk
         _acc(m.obj_time, tk)
         slot_t[k] = tk
@@ -246,7 +289,7 @@ def _sync_rows(m: LinModel, slot_t: dict, slot_s: dict) -> None:
     for k in range(m.t.p_max, 0, -1):
         row = dict(slot_s.get(k, {}))
         _acc(row, before, -BWD_SHARE)
-        m.add({**row, m.sigma: -1}, -INF, 0, kind="tdef", label="T3 sigma >= s_k - beta*before")
+        m.tdef(row, m.sigma, label="T3 sigma >= s_k - beta*before")
         _acc(before, slot_t.get(k, {}))
 
 
@@ -263,7 +306,7 @@ def _inflight_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
             _acc(row, terms)
             const += c0
             if k < m.t.M:
-                m.add({**row, m.tau: -float(k)}, -INF, 0, kind="tdef", const=const, label="T2 in-flight")
+                m.tdef(row, m.tau, float(k), const=const, label="T2 in-flight")
 
 
 def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
@@ -280,7 +323,7 @@ def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
         p0 = float(next(iter(vals)))
         row = {v: p0 * cc for v, cc in uterms.items()}
         half = {v: 0.5 * c for v, c in row.items()}
-        m.add({**half, m.tau: -1}, -INF, 0, kind="tdef", const=0.5 * p0 * uconst, label="T2 tau >= c_k/2")
+        m.tdef(half, m.tau, const=0.5 * p0 * uconst, label="T2 tau >= c_k/2")
         _acc(m.obj_time, row)
         m.obj_const += p0 * uconst
         return row, p0 * uconst
@@ -300,7 +343,7 @@ def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
     for h, row in zin.items():
         _acc(row, down[h], -1.0)
         m.add(row, -INF, 0, label="Z1 in")
-    m.add({**{v: 0.5 * c for v, c in cost.items()}, m.tau: -1}, -INF, 0, kind="tdef", label="T2 tau >= c_k/2")
+    m.tdef({v: 0.5 * c for v, c in cost.items()}, m.tau, label="T2 tau >= c_k/2")
     _acc(m.obj_time, cost)
     return cost, 0.0
 
@@ -331,7 +374,8 @@ def decode(m: LinModel, values) -> Assignment:
 
 
 def hint_values(m: LinModel, a: Assignment) -> dict | None:
-    """Structural variable values of an assignment (None when the model excludes it)."""
+    """Structural variable values of an assignment (None when the model excludes it); the time
+    variables are left at 0 (``start_values`` completes them)."""
     t = m.t
     p = len(a.stages)
     local = {int(o): i for i, o in enumerate(t.opts)}
@@ -352,3 +396,11 @@ def hint_values(m: LinModel, a: Assignment) -> dict | None:
     for s, v in m.w.items():
         vals[v] = 1.0 if t.sig[local[a.stages[0].option]] == s else 0.0
     return vals
+
+
+def start_values(m: LinModel, a: Assignment, lift: Callable[[Row], tuple[list, float]] | None = None,
+                 lower: dict | None = None) -> dict | None:
+    """Every variable's value for the warm start ``a`` (None when the model excludes it):
+    ``hint_values`` completed by ``LinModel.complete`` (same ``lift`` and ``lower``)."""
+    vals = hint_values(m, a)
+    return None if vals is None else m.complete(vals, lift, lower)

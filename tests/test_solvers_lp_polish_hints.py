@@ -1,0 +1,275 @@
+"""Direct tests of solvers/common: the LinModel's objective and warm-start completion, the HiGHS model
+builder and the LP bound (lp.py), the local search (polish.py), the canonical form of a hint (hints.py),
+and the MILP's CBC fallback."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from synthetic import large_problem, random_problem
+
+from haap_milp.problem import Assignment, Stage, evaluate, violations
+from haap_milp.solvers import get_solver, milp
+from haap_milp.solvers.common import build_model, build_tables, canonical, decode, hint_values
+from haap_milp.solvers.common import polish as polish_mod
+from haap_milp.solvers.common.lp import highs_model, highspy, lp_bound, run
+from haap_milp.solvers.common.model import start_values
+from haap_milp.specs import SolveOptions
+
+EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=2, seed=0)
+SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}
+
+
+def _random_plan(problem, rng) -> Assignment:
+    """Any plan shape (feasible or not): a variant, a stage count, a split of the layers, options."""
+    v = int(rng.integers(len(problem.variants)))
+    p = int(rng.integers(1, min(problem.max_stages, problem.num_layers) + 1))
+    cuts = sorted(rng.choice(np.arange(1, problem.num_layers), size=p - 1, replace=False).tolist()) if p > 1 else []
+    sizes = np.diff([0, *cuts, problem.num_layers]).tolist()
+    allowed = np.flatnonzero(problem.variants[v].allowed)
+    return Assignment(v, tuple(Stage(int(rng.choice(allowed)), int(n)) for n in sizes))
+
+
+def _feasible_plans(problem, rng, tries: int = 300) -> list[Assignment]:
+    out = []
+    for _ in range(tries):
+        a = _random_plan(problem, rng)
+        if not violations(problem, a):
+            out.append(a)
+    return out
+
+
+def _row_ok(row, vals, tol=1e-7) -> bool:
+    act = sum(c * vals[i] for i, c in zip(row.idx, row.coef)) + row.const
+    scale = max(1.0, sum(abs(c * vals[i]) for i, c in zip(row.idx, row.coef)))
+    return row.lb - tol * scale <= act <= row.ub + tol * scale
+
+
+def _model_value(lm, vals) -> float:
+    obj, const = lm.objective()
+    return sum(c * vals[i] for i, c in obj.items()) + const
+
+
+# --- LinModel: objective and warm-start completion (model.py), canonical form (hints.py) ---------------
+
+@settings(max_examples=40, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_completed_hint_is_feasible_and_its_objective_is_evaluate(seed):
+    """Any feasible plan, put in canonical form (hints.py), is a point of its variant's model: every row,
+    bound and integrality holds, the model's objective (eq. T1) equals evaluate(), and decode gives it back."""
+    problem = random_problem(seed)
+    dp = get_solver("dp")(problem, EXACT).assignment
+    for a in _feasible_plans(problem, np.random.default_rng(seed))[:5] + ([dp] if dp is not None else []):
+        t = build_tables(problem, a.variant)
+        c = canonical(problem, t, a)
+        assert not violations(problem, c)
+        assert evaluate(problem, c) <= evaluate(problem, a) * (1 + 1e-12)
+        lm = build_model(problem, t)
+        vals = start_values(lm, c)
+        assert vals is not None, c
+        assert set(vals) == set(range(len(lm.names)))
+        for i, x in vals.items():
+            assert lm.lb[i] - 1e-9 <= x <= lm.ub[i] + 1e-9, (lm.names[i], x)
+            if lm.integer[i]:
+                assert x == round(x), (lm.names[i], x)
+        bad = [r.label for r in lm.rows if not _row_ok(r, vals)]
+        assert not bad, bad
+        assert _model_value(lm, vals) == pytest.approx(evaluate(problem, c), rel=1e-9)
+        assert decode(lm, [vals[i] for i in range(len(lm.names))]) == c
+
+
+def test_completion_does_not_read_row_labels():
+    """The time variables are found by structure (Row.defines), not by the label's equation prefix."""
+    problem = random_problem(7, num_layers=8, max_stages=3)
+    a = get_solver("brute")(problem, EXACT).assignment
+    t = build_tables(problem, a.variant)
+    a = canonical(problem, t, a)
+    lm = build_model(problem, t)
+    want = start_values(lm, a)
+    for row in lm.rows:
+        row.label = "renamed"
+    assert start_values(lm, a) == want
+    assert want[lm.tau] > 0 and want[lm.sigma] > 0
+    assert {r.defines for r in lm.rows if r.kind == "tdef"} == {lm.tau, lm.sigma}
+
+
+def test_completion_is_the_least_value_of_the_time_variables():
+    """tau and sigma are completed at the maxima of their rows: each has a row that holds with equality
+    (or sits at its lower bound), so the model objective is no larger than needed."""
+    problem = random_problem(11, num_layers=8, max_stages=3)
+    a = get_solver("brute")(problem, EXACT).assignment
+    t = build_tables(problem, a.variant)
+    lm = build_model(problem, t)
+    vals = start_values(lm, canonical(problem, t, a))
+    for v in lm.aux:
+        slack = [-(sum(c * vals[i] for i, c in zip(r.idx, r.coef)) + r.const) for r in lm.rows if r.defines == v]
+        assert min(slack) == pytest.approx(0.0, abs=1e-12) or vals[v] == lm.lb[v]
+
+
+def test_hint_outside_the_model_is_refused():
+    problem = random_problem(3, num_layers=6, max_stages=3)
+    t = build_tables(problem, 0)
+    lm = build_model(problem, t)
+    deep = Assignment(0, tuple(Stage(int(t.opts[0]), 1) for _ in range(t.p_max + 1)))  # no slot p_max + 1
+    assert hint_values(lm, deep) is None and start_values(lm, deep) is None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_canonical_form_is_a_fixed_point(seed):
+    problem = random_problem(seed)
+    for a in _feasible_plans(problem, np.random.default_rng(seed))[:5]:
+        t = build_tables(problem, a.variant)
+        c = canonical(problem, t, a)
+        assert canonical(problem, t, c) == c
+
+
+# --- LP relaxation and the shared HiGHS builder (lp.py) -----------------------------------------------
+
+def _milp(lm):
+    """(objective, decoded plan) of the builder's model with integrality on, solved to optimality."""
+    h = highs_model(lm, integer=True)
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("mip_abs_gap", 0.0)
+    run(h)
+    if h.getModelStatus() == highspy.HighsModelStatus.kInfeasible:
+        return math.inf, None
+    assert h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    return h.getInfo().objective_function_value + lm.obj_const, decode(lm, list(h.getSolution().col_value))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_lp_bound_below_brute_force_and_integral_model_equals_it(seed):
+    """Per variant, LP <= MILP of the same builder; the best MILP plan over the variants is a brute-force
+    optimum (so the builder's rows and objective are those of eqs. T1-T3), and the LP is below it."""
+    problem = random_problem(seed)
+    brute = get_solver("brute")(problem, EXACT)
+    lps, mips = [], []
+    for v in range(len(problem.variants)):
+        t = build_tables(problem, v)
+        if t.p_min == 0:
+            continue
+        lm = build_model(problem, t)
+        lp, (mip, plan) = lp_bound(lm), _milp(lm)
+        assert lp is not None
+        assert lp <= mip * (1 + 1e-9) + 1e-12
+        lps.append(lp)
+        if plan is not None:
+            assert not violations(problem, plan)
+            # HiGHS' value is within its feasibility tolerances (1e-7 per row, up to M - 1 periods) of the plan's
+            assert mip == pytest.approx(evaluate(problem, plan), abs=1e-7 * (t.M + 2) * (1 + t.L))
+            mips.append((evaluate(problem, plan), mip))
+    if brute.status == "INFEASIBLE":
+        assert not mips
+        return
+    assert min(lps) <= brute.objective_s * (1 + 1e-9)
+    best = min(mips)
+    assert best[0] <= brute.objective_s + 1e-6 * brute.objective_s  # HiGHS: optimal within mip tolerances
+    assert best[0] >= brute.objective_s * (1 - 1e-12)
+
+
+def test_lp_cutoff_below_the_optimum_is_infeasible():
+    problem = random_problem(5, num_layers=8, max_stages=3)
+    brute = get_solver("brute")(problem, EXACT)
+    a = brute.assignment
+    lm = build_model(problem, build_tables(problem, a.variant))
+    lp = lp_bound(lm)
+    assert lp_bound(lm, cutoff_s=lp * 0.5) == math.inf
+    assert lp_bound(lm, cutoff_s=brute.objective_s) == pytest.approx(lp, rel=1e-9)
+
+
+# --- local search (polish.py) -------------------------------------------------------------------------
+
+@settings(max_examples=30, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_polish_never_worse_never_infeasible_and_deterministic(seed):
+    problem = random_problem(seed)
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        a = _random_plan(problem, rng)
+        b = polish_mod.polish(problem, a)
+        if violations(problem, a):
+            assert b == a  # an infeasible plan is returned as given
+            continue
+        assert not violations(problem, b)
+        assert evaluate(problem, b) <= evaluate(problem, a)
+        assert polish_mod.polish(problem, a) == b
+
+
+def test_polish_is_bounded_by_moves_not_by_the_clock(monkeypatch):
+    """Same plan with a clock that jumps an hour per reading (a loaded machine), and at most max_moves
+    candidates are looked at."""
+    problem = large_problem(0, num_gpus=256, num_types=2, num_layers=32)
+    a = get_solver("uniform")(problem, SolveOptions(time_limit_s=10)).assignment
+    want = polish_mod.polish(problem, a, max_moves=2000)
+    assert evaluate(problem, want) < evaluate(problem, a)  # the search does move from this start
+    import time as _time
+    clock = iter(range(0, 10**9, 3600))
+    monkeypatch.setattr(_time, "perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr(_time, "monotonic", lambda: float(next(clock)))
+    assert polish_mod.polish(problem, a, max_moves=2000) == want
+    monkeypatch.undo()
+    seen = []
+    real = polish_mod._feasible_better
+    monkeypatch.setattr(polish_mod, "_feasible_better", lambda *args: seen.append(1) or real(*args))
+    for budget in (0, 1, 50, 400):
+        seen.clear()
+        b = polish_mod.polish(problem, a, max_moves=budget)
+        assert len(seen) <= budget
+        assert not violations(problem, b) and evaluate(problem, b) <= evaluate(problem, a)
+    assert polish_mod.polish(problem, a, max_moves=0) == a
+
+
+# --- MILP backends: HiGHS (highspy) and the CBC fallback (milp.py) ----------------------------------
+
+@pytest.mark.parametrize("seed", [1, 4, 9])
+def test_cbc_backend_agrees_with_highs_and_brute_force(seed, monkeypatch):
+    problem = random_problem(seed, num_layers=6, max_stages=3, num_variants=2)
+    brute = get_solver("brute")(problem, EXACT)
+    real = milp._cbc_node
+
+    def no_cbc(*args):
+        raise AssertionError("the HiGHS run fell back to CBC")
+
+    monkeypatch.setattr(milp, "_cbc_node", no_cbc)  # the HiGHS result is HiGHS's own
+    hi = milp.solve(problem, EXACT)
+    monkeypatch.setattr(milp, "_cbc_node", real)
+    cbc = milp.solve(problem, EXACT, backend="cbc")
+    assert "fallback_nodes" not in hi.stats and "fallback_nodes" not in cbc.stats
+    assert hi.status == cbc.status == brute.status, (hi.status, cbc.status, brute.status, cbc.message)
+    if brute.status == "OPTIMAL":
+        for res in (hi, cbc):
+            assert not violations(problem, res.assignment)
+            assert res.objective_s == pytest.approx(brute.objective_s, rel=1e-6)
+            assert res.bound_s <= brute.objective_s * (1 + 1e-9)
+
+
+def test_highs_failure_falls_back_to_cbc(monkeypatch):
+    problem = random_problem(4, num_layers=6, max_stages=3, num_variants=2)
+    brute = get_solver("brute")(problem, EXACT)
+    assert brute.status == "OPTIMAL"
+    calls = []
+    real = milp._cbc_node
+
+    def broken(*args, **kw):
+        raise RuntimeError("simulated HiGHS failure")
+
+    monkeypatch.setattr(milp, "_highs_node", broken)
+    monkeypatch.setattr(milp, "_cbc_node", lambda *args: calls.append(1) or real(*args))
+    res = milp.solve(problem, EXACT)
+    assert calls and res.stats["fallback_nodes"] == len(calls)
+    assert res.status == "OPTIMAL" and not res.message
+    assert res.objective_s == pytest.approx(brute.objective_s, rel=1e-6)
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="backend"):
+        milp.solve(random_problem(1), EXACT, backend="glpk")
