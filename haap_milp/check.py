@@ -14,8 +14,7 @@ Rules (names as reported):
   micro-batch x micro-batches;
 * ``ep.*`` / ``cp.*`` — ep = 1 on a dense model; ep divides the experts; ep·etp divides tp·dp·cp
   (MoE parallel folding, Megatron ``parallel_state``); seq_len divisible by 2·cp;
-* ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``schedule.vpp_layers`` — vpp divides
-  each stage's layers; ``precision.gpu`` — every GPU type
+* ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``precision.gpu`` — every GPU type
   supports the plan's precision;
 * ``memory.capacity`` — the estimator's peak memory per GPU within capacity minus headroom;
 * ``<target>.*`` — the engine's own rules (``emit/<target>.plan_violations``) when a target is given.
@@ -111,10 +110,6 @@ def _parallel(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> list[Violat
     if plan.vpp > 1 and plan.schedule != "interleaved":
         out.append(Violation("schedule.vpp", None, f"vpp={plan.vpp} needs the interleaved schedule, "
                              f"got {plan.schedule!r}"))
-    if plan.vpp > 1:
-        out += [Violation("schedule.vpp_layers", j, f"vpp={plan.vpp} does not divide its {s.num_layers} layers "
-                          "(each virtual stage holds the same number)") for j, s in enumerate(plan.stages)
-                if s.num_layers % plan.vpp]
     return out
 
 

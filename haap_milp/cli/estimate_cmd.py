@@ -59,6 +59,11 @@ def _check_uniform(model: ModelSpec, cluster: ClusterSpec, gbs: int, tp: int, pp
                              field="gbs", value=gbs)
     if pp > model.num_layers:
         raise HaapInputError(f"--pp {pp} exceeds the {model.num_layers} layers of {model.name}.", field="pp", value=pp)
+    if vpp > 1 and model.num_layers % (pp * vpp):
+        # the flag form is Megatron's --num-virtual-stages-per-pipeline-rank, which needs equal virtual stages
+        raise HaapInputError(f"--vpp {vpp} does not divide the layers per stage: {model.name} has {model.num_layers} "
+                             f"layers, not divisible by pp x vpp = {pp}x{vpp} = {pp * vpp}; uneven virtual stages "
+                             "need a plan file (--plan).", field="vpp", value=vpp)
     if model.num_heads % tp:
         raise HaapInputError(f"--tp {tp} does not divide the {model.num_heads} attention heads of {model.name}.",
                              field="tp", value=tp)
