@@ -226,14 +226,17 @@ def parse_spec(data: object, source: str = "spec") -> BenchSpec:
         return BenchSpec.model_validate(data)
     except ValidationError as exc:
         parts = []
-        locs = [e["loc"] for e in exc.errors()]
-        for err in exc.errors():
-            if any(len(other) > len(err["loc"]) and other[:len(err["loc"])] == err["loc"] for other in locs):
-                continue  # the deeper error says it better
+        from haap_milp.catalog.files import short
+
+        parents = {e["loc"][:i] for e in exc.errors() for i in range(1, len(e["loc"]))}
+        relevant = [e for e in exc.errors(include_url=False) if e["loc"] not in parents]  # deeper errors say it better
+        for err in relevant[:5]:
             loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
             value = err.get("input")
-            parts.append(f"{loc}: {err['msg']} (got {value!r})" if not isinstance(value, dict) else
-                         f"{loc}: {err['msg']}")
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg} (got {short(value)})" if not isinstance(value, dict) else f"{loc}: {msg}")
+        if len(relevant) > 5:
+            parts.append(f"and {len(relevant) - 5} more")
         first = exc.errors()[0]["loc"] if exc.errors() else ()
         raise HaapInputError(f"benchmark spec {source!r} is invalid: " + "; ".join(parts) +
                              ". Allowed top-level keys: " + ", ".join(BenchSpec.model_fields) + ".",

@@ -102,6 +102,7 @@ CONTENT: dict[str, bytes | str] = {
     "timestamp.yaml": "num_layers: 2001-13-45 99:99:99\n",
     "python_tag.yaml": "num_layers: !!python/object/apply:os.system ['true']\n",
     "many_keys.json": json.dumps({f"k{i}": i for i in range(20000)}),
+    "many_unknown_keys.yaml": "".join(f"k{i}: {i}\n" for i in range(9000)) + "num_layers: 4\nnode_groups: []\n",
     "long_line.yaml": "name: " + "x" * 500_000 + "\n",
     "passwd_like.yaml": "root:x:0:0:root:/root:/bin/bash\n",
 }
@@ -231,7 +232,7 @@ def test_plan_file_naming_its_model_and_cluster_needs_no_flags(plan_doc, tmp_pat
     f = tmp_path / "bare.json"
     f.write_text(json.dumps(bare))
     for args in (["simulate", f], ["estimate", "--plan", f], ["validate", f], ["emit", f, "-t", "megatron"]):
-        code, out, err = run_cli([str(a) for a in args])
+        code, _, err = run_cli([str(a) for a in args])
         assert code == 0, (args, err)
     f2 = tmp_path / "named.json"
     f2.write_text(json.dumps({"plan": bare, "model": "gpt3-1.3b", "cluster": "h100-80g:8"}))
@@ -449,8 +450,7 @@ shorthand_text = st.one_of(
 )
 
 
-@FUZZ
-@settings(max_examples=500)
+@settings(FUZZ, max_examples=600)
 @given(shorthand_text)
 def test_shorthand_loads_or_refuses(text):
     t0 = time.perf_counter()
@@ -463,14 +463,13 @@ def test_shorthand_loads_or_refuses(text):
 
 
 bad_numbers = st.one_of(
-    st.integers(max_value=0).map(str), st.integers(min_value=10**9).map(str),
-    st.sampled_from(["nan", "NaN", "inf", "-inf", "1e400", "", " ", "0x1f", "1_0", "ten", "4096.5", "--", "1e-400"]),
+    st.integers(max_value=0).map(str), st.integers(min_value=10**12).map(str),
+    st.sampled_from(["nan", "NaN", "inf", "-inf", "1e400", "", " ", "0x1f", "ten", "4096.5", "--", "1e-400"]),
 )
 
 
-@FUZZ
-@settings(max_examples=350)
-@given(st.sampled_from(["--seq", "--gbs", "--threads", "--max-stages", "--time-limit", "--gap", "--memory-headroom"]),
+@settings(FUZZ, max_examples=150)
+@given(st.sampled_from(["--seq", "--gbs", "--threads", "--time-limit", "--gap", "--memory-headroom"]),
        bad_numbers)
 def test_numeric_flags_refuse_bad_values(flag, value):
     if flag in ("--time-limit", "--gap") and value.strip() in ("1e-400",):
@@ -496,8 +495,7 @@ def _yaml_doc(value, anchors: int) -> str:
     return prefix + ("root: " + text if prefix else text)
 
 
-@FUZZ
-@settings(max_examples=700)
+@settings(FUZZ, max_examples=600)
 @given(yaml_values, st.integers(0, 9), st.booleans())
 def test_yaml_documents_parse_bounded(value, anchors, as_text):
     text = _yaml_doc(str(value) if as_text else value, anchors)
@@ -509,8 +507,7 @@ def test_yaml_documents_parse_bounded(value, anchors, as_text):
     assert time.perf_counter() - t0 < CASE_SECONDS
 
 
-@FUZZ
-@settings(max_examples=120)
+@settings(FUZZ, max_examples=100)
 @given(yaml_values, st.sampled_from(["validate", "solve-model", "solve-cluster", "estimate-plan", "bench"]))
 def test_random_files_never_crash_the_cli(tmp_path, value, command):
     f = tmp_path / "fuzz.yaml"
@@ -530,5 +527,5 @@ def test_no_hang_in_a_real_process(corpus, args):
     exe = shutil.which("haap-solve")
     cmd = [exe] if exe else [sys.executable, "-m", "haap_milp.cli"]
     argv = [a.format(bomb=corpus["alias_bomb.yaml"], fifo=corpus["fifo.yaml"]) for a in args]
-    proc = subprocess.run([*cmd, *argv], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([*cmd, *argv], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "error:" in proc.stderr, proc.stderr

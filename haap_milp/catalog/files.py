@@ -23,6 +23,7 @@ from haap_milp.errors import HaapInputError
 
 MAX_FILE_BYTES = 8 * 2**20  # model/cluster/plan files are kilobytes; refuse anything absurd
 MAX_YAML_NODES = 200_000  # after alias expansion; the largest real input (a bench spec) has a few hundred
+MAX_ITEMS = 10_000  # keys of one mapping / items of one list; real inputs have at most a few hundred
 MAX_DEPTH = 100  # nesting levels of lists/mappings; real inputs have fewer than 6
 YAML_SUFFIXES = (".yaml", ".yml")
 JSON_SUFFIXES = (".json",)
@@ -128,6 +129,7 @@ def _expanded_size(root: yaml.Node, name: str) -> int:
 
 def load_yaml(text: str, name: str) -> Any:
     """``yaml.safe_load`` with alias expansion, nesting and size bounded (see the module doc)."""
+    _json_depth(text, name)  # flow [ { nesting, before PyYAML's recursive parser spends seconds on it
     loader = _BoundedLoader(text)
     try:
         node = loader.get_single_node()
@@ -145,7 +147,7 @@ def load_json(text: str, name: str) -> Any:
     return json.loads(text)
 
 
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\']|\'\')*\'|[\[\]{}]')  # strings skipped
 
 
 def _json_depth(text: str, name: str) -> None:
@@ -208,6 +210,10 @@ def check_finite(data: Any, name: str, path: str = "", depth: int = 0) -> None:
     if isinstance(data, float) and not math.isfinite(data):
         raise HaapInputError(f"{name!r}: field {path or '(top level)'} is {data!r}; give a finite number.",
                              field=path or None, value=data)
+    if isinstance(data, (dict, list)) and len(data) > MAX_ITEMS:
+        raise HaapInputError(f"{name!r}: {'field ' + path if path else 'the top level'} has {len(data)} "
+                             f"{'keys' if isinstance(data, dict) else 'items'}; more than {MAX_ITEMS} is refused "
+                             "(a model, cluster, plan or spec file has a few hundred at most).", field=path or None)
     if isinstance(data, dict):
         for key, value in data.items():
             check_finite(value, name, f"{path}.{key}" if path else str(key), depth + 1)
