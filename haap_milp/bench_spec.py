@@ -191,13 +191,13 @@ class TaskInputs(BaseModel):
 
 def load_spec(path: str | Path) -> BenchSpec:
     """Read and validate a spec file; any mistake is one HaapInputError paragraph."""
-    from haap_milp.catalog.files import parse_text, read_text
+    from haap_milp.catalog.files import parse_text, read_text, suffix_format
 
     p = Path(path)
     if not p.is_file():
         raise HaapInputError(f"benchmark spec {str(p)!r} is not a file; give a YAML file such as "
                              "benchmarks/specs/quick.yaml", field="spec", value=str(p))
-    data = parse_text(read_text(p, "benchmark spec"), str(p), "yaml")  # UTF-8, size, aliases, NaN bounded
+    data = parse_text(read_text(p, "benchmark spec"), str(p), suffix_format(str(p)))  # UTF-8, size, aliases, NaN bounded
     spec = parse_spec(data, source=str(p))
     check_spec_inputs(spec, str(p))
     return spec

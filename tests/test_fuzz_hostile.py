@@ -495,7 +495,7 @@ def _yaml_doc(value, anchors: int) -> str:
     return prefix + ("root: " + text if prefix else text)
 
 
-@settings(FUZZ, max_examples=600)
+@settings(FUZZ, max_examples=450)
 @given(yaml_values, st.integers(0, 9), st.booleans())
 def test_yaml_documents_parse_bounded(value, anchors, as_text):
     text = _yaml_doc(str(value) if as_text else value, anchors)
