@@ -529,3 +529,15 @@ def test_no_hang_in_a_real_process(corpus, args):
     argv = [a.format(bomb=corpus["alias_bomb.yaml"], fifo=corpus["fifo.yaml"]) for a in args]
     proc = subprocess.run([*cmd, *argv], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "error:" in proc.stderr, proc.stderr
+
+
+def test_emit_into_a_folder_with_a_subfolder_named_like_an_output_writes_nothing(plan_doc, tmp_path, run_cli):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plan_doc))
+    out = tmp_path / "launch"
+    (out / "hostfile").mkdir(parents=True)
+    (out / "mine.txt").write_text("keep")
+    code, _, err = run_cli(["emit", str(plan), "-t", "megatron", "--out", str(out)])
+    assert code == 2 and "'hostfile' inside it is a folder" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["hostfile", "mine.txt"]
+    assert (out / "mine.txt").read_text() == "keep"

@@ -59,7 +59,8 @@ def flag_error(exc: Any, given: dict[str, Any] | None = None) -> HaapInputError:
         value = (given or {}).get(flag, err.get("input"))
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         msg = msg.replace("Input should be", "must be").replace("input should be", "must be")
-        parts.append(f"{flag} {value!r}: {msg}")
+        shown = f"{value:g}" if isinstance(value, float) else repr(value)
+        parts.append(f"{flag} {shown}: {msg}")
     first = (exc.errors(include_url=False) or [{}])[0]
     return HaapInputError("; ".join(parts) + ".", field=str((first.get("loc") or ("",))[0]) or None,
                           value=first.get("input"))
