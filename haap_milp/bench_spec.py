@@ -23,10 +23,10 @@ Heuristics (dp, uniform) run once per task; exact methods (cpsat, milp) once per
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from haap_milp.errors import HaapInputError
@@ -127,13 +127,22 @@ class BenchSpec(_Frozen):
                 data[key] = [data[key]]
         return data
 
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        """The name becomes the default output folder ``bench-<name>``: a plain file name only."""
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", v):
+            raise ValueError(f"name {v!r} must be 1-100 letters, digits, '.', '_' or '-' starting with a letter or "
+                             "digit (it names the output folder bench-<name>)")
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> BenchSpec:
         for key in ("gbs", "seq"):
-            if any(x < 1 for x in getattr(self, key)):
-                raise ValueError(f"{key} must be positive integers, got {list(getattr(self, key))}")
-        if any(t <= 0 for t in self.time_limits_s):
-            raise ValueError(f"time_limits_s must be positive, got {list(self.time_limits_s)}")
+            if any(not 1 <= x <= 100_000_000 for x in getattr(self, key)):
+                raise ValueError(f"{key} must be positive integers (at most 100000000), got {list(getattr(self, key))}")
+        if any(not 0 < t <= 86_400 for t in self.time_limits_s):  # also refuses NaN and infinity
+            raise ValueError(f"time_limits_s must be positive seconds (at most 86400), got {list(self.time_limits_s)}")
         for what, names in (("method", self.methods), ("time limit", self.time_limits_s),
                             ("cluster label", [c.name for c in self.clusters])):
             dup = sorted({str(x) for x in names if list(names).count(x) > 1})
@@ -187,16 +196,30 @@ class TaskInputs(BaseModel):
 
 def load_spec(path: str | Path) -> BenchSpec:
     """Read and validate a spec file; any mistake is one HaapInputError paragraph."""
+    from haap_milp.catalog.files import parse_text, read_text, suffix_format
+
     p = Path(path)
     if not p.is_file():
         raise HaapInputError(f"benchmark spec {str(p)!r} is not a file; give a YAML file such as "
                              "benchmarks/specs/quick.yaml", field="spec", value=str(p))
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise HaapInputError(f"benchmark spec {str(p)!r} is not valid YAML: {' '.join(str(exc).split())}",
-                             field="spec", value=str(p)) from None
-    return parse_spec(data, source=str(p))
+    data = parse_text(read_text(p, "benchmark spec"), str(p), suffix_format(str(p)))  # UTF-8, size, aliases, NaN bounded
+    spec = parse_spec(data, source=str(p))
+    check_spec_inputs(spec, str(p))
+    return spec
+
+
+def check_spec_inputs(spec: BenchSpec, source: str) -> None:
+    """Every model of the grid loads (catalog name or file): a spec error exits 2 before any run, instead of
+    ERROR rows. (Clusters that fail to load still give ERROR rows; tests/test_bench_cli.py relies on that.)"""
+    from haap_milp.catalog import load_model
+
+    for what, items, load in (("models", [m.name for m in spec.models], load_model),):
+        for i, ref in enumerate(items):
+            try:
+                load(ref)
+            except HaapInputError as exc:
+                raise HaapInputError(f"benchmark spec {source!r}: {what}.{i} = {ref!r}: {exc}",
+                                     field=f"{what}.{i}", value=ref) from None
 
 
 def parse_spec(data: object, source: str = "spec") -> BenchSpec:
@@ -208,14 +231,17 @@ def parse_spec(data: object, source: str = "spec") -> BenchSpec:
         return BenchSpec.model_validate(data)
     except ValidationError as exc:
         parts = []
-        locs = [e["loc"] for e in exc.errors()]
-        for err in exc.errors():
-            if any(len(other) > len(err["loc"]) and other[:len(err["loc"])] == err["loc"] for other in locs):
-                continue  # the deeper error says it better
+        from haap_milp.catalog.files import short
+
+        parents = {e["loc"][:i] for e in exc.errors() for i in range(1, len(e["loc"]))}
+        relevant = [e for e in exc.errors(include_url=False) if e["loc"] not in parents]  # deeper errors say it better
+        for err in relevant[:5]:
             loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
             value = err.get("input")
-            parts.append(f"{loc}: {err['msg']} (got {value!r})" if not isinstance(value, dict) else
-                         f"{loc}: {err['msg']}")
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg} (got {short(value)})" if not isinstance(value, dict) else f"{loc}: {msg}")
+        if len(relevant) > 5:
+            parts.append(f"and {len(relevant) - 5} more")
         first = exc.errors()[0]["loc"] if exc.errors() else ()
         raise HaapInputError(f"benchmark spec {source!r} is invalid: " + "; ".join(parts) +
                              ". Allowed top-level keys: " + ", ".join(BenchSpec.model_fields) + ".",

@@ -7,7 +7,6 @@ accepted too; then model and cluster come from the command line.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,31 +25,62 @@ class PlanFile:
 
 
 def _field_path(exc: ValidationError) -> str:
-    err = exc.errors()[0]
+    from haap_milp.catalog.files import short
+
+    err = exc.errors(include_url=False)[0]
     loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-    return f"field {loc}: {err['msg']} (got {err.get('input')!r:.80})"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"field {loc}: {msg} (got {short(err.get('input'), 80)})"
+
+
+def _named(doc: dict, body: dict, key: str, path: str):
+    """The model/cluster a plan file names as text (top-level ``model: llama3-8b`` or the plan's own
+    ``model``/``cluster`` field) when it is a catalog name or a cluster shorthand; else None."""
+    from haap_milp.catalog import data as cat
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.catalog.shorthand import looks_like_shorthand
+
+    text = doc.get(key) if isinstance(doc.get(key), str) else body.get(key)
+    if not isinstance(text, str) or not text.strip():
+        return None
+    if key == "model":
+        return load_model(text) if cat.model_entry(text) is not None or isinstance(doc.get(key), str) else None
+    if cat.canonical("cluster", text) is not None or looks_like_shorthand(text) or isinstance(doc.get(key), str):
+        try:
+            return load_cluster(text)
+        except HaapInputError as exc:
+            if isinstance(doc.get(key), str):
+                raise HaapInputError(f"plan file {path!r}: field 'cluster' = {text!r}: {exc}", field="cluster",
+                                     value=text) from None
+            return None
+    return None
 
 
 def read_plan_file(path: str | Path) -> PlanFile:
     """Parse a plan file; every problem becomes one HaapInputError paragraph."""
-    p = Path(path)
-    if not p.is_file():
-        raise HaapInputError(f"plan file {str(path)!r} does not exist or is not a file", field="plan", value=str(path))
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HaapInputError(f"plan file {str(path)!r} is not UTF-8 JSON: {exc}", field="plan", value=str(path)) from None
+    from haap_milp.catalog.files import parse_text, read_text
+
+    name = str(path)
+    doc = parse_text(read_text(name, "plan file"), name, "json")
     if not isinstance(doc, dict):
-        raise HaapInputError(f"plan file {str(path)!r} must hold a JSON object, got {type(doc).__name__}")
+        raise HaapInputError(f"plan file {name!r} must hold a JSON object, got {type(doc).__name__}",
+                             field="plan", value=name)
     body = doc.get("plan", doc) if isinstance(doc.get("plan"), dict) or "stages" not in doc else doc
     if body is None:
-        raise HaapInputError(f"plan file {str(path)!r} has no plan (status {doc.get('status')!r})", field="plan")
+        raise HaapInputError(f"plan file {name!r} has no plan (status {doc.get('status')!r})", field="plan")
     try:
         plan = Plan.model_validate(body)
         parts = {k: cls.model_validate(doc[k]) for k, cls in
                  (("model", ModelSpec), ("cluster", ClusterSpec), ("training", TrainingSpec)) if isinstance(doc.get(k), dict)}
     except ValidationError as exc:
-        raise HaapInputError(f"plan file {str(path)!r}: {_field_path(exc)}") from None
+        raise HaapInputError(f"plan file {name!r}: {_field_path(exc)}") from None
+    except RecursionError:
+        raise HaapInputError(f"plan file {name!r} is nested too deeply to be a plan.", field="plan") from None
+    for key in ("model", "cluster"):
+        if key not in parts and isinstance(body, dict):
+            found = _named(doc, body, key, name)
+            if found is not None:
+                parts[key] = found
     return PlanFile(plan, parts.get("model"), parts.get("cluster"), parts.get("training"))
 
 

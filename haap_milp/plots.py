@@ -7,7 +7,9 @@ the same keys) — so they do not depend on the estimator's internals. Figures a
 
 from __future__ import annotations
 
+import io
 import logging
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,15 +56,21 @@ def _as_stage_memory(x: StageMemory | Mapping) -> StageMemory:
 
 
 def _save(fig: Figure, path_stem: str | Path) -> list[Path]:
+    """Render every format in memory, then write each file atomically (``outputs.write_atomic``)."""
+    from haap_milp.outputs import write_atomic
+
     stem = Path(path_stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    out = []
+    out, rendered = [], []
     with matplotlib.rc_context({"svg.hashsalt": "haap", "svg.fonttype": "none"}):
         for fmt in FORMATS:
-            path = stem.with_name(stem.name + "." + fmt)
-            fig.savefig(path, format=fmt, dpi=130, bbox_inches="tight",
+            buf = io.BytesIO()
+            fig.savefig(buf, format=fmt, dpi=130, bbox_inches="tight",
                         metadata={"Date": None} if fmt == "svg" else {"Software": None})
-            out.append(path)
+            rendered.append((stem.with_name(stem.name + "." + fmt), buf.getvalue()))
+    for path, data in rendered:
+        write_atomic(path, data, flag="plot")
+        out.append(path)
     log.info("wrote %s", ", ".join(map(str, out)))
     return out
 
@@ -154,3 +162,14 @@ def memory_bars(plan, estimate, cluster=None) -> list[StageMemory]:
                                 b.get("weights_gib", 0.0), b.get("grads_gib", 0.0), b.get("optimizer_gib", 0.0),
                                 b.get("activations_gib", 0.0), b.get("overhead_gib", 0.0), full, se.capacity_gib))
     return rows
+
+
+def plot_folder(folder: str | Path, sim: SimulationResult, memory_rows: Sequence[StageMemory | Mapping],
+                flag: str = "--plot") -> list[Path]:
+    """timeline.{png,svg} and memory.{png,svg} into ``folder``, all four or none (``outputs.write_dir_atomic``:
+    drawn in a scratch folder first, then renamed into place; other files in ``folder`` are left alone)."""
+    from haap_milp.outputs import write_dir_atomic
+
+    with tempfile.TemporaryDirectory(prefix="haap-plots-") as scratch:
+        files = plot_timeline(sim, Path(scratch) / "timeline") + plot_memory(memory_rows, Path(scratch) / "memory")
+        return write_dir_atomic(folder, {f.name: f.read_bytes() for f in files}, flag=flag)

@@ -472,6 +472,11 @@ class SolveResult(Frozen):
     message: str = Field(default="", description="Why (infeasible reason, time limit, error).")
     stats: dict[str, float | int | str] = Field(default_factory=dict, description="Solver/presolve statistics.")
 
+    @property
+    def iteration_time_s(self) -> float | None:
+        """The predicted iteration time of the plan, s: the name ``solve --json`` uses (= ``objective_s``)."""
+        return self.objective_s
+
 
 def relative_gap(objective: float | None, bound: float | None) -> float | None:
     """(objective - bound) / objective, clipped at 0; None when either is unknown."""

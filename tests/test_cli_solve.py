@@ -65,11 +65,11 @@ def test_compare_json_lists_every_method():
 
 
 @pytest.mark.parametrize("args, field", [
-    (["--gbs", "0"], "global_batch_size"),
+    (["--gbs", "0"], "--gbs 0"),
     (["--precision", "fp4"], "precision"),
     (["--solver", "gurobi"], "solver"),
     (["-m", "llama9-1t"], "llama9-1t"),
-    (["--time-limit", "-1"], "time_limit"),
+    (["--time-limit", "-1"], "--time-limit -1"),
 ])
 def test_bad_solve_input_is_one_paragraph(args, field):
     code, _, err = invoke_cli(["solve", *args])

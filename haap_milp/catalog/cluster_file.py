@@ -38,11 +38,29 @@ def _resolve_gpu(group: dict[str, Any], where: str, context: str) -> DefaultNode
         return entry.default_node
     if isinstance(gpu, dict):
         name = canonical("GPU", gpu.get("name")) if isinstance(gpu.get("name"), str) else None
+        if name:
+            _same_as_catalog(gpu, name, where, context)
         return catalog().gpus[name].default_node if name else None
     if "gpu" in group:
         raise HaapInputError(f"{context}: field '{where}.gpu' = {short(gpu)}: give a catalog GPU name (e.g. "
                              "'a100-80g') or a mapping of GPUSpec fields.", field=f"{where}.gpu", value=gpu)
     return None
+
+
+def _same_as_catalog(gpu: dict[str, Any], name: str, where: str, context: str) -> None:
+    """A GPU mapping named like a catalog GPU must not change its specs: the cluster looks GPUs up by name,
+    so a different spec under a catalog name would silently replace the catalog GPU everywhere."""
+    ref = catalog().gpus[name].spec.model_dump()
+    for key, value in gpu.items():
+        if key in ("name", "source") or key not in ref:
+            continue
+        same = value == ref[key] or (isinstance(value, (int, float)) and isinstance(ref[key], (int, float))
+                                     and not isinstance(value, bool) and float(value) == float(ref[key]))
+        if not same:
+            raise HaapInputError(
+                f"{context}: field '{where}.gpu.{key}' = {short(value)} differs from catalog GPU {name!r} "
+                f"({short(ref[key])}); a GPU with its own specs needs its own name (e.g. '{name}-custom'), or "
+                f"write gpu: {name} to use the catalog one.", field=f"{where}.gpu.{key}", value=value)
 
 
 def _num_gpus_to_nodes(group: dict[str, Any], where: str, context: str) -> None:

@@ -36,7 +36,7 @@ def load_file(path: str) -> tuple[str, Any]:
     if kind == "plan":
         return kind, spec_from_data(Plan, data, f"plan file {name!r}")
     if kind == "result":
-        return kind, spec_from_data(SolveResult, data, f"result file {name!r}")
+        return kind, spec_from_data(SolveResult, _result_fields(data), f"result file {name!r}")
     if kind == "training":
         return kind, spec_from_data(TrainingSpec, data, f"training file {name!r}")
     keys = ", ".join(short(k, 30) for k in sorted(data)[:8]) or "no keys"
@@ -44,6 +44,17 @@ def load_file(path: str) -> tuple[str, Any]:
         f"cannot tell what {name!r} describes (keys: {keys}): a model has num_layers/hidden (or is a HF config.json "
         "with 'architectures'), a cluster has node_groups, a plan has stages, a result has status and solver, "
         "a training file has TrainingSpec fields (`haap-solve schema` shows each).", field="path", value=name)
+
+
+def _result_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A ``solve --json`` document (it carries its model and cluster mappings, and names the objective
+    ``iteration_time_s`` with other metrics beside it) as SolveResult fields; other results unchanged."""
+    if not (isinstance(data.get("model"), dict) and isinstance(data.get("cluster"), dict)):
+        return data
+    fields = {k: v for k, v in data.items() if k in SolveResult.model_fields}
+    if "objective_s" not in fields and "iteration_time_s" in data:
+        fields["objective_s"] = data["iteration_time_s"]
+    return fields
 
 
 def resolve_any(text: str) -> tuple[str, Any]:

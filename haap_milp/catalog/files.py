@@ -1,7 +1,11 @@
 """Reading user files safely: size, binary, encoding, YAML/JSON syntax, non-finite numbers.
 
 Every failure becomes one ``HaapInputError`` paragraph naming the file and what would work.
-YAML goes through ``yaml.safe_load`` only.
+YAML goes through a ``yaml.SafeLoader`` whose document is measured before it is built: aliases
+(anchors reused with ``*name``) may not expand it beyond ``MAX_YAML_NODES`` nodes (a "billion laughs"
+alias bomb is refused in milliseconds), and cyclic aliases are refused. JSON and YAML nesting is
+bounded (``MAX_DEPTH``), files by size (``MAX_FILE_BYTES``); every loader in the package goes
+through ``load_data`` / ``parse_text``.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,9 @@ import yaml
 from haap_milp.errors import HaapInputError
 
 MAX_FILE_BYTES = 8 * 2**20  # model/cluster/plan files are kilobytes; refuse anything absurd
+MAX_YAML_NODES = 200_000  # after alias expansion; the largest real input (a bench spec) has a few hundred
+MAX_ITEMS = 10_000  # keys of one mapping / items of one list; real inputs have at most a few hundred
+MAX_DEPTH = 100  # nesting levels of lists/mappings; real inputs have fewer than 6
 YAML_SUFFIXES = (".yaml", ".yml")
 JSON_SUFFIXES = (".json",)
 
@@ -80,10 +88,90 @@ def decode_text(data: bytes, name: str, what: str = "file") -> str:
                              f"{exc.start}); save it as UTF-8 YAML or JSON.", field="path", value=name) from None
 
 
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader; ``load_yaml`` measures the composed node graph before constructing it."""
+
+
+def _expanded_size(root: yaml.Node, name: str) -> int:
+    """Nodes in the document once every alias is expanded (memoised; iterative, so no recursion limit);
+    refuses cycles and anything beyond ``MAX_YAML_NODES``."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if isinstance(node, yaml.ScalarNode):
+            sizes[key] = 1
+            continue
+        children: list[yaml.Node] = [c for pair in node.value for c in pair] \
+            if isinstance(node, yaml.MappingNode) else list(node.value)
+        if done:
+            on_path.discard(key)
+            total = 1 + sum(sizes[id(c)] for c in children)
+            if total > MAX_YAML_NODES:
+                raise HaapInputError(f"{name!r} expands to more than {MAX_YAML_NODES} values once its YAML aliases "
+                                     "(*name) are expanded; write the values out or use fewer aliases.",
+                                     field="path", value=name)
+            sizes[key] = total
+            continue
+        if key in sizes:
+            continue
+        if key in on_path or len(on_path) > MAX_DEPTH:
+            what = "refers to itself through a YAML alias" if key in on_path else \
+                f"is nested more than {MAX_DEPTH} levels deep"
+            raise HaapInputError(f"{name!r} {what}; inputs are plain mappings and lists.", field="path", value=name)
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def load_yaml(text: str, name: str) -> Any:
+    """``yaml.safe_load`` with alias expansion, nesting and size bounded (see the module doc)."""
+    _json_depth(text, name)  # flow [ { nesting, before PyYAML's recursive parser spends seconds on it
+    loader = _BoundedLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, name)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def load_json(text: str, name: str) -> Any:
+    """``json.loads`` with nesting bounded before parsing (brackets outside strings counted)."""
+    _json_depth(text, name)
+    return json.loads(text)
+
+
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\']|\'\')*\'|[\[\]{}]')  # strings skipped
+
+
+def _json_depth(text: str, name: str) -> None:
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return
+    depth = 0
+    for m in _JSON_TOKENS.finditer(text):
+        tok = m.group()
+        if tok in ("[", "{"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise HaapInputError(f"{name!r} is nested more than {MAX_DEPTH} levels deep; a model, cluster, plan "
+                                     "or calibration file is a few levels of objects and lists.",
+                                     field="path", value=name)
+        elif tok in ("]", "}"):
+            depth -= 1
+
+
 def parse_text(text: str, name: str, fmt: str) -> Any:
     """Parse YAML (``fmt='yaml'``) or JSON text; then reject NaN/inf anywhere."""
     try:
-        data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
+        data = load_json(text, name) if fmt == "json" else load_yaml(text, name)
+    except HaapInputError:
+        raise
     except json.JSONDecodeError as exc:
         raise HaapInputError(f"{name!r} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.",
                              field="path", value=name) from None
@@ -117,11 +205,15 @@ def load_data(path: str | Path, what: str = "file") -> Any:
 
 def check_finite(data: Any, name: str, path: str = "", depth: int = 0) -> None:
     """Reject NaN and infinities (YAML .nan/.inf, JSON NaN/Infinity) with the field path."""
-    if depth > 100:
-        raise HaapInputError(f"{name!r} is nested too deeply (more than 100 levels).", field=path or None)
+    if depth > MAX_DEPTH:
+        raise HaapInputError(f"{name!r} is nested too deeply (more than {MAX_DEPTH} levels).", field=path or None)
     if isinstance(data, float) and not math.isfinite(data):
         raise HaapInputError(f"{name!r}: field {path or '(top level)'} is {data!r}; give a finite number.",
                              field=path or None, value=data)
+    if isinstance(data, (dict, list)) and len(data) > MAX_ITEMS:
+        raise HaapInputError(f"{name!r}: {'field ' + path if path else 'the top level'} has {len(data)} "
+                             f"{'keys' if isinstance(data, dict) else 'items'}; more than {MAX_ITEMS} is refused "
+                             "(a model, cluster, plan or spec file has a few hundred at most).", field=path or None)
     if isinstance(data, dict):
         for key, value in data.items():
             check_finite(value, name, f"{path}.{key}" if path else str(key), depth + 1)

@@ -7,6 +7,7 @@ as there). Unknown keys are ignored (HF configs carry many runtime settings).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -202,4 +203,32 @@ def model_from_hf(data: Any, name: str, where: str = "") -> ModelSpec:
     arch = _architecture(data, where)
     fields = ARCHITECTURES[arch](_Cfg(data, where, arch))
     display = name if 1 <= len(name) <= 200 else name[:197] + "..."
-    return validate_spec(ModelSpec, {"name": display, **fields}, f"HF config {where!r} ({arch})")
+    try:
+        return validate_spec(ModelSpec, {"name": display, **fields}, f"HF config {where!r} ({arch})")
+    except HaapInputError as exc:
+        raise _in_hf_terms(exc, data) from None
+
+
+#: haap ModelSpec field -> the HF config keys it is read from (first present wins), for error messages
+HF_KEYS = {
+    "num_layers": ("num_hidden_layers", "n_layer", "num_layers"), "hidden": ("hidden_size", "n_embd", "d_model"),
+    "num_heads": ("num_attention_heads", "n_head", "num_heads"), "num_kv_heads": ("num_key_value_heads",),
+    "ffn_hidden": ("intermediate_size", "n_inner", "ffn_dim"), "vocab_size": ("vocab_size",),
+    "seq_len": ("max_position_embeddings", "n_positions"), "head_dim": ("head_dim",),
+    "num_experts": ("num_local_experts", "num_experts"), "top_k": ("num_experts_per_tok",),
+    "expert_ffn": ("moe_intermediate_size",), "shared_expert_ffn": ("shared_expert_intermediate_size",),
+}
+
+
+def _in_hf_terms(exc: HaapInputError, data: dict[str, Any]) -> HaapInputError:
+    """The same paragraph with haap's field names replaced by the config's own keys."""
+    text = str(exc)
+    field = exc.field
+    for ours, theirs in HF_KEYS.items():
+        key = next((k for k in theirs if k in data), None)
+        if key is None or key == ours:
+            continue
+        text = re.sub(rf"(?<![\w.]){ours}(?![\w])", key, text)
+        if field == ours:
+            field = key
+    return HaapInputError(text, field=field, value=exc.value)

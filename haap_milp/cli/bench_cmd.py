@@ -28,6 +28,9 @@ def bench(
         fail(f"--workers must be at least 1, got {workers}")
     spec = load_spec(spec_file) if spec_file is not None else default_spec()
     out_dir = out or Path(f"bench-{spec.name}")
+    from haap_milp.outputs import check_output_dir
+
+    check_output_dir(out_dir, "--out")  # before any run
     cols = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[note]}"))
     with Progress(*cols, console=console, transient=False) as bar:

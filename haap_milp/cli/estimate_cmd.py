@@ -17,7 +17,15 @@ from rich.table import Table
 
 from haap_milp.catalog import load_cluster, load_model
 from haap_milp.cli.app import app
-from haap_milp.cli.common import console, err_console, print_json
+from haap_milp.cli.common import (
+    HEADROOM_HELP,
+    console,
+    enforce_plan,
+    err_console,
+    flag_error,
+    parse_headroom,
+    print_json,
+)
 from haap_milp.cli.network_cmd import NetworkOpt
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator, PlanEstimate, load_calibration, load_profile
@@ -29,12 +37,12 @@ from haap_milp.specs import ClusterSpec, ModelSpec, Plan, StagePlan, TrainingSpe
 Opt = typer.Option
 
 
-def _training(gbs: int, seq: int, precision: str, sp: bool, dist_opt: bool) -> TrainingSpec:
+def _training(gbs: int, seq: int, precision: str, sp: bool, dist_opt: bool, headroom: float) -> TrainingSpec:
     try:
         return TrainingSpec(global_batch_size=gbs, seq_len=seq, precision=precision, sequence_parallel=sp,
-                            distributed_optimizer=dist_opt)
-    except ValidationError as exc:  # -> one paragraph naming the field
-        raise HaapInputError(f"training setup: {' '.join(str(exc).split())}") from None
+                            distributed_optimizer=dist_opt, memory_headroom_fraction=headroom)
+    except ValidationError as exc:  # -> one paragraph naming the flag
+        raise flag_error(exc) from None
 
 
 def _check_uniform(model: ModelSpec, cluster: ClusterSpec, gbs: int, tp: int, pp: int, dp: int, mbs: int, cp: int,
@@ -53,6 +61,11 @@ def _check_uniform(model: ModelSpec, cluster: ClusterSpec, gbs: int, tp: int, pp
                              field="gbs", value=gbs)
     if pp > model.num_layers:
         raise HaapInputError(f"--pp {pp} exceeds the {model.num_layers} layers of {model.name}.", field="pp", value=pp)
+    if vpp > 1 and model.num_layers % (pp * vpp):
+        # the flag form is Megatron's --num-virtual-stages-per-pipeline-rank, which needs equal virtual stages
+        raise HaapInputError(f"--vpp {vpp} does not divide the layers per stage: {model.name} has {model.num_layers} "
+                             f"layers, not divisible by pp x vpp = {pp}x{vpp} = {pp * vpp}; uneven virtual stages "
+                             "need a plan file (--plan).", field="vpp", value=vpp)
     if model.num_heads % tp:
         raise HaapInputError(f"--tp {tp} does not divide the {model.num_heads} attention heads of {model.name}.",
                              field="tp", value=tp)
@@ -127,7 +140,9 @@ def _table(pe: PlanEstimate, plan: Plan) -> None:
     console.print(f"why: {estimate_bottleneck(pe)}", highlight=False, markup=False)
 
 
-def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs, seq, precision, sp, dist_opt):
+def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs, seq, precision, sp, dist_opt,
+             headroom: str | None = None):
+    fraction = parse_headroom(headroom)
     if plan_path:
         pf = read_plan_file(plan_path)
         m = load_model(model) if model else pf.model
@@ -139,13 +154,14 @@ def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs,
         tr = pf.training or TrainingSpec()
         tr = tr.model_copy(update={"global_batch_size": p.global_batch_size, "seq_len": p.seq_len,
                                    "precision": p.precision, "sequence_parallel": p.sequence_parallel,
-                                   "distributed_optimizer": p.distributed_optimizer})
+                                   "distributed_optimizer": p.distributed_optimizer,
+                                   **({"memory_headroom_fraction": fraction} if headroom is not None else {})})
         return m, c, tr, p
     if not model or not cluster or gbs is None:
         raise HaapInputError("estimate needs --model, --cluster and --gbs (with --tp/--pp/--dp/--mbs), or --plan FILE.",
                              field="model")
     m, c = load_model(model), load_cluster(cluster)
-    return m, c, _training(gbs, seq or m.seq_len, precision, sp, dist_opt), None
+    return m, c, _training(gbs, m.seq_len if seq is None else seq, precision, sp, dist_opt, fraction), None
 
 
 @app.command()
@@ -170,17 +186,24 @@ def estimate(
     profile: Annotated[str | None, Opt("--profile", help="Metis profile directory or native profile file.")] = None,
     profile_device: Annotated[list[str], Opt("--profile-device", help="Map a profile device, e.g. A100=a100-80g.")] = [],  # noqa: B006
     calibration: Annotated[str | None, Opt("--calibration", help="Calibration JSON (default: packaged).")] = None,
-    as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
+    as_json: Annotated[bool, Opt("--json", help="Print JSON to stdout (a flag here; redirect to save it).")] = False,
+    memory_headroom: Annotated[str | None, Opt("--memory-headroom", help=HEADROOM_HELP)] = None,
     network: NetworkOpt = None,
 ) -> None:
     """Predict iteration time, throughput, MFU and per-stage memory of a plan. Exit 2 if it does not fit."""
-    m, c, training, p = _resolve(plan, model, cluster, gbs, seq, precision, sp, dist_opt)
+    if profile_device and not profile:
+        raise HaapInputError(f"--profile-device {profile_device[0]!r} maps devices of a profile; give --profile "
+                             "(a Metis profile directory or a native profile file) too.", field="profile_device",
+                             value=profile_device[0])
+    m, c, training, p = _resolve(plan, model, cluster, gbs, seq, precision, sp, dist_opt, memory_headroom)
     c = apply_network_option(c, network)
     if p is None:
         if recompute not in ("none", "selective", "full"):
             raise HaapInputError(f"--recompute {recompute!r} must be none, selective or full.", field="recompute")
         _check_uniform(m, c, training.global_batch_size, tp, pp, dp, mbs, cp, ep, vpp)
         p = uniform_plan(m, c, training, tp, pp, dp, mbs, vpp, recompute, ep, etp, cp)
+    # the checker's rules (GPUs, layers, divisibility); memory is reported below with the full estimate
+    enforce_plan(p, m, c, training, what=f"plan file {plan!r}" if plan else "the plan of these flags", memory=False)
     cal = load_calibration(calibration) if calibration else None
     est = Estimator(m, c, training, cal, _profile(profile, profile_device, training.precision))
     pe = est.estimate(p)

@@ -256,6 +256,7 @@ def validate_cmd(
 ) -> None:
     """Check an input or output file; report what it is (exit 2 with one paragraph when it is wrong)."""
     kind, obj = load_file(file)
+    checked = _check_plan_file(file) if kind in ("plan", "result") else None
     summary = _summary(kind, obj)
     if json_out:
         print_json({"ok": True, "file": file, "kind": kind, "summary": summary})
@@ -270,4 +271,24 @@ def validate_cmd(
         detail = f" for {obj.model}: {obj.pp} stages, {obj.num_gpus} GPUs"
     elif kind == "result":
         detail = f": {obj.status.value} from {obj.solver}"
+    if checked:
+        detail += f"; checked against {checked}"
     console.print(f"OK: {file} is a valid {kind}{detail}.", highlight=False, markup=False, soft_wrap=True)
+
+
+def _check_plan_file(file: str) -> str | None:
+    """Run the checker's rules on a plan (or a result's plan) when the file names or holds its model and
+    cluster; a broken rule exits 2. Returns 'model X and cluster Y' when checked, None when it cannot be."""
+    from haap_milp.cli.common import enforce_plan
+    from haap_milp.planfile import read_plan_file
+
+    try:
+        pf = read_plan_file(file)
+    except HaapInputError:
+        return None  # e.g. a result without a plan (INFEASIBLE): valid as a result
+    if pf.model is None or pf.cluster is None:
+        return None
+    training = pf.training or TrainingSpec(global_batch_size=pf.plan.global_batch_size, seq_len=pf.plan.seq_len,
+                                           precision=pf.plan.precision)
+    enforce_plan(pf.plan, pf.model, pf.cluster, training, what=f"plan in {file!r}")
+    return f"model {pf.model.name} and cluster {pf.cluster.name}"

@@ -11,11 +11,11 @@ from pydantic import ValidationError
 from haap_milp import planner
 from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load_model
 from haap_milp.cli.app import app
-from haap_milp.cli.common import console, print_json
+from haap_milp.cli.common import HEADROOM_HELP, console, finite, flag_error, parse_headroom, print_json
 from haap_milp.cli.network_cmd import NetworkOpt
-from haap_milp.errors import HaapInputError
 from haap_milp.methods import LISTED
 from haap_milp.network.merge import apply_network_option
+from haap_milp.outputs import check_output_dir, check_output_file, write_atomic
 from haap_milp.planfile import solution_document
 from haap_milp.specs import SolveOptions, TrainingSpec
 from haap_milp.tables import compare_table, plan_metrics, solve_report
@@ -35,21 +35,27 @@ GapOpt = Annotated[float, typer.Option("--gap", help="Relative optimality gap to
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 
 
-def _inputs(model: str, cluster: str, gbs: int, seq: int | None, precision: str):
-    m, c = load_model(model), load_cluster(cluster)
+HeadroomOpt = Annotated[str | None, typer.Option("--memory-headroom", help=HEADROOM_HELP)]
+
+
+def _inputs(model: str, cluster: str, gbs: int, seq: int | None, precision: str, headroom: str | None = None):
+    fraction = parse_headroom(headroom)  # flags first: a typo fails before any file is read
     try:
-        training = TrainingSpec(global_batch_size=gbs, seq_len=seq or 4096, precision=precision)
-    except ValidationError as exc:  # -> one paragraph naming the field
-        raise HaapInputError(f"training setup: {' '.join(str(exc).split())}") from None
-    return m, c, training
+        training = TrainingSpec(global_batch_size=gbs, seq_len=4096 if seq is None else seq, precision=precision,
+                                memory_headroom_fraction=fraction)
+    except ValidationError as exc:  # -> one paragraph naming the flag
+        raise flag_error(exc) from None
+    return load_model(model), load_cluster(cluster), training
 
 
 def _options(solver, time_limit, threads, target, max_stages, gap, seed) -> SolveOptions:
+    finite(time_limit, "--time-limit")
+    finite(gap, "--gap")
     try:
         return SolveOptions(solver=solver, time_limit_s=time_limit, threads=threads, target=target,
                             max_stages=max_stages, relative_gap=gap, seed=seed)
     except ValidationError as exc:
-        raise HaapInputError(f"solver options: {' '.join(str(exc).split())}") from None
+        raise flag_error(exc) from None
 
 
 @app.command()
@@ -69,9 +75,14 @@ def solve(
     network: NetworkOpt = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the result JSON here ('-' = stdout).")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write timeline and memory plots to this folder.")] = None,
+    memory_headroom: HeadroomOpt = None,
 ) -> None:
     """Find the plan with the shortest iteration time that fits in memory, with its optimality gap."""
-    m, c, training = _inputs(model, cluster, gbs, seq, precision)
+    if json_file is not None and str(json_file) != "-":
+        check_output_file(json_file, "--json")
+    if plot is not None:
+        check_output_dir(plot, "--plot")
+    m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom)
     c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed)
     out = planner.solve(m, c, training, opts)
@@ -83,12 +94,14 @@ def solve(
         if json_file is not None:
             import json
 
-            json_file.write_text(json.dumps(doc, indent=2))
+            write_atomic(json_file, json.dumps(doc, indent=2), flag="--json")
             console.print(f"wrote {json_file}")
     if plot is not None and out.result.plan is not None:
-        from haap_milp.tables import write_plots
+        from haap_milp import plots, simulate
 
-        for path in write_plots(out, plot):
+        sim = simulate.simulate_plan(out.result.plan, out.estimator)
+        rows = plots.memory_bars(out.result.plan, out.estimate, out.estimator.cluster)
+        for path in plots.plot_folder(plot, sim, rows):
             console.print(f"wrote {path}")
     if out.result.status.value in ("ERROR",):
         raise SystemExit(1)
@@ -108,10 +121,12 @@ def compare(
     gap: GapOpt = 0.01,
     seed: SeedOpt = 0,
     network: NetworkOpt = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of a table (a flag here; "
+                                           "redirect to save it).")] = False,
+    memory_headroom: HeadroomOpt = None,
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
-    m, c, training = _inputs(model, cluster, gbs, seq, precision)
+    m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom)
     c = apply_network_option(c, network)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed)
     outs = planner.compare(m, c, training, opts)

@@ -9,9 +9,10 @@ import typer
 from rich.table import Table
 
 from haap_milp.cli.app import app
-from haap_milp.cli.common import console, err_console, print_json
+from haap_milp.cli.common import console, enforce_plan, err_console, print_json
 from haap_milp.cli.network_cmd import NetworkOpt
 from haap_milp.errors import HaapInputError
+from haap_milp.outputs import check_output_dir, write_dir_atomic
 from haap_milp.targets import ENGINES
 
 PlanArg = Annotated[Path, typer.Argument(help="Plan JSON, or a solve result JSON with a 'plan'.")]
@@ -71,9 +72,12 @@ def simulate(
 
     if duplex not in ("full", "half"):
         raise HaapInputError(f"--duplex must be full or half, got {duplex!r}", field="duplex", value=duplex)
+    if plot is not None:
+        check_output_dir(plot, "--plot")
     p, m, c, training = _inputs(plan, model, cluster)
     c = apply_network_option(c, network)
     est = Estimator(m, c, training)
+    enforce_plan(p, m, c, training, what=f"plan file {str(plan)!r}", estimator=est)
     estimate = est.estimate(p)
     sim = simulate_plan(p, est, duplex=duplex)  # type: ignore[arg-type]
     paths = _plots(p, sim, estimate, c, plot) if plot is not None else []
@@ -89,10 +93,9 @@ def simulate(
 
 
 def _plots(plan, sim, estimate, cluster, folder: Path) -> list[Path]:
-    from haap_milp.plots import memory_bars, plot_memory, plot_timeline
+    from haap_milp.plots import memory_bars, plot_folder
 
-    return plot_timeline(sim, folder / "timeline") + plot_memory(memory_bars(plan, estimate, cluster),
-                                                                 folder / "memory")
+    return plot_folder(folder, sim, memory_bars(plan, estimate, cluster))
 
 
 @app.command()
@@ -111,19 +114,20 @@ def emit(
     if target not in TARGETS:
         raise HaapInputError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}", field="target",
                              value=target)
+    if out is not None:
+        check_output_dir(out, "--out")
     p, m, c, training = _inputs(plan, model, cluster)
     viol = check_plan(p, m, c, training, target=target, memory=False)
     if viol:
         raise EmitError(f"{target} cannot run this plan: " + "; ".join(str(v) for v in viol))
+    enforce_plan(p, m, c, training, what=f"plan file {str(plan)!r}")  # memory, as solve/simulate/validate
     files = emit_files(p, target, c, m, training)
     if out is None:
         for name, text in files.items():
             console.print(f"# ===== {name}", markup=False, highlight=False)
             console.print(text, markup=False, highlight=False, soft_wrap=True, end="")
         return
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (out / name).write_text(text, encoding="utf-8")
-        if name.endswith(".sh"):
-            (out / name).chmod(0o755)
-        err_console.print(f"wrote {out / name}")
+    # all files or none: written in a scratch folder beside --out, then renamed in (outputs.write_dir_atomic)
+    modes = {name: 0o755 for name in files if name.endswith(".sh")}
+    for path in write_dir_atomic(out, files, flag="--out", modes=modes):
+        err_console.print(f"wrote {path}")

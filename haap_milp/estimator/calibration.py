@@ -148,24 +148,61 @@ def _from_dict(data: dict[str, Any]) -> Calibration:
     return Calibration(gpus=gpus, globals=glob, meta=meta, balance=balance)
 
 
+_RANGES = {"kernel_latency_s": (0.0, 1.0), "moe_latency_s": (0.0, 1.0), "intra_latency_s": (0.0, 1.0),
+           "overhead_gib": (0.0, 1024.0), "machine_balance": (0.0, 1e6)}  # else an efficiency/fraction: [0, 1]
+
+
+def validate_calibration_data(data: Any, name: str) -> dict[str, Any]:
+    """A user calibration file's content, checked: a mapping with ``gpus`` (GPU name -> parameters) and/or
+    ``globals``; only known parameter names; every value a finite number in its range (efficiencies and
+    overlaps 0-1, latencies 0-1 s, overhead 0-1024 GiB). Other top-level keys are kept as metadata."""
+    def bad(where: str, value: Any, why: str) -> HaapInputError:
+        text = " ".join(repr(value).split())[:60]
+        return HaapInputError(f"calibration file {name!r}: {where} = {text}: {why}. A calibration file is what "
+                              "benchmarks/calibrate.py writes (haap_milp/estimator/calibration.json).",
+                              field="calibration", value=value)
+
+    if not isinstance(data, dict) or not ({"gpus", "globals"} & set(data)):
+        raise bad("(top level)", type(data).__name__ if not isinstance(data, dict) else sorted(data)[:6],
+                  "needs a mapping with a 'gpus' and/or 'globals' section")
+    sections: list[tuple[str, Any, set[str]]] = []
+    gpus = data.get("gpus", {})
+    if not isinstance(gpus, dict):
+        raise bad("gpus", gpus, "must map GPU names to parameter mappings")
+    gpu_keys = set(GpuParams.__dataclass_fields__) | {"machine_balance"}
+    sections += [(f"gpus.{g}", p, gpu_keys) for g, p in gpus.items()]
+    sections.append(("globals", data.get("globals", {}), set(GlobalParams.__dataclass_fields__)))
+    for where, params, allowed in sections:
+        if not isinstance(params, dict):
+            raise bad(where, params, "must be a mapping of parameter names to numbers")
+        for key, value in params.items():
+            if key not in allowed:
+                raise bad(f"{where}.{key}", value, f"unknown parameter; allowed: {', '.join(sorted(allowed))}")
+            if key == "source":
+                if not isinstance(value, str):
+                    raise bad(f"{where}.{key}", value, "must be text")
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise bad(f"{where}.{key}", value, "must be a finite number")
+            lo, hi = _RANGES.get(key, (0.0, 1.0))
+            if not lo <= value <= hi or (key.endswith("_eff") and value <= 0):
+                raise bad(f"{where}.{key}", value, f"must be {'above' if key.endswith('_eff') else 'at least'} "
+                          f"{lo:g} and at most {hi:g}")
+    return data
+
+
 def load_calibration(path: str | None = None) -> Calibration:
-    """The packaged ``calibration.json`` (or a user file at ``path``)."""
+    """The packaged ``calibration.json`` (or a user file at ``path``, checked by ``validate_calibration_data``)."""
     if path is None:
         try:
             text = resources.files("haap_milp.estimator").joinpath("calibration.json").read_text(encoding="utf-8")
         except FileNotFoundError:
             log.warning("no calibration.json in the package; using prior parameters")
             return Calibration()
-    else:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise HaapInputError(f"cannot read calibration file {path!r}: {exc.strerror}", field="calibration") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise HaapInputError(f"calibration file {path or 'calibration.json'} is not valid JSON: {exc}") from exc
+        return _from_dict(json.loads(text))
+    from haap_milp.catalog.files import load_data
+
+    data = validate_calibration_data(load_data(path, "calibration file"), str(path))
     return _from_dict(data)
 
 

@@ -28,13 +28,10 @@ interpolated linearly; outside, the analytic model is used.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from haap_milp.errors import HaapInputError
 
@@ -110,14 +107,16 @@ class Profile:
 
 
 def _metis_entry(path: Path, gpu: str, tp: int, bs: int) -> tuple[ProfileEntry, int]:
+    from haap_milp.catalog.files import load_data
+
+    data = load_data(path, "Metis profile")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         times = [float(x) for x in data["execution_time"]["layer_compute_total_ms"]]
         mem = data.get("execution_memory", {}).get("layer_memory_total_mb")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise HaapInputError(f"Metis profile {path.name} is unreadable or lacks execution_time."
                              f"layer_compute_total_ms: {exc}", field="profile", value=str(path)) from exc
-    if len(times) < 3 or any(t <= 0 for t in times):
+    if len(times) < 3 or any(not 0 < t < 1e9 for t in times):
         raise HaapInputError(f"Metis profile {path.name}: layer_compute_total_ms needs embedding, >= 1 layer and "
                              f"head, all positive (got {len(times)} values).", field="profile", value=str(path))
     mem_b = [float(x) * MIB for x in mem] if mem and len(mem) == len(times) else None
@@ -166,21 +165,26 @@ def _native_entry(raw: Any, i: int) -> ProfileEntry:
     except KeyError as exc:
         raise HaapInputError(f"profile entries[{i}] lacks {exc.args[0]!r} (needs gpu, tp, mbs, layer_time_ms).",
                              field=f"entries[{i}].{exc.args[0]}") from exc
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise HaapInputError(f"profile entries[{i}] has a non-numeric value: {exc}.", field=f"entries[{i}]") from exc
-    if e.tp < 1 or e.mbs < 1 or e.layer_time_s <= 0:
-        raise HaapInputError(f"profile entries[{i}]: tp and mbs must be >= 1 and layer_time_ms > 0.",
+    import math
+
+    values = [v for v in (e.layer_time_s, e.embedding_time_s, e.head_time_s, e.layer_memory_bytes,
+                          e.embedding_memory_bytes, e.head_memory_bytes) if v is not None]
+    if e.tp < 1 or e.mbs < 1 or e.tp > 4096 or e.mbs > 2**20 or e.layer_time_s <= 0 or \
+            any(not math.isfinite(v) or v < 0 for v in values):
+        raise HaapInputError(f"profile entries[{i}]: tp and mbs must be >= 1 (and sensible), layer_time_ms > 0 and "
+                             "every time and memory a finite number >= 0.",
                              field=f"entries[{i}]")
     return e
 
 
 def load_native(path: str | Path) -> Profile:
     """A native profile file (YAML or JSON, module doc)."""
+    from haap_milp.catalog.files import load_data
+
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise HaapInputError(f"cannot read profile {str(path)!r}: {exc}", field="profile", value=str(path)) from exc
+    data = load_data(p, "profile")
     if not isinstance(data, dict) or "entries" not in data or not isinstance(data["entries"], list):
         raise HaapInputError(f"profile {str(path)!r} needs a top-level 'entries' list (native haap profile format).",
                              field="profile", value=str(path))
@@ -189,6 +193,9 @@ def load_native(path: str | Path) -> Profile:
         e = _native_entry(raw, i)
         entries[(e.gpu, e.tp, e.mbs)] = e
     seq = data.get("seq_len")
+    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= 2**24):
+        raise HaapInputError(f"profile {str(path)!r}: seq_len = {seq!r:.40} must be a whole number of tokens "
+                             "(1 to 16777216).", field="seq_len", value=seq)
     return Profile(entries, source=str(data.get("source", p.name)), seq_len=int(seq) if seq else None)
 
 
