@@ -35,15 +35,15 @@ The older one-file YAML form (``haap_profile: 1`` with ``entries``) is still rea
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from haap_milp.catalog.files import load_data
 from haap_milp.errors import HaapInputError
-from haap_milp.estimator.profiles import Profile, ProfileEntry
+from haap_milp.estimator.profiles import Profile, ProfileEntry, load_metis_dir, native_from_data
 
 FORMAT_NAME = "haap-profile"
 FORMAT_VERSION = 2  # version 1 is the YAML 'haap_profile: 1' / 'entries' form of profiles.py
@@ -173,12 +173,8 @@ def parse_native(data: Any, where: str) -> NativeProfile:
 
 
 def read_native(path: str | Path) -> NativeProfile:
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise HaapInputError(f"cannot read profile {str(path)!r}: {exc}", field="profile", value=str(path)) from None
-    return parse_native(data, repr(str(path)))
+    """A native JSON profile, read by the shared safe loader (size, depth and UTF-8 bounds)."""
+    return parse_native(load_data(Path(path), "profile"), repr(str(path)))
 
 
 def _pick(values: list[Any], wanted: Any, what: str, where: str) -> Any:
@@ -257,13 +253,11 @@ def load_native_json(path: str | Path, precision: str | None = None, seq_len: in
     return to_profile(read_native(path), precision, seq_len, repr(str(path)))
 
 
-def looks_native_json(path: str | Path) -> bool:
-    """True for a file whose JSON top level has ``"format": "haap-profile"``."""
-    p = Path(path)
-    if not p.is_file():
-        return False
-    try:
-        head = p.read_text(encoding="utf-8", errors="replace")
-        return is_native_json(json.loads(head))
-    except ValueError:
-        return False
+def load_profile(path: str | Path, device_map: dict[str, str] | None = None, precision: str | None = None) -> Profile:
+    """Any profile: a Metis directory, a native JSON profile (its points at ``precision``) or the YAML form."""
+    if Path(path).is_dir():
+        return load_metis_dir(path, device_map)
+    data = load_data(Path(path), "profile")
+    if is_native_json(data):
+        return to_profile(parse_native(data, repr(str(path))), precision, None, repr(str(path)))
+    return native_from_data(data, path)

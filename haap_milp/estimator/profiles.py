@@ -180,11 +180,14 @@ def _native_entry(raw: Any, i: int) -> ProfileEntry:
 
 
 def load_native(path: str | Path) -> Profile:
-    """A native profile file (YAML or JSON, module doc)."""
+    """A native profile file of the YAML form (``haap_profile: 1``; YAML or JSON, module doc)."""
     from haap_milp.catalog.files import load_data
 
-    p = Path(path)
-    data = load_data(p, "profile")
+    return native_from_data(load_data(Path(path), "profile"), path)
+
+
+def native_from_data(data: object, path: str | Path) -> Profile:
+    """The YAML-form profile from its parsed ``data`` (read by the shared safe loader)."""
     if not isinstance(data, dict) or "entries" not in data or not isinstance(data["entries"], list):
         raise HaapInputError(f"profile {str(path)!r} needs a top-level 'entries' list (native haap profile format).",
                              field="profile", value=str(path))
@@ -196,16 +199,7 @@ def load_native(path: str | Path) -> Profile:
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= 2**24):
         raise HaapInputError(f"profile {str(path)!r}: seq_len = {seq!r:.40} must be a whole number of tokens "
                              "(1 to 16777216).", field="seq_len", value=seq)
-    return Profile(entries, source=str(data.get("source", p.name)), seq_len=int(seq) if seq else None)
-
-
-def load_profile(path: str | Path, device_map: dict[str, str] | None = None, precision: str | None = None) -> Profile:
-    """A Metis directory, a native JSON profile (profile_format.py; its points at ``precision``) or a YAML file."""
-    from haap_milp.estimator import profile_format as pf  # it imports this module
-
-    if pf.looks_native_json(path):
-        return pf.load_native_json(path, precision)
-    return load_metis_dir(path, device_map) if Path(path).is_dir() else load_native(path)
+    return Profile(entries, source=str(data.get("source", Path(path).name)), seq_len=int(seq) if seq else None)
 
 
 def to_native(profile: Profile) -> dict[str, Any]:
