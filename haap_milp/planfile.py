@@ -40,16 +40,17 @@ def _named(doc: dict, body: dict, key: str, path: str):
     from haap_milp.catalog import load_cluster, load_model
     from haap_milp.catalog.shorthand import looks_like_shorthand
 
-    text = doc.get(key) if isinstance(doc.get(key), str) else body.get(key)
+    explicit = body is not doc and isinstance(doc.get(key), str)  # a top-level name beside the plan
+    text = doc.get(key) if explicit else body.get(key)
     if not isinstance(text, str) or not text.strip():
         return None
     if key == "model":
-        return load_model(text) if cat.model_entry(text) is not None or isinstance(doc.get(key), str) else None
-    if cat.canonical("cluster", text) is not None or looks_like_shorthand(text) or isinstance(doc.get(key), str):
+        return load_model(text) if cat.model_entry(text) is not None or explicit else None
+    if cat.canonical("cluster", text) is not None or looks_like_shorthand(text) or explicit:
         try:
             return load_cluster(text)
         except HaapInputError as exc:
-            if isinstance(doc.get(key), str):
+            if explicit:
                 raise HaapInputError(f"plan file {path!r}: field 'cluster' = {text!r}: {exc}", field="cluster",
                                      value=text) from None
             return None
