@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/calibrate.py [--out haap_milp/estimator/calibration.json]
 
 Data: benchmarks/data/measured_runs.json (a copy of the project's reference file, every source field
-kept). Rows are mapped by ``haap_milp.estimator.measured`` (assumptions listed per row). Fit rows =
+kept). Rows are mapped by ``measured_runs`` (assumptions listed per row). Fit rows =
 complete rows not in HOLDOUT. Objective: sum of squared log errors of the iteration time (the metric
 each source reports, converted as measured.py states), minimised by Nelder-Mead in blocks
 (globals, then each GPU family), 4 rounds. Parameters:
@@ -32,9 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from measured_runs import error_pct, estimator_for, load_rows, predict_time_s, to_run
+
 from haap_milp.catalog.data import gpu_entry
 from haap_milp.estimator.calibration import PRIOR_SOURCES, Calibration, GpuParams, machine_balance, to_dict
-from haap_milp.estimator.measured import error_pct, estimator_for, load_rows, predict_time_s, to_run
 
 DATA = ROOT / "benchmarks" / "data" / "measured_runs.json"
 OUT = ROOT / "haap_milp" / "estimator" / "calibration.json"

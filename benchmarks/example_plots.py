@@ -12,7 +12,7 @@ from pathlib import Path
 
 from haap_milp import planner
 from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load_model
-from haap_milp.plots import memory_bars, plot_memory, plot_timeline
+from haap_milp.report.plots import memory_bars, plot_memory, plot_timeline
 from haap_milp.simulate import simulate_plan
 from haap_milp.specs import SolveOptions, TrainingSpec
 

@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 
 from haap_milp.bench import parse_spec, read_rows, run_bench
-from haap_milp.bench_report import num
-from haap_milp.bench_run import row_key, spec_keys
+from haap_milp.bench.report import num
+from haap_milp.bench.run import row_key, spec_keys
 
 log = logging.getLogger("solve_scaling")
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -3,8 +3,8 @@
 Every module that needs the iteration time, the steady period, the exposed sync, the in-flight
 micro-batches, a stage's memory, the backward share, GIB or the shared tolerances takes it from here:
 ``problem.evaluate``/``stage_memory`` (what the solvers optimise), the slot tables
-(``solvers/common/tables.py``), the brute-force oracle, the estimator (``estimator/schedule.py``,
-``estimator/whole.py``), the simulator's closed forms, ``explain`` and ``check``. So the solver's
+(``solvers/common/slot_bounds.py``), the brute-force oracle, the estimator (``estimator/schedule.py``,
+``estimator/plan_estimate.py``), the simulator's closed forms, ``explain`` and ``check``. So the solver's
 objective, the estimate and the judges cannot drift apart. Equation labels: formulations/README.md.
 
 Notation (seconds, bytes; stage j = 0 .. P-1 in pipeline order, M micro-batches)::

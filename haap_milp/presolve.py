@@ -1,6 +1,6 @@
 """Memory-aware presolve: specs + estimator -> plain ``Problem``; solver answer -> ``Plan``.
 
-Steps (DESIGN.md step 3, AutoHAAP's memory-aware initialisation):
+Steps (docs/DESIGN.md step 3, AutoHAAP's memory-aware initialisation):
 1. GPU groups = distinct (GPU type, island) pairs; a type without the training precision is
    dropped with a stated reason.
 2. Micro-batch variants: ``B`` samples per micro-batch (every stage sees B, FlagScale

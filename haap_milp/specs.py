@@ -5,7 +5,7 @@ field names. Bandwidths named ``*_gbps`` are **gigabytes** per second (GB/s, 1e9
 never gigabits: a 200 Gb/s HDR InfiniBand port is ``25`` here. Memory sizes named
 ``*_gib`` are binary (2**30 bytes); HBM capacities sold as "80 GB" are 80 GiB parts.
 
-All validation of user input happens here (DESIGN.md step 1); nothing downstream
+All validation of user input happens here (docs/DESIGN.md, step 1); nothing downstream
 re-validates. Validators raise ``ValueError`` with the value quoted; the loaders turn
 ``pydantic.ValidationError`` into ``HaapInputError`` naming the field.
 """

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 import pytest
+
+# benchmark-only code (benchmarks/measured_runs.py: published runs as specs) is not in the package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 CliResult = tuple[int, str, str]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from haap_milp.bench_report import summarize
-from haap_milp.bench_run import COLUMNS, Task, base_row, run_bench
-from haap_milp.bench_spec import BenchSpec, default_spec, load_spec, parse_spec
+from haap_milp.bench.report import summarize
+from haap_milp.bench.run import COLUMNS, Task, base_row, run_bench
+from haap_milp.bench.spec import BenchSpec, default_spec, load_spec, parse_spec
 from haap_milp.errors import HaapInputError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from estimator_helpers import A100, H100, V100
+from measured_runs import error_pct, estimator_for, load_rows, predict_time_s, to_run
 
 from haap_milp.estimator.calibration import Calibration, GpuParams, derive_params, load_calibration
-from haap_milp.estimator.measured import error_pct, estimator_for, load_rows, predict_time_s, to_run
 from haap_milp.specs import GPUSpec
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "measured_runs.json"

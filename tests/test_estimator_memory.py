@@ -8,11 +8,11 @@ import pytest
 from estimator_helpers import A100, GPT_18B, LLAMA_70B, cluster, training, uniform_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from measured_runs import fsdp_memory_bytes, load_rows, memory_rows
 
 from haap_milp.estimator import Estimator, memory
 from haap_milp.estimator.calibration import load_calibration
-from haap_milp.estimator.impl import MEGATRON_2021, TORCH_EAGER_LOSS
-from haap_milp.estimator.measured import fsdp_memory_bytes, load_rows, memory_rows
+from haap_milp.estimator.kernels import MEGATRON_2021, TORCH_EAGER_LOSS
 from haap_milp.specs import GPUSpec, TrainingSpec
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "measured_runs.json"

@@ -1,4 +1,4 @@
-"""The import direction of DESIGN.md: cli -> planner -> solvers -> problem; presolve -> estimator -> specs.
+"""The import direction of docs/DESIGN.md: cli -> planner -> solvers -> problem; presolve -> estimator -> specs.
 Solvers never import the estimator, presolve or each other's modules (only solvers.common); the
 simulator and checker never import solvers or presolve."""
 
@@ -31,7 +31,7 @@ def test_solvers_do_not_import_the_estimator_presolve_or_each_other():
         for m in imports(f):
             assert not m.startswith(forbidden), (f.name, m)
             if m.startswith("haap_milp.solvers.") and f.parent.name != "common":
-                own = {"haap_milp.solvers.common", "haap_milp.solvers.dp_core", "haap_milp.solvers.dp_fallback"}
+                own = {"haap_milp.solvers.common", "haap_milp.solvers.dp.core", "haap_milp.solvers.dp.fallback"}
                 assert any(m.startswith(x) for x in own), (f.name, m)
 
 

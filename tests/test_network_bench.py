@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from haap_milp.bench_run import plan_tasks, run_task
-from haap_milp.bench_spec import parse_spec
+from haap_milp.bench.run import plan_tasks, run_task
+from haap_milp.bench.spec import parse_spec
 from haap_milp.network import sailor
 from haap_milp.network.spec import MeasuredNetwork
 

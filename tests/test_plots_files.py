@@ -6,7 +6,7 @@ import pytest
 from _emit_cases import DENSE, H100_A100, hetero_uniform_plan
 
 from haap_milp.estimator import Estimator
-from haap_milp.plots import StageMemory, memory_bars, plot_memory, plot_timeline
+from haap_milp.report.plots import StageMemory, memory_bars, plot_memory, plot_timeline
 from haap_milp.simulate import simulate, simulate_plan
 from haap_milp.specs import TrainingSpec
 

@@ -21,8 +21,8 @@ def bench(
     no_resume: Annotated[bool, typer.Option("--no-resume", help="Start over instead of skipping finished runs.")] = False,
 ) -> None:
     """Run models x clusters x methods x time limits; write results.csv, summary.md and PNG plots."""
-    from haap_milp.bench_run import run_bench
-    from haap_milp.bench_spec import default_spec, load_spec
+    from haap_milp.bench.run import run_bench
+    from haap_milp.bench.spec import default_spec, load_spec
 
     if workers < 1:
         fail(f"--workers must be at least 1, got {workers}")

@@ -17,8 +17,8 @@ from haap_milp.methods import LISTED
 from haap_milp.network.merge import apply_network_option
 from haap_milp.outputs import check_output_dir, check_output_file, write_atomic
 from haap_milp.planfile import solution_document
+from haap_milp.report.tables import compare_table, plan_metrics, solve_report
 from haap_milp.specs import SolveOptions, TrainingSpec
-from haap_milp.tables import compare_table, plan_metrics, solve_report
 from haap_milp.targets import TARGET_NAMES
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name, HF config.json or YAML.")]
@@ -97,7 +97,8 @@ def solve(
             write_atomic(json_file, json.dumps(doc, indent=2), flag="--json")
             console.print(f"wrote {json_file}")
     if plot is not None and out.result.plan is not None:
-        from haap_milp import plots, simulate
+        from haap_milp import simulate
+        from haap_milp.report import plots
 
         sim = simulate.simulate_plan(out.result.plan, out.estimator)
         rows = plots.memory_bars(out.result.plan, out.estimate, out.estimator.cluster)

@@ -93,7 +93,7 @@ def simulate(
 
 
 def _plots(plan, sim, estimate, cluster, folder: Path) -> list[Path]:
-    from haap_milp.plots import memory_bars, plot_folder
+    from haap_milp.report.plots import memory_bars, plot_folder
 
     return plot_folder(folder, sim, memory_bars(plan, estimate, cluster))
 

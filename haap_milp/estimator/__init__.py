@@ -1,4 +1,4 @@
-"""The heterogeneity-aware cost model (DESIGN.md step 2): time and memory of any plan on any cluster.
+"""The heterogeneity-aware cost model (docs/DESIGN.md, step 2): time and memory of any plan on any cluster.
 
 Modules by concern: ``flops`` (FLOP counts and published closed forms), ``compute`` (GEMM / attention /
 memory-bound time), ``comm`` (collectives on real links), ``hardware`` (node groups, links, stage
@@ -10,7 +10,7 @@ types), ``plan`` (the public ``Estimator``).
 """
 
 from haap_milp.estimator.calibration import Calibration, GlobalParams, GpuParams, load_calibration
-from haap_milp.estimator.plan import Estimator
+from haap_milp.estimator.cost_model import Estimator
 from haap_milp.estimator.profile_format import load_profile
 from haap_milp.estimator.profiles import DEFAULT_DEVICE_MAP, Profile, ProfileEntry, load_metis_dir
 from haap_milp.estimator.results import ComputeBound, PlanEstimate, StageCost, StageEstimate

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from haap_milp.estimator import comm, compute, flops, layers, memory
 from haap_milp.estimator.calibration import Calibration
 from haap_milp.estimator.hardware import Hardware
-from haap_milp.estimator.impl import Implementation
+from haap_milp.estimator.kernels import Implementation
 from haap_milp.estimator.results import StageCost
 from haap_milp.specs import ModelSpec, TrainingSpec
 

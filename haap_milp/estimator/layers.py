@@ -15,7 +15,7 @@ from haap_milp.estimator import comm, compute
 from haap_milp.estimator.calibration import Calibration
 from haap_milp.estimator.flops import Gemm, attention_core_fwd_flops, attention_gemms, mlp_gemms
 from haap_milp.estimator.hardware import Hardware
-from haap_milp.estimator.impl import MODERN, Implementation
+from haap_milp.estimator.kernels import MODERN, Implementation
 from haap_milp.specs import ModelSpec
 
 A = compute.ACT_BYTES

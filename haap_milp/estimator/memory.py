@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from haap_milp.estimator.impl import MODERN, Implementation
+from haap_milp.estimator.kernels import MODERN, Implementation
 from haap_milp.specs import ModelSpec
 
 A = 2  # bytes per 16-bit activation element

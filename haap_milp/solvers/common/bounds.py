@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from haap_milp.problem import Problem
-from haap_milp.solvers.common.tables import Tables
+from haap_milp.solvers.common.slot_bounds import Tables
 
 
 @dataclass(frozen=True)

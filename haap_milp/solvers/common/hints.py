@@ -11,7 +11,7 @@ import logging
 import numpy as np
 
 from haap_milp.problem import Assignment, Problem, Stage, evaluate, violations
-from haap_milp.solvers.common.tables import COEF_KEYS, Tables
+from haap_milp.solvers.common.slot_bounds import COEF_KEYS, Tables
 
 log = logging.getLogger(__name__)
 

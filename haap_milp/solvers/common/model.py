@@ -23,7 +23,7 @@ import numpy as np
 
 from haap_milp.pipeline import BWD_SHARE
 from haap_milp.problem import Assignment, Problem, Stage
-from haap_milp.solvers.common.tables import Tables
+from haap_milp.solvers.common.slot_bounds import Tables
 
 INF = float("inf")
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.console import Console
 from rich.table import Table
 
@@ -100,15 +98,3 @@ def compare_table(outs: dict, console: Console) -> None:
                   _fmt(r.gap, ".2%"), f"{r.wall_time_s:.2f}", gain)
     console.print(t)
     console.print("vs DP: throughput gain over the DP heuristic (DP time / method time - 1).", highlight=False)
-
-
-def write_plots(out, folder: Path) -> list[Path]:
-    """Timeline (from the simulator) and memory plots of a solved plan."""
-    from haap_milp import plots, simulate
-
-    folder.mkdir(parents=True, exist_ok=True)
-    sim = simulate.simulate_plan(out.result.plan, out.estimator)
-    paths = plots.plot_timeline(sim, folder / "timeline")
-    rows = plots.memory_bars(out.result.plan, out.estimate, out.estimator.cluster)
-    paths += plots.plot_memory(rows, folder / "memory")
-    return [Path(p) for p in paths]

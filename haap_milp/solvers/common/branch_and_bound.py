@@ -28,7 +28,7 @@ from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
-from haap_milp.solvers.common.tables import Tables, build_tables
+from haap_milp.solvers.common.slot_bounds import Tables, build_tables
 
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left

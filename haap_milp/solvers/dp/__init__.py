@@ -24,8 +24,8 @@ import numpy as np
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.polish import polish
-from haap_milp.solvers.dp_core import CapCache, Restriction, coverage, option_classes, split
-from haap_milp.solvers.dp_fallback import beam_search
+from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, option_classes, split
+from haap_milp.solvers.dp.fallback import beam_search
 
 log = logging.getLogger(__name__)
 EXTRA_TAUS = 4  # candidate stage times tried above the smallest feasible one

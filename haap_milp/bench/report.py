@@ -19,8 +19,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from haap_milp.bench_plots import num, write_plots
-from haap_milp.bench_spec import BenchSpec
+from haap_milp.bench.plots import num, write_plots
+from haap_milp.bench.spec import BenchSpec
 from haap_milp.methods import EXACT, LISTED
 
 log = logging.getLogger(__name__)

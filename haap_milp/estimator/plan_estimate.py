@@ -17,17 +17,30 @@ precision (heterogeneous clusters: each GPU counts its own peak); HFU the same w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from haap_milp.errors import PlanInvalidError
 from haap_milp.estimator import schedule
 from haap_milp.estimator.compute import peak_flops
 from haap_milp.estimator.results import PlanEstimate, StageCost, StageEstimate
 from haap_milp.pipeline import GIB, fits_memory
-from haap_milp.specs import Plan
+from haap_milp.specs import ModelSpec, Plan
 
-if TYPE_CHECKING:
-    from haap_milp.estimator.plan import Estimator
+
+class Estimator(Protocol):
+    """What the whole-plan estimate needs of its pricer (``cost_model.Estimator`` is the one there is): the
+    cached per-stage costs. Stated as a protocol so that this module does not import the Estimator's."""
+
+    model: ModelSpec
+
+    def hardware(self, gpu_type: str, island: str | None = None) -> Any: ...
+    def layer_cost(self, *args: Any, **kw: Any) -> StageCost: ...
+    def first_stage_extra(self, *args: Any, **kw: Any) -> StageCost: ...
+    def last_stage_extra(self, *args: Any, **kw: Any) -> StageCost: ...
+    def stage_fixed_bytes(self, *args: Any, **kw: Any) -> float: ...
+    def stage_fixed_sync_s(self, *args: Any, **kw: Any) -> float: ...
+    def usable_memory_bytes(self, gpu_type: str) -> float: ...
+    def p2p_time(self, *args: Any, **kw: Any) -> float: ...
 
 
 def check_plan(est: Estimator, plan: Plan) -> None:

@@ -21,10 +21,10 @@ from typing import Any
 from haap_milp.estimator import comm
 from haap_milp.estimator.calibration import Calibration
 from haap_milp.estimator.compute import optimizer_step_s
+from haap_milp.estimator.cost_model import Estimator
 from haap_milp.estimator.costs import grad_bytes
 from haap_milp.estimator.flops import narayanan_sc21_flops
-from haap_milp.estimator.impl import MEGATRON_2021, MODERN, Implementation
-from haap_milp.estimator.plan import Estimator
+from haap_milp.estimator.kernels import MEGATRON_2021, MODERN, Implementation
 from haap_milp.pipeline import GIB
 from haap_milp.specs import ClusterSpec, GPUSpec, ModelSpec, NodeGroup, Plan, StagePlan, TrainingSpec
 

@@ -14,11 +14,11 @@ from haap_milp.estimator import comm, costs, hardware, memory
 from haap_milp.estimator.calibration import Calibration, load_calibration
 from haap_milp.estimator.compute import peak_flops
 from haap_milp.estimator.flops import model_flops_per_sample
-from haap_milp.estimator.impl import MODERN, Implementation
+from haap_milp.estimator.kernels import MODERN, Implementation
 from haap_milp.estimator.override import apply_profile
+from haap_milp.estimator.plan_estimate import estimate_plan
 from haap_milp.estimator.profiles import Profile
 from haap_milp.estimator.results import GIB, ComputeBound, PlanEstimate, StageCost
-from haap_milp.estimator.whole import estimate_plan
 from haap_milp.network import pricing
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec
 
@@ -33,7 +33,7 @@ def _default_calibration() -> Calibration:
 
 
 class Estimator:
-    """Time and memory of any stage option and any plan on ``cluster`` (DESIGN.md step 2).
+    """Time and memory of any stage option and any plan on ``cluster`` (docs/DESIGN.md, step 2).
 
     Per-stage costs follow problem.py eq. T1/M2: a stage with n layers costs
     ``n·layer_cost + [first]·first_stage_extra + [last]·last_stage_extra`` in time, memory (plus

@@ -23,7 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from haap_milp.bench_spec import BenchSpec, TaskInputs
+from haap_milp.bench.spec import BenchSpec, TaskInputs
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def _info(model, cluster) -> dict:
 
 
 def _outcome_row(row: dict, out, wall_s: float | None = None) -> dict:
-    from haap_milp.tables import plan_metrics
+    from haap_milp.report.tables import plan_metrics
 
     r = out.result
     m = plan_metrics(out)
@@ -295,7 +295,7 @@ def run_bench(spec: BenchSpec, out_dir: Path, workers: int = 1, resume: bool = T
 
     ``progress(done_runs, total_runs, note)`` is called as tasks start and finish.
     """
-    from haap_milp.bench_report import write_report
+    from haap_milp.bench.report import write_report
 
     t0 = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
