@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from haap_milp import presolve
 from haap_milp.estimator import Estimator
 from haap_milp.methods import HEURISTICS, LISTED, METHODS, resolve
+from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Problem, RawResult
 from haap_milp.solvers import get_solver
 from haap_milp.specs import ClusterSpec, ModelSpec, SolveOptions, SolveResult, Status, TrainingSpec, relative_gap
@@ -65,7 +66,7 @@ def run_method(ctx: Context, method: str, hint_raw: RawResult | None = None) -> 
     takes_hint = METHODS[resolve(method)].takes_hint
     if takes_hint and hint_raw is not None and hint_raw.objective_s is not None:
         # variants whose lower bound already exceeds the DP plan cannot hold the optimum
-        keep = [i for i in keep if ctx.presolved.lower_bounds_s[i] < hint_raw.objective_s * (1 + 1e-9)]
+        keep = [i for i in keep if ctx.presolved.lower_bounds_s[i] < hint_raw.objective_s * (1 + TIME_RTOL)]
         if hint_raw.assignment is not None and hint_raw.assignment.variant not in keep:
             keep.append(hint_raw.assignment.variant)
         keep.sort()

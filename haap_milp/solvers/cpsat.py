@@ -28,6 +28,9 @@ LOG = False
 PROBING = 0  # presolve probing on this model creates millions of binary clauses (measured), so off
 
 
+MIN_TIME_S = 1e-9  # s; floor of the time scale's reference (a problem whose layers all take 0 s)
+ROUND_SLACK = 1e-9  # absolute slack before ceil/floor of a scaled row bound (float noise, not a tolerance)
+
 def solve(problem: Problem, options: SolveOptions | None = None, hint: Assignment | None = None) -> RawResult:
     """Exact solve with OR-Tools CP-SAT (status, objective = evaluate(plan), proven bound, gap)."""
     return run_variants(problem, options or SolveOptions(), hint, "cpsat", _solve_node)
@@ -40,7 +43,7 @@ def _scale(t: Tables, b: VariantBound) -> float:
     if not math.isfinite(ref):
         ref = 2.0 * b.tau_lb
     if not ref > 0:
-        ref = float(max(t.coef["layer_time"].max(), 1e-9))
+        ref = float(max(t.coef["layer_time"].max(), MIN_TIME_S))
     return SCALE_TARGET / ref
 
 
@@ -66,8 +69,8 @@ def _int_rows(cp: cp_model.CpModel, lm: LinModel, x: list, S: float) -> None:
     for row in lm.rows:
         coefs, const = _int_row(lm, row, S)
         expr = cp_model.LinearExpr.weighted_sum([x[i] for i in row.idx], coefs) + const
-        lb = -cp_model.INT_MAX if row.lb == -math.inf else math.ceil(row.lb - 1e-9)
-        ub = cp_model.INT_MAX if row.ub == math.inf else math.floor(row.ub + 1e-9)
+        lb = -cp_model.INT_MAX if row.lb == -math.inf else math.ceil(row.lb - ROUND_SLACK)
+        ub = cp_model.INT_MAX if row.ub == math.inf else math.floor(row.ub + ROUND_SLACK)
         cp.add_linear_constraint(expr, lb, ub)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Problem
 from haap_milp.solvers.common.slot_bounds import Tables
 
@@ -47,7 +48,7 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> in
     Per group an unbounded knapsack of stages (weight num_gpus, value its layer capacity; one
     stage only if the group's own link is slower than tau); the groups of one pipeline form a
     connected set of the graph whose edges are links no slower than tau."""
-    h = np.minimum(hmax, np.floor(tau / t.coef["layer_time"] + 1e-9)).astype(np.int64)
+    h = np.minimum(hmax, np.floor(tau / t.coef["layer_time"] + TIME_RTOL)).astype(np.int64)
     per = {}
     for g in np.unique(t.group).tolist():
         m = t.group == g

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from haap_milp.pipeline import steady_period
+from haap_milp.pipeline import TIME_RTOL, steady_period
 from haap_milp.problem import Assignment, Problem, RawResult, boundary_times, evaluate, stage_times, violations
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.hints import canonical
@@ -240,7 +240,7 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
     inc = st.inc
-    h = inc if inc is not None and inc.variant == v and a <= _steady(problem, inc) <= b * (1 + 1e-9) else None
+    h = inc if inc is not None and inc.variant == v and a <= _steady(problem, inc) <= b * (1 + TIME_RTOL) else None
     res = _call(problem, options, st, lm, nb, cutoff, share, h, name, solve_node, v)
     if res.status == "INFEASIBLE":
         st.closed.append(cutoff if cutoff is not None else math.inf)
@@ -267,7 +267,7 @@ def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) ->
                          message=msg or "time limit reached before any plan was found", stats=st.stats)
     bound = min(bound, st.inc_obj)
     gap_abs = st.inc_obj - bound
-    proven = gap_abs <= options.relative_gap * st.inc_obj + st.tol_s + 1e-9 * st.inc_obj
+    proven = gap_abs <= options.relative_gap * st.inc_obj + st.tol_s + TIME_RTOL * st.inc_obj
     if not proven and not msg:
         msg = f"gap {gap_abs / st.inc_obj:.2%} when the time limit was reached"
     return RawResult("OPTIMAL" if proven else "FEASIBLE", name, assignment=st.inc, objective_s=st.inc_obj,

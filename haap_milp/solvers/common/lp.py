@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 
+from haap_milp.pipeline import TIME_RTOL
 from haap_milp.solvers.common.model import LinModel
 
 try:
@@ -105,7 +106,7 @@ def lp_bound(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 
     gives no answer in time."""
     if highspy is None:
         return None
-    tol = None if cutoff_s is None else 1e-9 * max(1.0, cutoff_s)
+    tol = None if cutoff_s is None else TIME_RTOL * max(1.0, cutoff_s)
     h = highs_model(lm, integer=False, cutoff_s=cutoff_s, cutoff_tol_s=tol or 0.0)
     h.setOptionValue("time_limit", float(time_limit_s))
     run(h)

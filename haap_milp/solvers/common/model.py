@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from haap_milp.pipeline import BWD_SHARE
+from haap_milp.pipeline import BWD_SHARE, TIME_RTOL
 from haap_milp.problem import Assignment, Problem, Stage
 from haap_milp.solvers.common.slot_bounds import Tables
 
@@ -244,7 +244,7 @@ def _groups_at(m: LinModel, k: int) -> dict:
 
 def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
     t, c = m.t, m.t.coef
-    tau_hi = t.tau_ub * (1 + 1e-9) if t.tau_ub is not None else INF
+    tau_hi = t.tau_ub * (1 + TIME_RTOL) if t.tau_ub is not None else INF
     m.tau = m.var("tau", max(0.0, tau_lb), tau_hi, integer=False)
     m.sigma = m.var("sigma", 0.0, INF, integer=False)
     cut: dict = {}
