@@ -6,6 +6,7 @@ No torch needed: the profiles here are written by hand.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -106,8 +107,11 @@ def test_load_profile_dispatches_and_estimator_checks_precision(hand):
     est, plain = Estimator(TINY, CLUSTER, TRAIN, profile=prof), Estimator(TINY, CLUSTER, TRAIN)
     lc = est.layer_cost("a100-80g", 1, 1, 1, 1, "none", 2)
     assert lc.time_s == pytest.approx(6e-3) and lc != plain.layer_cost("a100-80g", 1, 1, 1, 1, "none", 2)
-    # not covered (mbs 16) -> analytic, unchanged policy
-    assert est.layer_cost("a100-80g", 1, 1, 1, 1, "none", 16) == plain.layer_cost("a100-80g", 1, 1, 1, 1, "none", 16)
+    # not covered (mbs 16): refused by default, analytic under the analytic fallback
+    with pytest.raises(HaapInputError, match="micro-batch 16 is not measured"):
+        est.layer_cost("a100-80g", 1, 1, 1, 1, "none", 16)
+    loose = Estimator(TINY, CLUSTER, TRAIN, profile=replace(prof, fallback="analytic"))
+    assert loose.layer_cost("a100-80g", 1, 1, 1, 1, "none", 16) == plain.layer_cost("a100-80g", 1, 1, 1, 1, "none", 16)
     with pytest.raises(HaapInputError, match="precision fp32, training uses bf16"):
         Estimator(TINY, CLUSTER, TRAIN, profile=load_profile(hand, precision="fp32"))
 
