@@ -436,3 +436,15 @@ def decode(pre: Presolved, a: Assignment, model: ModelSpec, cluster: ClusterSpec
         global_batch_size=training.global_batch_size, seq_len=training.seq_len, precision=training.precision,
         sequence_parallel=training.sequence_parallel, distributed_optimizer=training.distributed_optimizer,
     )
+
+
+def presolve_document(pre: Presolved | None) -> dict:
+    """What ``solve --json`` says about the search space: ``excluded`` (GPUs and profile points left out, each
+    with its reason and the flag that would include it) and ``profile`` (None without one; else its sources,
+    fallback, how each GPU type is priced and the points priced without a measurement)."""
+    if pre is None:
+        return {"excluded": [], "profile": None}
+    prof = None
+    if pre.profile is not None:
+        prof = {**pre.profile, "priced_without_measurement": [e.as_dict() for e in pre.analytic]}
+    return {"excluded": [e.as_dict() for e in pre.excluded], "profile": prof}

@@ -26,7 +26,6 @@ from haap_milp.estimator.costs import StageConfig
 from haap_milp.estimator.profiles import Profile
 from haap_milp.estimator.results import StageCost
 
-
 FALLBACKS = ("none", "interpolate", "analytic")
 FALLBACK_FLAG = "--profile-fallback"
 _PRICED = {"none": {"measured", "unprofiled"}, "interpolate": {"measured", "unprofiled", "interpolated"},
