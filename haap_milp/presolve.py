@@ -70,7 +70,7 @@ class Excluded:
     gpus: int
     scope: str
     reason: str
-    include_with: str
+    include_with: str | None  # the flag that would include them; None: no flag would
     points: tuple[tuple[int, int | float, str], ...] = ()
     priced: str = ""
 
@@ -90,7 +90,10 @@ class Excluded:
     def __str__(self) -> str:
         pts = ", ".join(f"tp {t} mbs {m:g} ({w})" for t, m, w in self.points)
         what = f"{self.label} ({self.gpus} GPUs)" + (f" at {pts}" if pts else "")
-        return f"{what}: {self.reason}" + (f"; include with {self.include_with}" if self.include_with else "")
+        if self.priced:
+            return f"{what}: {self.reason}"
+        return f"{what}: {self.reason}; " + (f"include with {self.include_with}" if self.include_with else
+                                            "no flag would include them")
 
 
 @dataclass
@@ -238,7 +241,8 @@ def build(
             excluded.append(_group_unused(est, g, gi, opts, left_out, priced))
     analytic = _profile_points(groups, fallback_priced, profile, "analytic")
     if analytic:
-        log.warning("--profile-fallback %s: %s", profile.fallback, "; ".join(map(str, analytic)))
+        log.info("priced without a measurement (--profile-fallback %s): %s", profile.fallback,
+                 "; ".join(map(str, analytic)))  # the CLI warns on stderr; the API reads Presolved.analytic
     summary = profile_summary(profile, groups) if profile is not None else None
     return Presolved(problem, tuple(groups), bounds, dropped, stats, excluded, analytic, summary)
 
@@ -263,7 +267,7 @@ def _precision_excluded(cluster: ClusterSpec, g: Group, precision: str) -> Exclu
     have = supported_precisions(cluster.gpu(g.gpu_type))
     flag = " (or ".join(f"--precision {p}" for p in have[:2]) + (")" if len(have) > 1 else "") if have else ""
     return Excluded(g.gpu_type, g.island, g.capacity, "gpus", f"no {precision} on this GPU (it has "
-                    f"{', '.join(have) or 'no supported precision'})", flag or "none (leave it out of the cluster)")
+                    f"{', '.join(have) or 'no supported precision'})", flag or None)
 
 
 def _profile_points(groups, points: dict[int, dict[tuple[int, int], str]], profile, scope: str) -> list[Excluded]:
@@ -275,7 +279,7 @@ def _profile_points(groups, points: dict[int, dict[tuple[int, int], str]], profi
         if scope == "analytic":
             out.append(Excluded(g.gpu_type, g.island, g.capacity, "points", "not covered by the profile, priced by "
                                 f"the {'analytic model' if profile.fallback == 'analytic' else 'interpolation'}",
-                                "", listed, priced=profile.fallback))
+                                None, listed, priced=profile.fallback))
             continue
         flags = {"oom": "", "interpolated": f"{FALLBACK_FLAG} interpolate", "missing": f"{FALLBACK_FLAG} analytic"}
         wanted = sorted({flags[st] for st in pts.values()} - {""}, reverse=True)
@@ -283,25 +287,26 @@ def _profile_points(groups, points: dict[int, dict[tuple[int, int], str]], profi
         out.append(Excluded(g.gpu_type, g.island, g.capacity, "points", "not covered by the profile, left out of "
                             "the search" + ("; out-of-memory points are never priced" if any(
                                 st == "oom" for st in pts.values()) else ""),
-                            "none (measured out of memory)" if oom_only else wanted[-1] if len(wanted) == 1
+                            None if oom_only else wanted[-1] if len(wanted) == 1
                             else f"{FALLBACK_FLAG} analytic", listed))
     return out
 
 
 def _group_unused(est, g: Group, gi: int, opts, left_out, priced) -> Excluded:
     """Why a group has no option left in any micro-batch variant."""
-    needs = [(v.fixed_mem[i] + v.layer_static_mem[i] + v.layer_act_mem[i], v.mem_capacity[i])
+    needs = [(v.fixed_mem[i] + v.layer_static_mem[i] + v.layer_act_mem[i], v.mem_capacity[i],
+              v.fixed_mem[i] + v.layer_static_mem[i])
              for v, _lb in priced.values() for i in range(len(opts)) if opts[i].group == gi and v.mem_capacity[i] > 0]
     if needs:
-        need, cap = min(needs)
+        need, cap, static = min(needs)
         physical = est.hardware(g.gpu_type).gpu.memory_gib * GIB
-        flag = "--memory-headroom 0" if need <= physical else "a shorter --seq"
+        flag = "--memory-headroom 0" if need <= physical else "a shorter --seq" if static <= cap else None
         return Excluded(g.gpu_type, g.island, g.capacity, "gpus", f"cannot hold one decoder layer (needs "
                         f"{need / GIB:.1f} GiB per GPU at best, {cap / GIB:.1f} GiB usable)", flag)
     if left_out.get(gi):
         return Excluded(g.gpu_type, g.island, g.capacity, "gpus", "the profile covers none of its options",
                         f"{FALLBACK_FLAG} analytic")
-    return Excluded(g.gpu_type, g.island, g.capacity, "gpus", "no stage option fits its GPUs", "")
+    return Excluded(g.gpu_type, g.island, g.capacity, "gpus", "no stage option fits its GPUs", None)
 
 
 def profile_summary(profile, groups) -> dict:
