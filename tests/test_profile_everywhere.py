@@ -206,7 +206,7 @@ def test_profile_options_without_a_profile_exit_2(run_cli, flag):
 
 
 def test_estimate_refuses_an_uncovered_stage_unless_told(run_cli):
-    args = lambda mbs: ["estimate", "-m", "opt-350m", "-c", "v100-16g:4/4", "--gbs", "32", "--seq", "2048",  # noqa: E731
+    args = lambda mbs: ["estimate", "-m", "opt-350m", "-c", "v100-16g:4/4", "--gbs", "32", "--seq", "2048",
                         "--precision", "fp16", "--dp", "4", "--mbs", str(mbs), "--recompute", "full", "--profile",
                         str(OPT350), "--json"]
     code, _, err = run_cli(args(8))
