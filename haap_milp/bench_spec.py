@@ -13,6 +13,8 @@ A spec file looks like ``benchmarks/specs/quick.yaml``::
     clusters:
       - h100-80g:16            # catalog name, cluster YAML or shorthand
       - {label: mixed-nic-256, cluster: "h100-80g:128@ib,a100-80g:128@roce"}
+      - {label: sailor, cluster: "a100-40g:32/4,v100-16g:96/4", precision: fp16,
+         profile: [a100.json, profiles/OPT-350], profile_device: {A100: a100-40g}, profile_fallback: none}
     exclude:
       - {model: llama3-405b, cluster: h100-80g:16}
 

@@ -263,3 +263,20 @@ def test_bench_spec_takes_a_profile(tmp_path):
     with pytest.raises(HaapInputError, match="profile_fallback"):
         parse_spec({"models": ["opt-350m"], "clusters": [{"cluster": CLUSTER, "profile": str(OPT350),
                                                           "profile_fallback": "maybe"}]})
+
+
+@pytest.mark.parametrize("command", ["solve", "compare", "estimate", "simulate"])
+def test_help_shows_the_profile_options(run_cli, command, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # long option names are not cut in a narrow help table
+    code, out, _ = run_cli([command, "--help"])
+    assert code == 0
+    for flag in ("--profile ", "--profile-device", "--profile-fallback"):
+        assert flag in out, (command, flag)
+
+
+def test_bench_spec_with_a_bad_profile_fails_before_any_run(tmp_path, run_cli):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"name: p\nmodels: [opt-350m]\nclusters:\n  - {{cluster: '{CLUSTER}', precision: fp16, "
+                    f"profile: [{OPT350}, {tmp_path / 'missing'}]}}\n")
+    code, _, err = run_cli(["bench", str(spec), "--out", str(tmp_path / "out")])
+    assert code == 2 and "clusters.0.profile" in err and "missing" in err and "Traceback" not in err

@@ -141,3 +141,24 @@ def test_schema_command_prints_the_format(run_cli):
         assert key in point["properties"]
     assert point["additionalProperties"] is False and schema["properties"]["format"]["const"] == "haap-profile"
     assert NativeProfile.model_validate(_doc(HAND)).points[6].out_of_memory
+
+
+def test_out_of_memory_points_are_never_priced(hand, tmp_path):
+    from haap_milp.estimator import load_profiles
+    from haap_milp.estimator.override import coverage
+
+    for fallback in ("none", "interpolate", "analytic"):
+        prof = load_profiles([hand], precision="bf16", fallback=fallback)
+        assert coverage(prof, "a100-80g", 1, 4) == "oom"
+        with pytest.raises(HaapInputError, match="measured out of memory.*a measurement says it does not fit"):
+            Estimator(TINY, CLUSTER, TRAIN, profile=prof).layer_cost("a100-80g", 1, 1, 1, 1, "none", 4)
+    # another file measuring that point fine contradicts the first: an error naming both
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(_doc([_pt("decoder", 4, 1e-3, 2e-3, 100 * MIB)])))
+    with pytest.raises(HaapInputError, match=f"profiles '{hand}' and '{other}' disagree on a100-80g at tp 1, "
+                                             "micro-batch 4"):
+        load_profiles([hand, other], precision="bf16")
+    longer = tmp_path / "longer.json"
+    longer.write_text(json.dumps(_doc([_pt("decoder", 1, 1e-3, 2e-3, gpu="h100-80g", seq=64)])))
+    with pytest.raises(HaapInputError, match="disagree on the seq_len"):
+        load_profiles([hand, longer], precision="bf16")

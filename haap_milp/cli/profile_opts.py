@@ -12,13 +12,13 @@ from haap_milp.cli.common import err_console
 from haap_milp.errors import HaapInputError
 
 ProfileOpt = Annotated[list[str], typer.Option(
-    "--profile", help="Measured profile: a Metis profile directory or a native profile file (haap-solve profile). "
+    "--profile", metavar="PATH", help="Measured profile: a Metis profile directory or a native profile file (haap-solve profile). "
                       "Repeat it for several (e.g. one per GPU type); they are merged. GPU types it does not "
                       "mention stay analytic (the report says so).")]
 ProfileDeviceOpt = Annotated[list[str], typer.Option(
-    "--profile-device", help="Map a Metis device type to a catalog GPU, e.g. A100=a100-80g (repeatable).")]
+    "--profile-device", metavar="NAME=GPU", help="Map a Metis device type to a catalog GPU, e.g. A100=a100-80g (repeatable).")]
 ProfileFallbackOpt = Annotated[str | None, typer.Option(
-    "--profile-fallback", help="Points (GPU type, tp, micro-batch) of a profiled GPU type that the profile lacks: "
+    "--profile-fallback", metavar="none|interpolate|analytic", help="Points (GPU type, tp, micro-batch) of a profiled GPU type that the profile lacks: "
                                "none (default; they leave the search and the report lists them) | interpolate "
                                "(also price those between two measured micro-batches, linearly) | analytic (price "
                                "them with the analytic model, with a warning naming them). Out-of-memory points "

@@ -324,7 +324,11 @@ def load_profiles(paths: list[str | Path] | tuple[str | Path, ...] | str | Path,
                                      "catalog gpus`).", field="profile.gpu", value=e.gpu)
             e = replace(e, gpu=gpu)
             key = (gpu, e.tp, e.mbs)
-            if (key in entries and entries[key] != e) or key in oom:
+            if key in oom:
+                raise HaapInputError(f"profiles {origin[key]!r} and {where!r} disagree on {gpu} at tp {e.tp}, "
+                                     f"micro-batch {e.mbs}: out of memory in one, measured in the other.",
+                                     field="profile", value=where)
+            if key in entries and entries[key] != e:
                 raise HaapInputError(f"profiles {origin[key]!r} and {where!r} both hold {gpu} at tp {e.tp}, "
                                      f"micro-batch {e.mbs} with different values; keep one of them.",
                                      field="profile", value=where)
