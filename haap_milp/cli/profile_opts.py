@@ -18,7 +18,7 @@ ProfileOpt = Annotated[list[str], typer.Option(
 ProfileDeviceOpt = Annotated[list[str], typer.Option(
     "--profile-device", metavar="NAME=GPU", help="Map a Metis device type to a catalog GPU, e.g. A100=a100-80g (repeatable).")]
 ProfileFallbackOpt = Annotated[str | None, typer.Option(
-    "--profile-fallback", metavar="none|interpolate|analytic", help="Points (GPU type, tp, micro-batch) of a profiled GPU type that the profile lacks: "
+    "--profile-fallback", metavar="POLICY", help="Points (GPU type, tp, micro-batch) of a profiled GPU type that the profile lacks: "
                                "none (default; they leave the search and the report lists them) | interpolate "
                                "(also price those between two measured micro-batches, linearly) | analytic (price "
                                "them with the analytic model, with a warning naming them). Out-of-memory points "
