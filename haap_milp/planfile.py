@@ -85,8 +85,10 @@ def read_plan_file(path: str | Path) -> PlanFile:
     return PlanFile(plan, parts.get("model"), parts.get("cluster"), parts.get("training"))
 
 
-def solution_document(result, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, metrics: dict) -> dict:
-    """The JSON written by `solve --json`: headline numbers first, then the plan and the inputs."""
+def solution_document(result, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, metrics: dict,
+                      search: dict | None = None) -> dict:
+    """The JSON written by `solve --json`: headline numbers first, then the plan and the inputs. ``search``:
+    presolve.presolve_document (``excluded`` GPUs and profile points, ``profile``), placed after ``stats``."""
     doc = {
         "status": result.status.value,
         "solver": result.solver,
@@ -96,6 +98,7 @@ def solution_document(result, model: ModelSpec, cluster: ClusterSpec, training: 
         "wall_time_s": result.wall_time_s,
         "message": result.message,
         "stats": result.stats,
+        **(search or {}),
         "plan": None,
     }
     if result.plan is not None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from haap_milp import presolve
-from haap_milp.estimator import Estimator
+from haap_milp.estimator import Estimator, Profile
 from haap_milp.methods import HEURISTICS, LISTED, METHODS, resolve
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Problem, RawResult
@@ -49,8 +49,13 @@ class Context:
     presolved: presolve.Presolved
 
     @classmethod
-    def build(cls, model, cluster, training, options, estimator: Estimator | None = None) -> Context:
-        est = estimator or Estimator(model, cluster, training)
+    def build(cls, model, cluster, training, options, estimator: Estimator | None = None, *,
+              profile: Profile | None = None) -> Context:
+        """``profile``: measured points (``estimator.load_profiles``, with its fallback policy) for the estimator
+        built here; give either it or an ``estimator`` (which carries its own)."""
+        if estimator is not None and profile is not None and estimator.profile is not profile:
+            raise ValueError("give the profile to the Estimator or to Context.build, not both")
+        est = estimator or Estimator(model, cluster, training, profile=profile)
         return cls(model, cluster, training, options, est, presolve.build(model, cluster, training, options, est))
 
 
@@ -183,10 +188,12 @@ def finish(ctx: Context, raw: RawResult) -> Outcome:
     return Outcome(result, pre, est, viol, ctx.estimator, raw.assignment)
 
 
-def solve(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions) -> Outcome:
-    """Plan: DP heuristic and uniform baseline first (the better is the warm start), then the exact solver."""
+def solve(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions, *,
+          profile: Profile | None = None) -> Outcome:
+    """Plan: DP heuristic and uniform baseline first (the better is the warm start), then the exact solver.
+    ``profile``: measured points (``estimator.load_profiles``) replacing the analytic prices they cover."""
     t0 = time.perf_counter()
-    ctx = Context.build(model, cluster, training, options)
+    ctx = Context.build(model, cluster, training, options, profile=profile)
     out = orchestrate(ctx, [(options.solver, None)]).outcomes[0]
     total = time.perf_counter() - t0
     if not ctx.presolved.problem.variants:
@@ -197,9 +204,9 @@ def solve(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, option
     return out
 
 
-def compare(model, cluster, training, options, methods=LISTED) -> dict[str, Outcome]:
+def compare(model, cluster, training, options, methods=LISTED, *, profile: Profile | None = None) -> dict[str, Outcome]:
     """Every method on the same presolved problem; exact ones warm-started from the best heuristic."""
-    ctx = Context.build(model, cluster, training, options)
+    ctx = Context.build(model, cluster, training, options, profile=profile)
     return dict(zip(methods, orchestrate(ctx, [(m, None) for m in methods]).outcomes))
 
 

@@ -12,7 +12,11 @@ Steps (docs/DESIGN.md step 3, AutoHAAP's memory-aware initialisation):
    Options *outclassed* by another of the same group, tp and dp (no slower, no more memory or
    sync) are dropped too (``_drop_outclassed``; not the time-dominance of eq. D1, which the slot
    tables use to bound layer counts and which drops nothing).
+   With a measured profile, an option whose (GPU type, tp, per-replica micro-batch) the profile does not
+   cover leaves the search under the profile's fallback policy (estimator.override.coverage).
 4. Costs come from the estimator (cached per key: "state caching").
+Nothing is dropped silently: ``Presolved.excluded`` names every GPU group and profile point left out,
+the reason and the flag that would include it (``solve`` prints it; ``solve --json`` writes it).
 The lower bound is the load-balanced compute bound of eq. B1 (formulations/README.md).
 """
 
@@ -27,6 +31,7 @@ import numpy as np
 
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
+from haap_milp.estimator.override import FALLBACK_FLAG, WHY, coverage, may_price
 from haap_milp.parallel_rules import ep_divides_experts, ep_fits_grid, tp_allowed
 from haap_milp.pipeline import GIB
 from haap_milp.problem import Assignment, Option, Problem, Variant, stage_memory, stage_times
@@ -52,6 +57,45 @@ class Group:
         return f"{self.gpu_type}@{self.island}"
 
 
+@dataclass(frozen=True)
+class Excluded:
+    """GPUs or profile points left out of the search, why, and the flag that would include them.
+
+    ``scope`` "gpus": the whole group is left out; "points": the group's options at ``points``
+    ((tp, per-replica micro-batch, why)) are left out (or, with ``priced`` "analytic", priced by the
+    analytic model under --profile-fallback analytic and kept)."""
+
+    gpu_type: str
+    island: str
+    gpus: int
+    scope: str
+    reason: str
+    include_with: str | None  # the flag that would include them; None: no flag would
+    points: tuple[tuple[int, int | float, str], ...] = ()
+    priced: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu_type}@{self.island}"
+
+    def as_dict(self) -> dict:
+        d = {"gpu_type": self.gpu_type, "island": self.island, "gpus": self.gpus, "scope": self.scope,
+             "reason": self.reason, "include_with": self.include_with}
+        if self.points:
+            d["points"] = [{"tp": t, "micro_batch": m, "why": w} for t, m, w in self.points]
+        if self.priced:
+            d["priced"] = self.priced
+        return d
+
+    def __str__(self) -> str:
+        pts = ", ".join(f"tp {t} mbs {m:g} ({w})" for t, m, w in self.points)
+        what = f"{self.label} ({self.gpus} GPUs)" + (f" at {pts}" if pts else "")
+        if self.priced:
+            return f"{what}: {self.reason}"
+        return f"{what}: {self.reason}; " + (f"include with {self.include_with}" if self.include_with else
+                                            "no flag would include them")
+
+
 @dataclass
 class Presolved:
     """The problem plus what is needed to decode and explain it."""
@@ -61,6 +105,9 @@ class Presolved:
     lower_bounds_s: dict[int, float]  # variant -> eq. B1 bound
     dropped: list[str] = field(default_factory=list)  # human-readable reasons (groups, variants)
     stats: dict = field(default_factory=dict)
+    excluded: list[Excluded] = field(default_factory=list)  # GPUs and profile points left out (never silently)
+    analytic: list[Excluded] = field(default_factory=list)  # profile points priced by the fallback (kept)
+    profile: dict | None = None  # which GPU types the profile prices (profile_summary)
 
     @property
     def lower_bound_s(self) -> float | None:
@@ -110,11 +157,16 @@ def build(
     est = estimator or Estimator(model, cluster, training)
     dropped: list[str] = []
     groups = []
+    excluded: list[Excluded] = []
     for g in cluster_groups(cluster):
         if cluster.gpu(g.gpu_type).peak_tflops(training.precision) is None:
             dropped.append(f"{g.label} ({g.capacity} GPUs): no {training.precision} support")
+            excluded.append(_precision_excluded(cluster, g, training.precision))
         else:
             groups.append(g)
+    profile = est.profile
+    left_out: dict[int, dict[tuple[int, int], str]] = {}  # group -> (tp, mbs) -> coverage status
+    fallback_priced: dict[int, dict[tuple[int, int], str]] = {}
     caps = capabilities(options.target)  # what the target engine can run (haap_milp.targets)
     uniform = caps.uniform_stages if target_uniform is None else target_uniform
     same_tp = caps.same_tp_first_last_when_tied and model.tied_embeddings
@@ -133,6 +185,13 @@ def build(
                 for m in PER_REPLICA_MBS:
                     if b % m or tp * (b // m) > g.capacity:
                         continue
+                    if profile is not None:
+                        status = coverage(profile, g.gpu_type, tp, m)
+                        if not may_price(status, profile.fallback):
+                            left_out.setdefault(gi, {})[(tp, m)] = status
+                            continue
+                        if status in ("interpolated", "missing"):
+                            fallback_priced.setdefault(gi, {})[(tp, m)] = status
                     dp = b // m
                     for ep in ep_candidates(model, tp, dp):
                         for rc in modes:
@@ -175,7 +234,95 @@ def build(
         "presolve_s": round(time.perf_counter() - t0, 4),
     }
     stats.update({f"cache_{k}": v for k, v in est.cache_stats().items() if isinstance(v, (int, float))})
-    return Presolved(problem, tuple(groups), bounds, dropped, stats)
+    used = {opts[i].group for v in variants for i in np.flatnonzero(v.allowed)}
+    excluded += _profile_points(groups, left_out, profile, "points")
+    for gi, g in enumerate(groups):
+        if gi not in used:
+            excluded.append(_group_unused(est, g, gi, opts, left_out, priced))
+    analytic = _profile_points(groups, fallback_priced, profile, "analytic")
+    if analytic:
+        log.info("priced without a measurement (--profile-fallback %s): %s", profile.fallback,
+                 "; ".join(map(str, analytic)))  # the CLI warns on stderr; the API reads Presolved.analytic
+    summary = profile_summary(profile, groups) if profile is not None else None
+    return Presolved(problem, tuple(groups), bounds, dropped, stats, excluded, analytic, summary)
+
+
+def supported_precisions(gpu) -> list[str]:
+    """The precisions ``gpu`` has a peak for, in the order of specs.Precision."""
+    from typing import get_args
+
+    from haap_milp.specs import Precision
+
+    out = []
+    for p in get_args(Precision):
+        try:
+            if gpu.peak_tflops(p) is not None:
+                out.append(p)
+        except (KeyError, ValueError):
+            continue
+    return out
+
+
+def _precision_excluded(cluster: ClusterSpec, g: Group, precision: str) -> Excluded:
+    have = supported_precisions(cluster.gpu(g.gpu_type))
+    flag = " (or ".join(f"--precision {p}" for p in have[:2]) + (")" if len(have) > 1 else "") if have else ""
+    return Excluded(g.gpu_type, g.island, g.capacity, "gpus", f"no {precision} on this GPU (it has "
+                    f"{', '.join(have) or 'no supported precision'})", flag or None)
+
+
+def _profile_points(groups, points: dict[int, dict[tuple[int, int], str]], profile, scope: str) -> list[Excluded]:
+    """One entry per group: the profile points left out (scope "points") or priced analytically."""
+    out = []
+    for gi, pts in sorted(points.items()):
+        g = groups[gi]
+        listed = tuple((t, m, WHY[st]) for (t, m), st in sorted(pts.items()))
+        if scope == "analytic":
+            out.append(Excluded(g.gpu_type, g.island, g.capacity, "points", "not covered by the profile, priced by "
+                                f"the {'analytic model' if profile.fallback == 'analytic' else 'interpolation'}",
+                                None, listed, priced=profile.fallback))
+            continue
+        flags = {"oom": "", "interpolated": f"{FALLBACK_FLAG} interpolate", "missing": f"{FALLBACK_FLAG} analytic"}
+        wanted = sorted({flags[st] for st in pts.values()} - {""}, reverse=True)
+        oom_only = not wanted
+        out.append(Excluded(g.gpu_type, g.island, g.capacity, "points", "not covered by the profile, left out of "
+                            "the search" + ("; out-of-memory points are never priced" if any(
+                                st == "oom" for st in pts.values()) else ""),
+                            None if oom_only else wanted[-1] if len(wanted) == 1
+                            else f"{FALLBACK_FLAG} analytic", listed))
+    return out
+
+
+def _group_unused(est, g: Group, gi: int, opts, left_out, priced) -> Excluded:
+    """Why a group has no option left in any micro-batch variant."""
+    needs = [(v.fixed_mem[i] + v.layer_static_mem[i] + v.layer_act_mem[i], v.mem_capacity[i],
+              v.fixed_mem[i] + v.layer_static_mem[i])
+             for v, _lb in priced.values() for i in range(len(opts)) if opts[i].group == gi and v.mem_capacity[i] > 0]
+    if needs:
+        need, cap, static = min(needs)
+        physical = est.hardware(g.gpu_type).gpu.memory_gib * GIB
+        flag = "--memory-headroom 0" if need <= physical else "a shorter --seq" if static <= cap else None
+        return Excluded(g.gpu_type, g.island, g.capacity, "gpus", f"cannot hold one decoder layer (needs "
+                        f"{need / GIB:.1f} GiB per GPU at best, {cap / GIB:.1f} GiB usable)", flag)
+    if left_out.get(gi):
+        return Excluded(g.gpu_type, g.island, g.capacity, "gpus", "the profile covers none of its options",
+                        f"{FALLBACK_FLAG} analytic")
+    return Excluded(g.gpu_type, g.island, g.capacity, "gpus", "no stage option fits its GPUs", None)
+
+
+def profile_summary(profile, groups) -> dict:
+    """Which GPU types of the cluster the profile prices, and how it treats the others."""
+    types = profile.gpu_types()
+    per = {}
+    for t in dict.fromkeys(g.gpu_type for g in groups):
+        pts = [k for k in profile.entries if k[0] == t]
+        if t in types:
+            tps = sorted({k[1] for k in pts})
+            per[t] = f"measured: {len(pts)} points (tp {', '.join(map(str, tps))})"
+        else:
+            per[t] = (f"no profile, analytic (the profile has {', '.join(sorted(types))}; map a Metis device with "
+                      "--profile-device)")
+    return {"sources": profile.meta.get("sources", [profile.source]), "fallback": profile.fallback,
+            "gpu_types": per}
 
 
 def _price_variant(est, model, training, groups, opts, b, ids) -> tuple[Variant, float]:
@@ -294,3 +441,15 @@ def decode(pre: Presolved, a: Assignment, model: ModelSpec, cluster: ClusterSpec
         global_batch_size=training.global_batch_size, seq_len=training.seq_len, precision=training.precision,
         sequence_parallel=training.sequence_parallel, distributed_optimizer=training.distributed_optimizer,
     )
+
+
+def presolve_document(pre: Presolved | None) -> dict:
+    """What ``solve --json`` says about the search space: ``excluded`` (GPUs and profile points left out, each
+    with its reason and the flag that would include it) and ``profile`` (None without one; else its sources,
+    fallback, how each GPU type is priced and the points priced without a measurement)."""
+    if pre is None:
+        return {"excluded": [], "profile": None}
+    prof = None
+    if pre.profile is not None:
+        prof = {**pre.profile, "priced_without_measurement": [e.as_dict() for e in pre.analytic]}
+    return {"excluded": [e.as_dict() for e in pre.excluded], "profile": prof}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -72,8 +73,11 @@ def test_profile_overrides_layer_time_and_memory():
     ratio = plain.layer_cost("a100-40g", 2, 2, 1, 1, "full", 8).time_s / plain.layer_cost(
         "a100-40g", 2, 2, 1, 1, "none", 8).time_s
     assert full.time_s == pytest.approx(lc.time_s * ratio)
-    # not covered (micro-batch 16): analytic
-    assert est.layer_cost("a100-40g", 2, 1, 1, 1, "none", 16) == plain.layer_cost("a100-40g", 2, 1, 1, 1, "none", 16)
+    # not covered (micro-batch 16): refused by default, analytic only with the analytic fallback
+    with pytest.raises(HaapInputError, match="micro-batch 16 is not measured.*--profile-fallback analytic"):
+        est.layer_cost("a100-40g", 2, 1, 1, 1, "none", 16)
+    loose = Estimator(OPT, CLUSTER, TRAIN, profile=replace(prof, fallback="analytic"))
+    assert loose.layer_cost("a100-40g", 2, 1, 1, 1, "none", 16) == plain.layer_cost("a100-40g", 2, 1, 1, 1, "none", 16)
 
 
 def test_native_format_round_trip(tmp_path):

@@ -6,6 +6,7 @@ No torch needed: the profiles here are written by hand.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -106,8 +107,11 @@ def test_load_profile_dispatches_and_estimator_checks_precision(hand):
     est, plain = Estimator(TINY, CLUSTER, TRAIN, profile=prof), Estimator(TINY, CLUSTER, TRAIN)
     lc = est.layer_cost("a100-80g", 1, 1, 1, 1, "none", 2)
     assert lc.time_s == pytest.approx(6e-3) and lc != plain.layer_cost("a100-80g", 1, 1, 1, 1, "none", 2)
-    # not covered (mbs 16) -> analytic, unchanged policy
-    assert est.layer_cost("a100-80g", 1, 1, 1, 1, "none", 16) == plain.layer_cost("a100-80g", 1, 1, 1, 1, "none", 16)
+    # not covered (mbs 16): refused by default, analytic under the analytic fallback
+    with pytest.raises(HaapInputError, match="micro-batch 16 is not measured"):
+        est.layer_cost("a100-80g", 1, 1, 1, 1, "none", 16)
+    loose = Estimator(TINY, CLUSTER, TRAIN, profile=replace(prof, fallback="analytic"))
+    assert loose.layer_cost("a100-80g", 1, 1, 1, 1, "none", 16) == plain.layer_cost("a100-80g", 1, 1, 1, 1, "none", 16)
     with pytest.raises(HaapInputError, match="precision fp32, training uses bf16"):
         Estimator(TINY, CLUSTER, TRAIN, profile=load_profile(hand, precision="fp32"))
 
@@ -137,3 +141,24 @@ def test_schema_command_prints_the_format(run_cli):
         assert key in point["properties"]
     assert point["additionalProperties"] is False and schema["properties"]["format"]["const"] == "haap-profile"
     assert NativeProfile.model_validate(_doc(HAND)).points[6].out_of_memory
+
+
+def test_out_of_memory_points_are_never_priced(hand, tmp_path):
+    from haap_milp.estimator import load_profiles
+    from haap_milp.estimator.override import coverage
+
+    for fallback in ("none", "interpolate", "analytic"):
+        prof = load_profiles([hand], precision="bf16", fallback=fallback)
+        assert coverage(prof, "a100-80g", 1, 4) == "oom"
+        with pytest.raises(HaapInputError, match="measured out of memory.*a measurement says it does not fit"):
+            Estimator(TINY, CLUSTER, TRAIN, profile=prof).layer_cost("a100-80g", 1, 1, 1, 1, "none", 4)
+    # another file measuring that point fine contradicts the first: an error naming both
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(_doc([_pt("decoder", 4, 1e-3, 2e-3, 100 * MIB)])))
+    with pytest.raises(HaapInputError, match=f"profiles '{hand}' and '{other}' disagree on a100-80g at tp 1, "
+                                             "micro-batch 4"):
+        load_profiles([hand, other], precision="bf16")
+    longer = tmp_path / "longer.json"
+    longer.write_text(json.dumps(_doc([_pt("decoder", 1, 1e-3, 2e-3, gpu="h100-80g", seq=64)])))
+    with pytest.raises(HaapInputError, match="disagree on the seq_len"):
+        load_profiles([hand, longer], precision="bf16")

@@ -132,7 +132,13 @@ def run_task(task: Task) -> list[dict]:
         training = TrainingSpec(global_batch_size=inp.gbs, seq_len=inp.seq, precision=inp.precision)
         opts = SolveOptions(**dict(task.options), time_limit_s=max(limits, default=10.0))
         t0 = time.perf_counter()
-        ctx = _with_guard(GUARD_HEURISTIC_S, planner.Context.build, model, cluster, training, opts)
+        profile = None
+        if inp.profile:  # measured profiles of this cluster entry (bench spec 'profile:'), as --profile
+            from haap_milp.estimator import load_profiles
+
+            profile = load_profiles(inp.profile, dict(inp.profile_device), inp.precision, inp.profile_fallback or "none")
+        ctx = _with_guard(GUARD_HEURISTIC_S, lambda: planner.Context.build(model, cluster, training, opts,
+                                                                            profile=profile))
         presolve_s = round(time.perf_counter() - t0, 4)
     except Exception as exc:  # noqa: BLE001 - every failure is a row
         return error_rows(task, "ERROR", _describe(exc, "presolve"))

@@ -13,6 +13,8 @@ A spec file looks like ``benchmarks/specs/quick.yaml``::
     clusters:
       - h100-80g:16            # catalog name, cluster YAML or shorthand
       - {label: mixed-nic-256, cluster: "h100-80g:128@ib,a100-80g:128@roce"}
+      - {label: sailor, cluster: "a100-40g:32/4,v100-16g:96/4", precision: fp16,
+         profile: [a100.json, profiles/OPT-350], profile_device: {A100: a100-40g}, profile_fallback: none}
     exclude:
       - {model: llama3-405b, cluster: h100-80g:16}
 
@@ -76,6 +78,25 @@ class BenchCluster(_Frozen):
         default=None, description="Overrides the grid precision (e.g. fp16 for V100 clusters).")
     network: str | None = Field(default=None, description="Measured network YAML (haap-solve network import) "
                                 "merged into the cluster, as --network does.")
+    profile: tuple[str, ...] | None = Field(default=None, description="Measured profile(s) (Metis directories or "
+                                            "native profile files), as --profile does; one path or a list.")
+    profile_device: dict[str, str] | None = Field(default=None, description="Metis device type -> catalog GPU, "
+                                                  "as --profile-device A100=a100-80g does.")
+    profile_fallback: Literal["none", "interpolate", "analytic"] | None = Field(
+        default=None, description="Points the profile lacks, as --profile-fallback (default none).")
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _one_profile(cls, v):
+        return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _profile_flags(self) -> BenchCluster:
+        if self.profile is not None and not self.profile:
+            raise ValueError("profile must name at least one profile")
+        if self.profile is None and (self.profile_device or self.profile_fallback):
+            raise ValueError("profile_device and profile_fallback apply to a profile; give profile too")
+        return self
 
     @property
     def name(self) -> str:
@@ -160,7 +181,8 @@ class BenchSpec(_Frozen):
                 for gbs in m.gbs or self.gbs:
                     for seq in m.seq or self.seq:
                         out.append(TaskInputs(m.name, c.name, c.cluster, gbs, seq, c.precision or self.precision,
-                                              c.network))
+                                              c.network, c.profile, tuple(sorted((c.profile_device or {}).items())),
+                                              c.profile_fallback))
         return out
 
     def runs(self) -> list[tuple[str, float | None]]:
@@ -188,10 +210,15 @@ class TaskInputs(BaseModel):
     seq: int
     precision: str
     network: str | None = None  # measured network file merged into the cluster
+    profile: tuple[str, ...] | None = None  # measured profiles (estimator.load_profiles)
+    profile_device: tuple[tuple[str, str], ...] = ()
+    profile_fallback: str | None = None
 
-    def __init__(self, model, cluster, cluster_ref, gbs, seq, precision, network=None):
+    def __init__(self, model, cluster, cluster_ref, gbs, seq, precision, network=None, profile=None,
+                 profile_device=(), profile_fallback=None):
         super().__init__(model=model, cluster=cluster, cluster_ref=cluster_ref, gbs=gbs, seq=seq,
-                         precision=precision, network=network)
+                         precision=precision, network=network, profile=profile, profile_device=profile_device,
+                         profile_fallback=profile_fallback)
 
 
 def load_spec(path: str | Path) -> BenchSpec:
@@ -212,6 +239,7 @@ def check_spec_inputs(spec: BenchSpec, source: str) -> None:
     """Every model of the grid loads (catalog name or file): a spec error exits 2 before any run, instead of
     ERROR rows. (Clusters that fail to load still give ERROR rows; tests/test_bench_cli.py relies on that.)"""
     from haap_milp.catalog import load_model
+    from haap_milp.estimator import load_profiles
 
     for what, items, load in (("models", [m.name for m in spec.models], load_model),):
         for i, ref in enumerate(items):
@@ -220,6 +248,13 @@ def check_spec_inputs(spec: BenchSpec, source: str) -> None:
             except HaapInputError as exc:
                 raise HaapInputError(f"benchmark spec {source!r}: {what}.{i} = {ref!r}: {exc}",
                                      field=f"{what}.{i}", value=ref) from None
+    for i, c in enumerate(spec.clusters):  # profiles load (and merge) before any run, as models do
+        if c.profile:
+            try:
+                load_profiles(c.profile, c.profile_device, c.precision or spec.precision, c.profile_fallback or "none")
+            except HaapInputError as exc:
+                raise HaapInputError(f"benchmark spec {source!r}: clusters.{i}.profile = {list(c.profile)}: {exc}",
+                                     field=f"clusters.{i}.profile", value=list(c.profile)) from None
 
 
 def parse_spec(data: object, source: str = "spec") -> BenchSpec:

@@ -27,8 +27,16 @@ from haap_milp.cli.common import (
     print_json,
 )
 from haap_milp.cli.network_cmd import NetworkOpt
+from haap_milp.cli.profile_opts import (
+    ProfileDeviceOpt,
+    ProfileFallbackOpt,
+    ProfileOpt,
+    profile_from_flags,
+    unmeasured_stages,
+    warn_priced_by_fallback,
+)
 from haap_milp.errors import HaapInputError
-from haap_milp.estimator import Estimator, PlanEstimate, load_calibration, load_profile
+from haap_milp.estimator import Estimator, PlanEstimate, load_calibration
 from haap_milp.explain import estimate_bottleneck
 from haap_milp.network.merge import apply_network_option
 from haap_milp.planfile import read_plan_file
@@ -91,18 +99,6 @@ def uniform_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                 seq_len=training.seq_len, precision=training.precision,
                 schedule="interleaved" if vpp > 1 else "1f1b", vpp=vpp, cp=cp,
                 sequence_parallel=training.sequence_parallel, distributed_optimizer=training.distributed_optimizer)
-
-
-def _profile(path: str | None, devices: list[str], precision: str | None = None):
-    if not path:
-        return None
-    mapping = {}
-    for item in devices:
-        if "=" not in item:
-            raise HaapInputError(f"--profile-device {item!r} must look like A100=a100-80g.", field="profile_device")
-        k, v = item.split("=", 1)
-        mapping[k.strip()] = v.strip()
-    return load_profile(path, mapping, precision)
 
 
 def estimate_document(pe: PlanEstimate, est: Estimator, plan: Plan) -> dict[str, Any]:
@@ -183,18 +179,17 @@ def estimate(
     cp: Annotated[int, Opt("--cp", help="Context-parallel degree.")] = 1,
     precision: Annotated[str, Opt("--precision", help="bf16 | fp16 | fp8.")] = "bf16",
     plan: Annotated[str | None, Opt("--plan", help="Plan JSON or `solve --json` output (any plan).")] = None,
-    profile: Annotated[str | None, Opt("--profile", help="Metis profile directory or native profile file.")] = None,
-    profile_device: Annotated[list[str], Opt("--profile-device", help="Map a profile device, e.g. A100=a100-80g.")] = [],  # noqa: B006
+    profile: ProfileOpt = [],  # noqa: B006
+    profile_device: ProfileDeviceOpt = [],  # noqa: B006
+    profile_fallback: ProfileFallbackOpt = None,
     calibration: Annotated[str | None, Opt("--calibration", help="Calibration JSON (default: packaged).")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print JSON to stdout (a flag here; redirect to save it).")] = False,
     memory_headroom: Annotated[str | None, Opt("--memory-headroom", help=HEADROOM_HELP)] = None,
     network: NetworkOpt = None,
 ) -> None:
     """Predict iteration time, throughput, MFU and per-stage memory of a plan. Exit 2 if it does not fit."""
-    if profile_device and not profile:
-        raise HaapInputError(f"--profile-device {profile_device[0]!r} maps devices of a profile; give --profile "
-                             "(a Metis profile directory or a native profile file) too.", field="profile_device",
-                             value=profile_device[0])
+    if not profile:
+        profile_from_flags(profile, profile_device, profile_fallback, None)  # a profile flag alone: exit 2 first
     m, c, training, p = _resolve(plan, model, cluster, gbs, seq, precision, sp, dist_opt, memory_headroom)
     c = apply_network_option(c, network)
     if p is None:
@@ -205,8 +200,10 @@ def estimate(
     # the checker's rules (GPUs, layers, divisibility); memory is reported below with the full estimate
     enforce_plan(p, m, c, training, what=f"plan file {plan!r}" if plan else "the plan of these flags", memory=False)
     cal = load_calibration(calibration) if calibration else None
-    est = Estimator(m, c, training, cal, _profile(profile, profile_device, training.precision))
-    pe = est.estimate(p)
+    prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
+    est = Estimator(m, c, training, cal, prof)
+    pe = est.estimate(p)  # a stage the profile does not cover: one paragraph, exit 2 (estimator.override)
+    warn_priced_by_fallback(unmeasured_stages(prof, p))
     if as_json:
         print_json({**estimate_document(pe, est, p), "explanation": estimate_bottleneck(pe)})
     else:

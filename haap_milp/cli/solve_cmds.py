@@ -13,10 +13,18 @@ from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load
 from haap_milp.cli.app import app
 from haap_milp.cli.common import HEADROOM_HELP, console, finite, flag_error, parse_headroom, print_json
 from haap_milp.cli.network_cmd import NetworkOpt
+from haap_milp.cli.profile_opts import (
+    ProfileDeviceOpt,
+    ProfileFallbackOpt,
+    ProfileOpt,
+    profile_from_flags,
+    warn_priced_by_fallback,
+)
 from haap_milp.methods import LISTED
 from haap_milp.network.merge import apply_network_option
 from haap_milp.outputs import check_output_dir, check_output_file, write_atomic
 from haap_milp.planfile import solution_document
+from haap_milp.presolve import presolve_document
 from haap_milp.report.tables import compare_table, plan_metrics, solve_report
 from haap_milp.specs import SolveOptions, TrainingSpec
 from haap_milp.targets import TARGET_NAMES
@@ -76,6 +84,9 @@ def solve(
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the result JSON here ('-' = stdout).")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write timeline and memory plots to this folder.")] = None,
     memory_headroom: HeadroomOpt = None,
+    profile: ProfileOpt = [],  # noqa: B006
+    profile_device: ProfileDeviceOpt = [],  # noqa: B006
+    profile_fallback: ProfileFallbackOpt = None,
 ) -> None:
     """Find the plan with the shortest iteration time that fits in memory, with its optimality gap."""
     if json_file is not None and str(json_file) != "-":
@@ -85,8 +96,10 @@ def solve(
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom)
     c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed)
-    out = planner.solve(m, c, training, opts)
-    doc = solution_document(out.result, m, c, training, plan_metrics(out))
+    prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
+    out = planner.solve(m, c, training, opts, profile=prof)
+    warn_priced_by_fallback([str(e) for e in out.presolved.analytic] if out.presolved else [])
+    doc = solution_document(out.result, m, c, training, plan_metrics(out), presolve_document(out.presolved))
     if json_file is not None and str(json_file) == "-":
         print_json(doc)
     else:
@@ -125,16 +138,23 @@ def compare(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of a table (a flag here; "
                                            "redirect to save it).")] = False,
     memory_headroom: HeadroomOpt = None,
+    profile: ProfileOpt = [],  # noqa: B006
+    profile_device: ProfileDeviceOpt = [],  # noqa: B006
+    profile_fallback: ProfileFallbackOpt = None,
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom)
     c = apply_network_option(c, network)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed)
-    outs = planner.compare(m, c, training, opts)
-    if json_out:
+    prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
+    outs = planner.compare(m, c, training, opts, profile=prof)
+    pre = next((o.presolved for o in outs.values() if o.presolved is not None), None)
+    warn_priced_by_fallback([str(e) for e in pre.analytic] if pre else [])
+    if json_out:  # one entry per method (the search is the same for all: each carries excluded / profile)
         print_json({k: {**plan_metrics(o), "status": o.result.status.value, "bound_s": o.result.bound_s,
                         "gap": o.result.gap, "wall_time_s": o.result.wall_time_s,
-                        "plan": o.result.plan.model_dump(mode="json") if o.result.plan else None}
+                        "plan": o.result.plan.model_dump(mode="json") if o.result.plan else None,
+                        **presolve_document(o.presolved)}
                     for k, o in outs.items()})
     else:
         compare_table(outs, console)

@@ -11,6 +11,14 @@ from rich.table import Table
 from haap_milp.cli.app import app
 from haap_milp.cli.common import console, enforce_plan, err_console, print_json
 from haap_milp.cli.network_cmd import NetworkOpt
+from haap_milp.cli.profile_opts import (
+    ProfileDeviceOpt,
+    ProfileFallbackOpt,
+    ProfileOpt,
+    profile_from_flags,
+    unmeasured_stages,
+    warn_priced_by_fallback,
+)
 from haap_milp.errors import HaapInputError
 from haap_milp.outputs import check_output_dir, write_dir_atomic
 from haap_milp.targets import ENGINES
@@ -64,6 +72,9 @@ def simulate(
     duplex: Annotated[str, typer.Option("--duplex", help="Links: full (one transfer per direction) or half.")]
     = "full",
     network: NetworkOpt = None,
+    profile: ProfileOpt = [],  # noqa: B006
+    profile_device: ProfileDeviceOpt = [],  # noqa: B006
+    profile_fallback: ProfileFallbackOpt = None,
 ) -> None:
     """Replay the plan's schedule event by event and compare with the planner's closed form."""
     from haap_milp.estimator import Estimator
@@ -74,11 +85,15 @@ def simulate(
         raise HaapInputError(f"--duplex must be full or half, got {duplex!r}", field="duplex", value=duplex)
     if plot is not None:
         check_output_dir(plot, "--plot")
+    if not profile:
+        profile_from_flags(profile, profile_device, profile_fallback, None)  # a profile flag alone: exit 2 first
     p, m, c, training = _inputs(plan, model, cluster)
     c = apply_network_option(c, network)
-    est = Estimator(m, c, training)
+    prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
+    est = Estimator(m, c, training, profile=prof)
     enforce_plan(p, m, c, training, what=f"plan file {str(plan)!r}", estimator=est)
     estimate = est.estimate(p)
+    warn_priced_by_fallback(unmeasured_stages(prof, p))
     sim = simulate_plan(p, est, duplex=duplex)  # type: ignore[arg-type]
     paths = _plots(p, sim, estimate, c, plot) if plot is not None else []
     if json_out:

@@ -11,7 +11,7 @@ types), ``plan`` (the public ``Estimator``).
 
 from haap_milp.estimator.calibration import Calibration, GlobalParams, GpuParams, load_calibration
 from haap_milp.estimator.cost_model import Estimator
-from haap_milp.estimator.profile_format import load_profile
+from haap_milp.estimator.profile_format import load_profile, load_profiles
 from haap_milp.estimator.profiles import DEFAULT_DEVICE_MAP, Profile, ProfileEntry, load_metis_dir
 from haap_milp.estimator.results import ComputeBound, PlanEstimate, StageCost, StageEstimate
 
@@ -30,4 +30,5 @@ __all__ = [
     "load_calibration",
     "load_metis_dir",
     "load_profile",
+    "load_profiles",
 ]

@@ -6,15 +6,71 @@ Measured memory (parameters + gradients + optimizer + one micro-batch of activat
 into a static part and activations per sample by a least-squares line over the measured micro-batch
 sizes (``Profile.memory_split``); with one point, the analytic static part is kept and the rest is
 activations. Activations under recomputation scale by the analytic ratio too.
+
+Coverage (``coverage``, the one home of the rule; presolve, the estimator and the CLI ask it): a GPU
+type the profile does not mention at all is priced analytically (the report says so). For a type it
+mentions, a (tp, per-replica micro-batch) point is ``measured``, ``oom`` (measured out of memory),
+``interpolated`` (strictly between two measured micro-batches of the same tp) or ``missing``.
+``Profile.fallback`` decides which may be priced (``may_price``): ``none`` (default) only measured points;
+``interpolate`` also interpolated ones (linear in the micro-batch, time and memory: ``Profile.lookup``);
+``analytic`` also missing ones (analytic model, with a warning naming them). An out-of-memory point is
+never priced: a measurement says it does not fit.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from haap_milp.errors import HaapInputError
 from haap_milp.estimator.costs import StageConfig
 from haap_milp.estimator.profiles import Profile
 from haap_milp.estimator.results import StageCost
+
+FALLBACKS = ("none", "interpolate", "analytic")
+FALLBACK_FLAG = "--profile-fallback"
+_PRICED = {"none": {"measured", "unprofiled"}, "interpolate": {"measured", "unprofiled", "interpolated"},
+           "analytic": {"measured", "unprofiled", "interpolated", "missing"}}
+WHY = {"missing": "not measured", "oom": "measured out of memory", "interpolated": "between measured micro-batches"}
+
+
+class ProfileCoverageError(HaapInputError):
+    """A point the profile does not cover was to be priced under a fallback that refuses it."""
+
+
+def coverage(profile: Profile | None, gpu: str, tp: int, mbs: float) -> str:
+    """unprofiled | measured | oom | interpolated | missing (module doc)."""
+    if profile is None or gpu not in profile.gpu_types():
+        return "unprofiled"
+    whole = float(mbs).is_integer()
+    if whole and (gpu, tp, int(mbs)) in profile.oom_points():
+        return "oom"
+    if whole and (gpu, tp, int(mbs)) in profile.entries:
+        return "measured"
+    return "interpolated" if profile.lookup(gpu, tp, mbs) is not None else "missing"
+
+
+def may_price(status: str, fallback: str) -> bool:
+    """Whether a point of this coverage status is priced under ``fallback``."""
+    return status in _PRICED[fallback]
+
+
+def check_fallback(fallback: str, flag: str = FALLBACK_FLAG) -> str:
+    if fallback not in FALLBACKS:
+        raise HaapInputError(f"{flag} {fallback!r}: must be one of {', '.join(FALLBACKS)} (none: points the profile "
+                             "lacks leave the search; interpolate: also between measured micro-batches; analytic: "
+                             "the analytic model prices them, with a warning).", field="profile_fallback",
+                             value=fallback)
+    return fallback
+
+
+def uncovered_message(profile: Profile, gpu: str, tp: int, mbs: float, status: str) -> str:
+    """One sentence: why the point is refused and the flag that would price it."""
+    have = [e.mbs for e in profile.points(gpu, tp)]
+    measured = f"micro-batches {', '.join(map(str, have))}" if have else "no micro-batch"
+    fix = ("a measurement says it does not fit" if status == "oom" else
+           f"{FALLBACK_FLAG} {'interpolate' if status == 'interpolated' else 'analytic'} would price it")
+    return (f"{gpu} at tp {tp}, micro-batch {mbs:g} is {WHY[status]} in the profile (it has {measured} at tp {tp}); "
+            f"{fix}")
 
 
 def _ratio(x: float, base: float) -> float:
@@ -26,6 +82,10 @@ def apply_profile(profile: Profile | None, kind: str, cost: StageCost, c: StageC
     """``cost`` with the profiled parts of (c.gpu_type, c.tp, per-replica micro-batch) substituted."""
     if profile is None:
         return cost
+    status = coverage(profile, c.gpu_type, c.tp, c.micro_batch)
+    if not may_price(status, profile.fallback):
+        raise ProfileCoverageError(uncovered_message(profile, c.gpu_type, c.tp, c.micro_batch, status) + ".",
+                                   field="profile", value=(c.gpu_type, c.tp, c.micro_batch))
     e = profile.lookup(c.gpu_type, c.tp, c.micro_batch)
     if e is None:
         return cost

@@ -26,9 +26,12 @@ The loader (``load_native_json``) turns the points of one precision and one sequ
 * Out-of-memory points are never priced: they are left out of the entries and listed in
   ``meta["oom_keys"]`` as (gpu_type, tp, micro_batch, precision) so that a later policy can exclude
   those options. ``meta["covered_keys"]`` lists the keys with a measured decoder time.
-* Points the profile does not cover: ``Profile.lookup`` interpolates linearly between the two nearest
-  measured micro-batches of the same (gpu_type, tp) and returns None outside them, where the analytic
-  model is used (today's policy, unchanged; the loader says so in ``meta["notes"]``).
+* Points the profile does not cover: ``Profile.fallback`` (``estimator.override.coverage``) decides:
+  by default they leave the search; ``interpolate`` prices those between two measured micro-batches of
+  the same (gpu_type, tp) linearly, ``analytic`` the others with the analytic model.
+
+``load_profiles`` reads several profiles (e.g. one per GPU type) into one ``Profile``: the same
+(gpu_type, tp, micro_batch) point in two files with different values is an error naming both.
 
 The older one-file YAML form (``haap_profile: 1`` with ``entries``) is still read by ``profiles.py``.
 """
@@ -51,8 +54,8 @@ LayerKind = Literal["embedding", "decoder", "attention", "mlp", "head"]
 ProfilePrecision = Literal["fp32", "bf16", "fp16", "fp8"]
 MemoryMethod = Literal["cuda_max_memory_allocated", "cpu_tensor_bytes", "external", "none"]
 Key = tuple[str, int, int, str]  # (gpu_type, tp, micro_batch, precision)
-UNCOVERED_POLICY = ("points not in the profile: linear interpolation between the two nearest measured micro-batches "
-                    "of the same (gpu_type, tp), analytic model outside them (not yet refused)")
+UNCOVERED_POLICY = ("points not in the profile: Profile.fallback decides (estimator.override.coverage; default none: "
+                    "left out of the search)")
 
 
 class _Strict(BaseModel):
@@ -261,3 +264,90 @@ def load_profile(path: str | Path, device_map: dict[str, str] | None = None, pre
     if is_native_json(data):
         return to_profile(parse_native(data, repr(str(path))), precision, None, repr(str(path)))
     return native_from_data(data, path)
+
+
+def _device_map(devices: dict[str, str] | None) -> dict[str, str]:
+    from haap_milp.catalog import data as cat
+
+    out = {}
+    for name, gpu in (devices or {}).items():
+        canon = cat.canonical("GPU", gpu)
+        if canon is None:
+            raise HaapInputError(f"--profile-device {name}={gpu}: {gpu!r} is not a catalog GPU (`haap-solve catalog "
+                                 "gpus`).", field="profile_device", value=f"{name}={gpu}")
+        out[name] = canon
+    return out
+
+
+def load_profiles(paths: list[str | Path] | tuple[str | Path, ...] | str | Path,
+                  device_map: dict[str, str] | None = None, precision: str | None = None,
+                  fallback: str = "none") -> Profile:
+    """One ``Profile`` from one or several profiles (Metis directories, native JSON, YAML form), with the
+    fallback policy for points none of them covers (``estimator.override``). The same (gpu, tp, mbs) point in
+    two files with different values, or an out-of-memory point measured fine in another file, is an error
+    naming both files; so are different sequence lengths, layer counts or precisions, a ``device_map`` name
+    no Metis directory has, and a GPU type that is not in the catalog."""
+    from dataclasses import replace
+
+    from haap_milp.catalog import data as cat
+    from haap_milp.estimator.override import check_fallback
+
+    check_fallback(fallback)
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if not paths:
+        raise HaapInputError("no profile given.", field="profile")
+    devices = _device_map(device_map)
+    entries: dict[tuple[str, int, int], ProfileEntry] = {}
+    oom: dict[tuple[str, int, int], str] = {}
+    origin: dict[tuple[str, int, int], str] = {}
+    seen: dict[str, tuple[Any, str]] = {}
+    sources, notes, metis_devices = [], [], set()
+    for path in paths:
+        where = str(path)
+        prof = load_profile(path, devices, precision)
+        metis_devices.update(prof.meta.get("devices", ()))
+        sources.append(prof.source)
+        notes += [n for n in prof.meta.get("notes", ()) if n != UNCOVERED_POLICY]
+        for what, value in (("seq_len", prof.seq_len), ("number of layers", prof.num_layers),
+                            ("precision", prof.meta.get("precision"))):
+            if value is None:
+                continue
+            if what in seen and seen[what][0] != value:
+                raise HaapInputError(f"profiles {seen[what][1]!r} and {where!r} disagree on the {what} "
+                                     f"({seen[what][0]} vs {value}); give profiles of one training setup.",
+                                     field="profile", value=where)
+            seen.setdefault(what, (value, where))
+        for e in prof.entries.values():
+            gpu = cat.canonical("GPU", e.gpu)
+            if gpu is None:
+                raise HaapInputError(f"profile {where!r}: GPU type {e.gpu!r} is not a catalog GPU (`haap-solve "
+                                     "catalog gpus`).", field="profile.gpu", value=e.gpu)
+            e = replace(e, gpu=gpu)
+            key = (gpu, e.tp, e.mbs)
+            if key in oom:
+                raise HaapInputError(f"profiles {origin[key]!r} and {where!r} disagree on {gpu} at tp {e.tp}, "
+                                     f"micro-batch {e.mbs}: out of memory in one, measured in the other.",
+                                     field="profile", value=where)
+            if key in entries and entries[key] != e:
+                raise HaapInputError(f"profiles {origin[key]!r} and {where!r} both hold {gpu} at tp {e.tp}, "
+                                     f"micro-batch {e.mbs} with different values; keep one of them.",
+                                     field="profile", value=where)
+            entries[key], origin[key] = e, where
+        for k in prof.oom_points():
+            if k in entries:
+                raise HaapInputError(f"profiles {origin[k]!r} and {where!r} disagree on {k[0]} at tp {k[1]}, "
+                                     f"micro-batch {k[2]}: measured in one, out of memory in the other.",
+                                     field="profile", value=where)
+            oom[k], origin[k] = where, where
+    unused = sorted(set(devices) - metis_devices)
+    if unused:
+        raise HaapInputError(f"--profile-device {unused[0]}={devices[unused[0]]}: no Metis profile directory given has "
+                             f"device type {unused[0]!r} (they have {', '.join(sorted(metis_devices)) or 'none'}).",
+                             field="profile_device", value=unused[0])
+    prec = seen.get("precision", (None,))[0]
+    meta = {"sources": sources, "notes": notes, "oom_keys": frozenset(k + (prec,) for k in oom),
+            "covered_keys": frozenset(k + (prec,) for k in entries)}
+    if prec is not None:
+        meta["precision"] = prec
+    return Profile(entries, source="; ".join(sources), seq_len=seen.get("seq_len", (None,))[0],
+                   num_layers=seen.get("number of layers", (None,))[0], meta=meta, fallback=fallback)

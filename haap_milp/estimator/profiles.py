@@ -22,8 +22,10 @@ Two input formats:
   (mean) decoder layer on one GPU of a tp group, TP communication included; memory is per GPU,
   parameters + gradients + optimizer state + activations of one micro-batch.
 
-A profile covers (gpu, tp, mbs) points; between two measured mbs of the same (gpu, tp) the time is
-interpolated linearly; outside, the analytic model is used.
+A profile covers (gpu, tp, mbs) points. What happens at a point it does not cover is
+``Profile.fallback`` (``override.coverage``, the one home of that rule): ``none`` (default) leaves such
+points out, ``interpolate`` also prices points between two measured mbs of the same (gpu, tp) by linear
+interpolation (``Profile.lookup``), ``analytic`` prices every other point with the analytic model too.
 """
 
 from __future__ import annotations
@@ -67,9 +69,18 @@ class Profile:
     seq_len: int | None = None
     num_layers: int | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    fallback: str = "none"  # none | interpolate | analytic: points the profile lacks (override.coverage)
 
     def __hash__(self) -> int:
-        return hash((tuple(sorted(self.entries)), self.source, self.seq_len))
+        return hash((tuple(sorted(self.entries)), self.source, self.seq_len, self.fallback))
+
+    def oom_points(self) -> frozenset[tuple[str, int, int]]:
+        """(gpu, tp, mbs) points measured out of memory (native profiles; Metis directories have none)."""
+        return frozenset(k[:3] for k in self.meta.get("oom_keys", ()))
+
+    def gpu_types(self) -> frozenset[str]:
+        """GPU types the profile measured (a point or an out-of-memory point)."""
+        return frozenset(g for g, _, _ in self.entries) | frozenset(g for g, _, _ in self.oom_points())
 
     def points(self, gpu: str, tp: int) -> list[ProfileEntry]:
         return sorted((e for (g, t, _), e in self.entries.items() if g == gpu and t == tp), key=lambda e: e.mbs)
@@ -150,7 +161,8 @@ def load_metis_dir(path: str | Path, device_map: dict[str, str] | None = None) -
     if len(layers) != 1:
         raise HaapInputError(f"Metis profiles in {str(path)!r} disagree on the number of layers: {sorted(layers)}.",
                              field="profile", value=str(path))
-    return Profile(entries, source=f"Metis profile directory {root}", num_layers=layers.pop())
+    return Profile(entries, source=f"Metis profile directory {root}", num_layers=layers.pop(),
+                   meta={"devices": sorted({METIS_NAME.match(f.name)["dev"] for f in files})})
 
 
 def _native_entry(raw: Any, i: int) -> ProfileEntry:

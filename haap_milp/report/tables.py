@@ -74,6 +74,7 @@ def solve_report(out, console: Console) -> None:
     lines.append(f"presolve    {s.get('options_enumerated', '-')} options -> {s.get('options_kept', '-')} kept, "
                  f"{s.get('variants_kept', '-')} micro-batch variants, <= {s.get('max_stages', '-')} stages, "
                  f"{s.get('presolve_s', 0):.2f} s")
+    lines += search_lines(out.presolved)
     if m.get("explanation"):
         lines.append(f"why         {m['explanation']}")
     if r.message and r.message != m.get("explanation"):
@@ -81,6 +82,19 @@ def solve_report(out, console: Console) -> None:
     for v in out.violations:
         lines.append(f"VIOLATION   {v}")
     console.print("\n".join(lines), highlight=False, markup=False)
+
+
+def search_lines(pre) -> list[str]:
+    """What presolve left out (GPUs, profile points) and how a profile prices each GPU type: nothing is
+    dropped without a line here (presolve.Excluded)."""
+    if pre is None:
+        return []
+    lines = [f"excluded    {e}" for e in pre.excluded]
+    lines += [f"unmeasured  {e}" for e in pre.analytic]
+    if pre.profile is not None:
+        lines.append(f"profile     fallback {pre.profile['fallback']}; " + "; ".join(
+            f"{t}: {how}" for t, how in pre.profile["gpu_types"].items()))
+    return lines
 
 
 def compare_table(outs: dict, console: Console) -> None:
@@ -98,3 +112,8 @@ def compare_table(outs: dict, console: Console) -> None:
                   _fmt(r.gap, ".2%"), f"{r.wall_time_s:.2f}", gain)
     console.print(t)
     console.print("vs DP: throughput gain over the DP heuristic (DP time / method time - 1).", highlight=False)
+    pre = next((o.presolved for o in outs.values() if getattr(o, "presolved", None) is not None), None)
+    lines = search_lines(pre)
+    if lines:
+        console.print("\n".join(lines), highlight=False, markup=False)
+
