@@ -246,8 +246,8 @@ def test_compare_json_carries_the_exclusions(run_cli):
 
 
 def test_bench_spec_takes_a_profile(tmp_path):
-    from haap_milp.bench_run import Task, run_task
-    from haap_milp.bench_spec import parse_spec
+    from haap_milp.bench.run import Task, run_task
+    from haap_milp.bench.spec import parse_spec
 
     spec = parse_spec({"name": "p", "methods": ["dp"], "gbs": [64], "seq": [2048], "models": ["opt-350m"],
                        "clusters": [{"cluster": CLUSTER, "label": "measured", "precision": "fp16",

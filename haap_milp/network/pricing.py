@@ -119,7 +119,7 @@ def dp_bucket_bytes(net: MeasuredNetwork, dp: int, element_bytes: float) -> floa
 
 def p2p_round_trip_s(hw_a: Any, hw_b: Any, total_bytes: float, streams: int, island_link: Any) -> float | None:
     """Forward a -> b plus backward b -> a of ``total_bytes`` sent as ``streams`` concurrent GPU streams
-    (estimator.plan's p2p_time), each direction priced on its own measured figure; None when the network
+    (estimator.cost_model's p2p_time), each direction priced on its own measured figure; None when the network
     has no figure for this pair (the caller's datasheet path applies unchanged).
 
     Between two GPU types a cross_type figure (sender type first) is used; without one, the slower of the

@@ -1,6 +1,6 @@
 """CP-SAT on the slot formulation (formulations/README.md; scaling: formulations/cpsat.md).
 
-One model per micro-batch variant (common.driver). Times are scaled to integers once per
+One model per micro-batch variant (common.branch_and_bound). Times are scaled to integers once per
 model: every time coefficient a becomes ceil(a * S) (eq. CP1), so the integer objective
 over-estimates the true one by at most W units (eq. CP2); the returned objective is
 ``evaluate`` of the decoded plan and the bound is (CP-SAT bound - W) / S, a valid lower

@@ -1,7 +1,7 @@
 """MILP on the slot formulation with HiGHS through highspy (CBC through PuLP as fallback);
 formulations/milp.md.
 
-One model per micro-batch variant (common.driver); times stay in seconds (floats). The rows,
+One model per micro-batch variant (common.branch_and_bound); times stay in seconds (floats). The rows,
 columns and objective come from the LinModel (``common.lp.highs_model``, shared with the node
 LP bounds), the warm start from ``LinModel.complete`` (``Highs.setSolution``), the dual bound
 from ``Highs.getInfo().mip_dual_bound``. CBC (PuLP) runs a node instead when highspy is missing
