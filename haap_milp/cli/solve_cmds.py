@@ -13,19 +13,35 @@ from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load
 from haap_milp.cli.app import app
 from haap_milp.cli.common import HEADROOM_HELP, console, finite, flag_error, parse_headroom, print_json
 from haap_milp.cli.network_cmd import NetworkOpt
+from haap_milp.cli.runtime_opts import (
+    PRECISION_HELP,
+    BucketOpt,
+    DistOptOpt,
+    EngineOpt,
+    GradOverlapOpt,
+    MbsOpt,
+    OptStateOpt,
+    ParamOverlapOpt,
+    RecomputeSetOpt,
+    RuntimeFlags,
+    TrainingFileOpt,
+    UniformOpt,
+    ZeroOpt,
+    build_training,
+)
 from haap_milp.methods import LISTED
 from haap_milp.network.merge import apply_network_option
 from haap_milp.outputs import check_output_dir, check_output_file, write_atomic
 from haap_milp.planfile import solution_document
-from haap_milp.specs import SolveOptions, TrainingSpec
+from haap_milp.specs import SolveOptions
 from haap_milp.tables import compare_table, plan_metrics, solve_report
 from haap_milp.targets import TARGET_NAMES
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name, HF config.json or YAML.")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Catalog name, YAML, or 'a100-80g:64,h100-80g:32'.")]
-GbsOpt = Annotated[int, typer.Option("--gbs", help="Global batch, sequences.")]
+GbsOpt = Annotated[int | None, typer.Option("--gbs", help="Global batch, sequences (default: 512).")]
 SeqOpt = Annotated[int | None, typer.Option("--seq", help="Sequence length (default: 4096).")]
-PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")]
+PrecOpt = Annotated[str | None, typer.Option("--precision", help=PRECISION_HELP + " Default: bf16.")]
 TimeOpt = Annotated[float, typer.Option("--time-limit", help="Seconds for the exact solver.")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Solver threads.")]
 TargetOpt = Annotated[str, typer.Option("--target", help=" | ".join(TARGET_NAMES) + ".")]  # the target registry
@@ -38,13 +54,12 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 HeadroomOpt = Annotated[str | None, typer.Option("--memory-headroom", help=HEADROOM_HELP)]
 
 
-def _inputs(model: str, cluster: str, gbs: int, seq: int | None, precision: str, headroom: str | None = None):
-    fraction = parse_headroom(headroom)  # flags first: a typo fails before any file is read
-    try:
-        training = TrainingSpec(global_batch_size=gbs, seq_len=4096 if seq is None else seq, precision=precision,
-                                memory_headroom_fraction=fraction)
-    except ValidationError as exc:  # -> one paragraph naming the flag
-        raise flag_error(exc) from None
+def _inputs(model: str, cluster: str, gbs: int | None, seq: int | None, precision: str | None,
+            headroom: str | None = None, training_file: str | None = None, runtime: RuntimeFlags | None = None):
+    """Model, cluster and TrainingSpec (defaults < --training FILE < flags; README "Training runtime")."""
+    fraction = parse_headroom(headroom) if headroom is not None else None  # flags first: a typo fails early
+    base = {"global_batch_size": gbs, "seq_len": seq, "precision": precision, "memory_headroom_fraction": fraction}
+    training = build_training(training_file, base, runtime or RuntimeFlags())
     return load_model(model), load_cluster(cluster), training
 
 
@@ -62,9 +77,9 @@ def _options(solver, time_limit, threads, target, max_stages, gap, seed) -> Solv
 def solve(
     model: ModelOpt = DEFAULT_MODEL,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
-    gbs: GbsOpt = 512,
+    gbs: GbsOpt = None,
     seq: SeqOpt = None,
-    precision: PrecOpt = "bf16",
+    precision: PrecOpt = None,
     solver: SolverOpt = "auto",
     time_limit: TimeOpt = 60.0,
     threads: ThreadsOpt = 2,
@@ -76,13 +91,26 @@ def solve(
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the result JSON here ('-' = stdout).")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write timeline and memory plots to this folder.")] = None,
     memory_headroom: HeadroomOpt = None,
+    training_file: TrainingFileOpt = None,
+    engine: EngineOpt = None,
+    zero_stage: ZeroOpt = None,
+    dist_opt: DistOptOpt = None,
+    optimizer_state_bytes: OptStateOpt = None,
+    grad_overlap: GradOverlapOpt = None,
+    param_overlap: ParamOverlapOpt = None,
+    grad_bucket: BucketOpt = None,
+    recompute: RecomputeSetOpt = None,
+    mbs: MbsOpt = None,
+    uniform: UniformOpt = None,
 ) -> None:
     """Find the plan with the shortest iteration time that fits in memory, with its optimality gap."""
     if json_file is not None and str(json_file) != "-":
         check_output_file(json_file, "--json")
     if plot is not None:
         check_output_dir(plot, "--plot")
-    m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom)
+    rt = RuntimeFlags(engine, zero_stage, dist_opt, optimizer_state_bytes, grad_overlap, param_overlap, grad_bucket,
+                      recompute, mbs, uniform)
+    m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed)
     out = planner.solve(m, c, training, opts)
@@ -111,9 +139,9 @@ def solve(
 def compare(
     model: ModelOpt = DEFAULT_MODEL,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
-    gbs: GbsOpt = 512,
+    gbs: GbsOpt = None,
     seq: SeqOpt = None,
-    precision: PrecOpt = "bf16",
+    precision: PrecOpt = None,
     time_limit: TimeOpt = 60.0,
     threads: ThreadsOpt = 2,
     target: TargetOpt = "any",
@@ -124,9 +152,22 @@ def compare(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of a table (a flag here; "
                                            "redirect to save it).")] = False,
     memory_headroom: HeadroomOpt = None,
+    training_file: TrainingFileOpt = None,
+    engine: EngineOpt = None,
+    zero_stage: ZeroOpt = None,
+    dist_opt: DistOptOpt = None,
+    optimizer_state_bytes: OptStateOpt = None,
+    grad_overlap: GradOverlapOpt = None,
+    param_overlap: ParamOverlapOpt = None,
+    grad_bucket: BucketOpt = None,
+    recompute: RecomputeSetOpt = None,
+    mbs: MbsOpt = None,
+    uniform: UniformOpt = None,
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
-    m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom)
+    rt = RuntimeFlags(engine, zero_stage, dist_opt, optimizer_state_bytes, grad_overlap, param_overlap, grad_bucket,
+                      recompute, mbs, uniform)
+    m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed)
     outs = planner.compare(m, c, training, opts)

@@ -19,6 +19,7 @@ A ``TrainingSpec`` names an ``engine`` and may override any of its presets; ``re
   and optimizer state sharded over dp; each layer's parameters all-gathered before its forward and again
   before its backward, gradients reduce-scattered after it; ``forward_prefetch`` / ``BACKWARD_PRE`` prefetch
   overlaps both with compute (the same calibrated hidden share as Megatron's overlapped reduction).
+  ``--no-dist-opt`` = ``NO_SHARD`` (plain DDP).
 
 Flags (``--zero-stage``, ``--dist-opt/--no-dist-opt``, ``--grad-overlap/--no-grad-overlap``,
 ``--param-overlap/--no-param-overlap``, ``--grad-bucket``) override the preset.
@@ -41,7 +42,7 @@ PRESETS: dict[str, dict] = {
     "deepspeed": {"zero": (0, 1), "grad_overlap": False, "param_overlap": False,
                   "bucket_elements": DEEPSPEED_BUCKET_ELEMENTS,
                   "what": "PipelineEngine: gradient all-reduce after the last backward (ReduceGrads), exposed"},
-    "fsdp": {"zero": (3, 3), "grad_overlap": True, "param_overlap": True, "bucket_elements": None,
+    "fsdp": {"zero": (0, 3), "grad_overlap": True, "param_overlap": True, "bucket_elements": None,
              "what": "FSDP FULL_SHARD (ZeRO-3): per-layer all-gather fwd + bwd, reduce-scatter, prefetched"},
 }
 
