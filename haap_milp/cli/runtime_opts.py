@@ -85,9 +85,11 @@ def load_training(path: str) -> dict[str, Any]:
     return data
 
 
-def build_training(file: str | None, base: dict[str, Any], flags: RuntimeFlags) -> TrainingSpec:
-    """TrainingSpec from defaults < file < flags. ``base``: the command's own flags given (field -> value)."""
-    data: dict[str, Any] = load_training(file) if file else {}
+def build_training(file: str | None, base: dict[str, Any], flags: RuntimeFlags,
+                   start: dict[str, Any] | None = None) -> TrainingSpec:
+    """TrainingSpec from defaults < ``start`` (e.g. a plan file's training) < file < flags. ``base``: the
+    command's own flags (field -> value; None: not given)."""
+    data: dict[str, Any] = {**(start or {}), **(load_training(file) if file else {})}
     upd: dict[str, Any] = {k: v for k, v in base.items() if v is not None}
     recompute = _set(flags.recompute, "--recompute", ("none", "selective", "full"))
     uniform = _set(flags.uniform, "--uniform", ("tp", "dp", "mbs", "recompute"))
