@@ -31,7 +31,13 @@ FLASH_BWD_FACTOR = 2.5
 
 
 def peak_flops(gpu: GPUSpec, precision: str) -> float:
-    """Dense peak FLOP/s at ``precision``; 0 where the GPU lacks it (callers reject that earlier)."""
+    """Dense peak FLOP/s of the GEMM units ``precision`` runs on; 0 where the GPU lacks it (callers reject that
+    earlier). fp32 training runs its GEMMs on TF32 tensor cores where the GPU has them and on CUDA cores
+    otherwise (V100, T4): PyTorch's ``allow_tf32`` (on for cuDNN, and for matmul in PyTorch 1.7-1.11 and
+    wherever the framework sets it; Megatron-LM and DeepSpeed's examples do) - the measured OPT-350M fp32
+    profiles (tests/data/profiles/OPT-350) run faster than A100's 19.5 TFLOP/s CUDA-core peak allows."""
+    if precision == "fp32":
+        return (gpu.tf32_tflops or gpu.fp32_tflops or 0.0) * 1e12
     return (gpu.peak_tflops(precision) or 0.0) * 1e12
 
 
