@@ -28,7 +28,7 @@ ZeroOpt = Annotated[int | None, Opt("--zero-stage", help="ZeRO stage 0-3 (0 plai
                                     "2 + gradients, 3 + weights); default: the engine's.")]
 DistOptOpt = Annotated[bool | None, Opt("--dist-opt/--no-dist-opt", help="Distributed optimizer (ZeRO-1); "
                                         "--no-dist-opt: plain data parallel (ZeRO-0).")]
-OptStateOpt = Annotated[float | None, Opt("--optimizer-state-bytes", help="Optimizer bytes per parameter incl. the "
+OptStateOpt = Annotated[float | None, Opt("--opt-state-bytes", help="Optimizer bytes per parameter incl. the "
                                           "fp32 master copy (Adam: 12; SGD with momentum: 8).")]
 GradOverlapOpt = Annotated[bool | None, Opt("--grad-overlap/--no-grad-overlap", help="Gradient reduction overlapped "
                                             "with backward; off: the whole reduction after the last backward.")]
@@ -44,7 +44,7 @@ UniformOpt = Annotated[str | None, Opt("--uniform", help="Dimensions equal in ev
 
 #: flag -> TrainingSpec field (for one-paragraph errors)
 RUNTIME_FLAGS = {"engine": "--engine", "zero_stage": "--zero-stage", "optimizer_state_bytes_per_param":
-                 "--optimizer-state-bytes", "grad_bucket_bytes": "--grad-bucket", "recompute_modes": "--recompute",
+                 "--opt-state-bytes", "grad_bucket_bytes": "--grad-bucket", "recompute_modes": "--recompute",
                  "micro_batch_size": "--mbs", "uniform": "--uniform"}
 
 
