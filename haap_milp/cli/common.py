@@ -47,7 +47,7 @@ FLAG_OF_FIELD = {
     "max_stages": "--max-stages",
     # the training runtime (cli/runtime_opts.py)
     "engine": "--engine", "zero_stage": "--zero-stage", "optimizer_state_bytes_per_param": "--opt-state-bytes",
-    "grad_reduce_overlap": "--grad-overlap/--no-grad-overlap", "param_gather_overlap": "--param-overlap/--no-param-overlap",
+    "grad_reduce_overlap": "--grad-overlap", "param_gather_overlap": "--param-overlap",
     "grad_bucket_bytes": "--grad-bucket", "recompute_modes": "--recompute", "micro_batch_size": "--mbs",
     "uniform": "--uniform",
 }

@@ -18,22 +18,23 @@ from haap_milp.specs import TrainingSpec
 
 Opt = typer.Option
 
-PRECISION_HELP = ("fp32 | tf32 | bf16 | fp16 | fp8. fp32: CUDA-core fp32 peak (no tensor cores); tf32: TF32 tensor "
-                  "cores (A100/H100/L40S...); both move 4-byte activations, gradients and messages.")
+PRECISION_HELP = ("fp32 | tf32 | bf16 | fp16 | fp8. fp32 and tf32 move 4-byte activations, gradients and messages; "
+                  "fp32 GEMMs run on TF32 tensor cores where the GPU has them, else on CUDA cores (V100); tf32 needs "
+                  "tensor cores.")
 TrainingFileOpt = Annotated[str | None, Opt("--training", help="Training YAML (`haap-solve schema training`); flags "
                                             "override its values.")]
 EngineOpt = Annotated[str | None, Opt("--engine", help="megatron | deepspeed | fsdp: presets the overlap, ZeRO stage "
                                       "and buckets of that runtime (README 'Training runtime'; default megatron).")]
 ZeroOpt = Annotated[int | None, Opt("--zero-stage", help="ZeRO stage 0-3 (0 plain data parallel, 1 sharded optimizer, "
                                     "2 + gradients, 3 + weights); default: the engine's.")]
-DistOptOpt = Annotated[bool | None, Opt("--dist-opt/--no-dist-opt", help="Distributed optimizer (ZeRO-1); "
-                                        "--no-dist-opt: plain data parallel (ZeRO-0).")]
+NoDistOptOpt = Annotated[bool, Opt("--no-dist-opt", help="No distributed optimizer: plain data parallel (ZeRO-0; "
+                                  "fsdp: NO_SHARD). Default: on (ZeRO-1).")]
 OptStateOpt = Annotated[float | None, Opt("--opt-state-bytes", help="Optimizer bytes per parameter incl. the "
                                           "fp32 master copy (Adam: 12; SGD with momentum: 8).")]
-GradOverlapOpt = Annotated[bool | None, Opt("--grad-overlap/--no-grad-overlap", help="Gradient reduction overlapped "
-                                            "with backward; off: the whole reduction after the last backward.")]
-ParamOverlapOpt = Annotated[bool | None, Opt("--param-overlap/--no-param-overlap", help="Parameter all-gather "
-                                             "overlapped with compute (distributed optimizer / ZeRO).")]
+GradOverlapOpt = Annotated[str | None, Opt("--grad-overlap", help="on | off: gradient reduction overlapped with "
+                                           "backward; off: all of it after the last backward. Default: the engine's.")]
+ParamOverlapOpt = Annotated[str | None, Opt("--param-overlap", help="on | off: parameter all-gather overlapped with "
+                                            "compute (distributed optimizer / ZeRO). Default: the engine's.")]
 BucketOpt = Annotated[float | None, Opt("--grad-bucket", help="Gradient bucket, bytes (e.g. 5e8); default: the "
                                         "engine's.")]
 RecomputeSetOpt = Annotated[str | None, Opt("--recompute", help="Allowed recompute modes, a set: e.g. none or "
@@ -56,8 +57,8 @@ class RuntimeFlags:
     zero_stage: int | None = None
     dist_opt: bool | None = None
     optimizer_state_bytes: float | None = None
-    grad_overlap: bool | None = None
-    param_overlap: bool | None = None
+    grad_overlap: str | None = None  # on | off
+    param_overlap: str | None = None
     grad_bucket: float | None = None
     recompute: str | None = None
     mbs: int | None = None
@@ -73,6 +74,15 @@ def _set(text: str | None, flag: str, allowed: tuple[str, ...]) -> tuple[str, ..
         raise HaapInputError(f"{flag} {text!r}: give a comma-separated set of {', '.join(allowed)}.",
                              field=flag.lstrip("-"), value=text)
     return items
+
+
+def _on_off(text: str | None, flag: str) -> bool | None:
+    if text is None:
+        return None
+    value = {"on": True, "off": False, "true": True, "false": False}.get(text.strip().lower())
+    if value is None:
+        raise HaapInputError(f"{flag} {text!r}: give on or off.", field=flag.lstrip("-"), value=text)
+    return value
 
 
 def load_training(path: str) -> dict[str, Any]:
@@ -93,10 +103,12 @@ def build_training(file: str | None, base: dict[str, Any], flags: RuntimeFlags,
     upd: dict[str, Any] = {k: v for k, v in base.items() if v is not None}
     recompute = _set(flags.recompute, "--recompute", ("none", "selective", "full"))
     uniform = _set(flags.uniform, "--uniform", ("tp", "dp", "mbs", "recompute"))
+    grad_overlap, param_overlap = _on_off(flags.grad_overlap, "--grad-overlap"), _on_off(flags.param_overlap,
+                                                                                          "--param-overlap")
     for field, value in (("engine", flags.engine), ("zero_stage", flags.zero_stage),
                          ("distributed_optimizer", flags.dist_opt),
                          ("optimizer_state_bytes_per_param", flags.optimizer_state_bytes),
-                         ("grad_reduce_overlap", flags.grad_overlap), ("param_gather_overlap", flags.param_overlap),
+                         ("grad_reduce_overlap", grad_overlap), ("param_gather_overlap", param_overlap),
                          ("grad_bucket_bytes", flags.grad_bucket), ("recompute_modes", recompute),
                          ("micro_batch_size", flags.mbs), ("uniform", uniform)):
         if value is not None:

@@ -16,10 +16,10 @@ from haap_milp.cli.network_cmd import NetworkOpt
 from haap_milp.cli.runtime_opts import (
     PRECISION_HELP,
     BucketOpt,
-    DistOptOpt,
     EngineOpt,
     GradOverlapOpt,
     MbsOpt,
+    NoDistOptOpt,
     OptStateOpt,
     ParamOverlapOpt,
     RecomputeSetOpt,
@@ -94,7 +94,7 @@ def solve(
     training_file: TrainingFileOpt = None,
     engine: EngineOpt = None,
     zero_stage: ZeroOpt = None,
-    dist_opt: DistOptOpt = None,
+    no_dist_opt: NoDistOptOpt = False,
     optimizer_state_bytes: OptStateOpt = None,
     grad_overlap: GradOverlapOpt = None,
     param_overlap: ParamOverlapOpt = None,
@@ -108,8 +108,8 @@ def solve(
         check_output_file(json_file, "--json")
     if plot is not None:
         check_output_dir(plot, "--plot")
-    rt = RuntimeFlags(engine, zero_stage, dist_opt, optimizer_state_bytes, grad_overlap, param_overlap, grad_bucket,
-                      recompute, mbs, uniform)
+    rt = RuntimeFlags(engine, zero_stage, False if no_dist_opt else None, optimizer_state_bytes, grad_overlap,
+                      param_overlap, grad_bucket, recompute, mbs, uniform)
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed)
@@ -155,7 +155,7 @@ def compare(
     training_file: TrainingFileOpt = None,
     engine: EngineOpt = None,
     zero_stage: ZeroOpt = None,
-    dist_opt: DistOptOpt = None,
+    no_dist_opt: NoDistOptOpt = False,
     optimizer_state_bytes: OptStateOpt = None,
     grad_overlap: GradOverlapOpt = None,
     param_overlap: ParamOverlapOpt = None,
@@ -165,8 +165,8 @@ def compare(
     uniform: UniformOpt = None,
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
-    rt = RuntimeFlags(engine, zero_stage, dist_opt, optimizer_state_bytes, grad_overlap, param_overlap, grad_bucket,
-                      recompute, mbs, uniform)
+    rt = RuntimeFlags(engine, zero_stage, False if no_dist_opt else None, optimizer_state_bytes, grad_overlap,
+                      param_overlap, grad_bucket, recompute, mbs, uniform)
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed)

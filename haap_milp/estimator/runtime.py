@@ -21,8 +21,8 @@ A ``TrainingSpec`` names an ``engine`` and may override any of its presets; ``re
   overlaps both with compute (the same calibrated hidden share as Megatron's overlapped reduction).
   ``--no-dist-opt`` = ``NO_SHARD`` (plain DDP).
 
-Flags (``--zero-stage``, ``--dist-opt/--no-dist-opt``, ``--grad-overlap/--no-grad-overlap``,
-``--param-overlap/--no-param-overlap``, ``--grad-bucket``) override the preset.
+Flags (``--zero-stage``, ``--dist-opt/--no-dist-opt``, ``--grad-overlap on|off``, ``--param-overlap on|off``,
+``--grad-bucket``) override the preset.
 """
 
 from __future__ import annotations
