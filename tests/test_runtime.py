@@ -238,13 +238,31 @@ def test_training_file_with_an_unknown_key_exits_2(run_cli, tmp_path):
 
 @pytest.mark.parametrize(("flag", "value"), [("--engine", "horovod"), ("--zero-stage", "4"), ("--recompute", "some"),
                                              ("--uniform", "pp"), ("--mbs", "0"), ("--grad-bucket", "-1"),
-                                             ("--precision", "fp64"), ("--opt-state-bytes", "-2")])
+                                             ("--precision", "fp64"), ("--opt-state-bytes", "-2"),
+                                             ("--grad-overlap", "maybe"), ("--param-overlap", "2")])
 @pytest.mark.parametrize("command", ["solve", "compare"])
 def test_bad_runtime_flag_exits_2_naming_the_flag(run_cli, command, flag, value):
     args = [command] + SOLVE[1:] if command == "solve" else ["compare"] + SOLVE[1:-2]
     code, _, err = run_cli(args + [flag, value])
     assert code == 2, err
     assert flag in err and "Traceback" not in err
+
+
+def test_estimate_bad_runtime_flag_exits_2(run_cli):
+    base = ["estimate", "-m", "opt-350m", "-c", "a100-40g:8", "--dp", "8", "--seq", "2048"]
+    for flag, value in (("--engine", "horovod"), ("--zero-stage", "7"), ("--grad-overlap", "yes please"),
+                        ("--grad-bucket", "0"), ("--precision", "fp64")):
+        code, _, err = run_cli(base + [flag, value])
+        assert code == 2 and flag in err, (flag, err)
+
+
+def test_uniform_tp_and_recompute_constrain_only_those():
+    tr = TrainingSpec(global_batch_size=64, seq_len=2048, uniform=("tp", "recompute"))
+    pre = _presolved(tr)
+    assert {o.signature for o in pre.problem.options} == {(o.tp, o.recompute) for o in pre.problem.options}
+    out = planner.solve(OPT, load_cluster("a100-40g:8/4,v100-16g:16/4"), tr, SolveOptions(solver="dp"))
+    plan = out.result.plan
+    assert len({(s.tp, s.recompute) for s in plan.stages}) == 1 and not out.violations
 
 
 @pytest.mark.parametrize("command", ["solve", "compare", "estimate"])
