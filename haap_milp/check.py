@@ -17,6 +17,8 @@ Rules (names as reported):
 * ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``precision.gpu`` — every GPU type
   supports the plan's precision;
 * ``memory.capacity`` — the estimator's peak memory per GPU within capacity minus headroom;
+* ``runtime.*`` — the training runtime's rules: recompute among the allowed modes, the fixed per-replica
+  micro-batch, the ``uniform`` dimensions equal in every stage;
 * ``<target>.*`` — the engine's own rules (``emit/<target>.plan_violations``) when a target is given.
 """
 
@@ -132,6 +134,25 @@ def _memory(plan: Plan, model, cluster, training, estimator) -> list[Violation]:
                       f"headroom)") for s in est.stages if not fits_memory(s.memory_gib, s.capacity_gib)]
 
 
+def _runtime(plan: Plan, training: TrainingSpec) -> list[Violation]:
+    """The training runtime's rules (``TrainingSpec``): allowed recompute modes, a fixed per-replica
+    micro-batch, the dimensions that must be equal in every stage."""
+    out = []
+    for j, s in enumerate(plan.stages):
+        if s.recompute not in training.recompute_modes:
+            out.append(Violation("runtime.recompute", j, f"recompute {s.recompute!r} is not among the runtime's "
+                                 f"allowed modes ({', '.join(training.recompute_modes)})"))
+        if training.micro_batch_size and plan.stage_micro_batch(j) != training.micro_batch_size:
+            out.append(Violation("runtime.mbs", j, f"per-replica micro-batch {plan.stage_micro_batch(j):g} is not "
+                                 f"the runtime's fixed {training.micro_batch_size}"))
+    for dim in training.uniform:
+        values = {plan.stage_micro_batch(j) if dim == "mbs" else getattr(s, dim) for j, s in enumerate(plan.stages)}
+        if len(values) > 1:
+            out.append(Violation(f"runtime.uniform_{dim}", None, f"{dim} differs between stages "
+                                 f"({', '.join(map(str, sorted(values, key=str)))}); the runtime needs it equal"))
+    return out
+
+
 def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec | None = None, *,
                target: str = "any", estimator=None, memory: bool = True) -> list[Violation]:
     """Every rule ``plan`` breaks (empty: valid). ``estimator`` (optional) prices memory; without one a
@@ -143,6 +164,7 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: Tra
                                         "tp.", "ep.")) for v in out)
     if memory and not structural:
         out += _memory(plan, model, cluster, training, estimator)
+    out += _runtime(plan, training)
     if capabilities(target).module is not None:  # the engine's own rules
         out += engine_module(target).plan_violations(plan, model)
     if out:

@@ -144,6 +144,15 @@ def microbatch_candidates(training: TrainingSpec, total_gpus: int, options: Solv
     return [b for b in range(1, gbs + 1) if gbs % b == 0 and b <= 8 * total_gpus]
 
 
+def uniform_dims(training: TrainingSpec, target_uniform: bool) -> tuple[str, ...]:
+    """Dimensions eq. U1 makes equal: the runtime's ``uniform`` (mbs = B/dp is equal exactly when dp is, B
+    being common to all stages), all of (tp, dp, recompute) under a uniform target; () when none."""
+    if target_uniform:
+        return ("tp", "dp", "recompute")
+    asked = {"dp" if d == "mbs" else d for d in training.uniform}
+    return tuple(d for d in ("tp", "dp", "recompute") if d in asked)
+
+
 def build(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -171,7 +180,10 @@ def build(
     uniform = caps.uniform_stages if target_uniform is None else target_uniform
     same_tp = caps.same_tp_first_last_when_tied and model.tied_embeddings
     total = sum(g.capacity for g in groups)
-    modes = options.recompute
+    modes = tuple(m for m in options.recompute if m in training.recompute_modes)  # the runtime's allowed set
+    dims = uniform_dims(training, uniform)
+    uniform = uniform or bool(dims)
+    dims = dims or ("tp", "dp", "recompute")
     if caps.recompute_modes is not None:  # e.g. FlagScale cannot mix selective with other per-stage modes
         modes = tuple(m for m in modes if m in caps.recompute_modes) or modes
     n_before = 0
@@ -182,7 +194,7 @@ def build(
         allowed = []
         for gi, g in enumerate(groups):
             for tp in tp_candidates(model, g.gpus_per_node):
-                for m in PER_REPLICA_MBS:
+                for m in (training.micro_batch_size,) if training.micro_batch_size else PER_REPLICA_MBS:
                     if b % m or tp * (b // m) > g.capacity:
                         continue
                     if profile is not None:
@@ -196,7 +208,7 @@ def build(
                     for ep in ep_candidates(model, tp, dp):
                         for rc in modes:
                             n_before += 1
-                            o = Option(group=gi, tp=tp, dp=dp, ep=ep, recompute=rc)
+                            o = Option(group=gi, tp=tp, dp=dp, ep=ep, recompute=rc, uniform_dims=dims)
                             if o not in opt_index:
                                 opt_index[o] = len(opts)
                                 opts.append(o)

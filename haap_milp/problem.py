@@ -71,15 +71,21 @@ class Option:
     dp: int
     ep: int
     recompute: str  # none | selective | full
+    #: the dimensions eq. U1 makes equal across stages when ``Problem.uniform`` (runtime's ``--uniform``; a
+    #: uniform target engine: all three); not part of the option's identity
+    uniform_dims: tuple[str, ...] = field(default=("tp", "dp", "recompute"), compare=False)
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.dp
 
     @property
-    def signature(self) -> tuple[int, int, str]:
-        """What must be equal across stages for uniform engines (eq. U1)."""
-        return (self.tp, self.dp, self.recompute)
+    def signature(self) -> tuple:
+        """What must be equal across stages for uniform engines (eq. U1): (tp, dp, recompute), or the subset
+        in ``uniform_dims``."""
+        if self.uniform_dims == ("tp", "dp", "recompute"):
+            return (self.tp, self.dp, self.recompute)
+        return tuple(getattr(self, d) for d in self.uniform_dims)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,12 @@ from haap_milp.network.spec import MeasuredNetwork
 from haap_milp.pipeline import GIB  # noqa: F401  (re-exported for catalog/; its home is pipeline.py)
 from haap_milp.targets import TARGET_NAMES
 
-Precision = Literal["bf16", "fp16", "fp8"]
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+#: precisions whose activations, gradients and messages are 4-byte floats (fp32 storage; tf32 only changes the
+#: GEMM units: NVIDIA A100 whitepaper, "TF32 ... with FP32 inputs and outputs")
+FP32_PRECISIONS = ("fp32", "tf32")
+Engine = Literal["megatron", "deepspeed", "fsdp"]
+UniformDim = Literal["tp", "dp", "mbs", "recompute"]
 Recompute = Literal["none", "selective", "full"]
 Activation = Literal["gelu", "swiglu", "relu"]
 NicType = Literal["ib", "roce", "ethernet"]
@@ -223,6 +228,10 @@ class GPUSpec(Frozen):
     bf16_tflops: float | None = Field(default=None, description="Dense BF16 peak, TFLOP/s (None: unsupported).", gt=0)
     fp16_tflops: float | None = Field(default=None, description="Dense FP16 peak, TFLOP/s (None: unsupported).", gt=0)
     fp8_tflops: float | None = Field(default=None, description="Dense FP8 peak, TFLOP/s (None: unsupported).", gt=0)
+    fp32_tflops: float | None = Field(
+        default=None, description="FP32 peak without tensor cores (CUDA cores), TFLOP/s (None: not stated).", gt=0)
+    tf32_tflops: float | None = Field(
+        default=None, description="Dense TF32 tensor-core peak, TFLOP/s (None: unsupported).", gt=0)
     hbm_bandwidth_gbps: float = Field(description="HBM bandwidth, GB/s.", gt=0)
     intra_node_bandwidth_gbps: float = Field(
         description="Intra-node link bandwidth per GPU per direction, GB/s (NVLink/PCIe).", gt=0
@@ -231,7 +240,17 @@ class GPUSpec(Frozen):
 
     def peak_tflops(self, precision: Precision) -> float | None:
         """Dense peak for ``precision``; None where the GPU lacks it."""
-        return {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp8": self.fp8_tflops}[precision]
+        return {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp8": self.fp8_tflops,
+                "fp32": self.fp32_tflops, "tf32": self.tf32_tflops}[precision]
+
+    @model_serializer(mode="wrap")
+    def _omit_unknown_fp32(self, handler):  # GPUs without fp32/tf32 figures serialise as before
+        data = handler(self)
+        if isinstance(data, dict):
+            for k in ("fp32_tflops", "tf32_tflops"):
+                if data.get(k, 0) is None:
+                    data.pop(k)
+        return data
 
 
 class NodeGroup(Frozen):
@@ -353,6 +372,39 @@ class TrainingSpec(Frozen):
     memory_headroom_fraction: float = Field(
         default=0.05, description="Fraction of each GPU's memory kept free (fragmentation, spikes).", ge=0, lt=1
     )
+    # --- the training runtime (README "Training runtime"; estimator/runtime.py resolves presets and overrides)
+    engine: Engine = Field(
+        default="megatron", description="Training runtime whose overlap and memory accounting to model: megatron | "
+        "deepspeed | fsdp (presets in estimator/runtime.py).")
+    zero_stage: Literal[0, 1, 2, 3] | None = Field(
+        default=None, description="ZeRO stage: 0 plain data parallel, 1 sharded optimizer state, 2 + sharded "
+        "gradients, 3 + sharded weights; None: 1 with distributed_optimizer, else 0 (fsdp: 3).")
+    grad_reduce_overlap: bool | None = Field(
+        default=None, description="Gradient reduction overlapped with the backward pass; None: the engine's preset.")
+    param_gather_overlap: bool | None = Field(
+        default=None, description="Parameter all-gather overlapped with compute; None: the engine's preset.")
+    grad_bucket_bytes: float | None = Field(
+        default=None, description="Gradient bucket size, bytes; None: the engine's preset.", gt=0, le=1e12)
+    recompute_modes: tuple[Recompute, ...] = Field(
+        default=("none", "selective", "full"), description="Recomputation modes the runtime allows.", min_length=1)
+    micro_batch_size: int | None = Field(
+        default=None, description="Fixed per-replica micro-batch, sequences; None: the planner chooses.", ge=1,
+        le=1_000_000)
+    uniform: tuple[UniformDim, ...] = Field(
+        default=(), description="Dimensions that must be equal in every stage: tp, dp, mbs, recompute.")
+
+    @model_serializer(mode="wrap")
+    def _omit_runtime_defaults(self, handler):  # a spec without runtime settings serialises as before
+        data = handler(self)
+        if isinstance(data, dict):
+            for k in _RUNTIME_FIELDS:
+                if k in data and getattr(self, k) == TrainingSpec.model_fields[k].default:
+                    data.pop(k)
+        return data
+
+
+_RUNTIME_FIELDS = ("engine", "zero_stage", "grad_reduce_overlap", "param_gather_overlap", "grad_bucket_bytes",
+                   "recompute_modes", "micro_batch_size", "uniform")
 
 
 # --------------------------------------------------------------------------- output vocabulary

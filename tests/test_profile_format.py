@@ -120,7 +120,8 @@ def test_estimate_cli_takes_a_native_profile(hand, tmp_path, run_cli):
     model = tmp_path / "tiny.yaml"
     model.write_text("name: tiny\nnum_layers: 4\nhidden: 64\nffn_hidden: 128\nnum_heads: 2\nvocab_size: 128\n"
                      "seq_len: 32\n")
-    args = ["estimate", "-m", str(model), "-c", "a100-80g:1/1", "--gbs", "8", "--mbs", "2", "--json"]
+    # --seq given: estimate's default is solve's 4096, not the model's seq_len (issue 12)
+    args = ["estimate", "-m", str(model), "-c", "a100-80g:1/1", "--gbs", "8", "--seq", "32", "--mbs", "2", "--json"]
     code, out, err = run_cli(args)
     assert code == 0, err
     code_p, out_p, err_p = run_cli([*args, "--profile", str(hand)])

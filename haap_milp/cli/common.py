@@ -45,6 +45,11 @@ FLAG_OF_FIELD = {
     "memory_headroom_fraction": "--memory-headroom", "solver": "--solver", "time_limit_s": "--time-limit",
     "threads": "--threads", "seed": "--seed", "relative_gap": "--gap", "target": "--target",
     "max_stages": "--max-stages",
+    # the training runtime (cli/runtime_opts.py)
+    "engine": "--engine", "zero_stage": "--zero-stage", "optimizer_state_bytes_per_param": "--opt-state-bytes",
+    "grad_reduce_overlap": "--grad-overlap", "param_gather_overlap": "--param-overlap",
+    "grad_bucket_bytes": "--grad-bucket", "recompute_modes": "--recompute", "micro_batch_size": "--mbs",
+    "uniform": "--uniform",
 }
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -22,7 +21,6 @@ from haap_milp.cli.common import (
     console,
     enforce_plan,
     err_console,
-    flag_error,
     parse_headroom,
     print_json,
 )
@@ -35,22 +33,27 @@ from haap_milp.cli.profile_opts import (
     unmeasured_stages,
     warn_priced_by_fallback,
 )
+from haap_milp.cli.runtime_opts import (
+    PRECISION_HELP,
+    BucketOpt,
+    EngineOpt,
+    GradOverlapOpt,
+    OptStateOpt,
+    ParamOverlapOpt,
+    RuntimeFlags,
+    TrainingFileOpt,
+    ZeroOpt,
+    build_training,
+)
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator, PlanEstimate, load_calibration
+from haap_milp.estimator.runtime import describe as describe_runtime
 from haap_milp.explain import estimate_bottleneck
 from haap_milp.network.merge import apply_network_option
 from haap_milp.planfile import read_plan_file
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, StagePlan, TrainingSpec
 
 Opt = typer.Option
-
-
-def _training(gbs: int, seq: int, precision: str, sp: bool, dist_opt: bool, headroom: float) -> TrainingSpec:
-    try:
-        return TrainingSpec(global_batch_size=gbs, seq_len=seq, precision=precision, sequence_parallel=sp,
-                            distributed_optimizer=dist_opt, memory_headroom_fraction=headroom)
-    except ValidationError as exc:  # -> one paragraph naming the flag
-        raise flag_error(exc) from None
 
 
 def _check_uniform(model: ModelSpec, cluster: ClusterSpec, gbs: int, tp: int, pp: int, dp: int, mbs: int, cp: int,
@@ -110,15 +113,22 @@ def estimate_document(pe: PlanEstimate, est: Estimator, plan: Plan) -> dict[str,
                             "fraction_reached": pe.tokens_per_s / bound.tokens_per_s if bound.tokens_per_s else None}
     doc["calibration"] = {g: est.calibration.params(est.cluster.gpu(g)).source for g in est.cluster.gpu_types}
     doc["micro_batches"] = plan.num_microbatches
+    doc["seq_len"], doc["global_batch_size"], doc["precision"] = plan.seq_len, plan.global_batch_size, plan.precision
+    doc["runtime"] = describe_runtime(est.training)
     return doc
 
 
-def _table(pe: PlanEstimate, plan: Plan) -> None:
+def _table(pe: PlanEstimate, plan: Plan, training: TrainingSpec) -> None:
     console.print(f"iteration {pe.iteration_time_s:.3f} s | {pe.tokens_per_s:,.0f} tokens/s | "
                   f"{pe.tflops_per_gpu:.1f} TFLOP/s/GPU (hw {pe.hw_tflops_per_gpu:.1f}) | MFU {pe.mfu:.1%}",
                   highlight=False)
     console.print(f"peak memory {pe.peak_memory_gib:.1f} GiB | {pe.num_gpus} GPUs | {plan.schedule}, "
                   f"{plan.num_microbatches} micro-batches", highlight=False)
+    rt = describe_runtime(training)
+    bucket = f", bucket {rt['grad_bucket_bytes']:.3g} B" if rt["grad_bucket_bytes"] else ""
+    console.print(f"seq {plan.seq_len} | gbs {plan.global_batch_size} | {plan.precision} | {rt['engine']}, ZeRO "
+                  f"{rt['zero_stage']}, grad overlap {'on' if rt['grad_reduce_overlap'] else 'off'}, param overlap "
+                  f"{'on' if rt['param_gather_overlap'] else 'off'}{bucket}", highlight=False, markup=False)
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
               caption="seconds per iteration; comm = exposed TP + EP + CP communication; ! = does not fit")
     for col in ("st", "gpu", "L", "tp*dp", "rc", "ms/mb", "GiB/cap", "comp s", "comm s", "p2p s", "bub s", "sync s"):
@@ -137,8 +147,11 @@ def _table(pe: PlanEstimate, plan: Plan) -> None:
 
 
 def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs, seq, precision, sp, dist_opt,
-             headroom: str | None = None):
-    fraction = parse_headroom(headroom)
+             headroom: str | None = None, training_file: str | None = None, runtime: RuntimeFlags | None = None):
+    """(model, cluster, training, plan or None). Training: defaults (the same as ``solve``: seq 4096, gbs 512)
+    < the plan file's training < --training FILE < flags; a plan's batch, sequence, precision and flags win."""
+    fraction = parse_headroom(headroom) if headroom is not None else None
+    rt = runtime or RuntimeFlags(dist_opt=dist_opt)
     if plan_path:
         pf = read_plan_file(plan_path)
         m = load_model(model) if model else pf.model
@@ -147,37 +160,40 @@ def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs,
             raise HaapInputError(f"plan file {plan_path!r} does not hold the {'model' if m is None else 'cluster'}; "
                                  "pass --model and --cluster.", field="model" if m is None else "cluster")
         p = pf.plan
-        tr = pf.training or TrainingSpec()
+        start = pf.training.model_dump() if pf.training else {}
+        tr = build_training(training_file, {"memory_headroom_fraction": fraction}, rt, start)
         tr = tr.model_copy(update={"global_batch_size": p.global_batch_size, "seq_len": p.seq_len,
                                    "precision": p.precision, "sequence_parallel": p.sequence_parallel,
-                                   "distributed_optimizer": p.distributed_optimizer,
-                                   **({"memory_headroom_fraction": fraction} if headroom is not None else {})})
+                                   "distributed_optimizer": p.distributed_optimizer})
         return m, c, tr, p
-    if not model or not cluster or gbs is None:
-        raise HaapInputError("estimate needs --model, --cluster and --gbs (with --tp/--pp/--dp/--mbs), or --plan FILE.",
+    if not model or not cluster:
+        raise HaapInputError("estimate needs --model and --cluster (with --tp/--pp/--dp/--mbs), or --plan FILE.",
                              field="model")
     m, c = load_model(model), load_cluster(cluster)
-    return m, c, _training(gbs, m.seq_len if seq is None else seq, precision, sp, dist_opt, fraction), None
+    base = {"global_batch_size": gbs, "seq_len": seq, "precision": precision, "sequence_parallel": sp,
+            "memory_headroom_fraction": fraction}
+    return m, c, build_training(training_file, base, rt), None
 
 
 @app.command()
 def estimate(
     model: Annotated[str | None, Opt("--model", "-m", help="Catalog name, HF config.json or YAML.")] = None,
     cluster: Annotated[str | None, Opt("--cluster", "-c", help="Catalog name, YAML or 'h100-80g:64'.")] = None,
-    gbs: Annotated[int | None, Opt("--gbs", help="Global batch, sequences.")] = None,
-    seq: Annotated[int | None, Opt("--seq", help="Sequence length (default: the model's).")] = None,
+    gbs: Annotated[int | None, Opt("--gbs", help="Global batch, sequences (default: 512, as solve).")] = None,
+    seq: Annotated[int | None, Opt("--seq", help="Sequence length (default: 4096, as solve).")] = None,
     tp: Annotated[int, Opt("--tp", help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, Opt("--pp", help="Pipeline stages.")] = 1,
     dp: Annotated[int, Opt("--dp", help="Data-parallel replicas.")] = 1,
     mbs: Annotated[int, Opt("--mbs", help="Micro-batch per replica.")] = 1,
     vpp: Annotated[int, Opt("--vpp", help="Virtual stages per stage (interleaved 1F1B).")] = 1,
     recompute: Annotated[str, Opt("--recompute", help="none | selective | full.")] = "none",
-    sp: Annotated[bool, Opt("--sp/--no-sp", help="Sequence parallelism (with tp > 1).")] = True,
-    dist_opt: Annotated[bool, Opt("--dist-opt/--no-dist-opt", help="Distributed optimizer.")] = True,
+    sp: Annotated[bool | None, Opt("--sp/--no-sp", help="Sequence parallelism (with tp > 1; default on).")] = None,
+    dist_opt: Annotated[bool | None, Opt("--dist-opt/--no-dist-opt", help="Distributed optimizer (ZeRO-1; default "
+                                         "on); --no-dist-opt: plain data parallel.")] = None,
     ep: Annotated[int, Opt("--ep", help="Expert-parallel degree.")] = 1,
     etp: Annotated[int, Opt("--etp", help="Expert tensor-parallel degree.")] = 1,
     cp: Annotated[int, Opt("--cp", help="Context-parallel degree.")] = 1,
-    precision: Annotated[str, Opt("--precision", help="bf16 | fp16 | fp8.")] = "bf16",
+    precision: Annotated[str | None, Opt("--precision", help=PRECISION_HELP + " Default: bf16.")] = None,
     plan: Annotated[str | None, Opt("--plan", help="Plan JSON or `solve --json` output (any plan).")] = None,
     profile: ProfileOpt = [],  # noqa: B006
     profile_device: ProfileDeviceOpt = [],  # noqa: B006
@@ -186,11 +202,20 @@ def estimate(
     as_json: Annotated[bool, Opt("--json", help="Print JSON to stdout (a flag here; redirect to save it).")] = False,
     memory_headroom: Annotated[str | None, Opt("--memory-headroom", help=HEADROOM_HELP)] = None,
     network: NetworkOpt = None,
+    training_file: TrainingFileOpt = None,
+    engine: EngineOpt = None,
+    zero_stage: ZeroOpt = None,
+    optimizer_state_bytes: OptStateOpt = None,
+    grad_overlap: GradOverlapOpt = None,
+    param_overlap: ParamOverlapOpt = None,
+    grad_bucket: BucketOpt = None,
 ) -> None:
     """Predict iteration time, throughput, MFU and per-stage memory of a plan. Exit 2 if it does not fit."""
     if not profile:
         profile_from_flags(profile, profile_device, profile_fallback, None)  # a profile flag alone: exit 2 first
-    m, c, training, p = _resolve(plan, model, cluster, gbs, seq, precision, sp, dist_opt, memory_headroom)
+    rt = RuntimeFlags(engine, zero_stage, dist_opt, optimizer_state_bytes, grad_overlap, param_overlap, grad_bucket)
+    m, c, training, p = _resolve(plan, model, cluster, gbs, seq, precision, sp, dist_opt, memory_headroom,
+                                 training_file, rt)
     c = apply_network_option(c, network)
     if p is None:
         if recompute not in ("none", "selective", "full"):
@@ -207,7 +232,7 @@ def estimate(
     if as_json:
         print_json({**estimate_document(pe, est, p), "explanation": estimate_bottleneck(pe)})
     else:
-        _table(pe, p)
+        _table(pe, p, est.training)
     if not pe.fits:
         err_console.print("DOES NOT FIT: " + "; ".join(pe.not_fitting()) + ". Try more recompute, a smaller "
                           "micro-batch, more pipeline stages or the distributed optimizer.", markup=False,

@@ -20,20 +20,36 @@ from haap_milp.cli.profile_opts import (
     profile_from_flags,
     warn_priced_by_fallback,
 )
+from haap_milp.cli.runtime_opts import (
+    PRECISION_HELP,
+    BucketOpt,
+    EngineOpt,
+    GradOverlapOpt,
+    MbsOpt,
+    NoDistOptOpt,
+    OptStateOpt,
+    ParamOverlapOpt,
+    RecomputeSetOpt,
+    RuntimeFlags,
+    TrainingFileOpt,
+    UniformOpt,
+    ZeroOpt,
+    build_training,
+)
 from haap_milp.methods import LISTED
 from haap_milp.network.merge import apply_network_option
 from haap_milp.outputs import check_output_dir, check_output_file, write_atomic
 from haap_milp.planfile import solution_document
 from haap_milp.presolve import presolve_document
 from haap_milp.report.tables import compare_table, plan_metrics, solve_report
-from haap_milp.specs import SolveOptions, TrainingSpec
+from haap_milp.specs import SolveOptions
 from haap_milp.targets import TARGET_NAMES
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name, HF config.json or YAML.")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Catalog name, YAML, or 'a100-80g:64,h100-80g:32'.")]
-GbsOpt = Annotated[int, typer.Option("--gbs", help="Global batch, sequences.")]
+GbsOpt = Annotated[int | None, typer.Option("--gbs", help="Global batch, sequences (default: 512).")]
 SeqOpt = Annotated[int | None, typer.Option("--seq", help="Sequence length (default: 4096).")]
-PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")]
+PrecOpt = Annotated[str | None, typer.Option("--precision", help=PRECISION_HELP + " Default: bf16.")]
 TimeOpt = Annotated[float, typer.Option("--time-limit", help="Seconds for the exact solver.")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Solver threads.")]
 TargetOpt = Annotated[str, typer.Option("--target", help=" | ".join(TARGET_NAMES) + ".")]  # the target registry
@@ -46,13 +62,12 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 HeadroomOpt = Annotated[str | None, typer.Option("--memory-headroom", help=HEADROOM_HELP)]
 
 
-def _inputs(model: str, cluster: str, gbs: int, seq: int | None, precision: str, headroom: str | None = None):
-    fraction = parse_headroom(headroom)  # flags first: a typo fails before any file is read
-    try:
-        training = TrainingSpec(global_batch_size=gbs, seq_len=4096 if seq is None else seq, precision=precision,
-                                memory_headroom_fraction=fraction)
-    except ValidationError as exc:  # -> one paragraph naming the flag
-        raise flag_error(exc) from None
+def _inputs(model: str, cluster: str, gbs: int | None, seq: int | None, precision: str | None,
+            headroom: str | None = None, training_file: str | None = None, runtime: RuntimeFlags | None = None):
+    """Model, cluster and TrainingSpec (defaults < --training FILE < flags; README "Training runtime")."""
+    fraction = parse_headroom(headroom) if headroom is not None else None  # flags first: a typo fails early
+    base = {"global_batch_size": gbs, "seq_len": seq, "precision": precision, "memory_headroom_fraction": fraction}
+    training = build_training(training_file, base, runtime or RuntimeFlags())
     return load_model(model), load_cluster(cluster), training
 
 
@@ -70,9 +85,9 @@ def _options(solver, time_limit, threads, target, max_stages, gap, seed) -> Solv
 def solve(
     model: ModelOpt = DEFAULT_MODEL,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
-    gbs: GbsOpt = 512,
+    gbs: GbsOpt = None,
     seq: SeqOpt = None,
-    precision: PrecOpt = "bf16",
+    precision: PrecOpt = None,
     solver: SolverOpt = "auto",
     time_limit: TimeOpt = 60.0,
     threads: ThreadsOpt = 2,
@@ -87,13 +102,26 @@ def solve(
     profile: ProfileOpt = [],  # noqa: B006
     profile_device: ProfileDeviceOpt = [],  # noqa: B006
     profile_fallback: ProfileFallbackOpt = None,
+    training_file: TrainingFileOpt = None,
+    engine: EngineOpt = None,
+    zero_stage: ZeroOpt = None,
+    no_dist_opt: NoDistOptOpt = False,
+    optimizer_state_bytes: OptStateOpt = None,
+    grad_overlap: GradOverlapOpt = None,
+    param_overlap: ParamOverlapOpt = None,
+    grad_bucket: BucketOpt = None,
+    recompute: RecomputeSetOpt = None,
+    mbs: MbsOpt = None,
+    uniform: UniformOpt = None,
 ) -> None:
     """Find the plan with the shortest iteration time that fits in memory, with its optimality gap."""
     if json_file is not None and str(json_file) != "-":
         check_output_file(json_file, "--json")
     if plot is not None:
         check_output_dir(plot, "--plot")
-    m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom)
+    rt = RuntimeFlags(engine, zero_stage, False if no_dist_opt else None, optimizer_state_bytes, grad_overlap,
+                      param_overlap, grad_bucket, recompute, mbs, uniform)
+    m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
@@ -125,9 +153,9 @@ def solve(
 def compare(
     model: ModelOpt = DEFAULT_MODEL,
     cluster: ClusterOpt = DEFAULT_CLUSTER,
-    gbs: GbsOpt = 512,
+    gbs: GbsOpt = None,
     seq: SeqOpt = None,
-    precision: PrecOpt = "bf16",
+    precision: PrecOpt = None,
     time_limit: TimeOpt = 60.0,
     threads: ThreadsOpt = 2,
     target: TargetOpt = "any",
@@ -141,9 +169,22 @@ def compare(
     profile: ProfileOpt = [],  # noqa: B006
     profile_device: ProfileDeviceOpt = [],  # noqa: B006
     profile_fallback: ProfileFallbackOpt = None,
+    training_file: TrainingFileOpt = None,
+    engine: EngineOpt = None,
+    zero_stage: ZeroOpt = None,
+    no_dist_opt: NoDistOptOpt = False,
+    optimizer_state_bytes: OptStateOpt = None,
+    grad_overlap: GradOverlapOpt = None,
+    param_overlap: ParamOverlapOpt = None,
+    grad_bucket: BucketOpt = None,
+    recompute: RecomputeSetOpt = None,
+    mbs: MbsOpt = None,
+    uniform: UniformOpt = None,
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
-    m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom)
+    rt = RuntimeFlags(engine, zero_stage, False if no_dist_opt else None, optimizer_state_bytes, grad_overlap,
+                      param_overlap, grad_bucket, recompute, mbs, uniform)
+    m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)

@@ -19,13 +19,25 @@ from haap_milp.specs import GPUSpec
 
 ACT_BYTES = 2  # bf16/fp16 activations (fp8 recipes keep activations in bf16 between GEMMs)
 
+
+def act_bytes(precision: str) -> float:
+    """Bytes per activation element: 4 in fp32 / tf32 training (fp32 tensors; tf32 only changes the GEMM
+    units), else 2."""
+    return 4.0 if precision in ("fp32", "tf32") else ACT_BYTES
+
 # Flash-attention backward recomputes the scores: 5 GEMM-like products vs 2 forward (Dao, FlashAttention-2
 # (2023) sec. 3.1.2), i.e. 2.5x the forward FLOPs.
 FLASH_BWD_FACTOR = 2.5
 
 
 def peak_flops(gpu: GPUSpec, precision: str) -> float:
-    """Dense peak FLOP/s at ``precision``; 0 where the GPU lacks it (callers reject that earlier)."""
+    """Dense peak FLOP/s of the GEMM units ``precision`` runs on; 0 where the GPU lacks it (callers reject that
+    earlier). fp32 training runs its GEMMs on TF32 tensor cores where the GPU has them and on CUDA cores
+    otherwise (V100, T4): PyTorch's ``allow_tf32`` (on for cuDNN, and for matmul in PyTorch 1.7-1.11 and
+    wherever the framework sets it; Megatron-LM and DeepSpeed's examples do) - the measured OPT-350M fp32
+    profiles (tests/data/profiles/OPT-350) run faster than A100's 19.5 TFLOP/s CUDA-core peak allows."""
+    if precision == "fp32":
+        return (gpu.tf32_tflops or gpu.fp32_tflops or 0.0) * 1e12
     return (gpu.peak_tflops(precision) or 0.0) * 1e12
 
 
@@ -35,8 +47,8 @@ def hbm_bytes_per_s(gpu: GPUSpec, p: GpuParams) -> float:
 
 def gemm_time_s(g: Gemm, gpu: GPUSpec, p: GpuParams, precision: str) -> float:
     """One (grouped) GEMM: roofline of compute and HBM traffic, plus one kernel's fixed cost."""
-    in_bytes = 1 if precision == "fp8" else ACT_BYTES
-    traffic = g.count * (in_bytes * (g.m * g.k + g.k * g.n) + ACT_BYTES * g.m * g.n)
+    in_bytes = 1 if precision == "fp8" else act_bytes(precision)
+    traffic = g.count * (in_bytes * (g.m * g.k + g.k * g.n) + act_bytes(precision) * g.m * g.n)
     compute = g.flops / (peak_flops(gpu, precision) * p.gemm_eff(precision))
     return max(compute, traffic / hbm_bytes_per_s(gpu, p)) + p.kernel_latency_s
 
@@ -63,13 +75,15 @@ def attention_unfused_fwd_bwd_s(tokens: float, seq: float, heads: float, dim_hea
     [s,s]x[s,dh] per (sequence, head) over the full square, plus the fused scale-mask-softmax (read + write
     2 B per score) and dropout on the scores (read 2, write 2 + 1-byte mask); backward twice the traffic."""
     seqs = tokens / seq * heads
-    prec = "fp16" if precision == "fp16" else "bf16"
+    prec = precision if precision in ("fp16", "fp32", "tf32") else "bf16"
+    a = act_bytes(precision)
     qk, av = Gemm(seq, seq, dim_head, seqs), Gemm(seq, dim_head, seq, seqs)
     f1, b1 = gemm_fwd_bwd_s(qk, gpu, p, prec)
     f2, b2 = gemm_fwd_bwd_s(av, gpu, p, prec)
     scores = seqs * seq * seq
-    traffic = scores * (4 + (5 if dropout else 0))
+    traffic = scores * (2 * a + (2 * a + 1 if dropout else 0))
     return f1 + f2 + memory_bound_s(traffic, 2, gpu, p), b1 + b2 + memory_bound_s(2 * traffic, 2, gpu, p)
+
 
 
 def memory_bound_s(traffic_bytes: float, kernels: int, gpu: GPUSpec, p: GpuParams) -> float:
@@ -77,8 +91,9 @@ def memory_bound_s(traffic_bytes: float, kernels: int, gpu: GPUSpec, p: GpuParam
     return traffic_bytes / hbm_bytes_per_s(gpu, p) + kernels * p.kernel_latency_s
 
 
-def optimizer_step_s(params: float, gpu: GPUSpec, p: GpuParams) -> float:
+def optimizer_step_s(params: float, gpu: GPUSpec, p: GpuParams, precision: str = "bf16") -> float:
     """Fused Adam on ``params`` local parameters: memory-bound, reads fp32 master, m, v, fp32 grad and
     writes master, m, v and the 16-bit copy = 4·4 + 3·4 + 2 = 30 bytes/param (apex/TE multi-tensor Adam);
-    + 4 bytes/param for the gradient-norm pass (clip_grad_norm) = 34."""
-    return params * 34.0 / hbm_bytes_per_s(gpu, p)
+    + 4 bytes/param for the gradient-norm pass (clip_grad_norm) = 34. Pure fp32 / tf32 training has no
+    16-bit copy and no separate master: reads w, g, m, v, writes w, m, v = 28, + 4 = 32."""
+    return params * (32.0 if precision in ("fp32", "tf32") else 34.0) / hbm_bytes_per_s(gpu, p)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from haap_milp.errors import HaapInputError
-from haap_milp.estimator import comm, costs, hardware, memory
+from haap_milp.estimator import comm, compute, costs, hardware, memory
 from haap_milp.estimator.calibration import Calibration, load_calibration
 from haap_milp.estimator.compute import peak_flops
 from haap_milp.estimator.flops import model_flops_per_sample
@@ -20,7 +20,7 @@ from haap_milp.estimator.plan_estimate import estimate_plan
 from haap_milp.estimator.profiles import Profile
 from haap_milp.estimator.results import GIB, ComputeBound, PlanEstimate, StageCost
 from haap_milp.network import pricing
-from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec
+from haap_milp.specs import FP32_PRECISIONS, ClusterSpec, ModelSpec, Plan, TrainingSpec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -45,6 +45,10 @@ class Estimator:
                  calibration: Calibration | None = None, profile: Profile | None = None, *,
                  impl: Implementation = MODERN, p2p_model: str = "group"):
         self.model, self.cluster, self.training = model, cluster, training
+        if training.precision in FP32_PRECISIONS and impl.flash_attention:
+            # FlashAttention runs in fp16/bf16 only (Dao-AILab/flash-attention README); fp32 training takes the
+            # unfused path (s x s scores stored, batched GEMMs at the fp32 / tf32 rate)
+            impl = replace(impl, flash_attention=False)
         self.impl = impl
         if p2p_model not in ("group", "per_gpu"):
             raise HaapInputError(f"p2p_model={p2p_model!r} must be 'group' or 'per_gpu'.", field="p2p_model")
@@ -162,7 +166,7 @@ class Estimator:
                 sp = self.training.sequence_parallel and tp > 1
                 moe = self.moe_fraction > 0
                 fixed += memory.recompute_working_bytes(self.model, moe, b, self.training.seq_len, tp, sp, recompute,
-                                                        cp, etp, self.impl)
+                                                        cp, etp, self.impl, compute.act_bytes(self.training.precision))
             return fixed
 
         return self._memo("stage_fixed_bytes", key, run)
@@ -205,7 +209,8 @@ class Estimator:
 
     def _p2p(self, ga, gb, samples, streams) -> float:
         hw_a, hw_b = self.hardware(*ga), self.hardware(*gb)
-        total = samples * self.training.seq_len * self.model.hidden * 2.0  # 16-bit activations of B samples
+        # activations of B samples: 16-bit, or 4-byte in fp32 / tf32 training
+        total = samples * self.training.seq_len * self.model.hidden * compute.act_bytes(self.training.precision)
         if streams is None:
             streams = min(self._group_gpus(ga), self._group_gpus(gb))
         link = self.cluster.island_link(ga[1], gb[1]) if ga[1] != gb[1] else None

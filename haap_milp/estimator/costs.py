@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from haap_milp.estimator import comm, compute, flops, layers, memory
+from haap_milp.estimator import comm, compute, flops, layers, memory, runtime
 from haap_milp.estimator.calibration import Calibration
 from haap_milp.estimator.hardware import Hardware
 from haap_milp.estimator.kernels import Implementation
@@ -42,51 +42,102 @@ class ParamGroup:
 
 
 def grad_bytes(precision: str) -> float:
-    """Gradient element size in the DP reduction: fp32 main grads with bf16/fp8, fp16 with fp16 (Megatron table)."""
+    """Gradient element size in the DP reduction: fp32 main grads with bf16/fp8, fp16 with fp16 (Megatron table);
+    fp32 gradients in fp32 / tf32 training."""
     return 2.0 if precision == "fp16" else 4.0
 
 
-def _dp_collective(kind: str, grp: ParamGroup, hw: Hardware, element_bytes: float) -> comm.Cost:
+def _dp_collective(kind: str, grp: ParamGroup, hw: Hardware, element_bytes: float,
+                   bucket_bytes: float | None = None) -> comm.Cost:
     """A DP collective of this group on its links (measured network: at one bucket, hardware.dp_links)."""
     return comm.group_collective(kind, grp.n, grp.span, hw.gpus_per_node,
-                                 *hw.dp_links(kind, grp.n, grp.span, element_bytes))
+                                 *hw.dp_links(kind, grp.n, grp.span, element_bytes, bucket_bytes))
+
+
+@dataclass(frozen=True)
+class Sync:
+    """DP synchronisation of some parameters: bytes held, raw and exposed collective time, optimizer step,
+    exposed latency (once per stage), and ZeRO-3's per-micro-batch gathers (exposed, s)."""
+
+    held: memory.ParamBytes
+    comm_s: float
+    exposed_s: float
+    opt_s: float
+    lat_s: float
+    per_microbatch_s: float = 0.0
+
+
+def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, cal: Calibration) -> Sync:
+    """The runtime's DP synchronisation of these parameters (estimator/runtime.py presets).
+
+    ZeRO 0: one all-reduce of the gradients; ZeRO 1/2 (Megatron's distributed optimizer): reduce-scatter of
+    the gradients + all-gather of the updated parameters (Megatron dist_optimizer.md; ZeRO sec. 5.1-5.2);
+    ZeRO 3 (FSDP): all-gather of the parameters before each forward and backward and reduce-scatter of the
+    gradients, per micro-batch (ZeRO sec. 5.3, 1.5x plain DP's volume). An overlapped collective shows only
+    the calibrated exposed share (1 - dp_overlap); one that is not overlapped is fully exposed (DeepSpeed's
+    pipeline engine reduces after the last backward)."""
+    rt = runtime.resolve(training)
+    prec = training.precision
+    hid = cal.globals.dp_overlap
+    pb = compute.act_bytes(prec)  # parameters move at the training element size (16-bit; fp32 in fp32 training)
+    w = g = o = 0.0
+    comm_s = exposed = opt_s = lat = per_mb = 0.0
+    default = rt.grad_overlap and rt.param_overlap and rt.zero_stage <= 1 and rt.bucket_bytes is None
+    for grp in groups:
+        bpp = memory.param_bytes(prec, rt.zero_stage, grp.n, training.optimizer_state_bytes_per_param)
+        w, g, o = w + grp.params * bpp.weights, g + grp.params * bpp.grads, o + grp.params * bpp.optimizer
+        gb = grp.params * grad_bytes(prec)
+        if grp.n > 1:
+            if rt.zero_stage >= 1:
+                rs = _dp_collective("reduce_scatter", grp, hw, grad_bytes(prec), rt.bucket_bytes)
+                ag = _dp_collective("all_gather", grp, hw, pb, rt.bucket_bytes)
+                rs_s, ag_s = rs.per_byte_s * gb, ag.per_byte_s * grp.params * pb
+                if rt.zero_stage >= 3:  # per micro-batch: gather for forward and for backward, reduce-scatter
+                    raw = rs_s + 2 * ag_s
+                    per_mb += (1 - hid) * raw if rt.grad_overlap else raw
+                    lat_g = rs.latency_s + 2 * ag.latency_s
+                    lat = max(lat, (1 - hid) * lat_g if rt.grad_overlap else lat_g)
+                    continue
+                comm_s += rs_s + ag_s
+                if default:
+                    lat = max(lat, rs.latency_s + ag.latency_s)
+                else:
+                    exposed += ((1 - hid) * rs_s if rt.grad_overlap else rs_s) + \
+                        ((1 - hid) * ag_s if rt.param_overlap else ag_s)
+                    lat = max(lat, ((1 - hid) * rs.latency_s if rt.grad_overlap else rs.latency_s)
+                              + ((1 - hid) * ag.latency_s if rt.param_overlap else ag.latency_s))
+            else:
+                ar = _dp_collective("all_reduce", grp, hw, grad_bytes(prec), rt.bucket_bytes)
+                comm_s += ar.per_byte_s * gb
+                if default:
+                    lat = max(lat, ar.latency_s)
+                else:
+                    exposed += (1 - hid) * ar.per_byte_s * gb if rt.grad_overlap else ar.per_byte_s * gb
+                    lat = max(lat, (1 - hid) * ar.latency_s if rt.grad_overlap else ar.latency_s)
+        opt_s += compute.optimizer_step_s(grp.params / (grp.n if rt.shards_optimizer else 1), hw.gpu, hw.params,
+                                          prec)
+    if default:  # Megatron with overlap: the calibrated hidden share of the whole sync (numbers as before)
+        exposed, lat = (1 - hid) * comm_s, (1 - hid) * lat
+    return Sync(memory.ParamBytes(w, g, o), comm_s, exposed, opt_s, lat, per_mb)
 
 
 def static_and_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, cal: Calibration
                     ) -> tuple[memory.ParamBytes, float, float, float]:
-    """(bytes held per GPU by kind, raw DP comm s, optimizer step s, DP latency s) of these parameters.
-
-    Distributed optimizer: reduce-scatter of the gradients + all-gather of the 16-bit parameters
-    (Megatron dist_optimizer.md); otherwise one all-reduce of the gradients."""
-    w = g = o = 0.0
-    comm_s = opt_s = lat = 0.0
-    dist = training.distributed_optimizer
-    for grp in groups:
-        bpp = memory.bytes_per_param(training.precision, dist, grp.n, training.optimizer_state_bytes_per_param)
-        w, g, o = w + grp.params * bpp.weights, g + grp.params * bpp.grads, o + grp.params * bpp.optimizer
-        gb = grp.params * grad_bytes(training.precision)
-        if grp.n > 1:
-            if dist:
-                rs = _dp_collective("reduce_scatter", grp, hw, grad_bytes(training.precision))
-                ag = _dp_collective("all_gather", grp, hw, memory.A)
-                comm_s += rs.per_byte_s * gb + ag.per_byte_s * grp.params * memory.A
-                lat = max(lat, rs.latency_s + ag.latency_s)
-            else:
-                ar = _dp_collective("all_reduce", grp, hw, grad_bytes(training.precision))
-                comm_s += ar.per_byte_s * gb
-                lat = max(lat, ar.latency_s)
-        opt_s += compute.optimizer_step_s(grp.params / (grp.n if dist else 1), hw.gpu, hw.params)
-    return memory.ParamBytes(w, g, o), comm_s, opt_s, lat
+    """(bytes held per GPU by kind, raw DP comm s, optimizer step s, exposed DP latency s): ``param_sync``."""
+    s = param_sync(groups, hw, training, cal)
+    return s.held, s.comm_s, s.opt_s, s.lat_s
 
 
-def _assemble(passes: layers.Passes, recompute: str, held: memory.ParamBytes, comm_s: float, opt_s: float,
-              act: float, fl: flops.LayerFlops, cal: Calibration) -> StageCost:
+def _assemble(passes: layers.Passes, recompute: str, sync: Sync, act: float, fl: flops.LayerFlops,
+              cal: Calibration) -> StageCost:
     comp, tp_s, ep_s, cp_s = layers.exposed(passes, recompute, cal)
+    held = sync.held
     return StageCost(
-        time_s=comp + tp_s + ep_s + cp_s, compute_s=comp, tp_comm_s=tp_s, ep_comm_s=ep_s, cp_comm_s=cp_s,
-        static_bytes=held.total, act_bytes=act, sync_s=(1 - cal.globals.dp_overlap) * comm_s + opt_s,
+        time_s=comp + tp_s + ep_s + cp_s + sync.per_microbatch_s, compute_s=comp, tp_comm_s=tp_s, ep_comm_s=ep_s,
+        cp_comm_s=cp_s, static_bytes=held.total, act_bytes=act, sync_s=sync.exposed_s + sync.opt_s,
         model_flops=fl.model, hw_flops=fl.hardware(recompute), weights_bytes=held.weights,
-        grads_bytes=held.grads, optimizer_bytes=held.optimizer, dp_comm_s=comm_s, optimizer_s=opt_s)
+        grads_bytes=held.grads, optimizer_bytes=held.optimizer, dp_comm_s=sync.comm_s, optimizer_s=sync.opt_s,
+        zero3_comm_s=sync.per_microbatch_s)
 
 
 def layer_groups(model: ModelSpec, moe: bool, c: StageConfig) -> list[ParamGroup]:
@@ -112,21 +163,22 @@ def decoder_cost(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, trai
     """One decoder layer (dense or MoE) on one GPU of the stage, one micro-batch of B samples."""
     seq, b = training.seq_len, c.micro_batch
     sp = training.sequence_parallel and c.tp > 1
-    held, comm_s, opt_s, _ = static_and_sync(layer_groups(model, moe, c), hw, training, cal)
-    act = memory.layer_activation_bytes(model, moe, b, seq, c.tp, sp, c.recompute, c.cp, c.etp, impl)
+    sync = param_sync(layer_groups(model, moe, c), hw, training, cal)
+    act = memory.layer_activation_bytes(model, moe, b, seq, c.tp, sp, c.recompute, c.cp, c.etp, impl,
+                                        compute.act_bytes(training.precision))
     kind = flops.moe_layer_flops if moe else flops.dense_layer_flops
-    return _assemble(passes, c.recompute, held, comm_s, opt_s, act, kind(model, c.samples * seq, seq), cal)
+    return _assemble(passes, c.recompute, sync, act, kind(model, c.samples * seq, seq), cal)
 
 
 def embedding_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec,
                    cal: Calibration) -> StageCost:
     """Input embedding (vocab-parallel) on the first stage; recomputation does not apply to it."""
     seq, b = training.seq_len, c.micro_batch
-    passes = layers.embedding_passes(model, hw, b * seq / c.cp, c.tp)
+    passes = layers.embedding_passes(model, hw, b * seq / c.cp, c.tp, training.precision)
     groups = [ParamGroup(model.embedding_params / c.tp, c.dp * c.cp, c.tp)]
-    held, comm_s, opt_s, _ = static_and_sync(groups, hw, training, cal)
+    sync = param_sync(groups, hw, training, cal)
     act = memory.embedding_activation_bytes(b, seq, c.cp)
-    return _assemble(passes, "none", held, comm_s, opt_s, act, flops.LayerFlops(0.0, 0.0), cal)
+    return _assemble(passes, "none", sync, act, flops.LayerFlops(0.0, 0.0), cal)
 
 
 def head_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec,
@@ -137,13 +189,12 @@ def head_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: Training
     sp = training.sequence_parallel and c.tp > 1
     passes = layers.head_passes(model, hw, training.precision, b * seq / c.cp, c.tp, sp)
     groups = [ParamGroup(model.vocab_size * model.hidden / c.tp + model.hidden, c.dp * c.cp, c.tp)]
-    held, comm_s, opt_s, _ = static_and_sync(groups, hw, training, cal)
+    sync = param_sync(groups, hw, training, cal)
     act = memory.head_activation_bytes(model, b, seq, c.tp, c.cp, impl)
-    return _assemble(passes, "none", held, comm_s, opt_s, act, flops.head_flops(model, c.samples * seq), cal)
+    return _assemble(passes, "none", sync, act, flops.head_flops(model, c.samples * seq), cal)
 
 
 def dp_latency_s(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec, cal: Calibration) -> float:
     """Latency part of a stage's DP sync (once per stage: the bucketed collectives' start-up), exposed share.
     Uses the non-expert DP group only, so it depends on (gpu, island, tp, dp, cp) and not on ep."""
-    _, _, _, lat = static_and_sync(layer_groups(model, False, c), hw, training, cal)
-    return (1 - cal.globals.dp_overlap) * lat
+    return param_sync(layer_groups(model, False, c), hw, training, cal).lat_s

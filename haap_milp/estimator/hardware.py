@@ -44,11 +44,13 @@ class Hardware:
         links = pricing.links_of(self.network, "inter_node", (self.gpu.name,), self.group.island)
         return pricing.per_gpu_link(links, k or self.gpus_per_node, message_bytes, self.nic_gpu, op)
 
-    def dp_links(self, kind: str, n: int, span: int, element_bytes: float) -> tuple[Link, Link]:
-        """(intra-node link, whole-node link) of a DP collective over n ranks spaced span apart, at one bucket."""
+    def dp_links(self, kind: str, n: int, span: int, element_bytes: float,
+                 bucket_bytes: float | None = None) -> tuple[Link, Link]:
+        """(intra-node link, whole-node link) of a DP collective over n ranks spaced span apart, at one bucket
+        (``bucket_bytes``: the runtime's bucket; None: the network's or Megatron's rule)."""
         if self.network is None:
             return self.nvlink, self.nic_node
-        size = pricing.dp_bucket_bytes(self.network, n, element_bytes)
+        size = bucket_bytes or pricing.dp_bucket_bytes(self.network, n, element_bytes)
         inter = pricing.links_of(self.network, "inter_node", (self.gpu.name,), self.group.island)
         r = max(1, min(n, self.gpus_per_node // max(span, 1)))
         return (self.intra(size, r, kind),
@@ -83,7 +85,7 @@ def check_stage(model: ModelSpec, hw: Hardware, precision: str, tp: int, dp: int
     """Reject impossible stage configurations with one clear paragraph (HaapInputError)."""
     gpu = hw.gpu
     if gpu.peak_tflops(precision) is None:
-        have = [p for p in ("bf16", "fp16", "fp8") if gpu.peak_tflops(p) is not None]
+        have = [p for p in ("fp32", "tf32", "bf16", "fp16", "fp8") if gpu.peak_tflops(p) is not None]
         raise HaapInputError(
             f"GPU {gpu.name!r} does not support precision {precision!r} (it supports {', '.join(have) or 'none'}); "
             "choose a supported precision or leave this GPU type out.", field="precision", value=precision)

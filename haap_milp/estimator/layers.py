@@ -58,7 +58,7 @@ def _cast_bytes(gemms: list[Gemm], precision: str) -> float:
 def _attention_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, seq: int, tp: int, sp: bool,
                      cp: int, impl: Implementation) -> tuple[float, float, float, float, float, float]:
     """(fwd, bwd, attn_fwd, tp_fwd, cp_fwd, cp_bwd) of attention + its norm and residual."""
-    h = model.hidden
+    h, A = model.hidden, compute.act_bytes(precision)
     q, kv = model.num_heads * model.dim_head, model.kv_heads * model.dim_head
     gemms = attention_gemms(model, tokens, tp)
     g_f, g_b = _gemms_time(gemms, hw, precision)
@@ -74,7 +74,7 @@ def _attention_block(model: ModelSpec, hw: Hardware, precision: str, tokens: flo
     e_f = compute.memory_bound_s(traffic, 3, hw.gpu, hw.params)
     e_b = compute.memory_bound_s(2 * traffic, 6, hw.gpu, hw.params)
     tp_f = _tp_collective(hw, tp, tokens * h * A)
-    cp_f, cp_b = _cp_exchange(hw, tokens, kv, tp, cp, a_f, a_b)
+    cp_f, cp_b = _cp_exchange(hw, tokens, kv, tp, cp, a_f, a_b, A)
     return g_f + a_f + e_f, g_b + a_b + e_b, a_f, tp_f, cp_f, cp_b
 
 
@@ -83,7 +83,8 @@ def _tp_collective(hw: Hardware, tp: int, message_bytes: float) -> float:
     return comm.ring("all_reduce", tp, hw.intra(message_bytes, tp)).time(message_bytes)
 
 
-def _cp_exchange(hw: Hardware, tokens: float, kv: int, tp: int, cp: int, a_f: float, a_b: float) -> tuple[float, float]:
+def _cp_exchange(hw: Hardware, tokens: float, kv: int, tp: int, cp: int, a_f: float, a_b: float,
+                 A: float = A) -> tuple[float, float]:
     """Ring attention (Megatron CP): cp-1 steps passing this rank's K and V (bwd: also dK, dV), overlapped
     with the attention compute; only the excess is exposed. CP ranks are tp apart in Megatron's order."""
     if cp <= 1:
@@ -97,7 +98,7 @@ def _cp_exchange(hw: Hardware, tokens: float, kv: int, tp: int, cp: int, a_f: fl
 def _mlp_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp: int, sp: bool,
                ffn: int, count: float = 1.0, norm: bool = True) -> tuple[float, float, float]:
     """(fwd, bwd, tp_fwd) of a tp-sharded dense MLP (+ its norm and residual when ``norm``)."""
-    h = model.hidden
+    h, A = model.hidden, compute.act_bytes(precision)
     gemms = mlp_gemms(model, tokens, ffn, tp, count)
     g_f, g_b = _gemms_time(gemms, hw, precision)
     rep = tokens / tp if sp else tokens
@@ -114,7 +115,7 @@ def _moe_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp
 
     Tokens reach the dispatcher sequence-sharded (tokens/tp per GPU, Megatron-Core MoE with SP); each GPU
     computes tokens·top_k·etp/tp token-expert pairs over its E/ep local experts at width ffn/etp."""
-    h, E = model.hidden, model.num_experts
+    h, E, A = model.hidden, model.num_experts, compute.act_bytes(precision)
     rep = tokens / tp if sp else tokens
     pairs = tokens * model.top_k * etp / tp
     local = E / ep
@@ -163,10 +164,10 @@ def layer_passes(model: ModelSpec, moe: bool, hw: Hardware, precision: str, toke
     return Passes(a_f + m_f, a_b + m_b, attn, tp_a + tp_m, ep_f, cp_f, cp_b)
 
 
-def embedding_passes(model: ModelSpec, hw: Hardware, tokens: float, tp: int) -> Passes:
+def embedding_passes(model: ModelSpec, hw: Hardware, tokens: float, tp: int, precision: str = "bf16") -> Passes:
     """Vocab-parallel lookup (gather rows, write h), backward scatter-add into the fp32 gradient, one
     TP reduction of the output (all-reduce, or reduce-scatter with SP)."""
-    h = model.hidden
+    h, A = model.hidden, compute.act_bytes(precision)
     fwd = compute.memory_bound_s(A * tokens * h * 2, 1, hw.gpu, hw.params)
     bwd = compute.memory_bound_s(tokens * h * (A + 8), 2, hw.gpu, hw.params)
     return Passes(fwd, bwd, 0.0, _tp_collective(hw, tp, tokens * h * A), 0.0, 0.0, 0.0)
@@ -175,7 +176,7 @@ def embedding_passes(model: ModelSpec, hw: Hardware, tokens: float, tp: int) -> 
 def head_passes(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp: int, sp: bool) -> Passes:
     """Final norm, vocab-parallel LM head GEMM, fp32 cross-entropy over V/tp logits (+ 3 small all-reduces:
     max, sum, target logit), and with SP the all-gather of the norm output."""
-    h, v = model.hidden, model.vocab_size / tp
+    h, v, A = model.hidden, model.vocab_size / tp, compute.act_bytes(precision)
     g_f, g_b = _gemms_time([Gemm(tokens, v, h)], hw, precision)
     rep = tokens / tp if sp else tokens
     ce = tokens * v * 4.0 * 3  # fp32 logits: write, softmax read + write

@@ -12,7 +12,7 @@ from haap_milp.pipeline import GIB  # noqa: F401  (re-exported: estimator module
 class StageCost:
     """Cost of one layer kind (or a sum of them) on one GPU of a stage, for one micro-batch.
 
-    ``time_s = compute_s + tp_comm_s + ep_comm_s + cp_comm_s`` (forward + backward, recompute
+    ``time_s = compute_s + tp_comm_s + ep_comm_s + cp_comm_s + zero3_comm_s`` (forward + backward, recompute
     included, exposed communication only). ``static_bytes = weights_bytes + grads_bytes +
     optimizer_bytes``. ``act_bytes``: activations kept for ONE in-flight micro-batch. ``sync_s``:
     exposed DP gradient sync + optimizer step for these parameters (once per iteration).
@@ -35,6 +35,7 @@ class StageCost:
     optimizer_bytes: float = 0.0
     dp_comm_s: float = 0.0  # raw DP collective time before the hidden fraction (for reports)
     optimizer_s: float = 0.0  # optimizer step (included in sync_s)
+    zero3_comm_s: float = 0.0  # ZeRO-3 / FSDP per-micro-batch parameter gathers + gradient reduce-scatter, exposed
 
     def __add__(self, other: StageCost) -> StageCost:
         return StageCost(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})

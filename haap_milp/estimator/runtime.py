@@ -1,0 +1,86 @@
+"""The training runtime as input: what each engine overlaps, shards and buckets (README "Training runtime").
+
+A ``TrainingSpec`` names an ``engine`` and may override any of its presets; ``resolve`` turns it into the
+``Runtime`` the cost model reads. Presets (each as the engine really behaves by default):
+
+* **megatron** - Megatron-Core DDP with ``overlap_grad_reduce`` / ``overlap_param_gather`` (Megatron-LM
+  ``megatron/core/distributed/distributed_data_parallel_config.py``; ``docs/.../dist_optimizer.md``):
+  gradients reduced in buckets while the backward runs (the hidden share is the calibrated
+  ``GlobalParams.dp_overlap``), distributed optimizer = ZeRO-1 (reduce-scatter + all-gather of the 16-bit
+  parameters). Bucket: max(40M, 1M x dp) elements (``pricing.dp_bucket_bytes``). This is haap's model
+  before runtimes were inputs; its numbers are unchanged.
+* **deepspeed** - the PipelineEngine (``deepspeed/runtime/pipe/engine.py``): the ``ReduceGrads``
+  instruction of ``TrainSchedule`` runs after the last backward of the iteration, so the data-parallel
+  all-reduce of the gradients is fully exposed (ZeRO stage 0/1; ``overlap_comm`` defaults to False for ZeRO
+  1/2: ``deepspeed/runtime/zero/config.py``); buckets of ``reduce_bucket_size`` = 5e8 elements. ZeRO-1
+  shards the optimizer state, ZeRO-2 also the gradients (reduce-scatter instead of all-reduce); the updated
+  parameters are all-gathered after the step, exposed. ``--no-dist-opt`` = ZeRO stage 0, plain data parallel.
+* **fsdp** - PyTorch FSDP ``FULL_SHARD`` (= ZeRO-3, Rajbhandari et al. SC'20 sec. 5): weights, gradients
+  and optimizer state sharded over dp; each layer's parameters all-gathered before its forward and again
+  before its backward, gradients reduce-scattered after it; ``forward_prefetch`` / ``BACKWARD_PRE`` prefetch
+  overlaps both with compute (the same calibrated hidden share as Megatron's overlapped reduction).
+  ``--no-dist-opt`` = ``NO_SHARD`` (plain DDP).
+
+Flags (``--zero-stage``, ``--dist-opt/--no-dist-opt``, ``--grad-overlap on|off``, ``--param-overlap on|off``,
+``--grad-bucket``) override the preset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from haap_milp.specs import FP32_PRECISIONS, TrainingSpec
+
+#: DeepSpeed ``reduce_bucket_size`` / ``allreduce_bucket_size`` default: 5e8 elements
+DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
+
+#: The presets, one row per engine: (zero stage without / with the distributed optimizer, grad overlap,
+#: param-gather overlap, bucket elements (None: Megatron's rule), what it is). README table is this.
+PRESETS: dict[str, dict] = {
+    "megatron": {"zero": (0, 1), "grad_overlap": True, "param_overlap": True, "bucket_elements": None,
+                 "what": "Megatron-Core DDP, overlap_grad_reduce + overlap_param_gather; dist-opt = ZeRO-1"},
+    "deepspeed": {"zero": (0, 1), "grad_overlap": False, "param_overlap": False,
+                  "bucket_elements": DEEPSPEED_BUCKET_ELEMENTS,
+                  "what": "PipelineEngine: gradient all-reduce after the last backward (ReduceGrads), exposed"},
+    "fsdp": {"zero": (0, 3), "grad_overlap": True, "param_overlap": True, "bucket_elements": None,
+             "what": "FSDP FULL_SHARD (ZeRO-3): per-layer all-gather fwd + bwd, reduce-scatter, prefetched"},
+}
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The resolved runtime: what the cost model prices."""
+
+    engine: str
+    zero_stage: int  # 0 plain DP, 1 sharded optimizer, 2 + grads, 3 + weights
+    grad_overlap: bool  # gradient reduction overlapped with backward (calibrated hidden share)
+    param_overlap: bool  # parameter all-gather overlapped with compute
+    bucket_bytes: float | None  # gradient bucket, bytes (None: Megatron's rule / the measured network's)
+
+    @property
+    def shards_optimizer(self) -> bool:
+        return self.zero_stage >= 1
+
+
+def element_bytes(precision: str) -> float:
+    """Bytes of one activation / gradient / message element: 4 for fp32 and tf32 (fp32 storage), else 2."""
+    return 4.0 if precision in FP32_PRECISIONS else 2.0
+
+
+def resolve(t: TrainingSpec) -> Runtime:
+    """The engine's preset with the spec's explicit settings on top."""
+    pre = PRESETS[t.engine]
+    zero = t.zero_stage if t.zero_stage is not None else pre["zero"][1 if t.distributed_optimizer else 0]
+    grad = pre["grad_overlap"] if t.grad_reduce_overlap is None else t.grad_reduce_overlap
+    param = pre["param_overlap"] if t.param_gather_overlap is None else t.param_gather_overlap
+    bucket = t.grad_bucket_bytes
+    if bucket is None and pre["bucket_elements"] is not None:
+        bucket = pre["bucket_elements"] * (4.0 if t.precision != "fp16" else 2.0)
+    return Runtime(t.engine, zero, grad, param, bucket)
+
+
+def describe(t: TrainingSpec) -> dict:
+    """What ``estimate`` and ``solve`` print about the runtime."""
+    r = resolve(t)
+    return {"engine": r.engine, "zero_stage": r.zero_stage, "grad_reduce_overlap": r.grad_overlap,
+            "param_gather_overlap": r.param_overlap, "grad_bucket_bytes": r.bucket_bytes}
