@@ -11,8 +11,9 @@ from pydantic import ValidationError
 from haap_milp import planner
 from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load_model
 from haap_milp.cli.app import app
-from haap_milp.cli.common import HEADROOM_HELP, console, finite, flag_error, parse_headroom, print_json
+from haap_milp.cli.common import HEADROOM_HELP, console, err_console, finite, flag_error, parse_headroom, print_json
 from haap_milp.cli.network_cmd import NetworkOpt
+from haap_milp.deadline import Deadline, run_interruptible
 from haap_milp.methods import LISTED
 from haap_milp.network.merge import apply_network_option
 from haap_milp.outputs import check_output_dir, check_output_file, write_atomic
@@ -26,7 +27,8 @@ ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Catalog name, 
 GbsOpt = Annotated[int, typer.Option("--gbs", help="Global batch, sequences.")]
 SeqOpt = Annotated[int | None, typer.Option("--seq", help="Sequence length (default: 4096).")]
 PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")]
-TimeOpt = Annotated[float, typer.Option("--time-limit", help="Seconds for the exact solver.")]
+TimeOpt = Annotated[float, typer.Option("--time-limit", help="Seconds for the whole command (presolve, heuristics, "
+                                        "exact search, report); then the best plan with its proven gap.")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Solver threads.")]
 TargetOpt = Annotated[str, typer.Option("--target", help=" | ".join(TARGET_NAMES) + ".")]  # the target registry
 SolverOpt = Annotated[str, typer.Option("--solver", help=" | ".join(("auto", *LISTED)) + ".")]  # the method registry
@@ -78,6 +80,7 @@ def solve(
     memory_headroom: HeadroomOpt = None,
 ) -> None:
     """Find the plan with the shortest iteration time that fits in memory, with its optimality gap."""
+    dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command; Ctrl-C keeps the best plan
     if json_file is not None and str(json_file) != "-":
         check_output_file(json_file, "--json")
     if plot is not None:
@@ -85,7 +88,7 @@ def solve(
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom)
     c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed)
-    out = planner.solve(m, c, training, opts)
+    out = run_interruptible(lambda: planner.solve(m, c, training, opts, deadline=dl), dl, _stopping)
     doc = solution_document(out.result, m, c, training, plan_metrics(out))
     if json_file is not None and str(json_file) == "-":
         print_json(doc)
@@ -103,8 +106,24 @@ def solve(
         rows = plots.memory_bars(out.result.plan, out.estimate, out.estimator.cluster)
         for path in plots.plot_folder(plot, sim, rows):
             console.print(f"wrote {path}")
+    if dl.interrupted:
+        _interrupted(out.result)
     if out.result.status.value in ("ERROR",):
         raise SystemExit(1)
+
+
+def _stopping() -> None:
+    err_console.print("stopping: Ctrl-C again to abort without a plan", style="yellow")
+
+
+def _interrupted(result) -> None:
+    """After Ctrl-C: one line on what was kept, exit 130."""
+    gap = "unknown" if result.gap is None else f"{100 * result.gap:.2f} %"
+    if result.plan is None:
+        err_console.print("interrupted: no plan found yet", style="yellow")
+    else:
+        err_console.print(f"interrupted: best plan so far, gap {gap}", style="yellow")
+    raise SystemExit(130)
 
 
 @app.command()
@@ -128,8 +147,9 @@ def compare(
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom)
     c = apply_network_option(c, network)
+    dl = Deadline.for_command(time_limit)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed)
-    outs = planner.compare(m, c, training, opts)
+    outs = run_interruptible(lambda: planner.compare(m, c, training, opts, deadline=dl), dl, _stopping)
     if json_out:
         print_json({k: {**plan_metrics(o), "status": o.result.status.value, "bound_s": o.result.bound_s,
                         "gap": o.result.gap, "wall_time_s": o.result.wall_time_s,
@@ -137,3 +157,5 @@ def compare(
                     for k, o in outs.items()})
     else:
         compare_table(outs, console)
+    if dl.interrupted:
+        raise SystemExit(130)
