@@ -153,18 +153,20 @@ def run_interruptible(fn: Callable[[], object], deadline: Deadline, on_interrupt
     """``fn()`` in a worker thread; the first Ctrl-C calls ``deadline.interrupt()`` (and ``on_interrupt``)
     and waits for ``fn`` to return its best, a second one raises KeyboardInterrupt."""
     box: dict = {}
+    done = threading.Event()  # not Thread.join: a join interrupted by KeyboardInterrupt can leave is_alive() False
 
     def work() -> None:
         try:
             box["value"] = fn()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
+        finally:
+            done.set()
 
-    worker = threading.Thread(target=work, name="haap-solve", daemon=True)
-    worker.start()
-    while worker.is_alive():
+    threading.Thread(target=work, name="haap-solve", daemon=True).start()
+    while not done.is_set():
         try:
-            worker.join(0.05)
+            done.wait(0.05)
         except KeyboardInterrupt:
             if deadline.interrupted:
                 raise
