@@ -40,15 +40,17 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
     t0 = time.perf_counter()
     dl = current()  # past it (or interrupted) with a plan in hand: stop and return the best so far
     best: tuple[float, Assignment] | None = None
-    bounds, tried = [], 0
+    tried = 0
     stopped = False
-    for v in range(len(problem.variants)):
+    tables = [build_tables(problem, v) for v in range(len(problem.variants))]
+    bounds = [variant_bound(problem, t) for t in tables]
+    # the variants by their eq. B1 bound: stopped early (deadline), the most promising were tried; ties in
+    # the objective still go to the lower variant index, so the result without a deadline is unchanged
+    for v in sorted(range(len(tables)), key=lambda i: (bounds[i].total_s, i)):
         if best is not None and dl.expired():
             stopped = True
             break
-        t = build_tables(problem, v)
-        vb = variant_bound(problem, t)
-        bounds.append(vb)
+        t, vb = tables[v], bounds[v]
         if not math.isfinite(vb.total_s):
             continue
         for r in _restrictions(problem, t):
@@ -56,7 +58,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                 break
             got, n = _variant(problem, t, r, vb.rest_lb)
             tried += n
-            if got is not None and (best is None or got[0] < best[0]):
+            if got is not None and (best is None or (got[0], got[1].variant) < (best[0], best[1].variant)):
                 best = got
     stats = {"splits": tried}
     if stopped:
