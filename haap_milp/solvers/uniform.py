@@ -52,6 +52,8 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
             # one option per (signature, group); ep: keep the first (smallest) allowed
             by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep), {}).setdefault(o.group, int(i))
         for (tp, dp, _rc, _ep), sig_opts in by_sig.items():
+            if best is not None and dl.expired():
+                break
             for p in range(1, min(problem.max_stages, L) + 1):
                 if L % p:
                     continue
