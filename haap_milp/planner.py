@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from haap_milp import presolve
+from haap_milp.deadline import Deadline, current, use
 from haap_milp.estimator import Estimator, Profile
 from haap_milp.methods import HEURISTICS, LISTED, METHODS, resolve
 from haap_milp.pipeline import TIME_RTOL
@@ -23,6 +24,15 @@ from haap_milp.solvers import get_solver
 from haap_milp.specs import ClusterSpec, ModelSpec, SolveOptions, SolveResult, Status, TrainingSpec, relative_gap
 
 log = logging.getLogger(__name__)
+# Whole-command budget (issue 11). RESERVE_S: kept back from the exact search for decode, re-score, check,
+# the report and the JSON (measured on llama3-70b x hetero3-4096, the largest catalog instance: finish
+# 0.01 s, report + JSON 0.05-0.1 s on a loaded 2-core machine; the rest is margin for the exit).
+# HEURISTIC_SHARE: what the heuristics may use of the time left when an exact method follows (DP takes
+# 1-3 s on 4096 GPUs; stopped early it returns its best so far). MIN_EXACT_S: below this the exact search
+# is skipped and the plan keeps the presolve's eq. B1 bound as its proven gap.
+RESERVE_S = 0.3
+HEURISTIC_SHARE = 0.5
+MIN_EXACT_S = 0.2
 
 
 @dataclass
@@ -103,7 +113,8 @@ def _plain_step(_method: str, _limit: float | None, fn: Callable, *args):
     return fn(*args)
 
 
-def orchestrate(ctx: Context, runs: list[Run], step: Step | None = None) -> Orchestrated:
+def orchestrate(ctx: Context, runs: list[Run], step: Step | None = None,
+                deadline: Deadline | None = None) -> Orchestrated:
     """The planning sequence, the one place it is written: on the presolved ``ctx``, the heuristics (DP, then
     the uniform baseline) run first when a run needs them (asked for, or an exact method to warm-start); the
     better of their plans warm-starts every method that takes a hint; each run is decoded, re-scored and
@@ -112,7 +123,39 @@ def orchestrate(ctx: Context, runs: list[Run], step: Step | None = None) -> Orch
     ``step(method, limit, fn, *args)`` wraps each solver call (the benchmark puts a wall-clock guard there);
     when a ``step`` is given, a run that raises gets the exception as its outcome (a failed heuristic is
     left out of the warm start) instead of ending the sequence.
+
+    ``deadline`` (default: ``deadline.current()``, none outside the CLI) bounds the whole sequence: the
+    heuristics get HEURISTIC_SHARE of what is left (all of it when no exact method follows) and stop with
+    their best, each exact run its share of the rest less RESERVE_S (never more than its own limit), and
+    once it is interrupted (Ctrl-C) every step returns the best it has.
     """
+    dl = deadline or current()
+    with use(dl):
+        return _orchestrate(ctx, runs, step, dl)
+
+
+def _exact_limit(dl: Deadline, own: float, runs_left: int) -> float | None:
+    """The exact run's limit within the deadline (None: no time worth starting it)."""
+    if not dl.limited and not dl.interrupted:
+        return own
+    left = (dl.remaining() - RESERVE_S) / max(runs_left, 1)
+    return min(own, left) if left >= MIN_EXACT_S else None
+
+
+def _skipped(ctx: Context, method: str, hint: RawResult | None, dl: Deadline) -> RawResult:
+    """No time for the exact search: the warm start with the presolve's eq. B1 bound as its proof."""
+    why = "interrupted" if dl.interrupted else "time limit reached"
+    bound = ctx.presolved.lower_bound_s
+    if hint is None or hint.assignment is None:
+        return RawResult("NO_SOLUTION", method, bound_s=bound, message=f"{why} before any plan was found",
+                         stats={"exact_skipped": 1})
+    return RawResult("FEASIBLE", method, assignment=hint.assignment, objective_s=hint.objective_s,
+                     bound_s=min(bound, hint.objective_s) if bound is not None else None,
+                     message=f"{why} before the exact search; the {hint.solver} plan with the eq. B1 bound",
+                     stats={"exact_skipped": 1})
+
+
+def _orchestrate(ctx: Context, runs: list[Run], step: Step | None, dl: Deadline) -> Orchestrated:
     catch = step is not None
     step = step or _plain_step
     if not ctx.presolved.problem.variants:
@@ -121,10 +164,13 @@ def orchestrate(ctx: Context, runs: list[Run], step: Step | None = None) -> Orch
     wanted = {resolve(m) for m, _ in runs}
     hinted = any(METHODS[m].takes_hint for m in wanted)
     heur: dict[str, RawResult | Exception] = {}
+    share = HEURISTIC_SHARE if hinted else 1.0
+    heur_dl = dl.cap(share * (dl.remaining() - RESERVE_S)) if dl.limited else dl
     for m in HEURISTICS:
         if m in wanted or hinted:
             try:
-                heur[m] = step(m, None, run_method, ctx, m)[0]
+                with use(heur_dl):
+                    heur[m] = step(m, None, run_method, ctx, m)[0]
             except Exception as exc:
                 if not catch:
                     raise
@@ -133,6 +179,7 @@ def orchestrate(ctx: Context, runs: list[Run], step: Step | None = None) -> Orch
     found = [r for r in heur.values() if isinstance(r, RawResult)]
     hint = best_heuristic(*found) if found else None
     outcomes: list[Outcome | Exception] = []
+    exact_left = sum(1 for m, _ in runs if METHODS[resolve(m)].takes_hint)
     for m, limit in runs:
         run_ctx = ctx if limit is None else replace(ctx, options=ctx.options.model_copy(
             update={"time_limit_s": float(limit), "solver": m}))
@@ -142,6 +189,14 @@ def orchestrate(ctx: Context, runs: list[Run], step: Step | None = None) -> Orch
             continue
         try:
             if raw is None and METHODS[resolve(m)].takes_hint:
+                own = run_ctx.options.time_limit_s
+                budget = _exact_limit(dl, own, exact_left)
+                exact_left -= 1
+                if budget is None:
+                    outcomes.append(finish(run_ctx, _skipped(ctx, m, hint, dl)))
+                    continue
+                if budget < own:
+                    run_ctx = replace(run_ctx, options=run_ctx.options.model_copy(update={"time_limit_s": budget}))
                 raw = step(m, limit, run_method, run_ctx, m, hint)[0]
                 raw.stats.update({f"{h}_objective_s": r.objective_s if r.objective_s is not None else "none"
                                   for h, r in heur.items() if isinstance(r, RawResult)})  # what it started from
@@ -189,12 +244,14 @@ def finish(ctx: Context, raw: RawResult) -> Outcome:
 
 
 def solve(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions, *,
-          profile: Profile | None = None) -> Outcome:
+          profile: Profile | None = None, deadline: Deadline | None = None) -> Outcome:
     """Plan: DP heuristic and uniform baseline first (the better is the warm start), then the exact solver.
-    ``profile``: measured points (``estimator.load_profiles``) replacing the analytic prices they cover."""
+    ``profile``: measured points (``estimator.load_profiles``) replacing the analytic prices they cover;
+    ``deadline`` bounds all of it (``orchestrate``)."""
     t0 = time.perf_counter()
-    ctx = Context.build(model, cluster, training, options, profile=profile)
-    out = orchestrate(ctx, [(options.solver, None)]).outcomes[0]
+    with use(deadline):
+        ctx = Context.build(model, cluster, training, options, profile=profile)
+    out = orchestrate(ctx, [(options.solver, None)], deadline=deadline).outcomes[0]
     total = time.perf_counter() - t0
     if not ctx.presolved.problem.variants:
         out.result = out.result.model_copy(update={"wall_time_s": out.result.wall_time_s + total})
@@ -204,10 +261,12 @@ def solve(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, option
     return out
 
 
-def compare(model, cluster, training, options, methods=LISTED, *, profile: Profile | None = None) -> dict[str, Outcome]:
+def compare(model, cluster, training, options, methods=LISTED, *, profile: Profile | None = None,
+            deadline: Deadline | None = None) -> dict[str, Outcome]:
     """Every method on the same presolved problem; exact ones warm-started from the best heuristic."""
-    ctx = Context.build(model, cluster, training, options, profile=profile)
-    return dict(zip(methods, orchestrate(ctx, [(m, None) for m in methods]).outcomes))
+    with use(deadline):
+        ctx = Context.build(model, cluster, training, options, profile=profile)
+    return dict(zip(methods, orchestrate(ctx, [(m, None) for m in methods], deadline=deadline).outcomes))
 
 
 def best_heuristic(*raws: RawResult) -> RawResult:

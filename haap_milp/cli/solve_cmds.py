@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from haap_milp import planner
 from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load_model
 from haap_milp.cli.app import app
-from haap_milp.cli.common import HEADROOM_HELP, console, finite, flag_error, parse_headroom, print_json
+from haap_milp.cli.common import HEADROOM_HELP, console, err_console, finite, flag_error, parse_headroom, print_json
 from haap_milp.cli.network_cmd import NetworkOpt
 from haap_milp.cli.profile_opts import (
     ProfileDeviceOpt,
@@ -36,6 +36,7 @@ from haap_milp.cli.runtime_opts import (
     ZeroOpt,
     build_training,
 )
+from haap_milp.deadline import Deadline, run_interruptible
 from haap_milp.methods import LISTED
 from haap_milp.network.merge import apply_network_option
 from haap_milp.outputs import check_output_dir, check_output_file, write_atomic
@@ -50,7 +51,8 @@ ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Catalog name, 
 GbsOpt = Annotated[int | None, typer.Option("--gbs", help="Global batch, sequences (default: 512).")]
 SeqOpt = Annotated[int | None, typer.Option("--seq", help="Sequence length (default: 4096).")]
 PrecOpt = Annotated[str | None, typer.Option("--precision", help=PRECISION_HELP + " Default: bf16.")]
-TimeOpt = Annotated[float, typer.Option("--time-limit", help="Seconds for the exact solver.")]
+TimeOpt = Annotated[float, typer.Option("--time-limit", help="Seconds for the whole command (presolve, heuristics, "
+                                        "exact search, report); then the best plan with its proven gap.")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Solver threads.")]
 TargetOpt = Annotated[str, typer.Option("--target", help=" | ".join(TARGET_NAMES) + ".")]  # the target registry
 SolverOpt = Annotated[str, typer.Option("--solver", help=" | ".join(("auto", *LISTED)) + ".")]  # the method registry
@@ -115,6 +117,7 @@ def solve(
     uniform: UniformOpt = None,
 ) -> None:
     """Find the plan with the shortest iteration time that fits in memory, with its optimality gap."""
+    dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command; Ctrl-C keeps the best plan
     if json_file is not None and str(json_file) != "-":
         check_output_file(json_file, "--json")
     if plot is not None:
@@ -125,7 +128,7 @@ def solve(
     c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
-    out = planner.solve(m, c, training, opts, profile=prof)
+    out = run_interruptible(lambda: planner.solve(m, c, training, opts, profile=prof, deadline=dl), dl, _stopping)
     warn_priced_by_fallback([str(e) for e in out.presolved.analytic] if out.presolved else [])
     doc = solution_document(out.result, m, c, training, plan_metrics(out), presolve_document(out.presolved))
     if json_file is not None and str(json_file) == "-":
@@ -145,8 +148,24 @@ def solve(
         rows = plots.memory_bars(out.result.plan, out.estimate, out.estimator.cluster)
         for path in plots.plot_folder(plot, sim, rows):
             console.print(f"wrote {path}")
+    if dl.interrupted:
+        _interrupted(out.result)
     if out.result.status.value in ("ERROR",):
         raise SystemExit(1)
+
+
+def _stopping() -> None:
+    err_console.print("stopping: Ctrl-C again to abort without a plan", style="yellow")
+
+
+def _interrupted(result) -> None:
+    """After Ctrl-C: one line on what was kept, exit 130."""
+    gap = "unknown" if result.gap is None else f"{100 * result.gap:.2f} %"
+    if result.plan is None:
+        err_console.print("interrupted: no plan found yet", style="yellow")
+    else:
+        err_console.print(f"interrupted: best plan so far, gap {gap}", style="yellow")
+    raise SystemExit(130)
 
 
 @app.command()
@@ -186,9 +205,11 @@ def compare(
                       param_overlap, grad_bucket, recompute, mbs, uniform)
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
+    dl = Deadline.for_command(time_limit)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
-    outs = planner.compare(m, c, training, opts, profile=prof)
+    outs = run_interruptible(lambda: planner.compare(m, c, training, opts, profile=prof, deadline=dl), dl,
+                             _stopping)
     pre = next((o.presolved for o in outs.values() if o.presolved is not None), None)
     warn_priced_by_fallback([str(e) for e in pre.analytic] if pre else [])
     if json_out:  # one entry per method (the search is the same for all: each carries excluded / profile)
@@ -199,3 +220,5 @@ def compare(
                     for k, o in outs.items()})
     else:
         compare_table(outs, console)
+    if dl.interrupted:
+        raise SystemExit(130)

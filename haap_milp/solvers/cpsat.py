@@ -15,6 +15,7 @@ import time
 
 from ortools.sat.python import cp_model
 
+from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, RawResult
 from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, decode, run_variants
 from haap_milp.solvers.common.model import start_values
@@ -128,6 +129,9 @@ def _params(options: SolveOptions, time_s: float, primal: bool = False) -> cp_mo
     p.relative_gap_limit = options.relative_gap
     p.log_search_progress = LOG
     p.cp_model_probing_level = PROBING
+    # Ctrl-C goes to deadline.interrupt (which calls stop_search) when the CLI routes it there; CP-SAT's own
+    # handler would end only this node, as if its time were up, and the search would go on
+    p.catch_sigint_signal = not current().handles_sigint
     # determinism: interleaved search gives the same result for the same input and thread count
     # (sat_parameters.proto, interleave_search) as long as the time limit is not what stops it
     # the primal phase (eq. N3, large models under a wall-clock limit, which no setting makes
@@ -164,7 +168,8 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     hinted = False if interleaved else _add_hint(cp, lm, x, S, lows, hint)
     build_s = time.perf_counter() - t0
     solver = _params(options, time_s - build_s, primal)
-    code = solver.solve(cp)
+    with current().stopper(solver.stop_search):
+        code = solver.solve(cp)
     stats = {"build_s": round(build_s, 4), "vars": len(lm.names), "rows": len(lm.rows), "scale": S,
              "rounding_error_s": W / S, "tolerance_s": W / S, "hinted": int(hinted),
              "cp_status": solver.status_name(code), "branches": int(solver.num_branches)}

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 
 
@@ -41,13 +42,18 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
     t0 = time.perf_counter()
     best, best_t, tried = None, float("inf"), 0
     L = problem.num_layers
+    dl = current()  # past it (or interrupted) with a plan in hand: the best so far
     for vi, var in enumerate(problem.variants):
+        if best is not None and dl.expired():
+            break
         by_sig: dict[tuple, dict[int, int]] = {}
         for i in np.flatnonzero(var.allowed):
             o = problem.options[i]
             # one option per (signature, group); ep: keep the first (smallest) allowed
             by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep), {}).setdefault(o.group, int(i))
         for (tp, dp, _rc, _ep), sig_opts in by_sig.items():
+            if best is not None and dl.expired():
+                break
             for p in range(1, min(problem.max_stages, L) + 1):
                 if L % p:
                     continue

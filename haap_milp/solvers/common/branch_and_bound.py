@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from haap_milp.deadline import current
 from haap_milp.pipeline import TIME_RTOL, steady_period
 from haap_milp.problem import Assignment, Problem, RawResult, boundary_times, evaluate, stage_times, violations
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
@@ -165,7 +166,8 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floor
 def run_variants(problem: Problem, options, hint: Assignment | None, name: str, solve_node: SolveNode) -> RawResult:
     """Branch and bound over (variant, tau interval); see the module docstring."""
     t0 = time.perf_counter()
-    deadline = t0 + options.time_limit_s
+    dl = current()  # the command's deadline and Ctrl-C (deadline.py); the time limit is within it already
+    deadline = t0 + min(options.time_limit_s, dl.remaining())
     r = options.relative_gap
     st = _State()
     tables = [build_tables(problem, v) for v in range(len(problem.variants))]
@@ -183,6 +185,9 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
         if cutoff is not None and node[0] >= cutoff:
             break  # every open node is pruned
         if deadline - time.perf_counter() < MIN_NODE_S and (st.inc is not None or st.nodes > 0):
+            break
+        if dl.interrupted:
+            st.stats["interrupted"] = 1
             break
         heapq.heappop(heap)
         _node(problem, options, st, heap, vb[node[1]], node, cutoff, deadline, name, solve_node)
@@ -269,6 +274,7 @@ def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) ->
     gap_abs = st.inc_obj - bound
     proven = gap_abs <= options.relative_gap * st.inc_obj + st.tol_s + TIME_RTOL * st.inc_obj
     if not proven and not msg:
-        msg = f"gap {gap_abs / st.inc_obj:.2%} when the time limit was reached"
+        why = "interrupted" if st.stats.get("interrupted") else "the time limit was reached"
+        msg = f"gap {gap_abs / st.inc_obj:.2%} when {why}"
     return RawResult("OPTIMAL" if proven else "FEASIBLE", name, assignment=st.inc, objective_s=st.inc_obj,
                      bound_s=bound, wall_time_s=wall_s, message=msg, stats=st.stats)

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 
+from haap_milp.deadline import current
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.solvers.common.model import LinModel
 
@@ -98,7 +99,13 @@ def run(h) -> None:
     later run that asked for another thread count (the LP bounds here, or CP-SAT's node LPs, before
     it) returned model status "Not Set" at once, every time (measured: bench rows, highspy 1.16)."""
     highspy.Highs.resetGlobalScheduler(True)
-    h.run()
+    dl = current()
+    if not dl.handles_sigint:
+        h.run()
+        return
+    h.HandleUserInterrupt = True  # cancelSolve (deadline.interrupt on Ctrl-C) then stops the run
+    with dl.stopper(h.cancelSolve):
+        h.run()
 
 
 def lp_bound(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 5.0) -> float | None:

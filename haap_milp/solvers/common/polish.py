@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, Stage, evaluate, violations
 
 # candidate plans per call. Measured (synthetic instances of tests/synthetic.py, 40 small and six of
@@ -64,13 +65,14 @@ def _shape_moves(a: Assignment):
 
 def polish(problem: Problem, a: Assignment, max_moves: int = MAX_MOVES) -> Assignment:
     """A plan no worse than ``a`` (``a`` itself if it is infeasible) after at most ``max_moves``
-    candidate plans."""
+    candidate plans (fewer when the deadline of ``deadline.current()`` passes: the best so far)."""
     if violations(problem, a):
         return a
     var = problem.variants[a.variant]
     opts = np.flatnonzero(var.allowed)
     best, best_obj = a, evaluate(problem, a)
     tried = 0
+    dl = current()
     improved = True
     while improved and tried < max_moves:
         improved = False
@@ -81,7 +83,7 @@ def polish(problem: Problem, a: Assignment, max_moves: int = MAX_MOVES) -> Assig
                 if obj is not None:
                     best, best_obj, improved = cand, obj, True
                     break
-                if tried >= max_moves:
+                if tried >= max_moves or (tried % 64 == 0 and dl.expired()):
                     return best
             if improved:
                 break
