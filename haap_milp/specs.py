@@ -498,7 +498,7 @@ class SolveOptions(Frozen):
     """How to search."""
 
     solver: SolverName = Field(default="auto", description="auto picks cpsat.")
-    time_limit_s: float = Field(default=60.0, description="Wall-clock limit for the exact solver.", gt=0, le=86_400)
+    time_limit_s: float = Field(default=60.0, description="Wall-clock limit, s: the exact solver's budget; the CLI bounds the whole command with it (deadline.py).", gt=0, le=86_400)
     threads: int = Field(default=2, description="Solver worker threads.", ge=1, le=256)
     seed: int = Field(default=0, description="Random seed (determinism).", ge=0)
     relative_gap: float = Field(default=0.01, description="Stop when (objective - bound)/objective <= this.", ge=0, le=1)
