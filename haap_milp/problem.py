@@ -48,7 +48,7 @@ Memory (eq. M2), per stage::
     with a_j = min(P - j, M)
 
 GPUs (eq. G1): ``sum_j num_gpus[o_j] * [group(o_j) == g] <= group_capacity[g]`` for every group.
-Engine rules: ``uniform`` (every stage the same (tp, dp, recompute) signature, eq. U1) and
+Engine rules: ``uniform`` (every stage the same (tp, dp, recompute, ep) signature, eq. U1) and
 ``same_tp_first_last`` (tied embeddings under FlagScale, eq. U2).
 """
 
@@ -77,9 +77,10 @@ class Option:
         return self.tp * self.dp
 
     @property
-    def signature(self) -> tuple[int, int, str]:
-        """What must be equal across stages for uniform engines (eq. U1)."""
-        return (self.tp, self.dp, self.recompute)
+    def signature(self) -> tuple[int, int, str, int]:
+        """What must be equal across stages for uniform engines (eq. U1): tp, dp, recompute and ep (Megatron-LM
+        and torchtitan build one expert-parallel group size; etp is 1 for every option presolve enumerates)."""
+        return (self.tp, self.dp, self.recompute, self.ep)
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ def violations(problem: Problem, a: Assignment) -> list[str]:
             out.append(f"stage {j} needs {mem / GIB:.2f} GiB of {cap / GIB:.2f} GiB")
     opts = [problem.options[s.option] for s in a.stages]
     if problem.uniform and len({o.signature for o in opts}) > 1:
-        out.append("stages differ in (tp, dp, recompute) under a uniform target")
+        out.append("stages differ in (tp, dp, recompute, ep) under a uniform target")
     if problem.same_tp_first_last and opts[0].tp != opts[-1].tp:
         out.append("first and last stage tp differ (tied embeddings)")
     return out
