@@ -43,7 +43,7 @@ def test_emit_writes_files_and_refuses_with_a_pointer(tmp_path):
     code, _out, err = invoke_cli(["emit", f, "--target", "flagscale", "--out", str(tmp_path / "fs")])
     assert code == 0, err
     assert {p.name for p in (tmp_path / "fs").iterdir()} == {"flagscale_train.yaml", "hostfile", "rank_map.json",
-                                                            "README_launch.txt", "nccl_env.sh"}
+                                                            "LAUNCH.txt", "nccl_env.sh"}
     code, _out, err = invoke_cli(["emit", f, "--target", "megatron"])
     assert code == 2 and "flagscale" in err and "Traceback" not in err
     code, _out, err = invoke_cli(["emit", f, "--target", "nemo"])

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Run on every node with HAAP_NODE set to its placeholder name (see hostfile).
+# Run on every node with HAAP_NODE set to its placeholder name (see hostfile
+# and LAUNCH.txt).
 set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
 : "${MASTER_ADDR:?set MASTER_ADDR to the host of node rank 0}"
 NNODES=2
 case "${HAAP_NODE:?}" in
@@ -8,6 +10,6 @@ case "${HAAP_NODE:?}" in
   main-a100-80g-g0-n1) NODE_RANK=1; NPROC=8; export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 ;;
   *) echo "unknown HAAP_NODE=$HAAP_NODE" >&2; exit 2 ;;
 esac
-[ -f "$(dirname "$0")/nccl_env.sh" ] && source "$(dirname "$0")/nccl_env.sh"
+[ -f "$HERE/nccl_env.sh" ] && source "$HERE/nccl_env.sh"
 torchrun --nnodes=$NNODES --node-rank=$NODE_RANK --nproc-per-node=$NPROC --rdzv-backend=static \
   --master-addr=$MASTER_ADDR --master-port=${MASTER_PORT:-6000} -m torchtitan.train --job.config_file "$(dirname "$0")/torchtitan.toml"
