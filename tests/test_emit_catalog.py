@@ -23,23 +23,27 @@ from haap_milp.specs import Plan, StagePlan
 GOLDEN = Path(__file__).parent / "golden" / "catalog"
 ENGINES = ("megatron", "flagscale", "torchtitan")
 
+def arch(**fields) -> dict:
+    return fields
+
+
 # One model per distinct architecture of the catalog, with what its published config says.
 # norm/eps/positions/base/bias/qkv-bias/qk-norm/untied/query groups/MoE (experts, top-k, aux-loss coefficient)
 EXPECTED = {
-    "gpt3-1.3b": dict(norm="LayerNorm", eps=1e-5, pos="learned_absolute", base=None, swiglu=False, bias=True,
+    "gpt3-1.3b": arch(norm="LayerNorm", eps=1e-5, pos="learned_absolute", base=None, swiglu=False, bias=True,
                       qkv_bias=True, qk_norm=False, untied=False, groups=None, moe=None),
-    "llama2-7b": dict(norm="RMSNorm", eps=1e-5, pos="rope", base=10000, swiglu=True, bias=False, qkv_bias=False,
+    "llama2-7b": arch(norm="RMSNorm", eps=1e-5, pos="rope", base=10000, swiglu=True, bias=False, qkv_bias=False,
                       qk_norm=False, untied=True, groups=None, moe=None),
-    "llama3-8b": dict(norm="RMSNorm", eps=1e-5, pos="rope", base=500000, swiglu=True, bias=False, qkv_bias=False,
+    "llama3-8b": arch(norm="RMSNorm", eps=1e-5, pos="rope", base=500000, swiglu=True, bias=False, qkv_bias=False,
                       qk_norm=False, untied=True, groups=8, moe=None),
-    "qwen2.5-7b": dict(norm="RMSNorm", eps=1e-6, pos="rope", base=1000000, swiglu=True, bias=False, qkv_bias=True,
+    "qwen2.5-7b": arch(norm="RMSNorm", eps=1e-6, pos="rope", base=1000000, swiglu=True, bias=False, qkv_bias=True,
                        qk_norm=False, untied=True, groups=4, moe=None),
-    "mixtral-8x7b": dict(norm="RMSNorm", eps=1e-5, pos="rope", base=1000000, swiglu=True, bias=False, qkv_bias=False,
+    "mixtral-8x7b": arch(norm="RMSNorm", eps=1e-5, pos="rope", base=1000000, swiglu=True, bias=False, qkv_bias=False,
                          qk_norm=False, untied=True, groups=8, moe=(8, 2, 0.02)),
-    "qwen3-235b-a22b": dict(norm="RMSNorm", eps=1e-6, pos="rope", base=1000000, swiglu=True, bias=False,
+    "qwen3-235b-a22b": arch(norm="RMSNorm", eps=1e-6, pos="rope", base=1000000, swiglu=True, bias=False,
                             qkv_bias=False, qk_norm=True, untied=True, groups=4, moe=(128, 8, 0.001)),
     "opt-350m": None,  # ReLU MLP: no Megatron-LM argument builds it
-    "gpt-neo-2.7b": dict(norm="LayerNorm", eps=1e-5, pos="learned_absolute", base=None, swiglu=False, bias=True,
+    "gpt-neo-2.7b": arch(norm="LayerNorm", eps=1e-5, pos="learned_absolute", base=None, swiglu=False, bias=True,
                          qkv_bias=False, qk_norm=False, untied=False, groups=None, moe=None),
 }
 TORCHTITAN_RUNS = {"llama3-8b"}  # the only catalog model equal to a torchtitan 0.3.0 registry flavor on every field
