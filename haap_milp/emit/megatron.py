@@ -176,6 +176,8 @@ def _moe_args(plan: Plan, model: ModelSpec) -> list[str]:
         a += ["--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", _num(model.moe_aux_loss_coeff)]
     else:
         a += ["--moe-router-load-balancing-type", "none"]
+    if model.num_experts >= 32:
+        a += ["--moe-router-dtype", "fp32"]  # Megatron-Core warns without fp32 routing at >= 32 experts
     if model.num_shared_experts:
         a += ["--moe-shared-expert-intermediate-size", str(model.num_shared_experts * model.shared_ffn)]
     freq = moe_layer_freq(model)
