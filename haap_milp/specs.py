@@ -469,9 +469,10 @@ class Plan(Frozen):
 
     @property
     def is_uniform(self) -> bool:
-        """Same tp, dp and recompute on every stage (what Megatron-LM/torchtitan can run)."""
+        """Same tp, dp, recompute, ep and etp on every stage (what Megatron-LM/torchtitan can run)."""
         first = self.stages[0]
-        return all((s.tp, s.dp, s.recompute) == (first.tp, first.dp, first.recompute) for s in self.stages)
+        key = (first.tp, first.dp, first.recompute, first.ep, first.etp)
+        return all((s.tp, s.dp, s.recompute, s.ep, s.etp) == key for s in self.stages)
 
 
 class SolveOptions(Frozen):
