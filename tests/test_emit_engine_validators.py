@@ -138,19 +138,36 @@ def test_megatron_core_position_embedding_choices():
         assert parse_argv(build_args(plan, model))["position_embedding_type"] in choices
 
 
-def test_torchtitan_config_manager_accepts_emitted_module(tmp_path, monkeypatch):
+def _single_stage_plan():
+    from _emit_cases import LLAMA8B
+
+    from haap_milp.specs import Plan, StagePlan
+
+    st = (StagePlan(first_layer=0, num_layers=LLAMA8B.num_layers, gpu_type="a100-80g", tp=2, dp=8, recompute="full"),)
+    return Plan(model=LLAMA8B.name, stages=st, micro_batch_size=2, num_microbatches=4, global_batch_size=64,
+                seq_len=4096)
+
+
+@pytest.mark.parametrize("which", ["pp2-selective", "pp1-full"])
+def test_torchtitan_config_manager_accepts_emitted_module(which, tmp_path, monkeypatch):
     try:
         import torchtitan.models.llama3.config_registry  # noqa: F401
         from torchtitan.config import ConfigManager
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"torchtitan 0.3.0 with its trainer dependencies not importable ({type(exc).__name__}: {exc})")
-    from _emit_cases import H100_A100, LLAMA8B, llama_hetero_plan
+    from _emit_cases import A100_16, H100_A100, LLAMA8B, llama_hetero_plan
 
-    files = emit(llama_hetero_plan(), "torchtitan", H100_A100, LLAMA8B)
-    (tmp_path / "haap_torchtitan.py").write_text(files["haap_torchtitan.py"])
+    plan, cluster = (llama_hetero_plan(), H100_A100) if which == "pp2-selective" else (_single_stage_plan(), A100_16)
+    files = emit(plan, "torchtitan", cluster, LLAMA8B)
+    name = f"haap_tt_{which.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(files["haap_torchtitan.py"])
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = ConfigManager().parse_args(["--module", "haap_torchtitan", "--config", "haap_plan"])
-    assert cfg.parallelism.pipeline_parallel_degree == 2 and cfg.parallelism.tensor_parallel_degree == 2
+    cfg = ConfigManager().parse_args(["--module", name, "--config", "haap_plan"])  # tyro + __post_init__ checks
+    par = cfg.parallelism
+    assert par.pipeline_parallel_degree == plan.pp and par.tensor_parallel_degree == plan.stages[0].tp
+    assert par.data_parallel_shard_degree * par.data_parallel_replicate_degree == plan.stages[0].dp
+    assert cfg.training.global_batch_size == plan.global_batch_size
+    assert cfg.model_spec.flavor == "8B"
 
 
 def test_emit_refuses_what_megatron_core_would_refuse():

@@ -20,6 +20,8 @@ Rules re-checked by hand (torchtitan 0.3.0, files inside the ``torchtitan`` pack
   dp_shard*cp*tp) and ``distributed/parallel_dims.py:401`` ``efsdp = dp_shard*cp*tp // ep``;
 * ``distributed/parallel_dims.py:186`` ``dp_replicate * dp_shard * cp * tp * pp == world size``;
 * ``trainer.py:127-138`` with pp > 1, ``local_batch_size % pipeline_parallel_microbatch_size == 0``;
+* ``trainer.py:179-209`` CUDA graphs (on by default) refuse pipeline parallelism and the default EP token
+  dispatchers: ``training.disable_cuda_graphs`` is set for such plans;
 * ``trainer.py:420-425`` ``global_batch_size % (local_batch_size * dp) == 0`` (gradient accumulation);
 * ``distributed/pipeline_parallel.py:443,465`` module names ``tok_embeddings``, ``layers.i``, ``norm``,
   ``lm_head`` (``output`` in the TOML era).
@@ -257,8 +259,10 @@ def build_python(plan: Plan, model: ModelSpec) -> str:
              f"    config.training.local_batch_size = {local_batch(plan)}",
              f"    config.training.global_batch_size = {plan.global_batch_size}",
              f"    config.training.seq_len = {plan.seq_len}",
-             '    config.training.mixed_precision_param = "bfloat16"',
-             "    config.parallelism = ParallelismConfig("]
+             '    config.training.mixed_precision_param = "bfloat16"']
+    if plan.pp > 1 or (model.is_moe and s.ep > 1):  # trainer.py:179-209: CUDA graphs refuse pp and EP dispatchers
+        lines.append("    config.training.disable_cuda_graphs = True")
+    lines += ["    config.parallelism = ParallelismConfig("]
     lines += [f"        {k}={_py(v)}," for k, v in par.items()]
     lines += ["    )", f"    config.activation_checkpoint = {ac}", "    return config", ""]
     return "\n".join(lines)

@@ -20,6 +20,7 @@ def haap_plan():
     config.training.global_batch_size = 64
     config.training.seq_len = 4096
     config.training.mixed_precision_param = "bfloat16"
+    config.training.disable_cuda_graphs = True
     config.parallelism = ParallelismConfig(
         data_parallel_replicate_degree=1,
         data_parallel_shard_degree=4,
