@@ -19,6 +19,7 @@ Install the validators: ``pip install -e '.[engines]'`` (megatron-core; torch 2.
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import sys
 
 import pytest
@@ -162,7 +163,15 @@ def test_torchtitan_config_manager_accepts_emitted_module(which, tmp_path, monke
     name = f"haap_tt_{which.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text(files["haap_torchtitan.py"])
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = ConfigManager().parse_args(["--module", name, "--config", "haap_plan"])  # tyro + __post_init__ checks
+    # the exact arguments of launch.sh, with the user's inputs filled in
+    text = files["launch.sh"]
+    tail = text[text.index("--config haap_plan") + len("--config haap_plan"):]
+    argv = shlex.split(tail.replace("\\\n", " ").replace("${TORCHTITAN_EXTRA_ARGS:-}", ""))
+    env = {"$HF_ASSETS_PATH": str(tmp_path), "$DATASET": "c4_test", "$DUMP_FOLDER": str(tmp_path / "out")}
+    argv = [env.get(a, a) for a in argv]
+    assert "--dump_folder" in argv and "--hf_assets_path" in argv
+    cfg = ConfigManager().parse_args(["--module", name, "--config", "haap_plan", *argv])  # tyro + __post_init__
+    assert cfg.dump_folder == str(tmp_path / "out") and cfg.hf_assets_path == str(tmp_path)
     par = cfg.parallelism
     assert par.pipeline_parallel_degree == plan.pp and par.tensor_parallel_degree == plan.stages[0].tp
     assert par.data_parallel_shard_degree * par.data_parallel_replicate_degree == plan.stages[0].dp
