@@ -146,11 +146,11 @@ def microbatch_candidates(training: TrainingSpec, total_gpus: int, options: Solv
 
 def uniform_dims(training: TrainingSpec, target_uniform: bool) -> tuple[str, ...]:
     """Dimensions eq. U1 makes equal: the runtime's ``uniform`` (mbs = B/dp is equal exactly when dp is, B
-    being common to all stages), all of (tp, dp, recompute) under a uniform target; () when none."""
+    being common to all stages), all of (tp, dp, recompute, ep) under a uniform target; () when none."""
     if target_uniform:
-        return ("tp", "dp", "recompute")
+        return ("tp", "dp", "recompute", "ep")
     asked = {"dp" if d == "mbs" else d for d in training.uniform}
-    return tuple(d for d in ("tp", "dp", "recompute") if d in asked)
+    return tuple(d for d in ("tp", "dp", "recompute", "ep") if d in asked)
 
 
 def build(

@@ -48,7 +48,7 @@ Memory (eq. M2), per stage::
     with a_j = min(P - j, M)
 
 GPUs (eq. G1): ``sum_j num_gpus[o_j] * [group(o_j) == g] <= group_capacity[g]`` for every group.
-Engine rules: ``uniform`` (every stage the same (tp, dp, recompute) signature, eq. U1) and
+Engine rules: ``uniform`` (every stage the same (tp, dp, recompute, ep) signature, eq. U1) and
 ``same_tp_first_last`` (tied embeddings under FlagScale, eq. U2).
 """
 
@@ -73,7 +73,7 @@ class Option:
     recompute: str  # none | selective | full
     #: the dimensions eq. U1 makes equal across stages when ``Problem.uniform`` (runtime's ``--uniform``; a
     #: uniform target engine: all three); not part of the option's identity
-    uniform_dims: tuple[str, ...] = field(default=("tp", "dp", "recompute"), compare=False)
+    uniform_dims: tuple[str, ...] = field(default=("tp", "dp", "recompute", "ep"), compare=False)
 
     @property
     def num_gpus(self) -> int:
@@ -81,10 +81,9 @@ class Option:
 
     @property
     def signature(self) -> tuple:
-        """What must be equal across stages for uniform engines (eq. U1): (tp, dp, recompute), or the subset
-        in ``uniform_dims``."""
-        if self.uniform_dims == ("tp", "dp", "recompute"):
-            return (self.tp, self.dp, self.recompute)
+        """What must be equal across stages for uniform engines (eq. U1): the dimensions in ``uniform_dims`` —
+        all of tp, dp, recompute and ep under a uniform target (Megatron-LM and torchtitan build one
+        expert-parallel group size; etp is 1 for every option presolve enumerates), or the runtime's subset."""
         return tuple(getattr(self, d) for d in self.uniform_dims)
 
 
@@ -234,7 +233,7 @@ def violations(problem: Problem, a: Assignment) -> list[str]:
             out.append(f"stage {j} needs {mem / GIB:.2f} GiB of {cap / GIB:.2f} GiB")
     opts = [problem.options[s.option] for s in a.stages]
     if problem.uniform and len({o.signature for o in opts}) > 1:
-        out.append("stages differ in (tp, dp, recompute) under a uniform target")
+        out.append("stages differ in (tp, dp, recompute, ep) under a uniform target")
     if problem.same_tp_first_last and opts[0].tp != opts[-1].tp:
         out.append("first and last stage tp differ (tied embeddings)")
     return out

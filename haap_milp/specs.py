@@ -29,9 +29,11 @@ Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 #: GEMM units: NVIDIA A100 whitepaper, "TF32 ... with FP32 inputs and outputs")
 FP32_PRECISIONS = ("fp32", "tf32")
 Engine = Literal["megatron", "deepspeed", "fsdp"]
-UniformDim = Literal["tp", "dp", "mbs", "recompute"]
+UniformDim = Literal["tp", "dp", "mbs", "recompute", "ep"]
 Recompute = Literal["none", "selective", "full"]
 Activation = Literal["gelu", "swiglu", "relu"]
+Normalization = Literal["rmsnorm", "layernorm"]
+PositionEmbedding = Literal["rope", "learned", "none"]
 NicType = Literal["ib", "roce", "ethernet"]
 MoeLayerPattern = Literal["all", "every_k", "first_k_dense"]
 Schedule = Literal["1f1b", "interleaved", "gpipe"]
@@ -82,6 +84,21 @@ class ModelSpec(Frozen):
     )
     tied_embeddings: bool = Field(default=False, description="Input embedding and LM head share weights.")
     qkv_bias: bool = Field(default=False, description="Q/K/V projections carry a bias (Qwen2, GPT-2, OPT).")
+    # --- architecture details the launch files need (not the cost model); None: the swiglu/llama-style default
+    normalization: Normalization | None = Field(
+        default=None, description="Norm layer; None means rmsnorm for swiglu models, layernorm otherwise."
+    )
+    norm_epsilon: float = Field(default=1e-5, description="Epsilon of the norm layers.", gt=0, le=1)
+    position_embedding: PositionEmbedding | None = Field(
+        default=None, description="Position embedding; None means rope for swiglu models, learned otherwise."
+    )
+    rope_base: float = Field(default=10000.0, description="RoPE base (theta), when position_embedding is rope.",
+                             gt=0, le=1e12)
+    linear_bias: bool | None = Field(
+        default=None, description="Biases on the attention output and MLP linears; None means not swiglu."
+    )
+    qk_norm: bool = Field(default=False, description="RMS/LayerNorm on per-head queries and keys (Qwen3).")
+    moe_aux_loss_coeff: float = Field(default=0.0, description="Router load-balancing loss coefficient.", ge=0)
     # --- Mixture of Experts (num_experts == 0 means dense)
     num_experts: int = Field(default=0, description="Routed experts per MoE layer; 0 for a dense model.", ge=0, le=100_000)
     top_k: int = Field(default=0, description="Routed experts activated per token.", ge=0, le=1024)
@@ -120,6 +137,21 @@ class ModelSpec(Frozen):
     @property
     def kv_heads(self) -> int:
         return self.num_kv_heads or self.num_heads
+
+    @property
+    def norm(self) -> str:
+        """rmsnorm | layernorm (``normalization``, defaulted from the activation)."""
+        return self.normalization or ("rmsnorm" if self.activation == "swiglu" else "layernorm")
+
+    @property
+    def positions(self) -> str:
+        """rope | learned | none (``position_embedding``, defaulted from the activation)."""
+        return self.position_embedding or ("rope" if self.activation == "swiglu" else "learned")
+
+    @property
+    def bias_linear(self) -> bool:
+        """Biases on the attention output and MLP linears (``linear_bias``, defaulted from the activation)."""
+        return self.activation != "swiglu" if self.linear_bias is None else self.linear_bias
 
     @property
     def dim_head(self) -> int:
@@ -489,9 +521,10 @@ class Plan(Frozen):
 
     @property
     def is_uniform(self) -> bool:
-        """Same tp, dp and recompute on every stage (what Megatron-LM/torchtitan can run)."""
+        """Same tp, dp, recompute, ep and etp on every stage (what Megatron-LM/torchtitan can run)."""
         first = self.stages[0]
-        return all((s.tp, s.dp, s.recompute) == (first.tp, first.dp, first.recompute) for s in self.stages)
+        key = (first.tp, first.dp, first.recompute, first.ep, first.etp)
+        return all((s.tp, s.dp, s.recompute, s.ep, s.etp) == key for s in self.stages)
 
 
 class SolveOptions(Frozen):

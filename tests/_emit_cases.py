@@ -18,6 +18,12 @@ TIED = ModelSpec(name="tiny-tied", num_layers=12, hidden=1024, ffn_hidden=2816, 
 MOE = ModelSpec(name="tiny-moe", num_layers=8, hidden=1024, ffn_hidden=4096, num_heads=16, vocab_size=32000,
                 num_experts=8, top_k=2, moe_ffn_hidden=1024, moe_layer_pattern="every_k", moe_layer_freq=2)
 
+# torchtitan runs only its registry models: the shapes of its llama3 8B flavor (torchtitan 0.3.0
+# torchtitan/models/llama3/__init__.py:236-274), written out here, independent of the emitter's table.
+LLAMA8B = ModelSpec(name="llama3-8b", num_layers=32, hidden=4096, ffn_hidden=14336, num_heads=32, num_kv_heads=8,
+                    vocab_size=128256, seq_len=8192, activation="swiglu", normalization="rmsnorm",
+                    position_embedding="rope", rope_base=500000)
+
 A100_16 = ClusterSpec(name="a100-16", node_groups=(NodeGroup(gpu=A100, num_nodes=2, nic_bandwidth_gbps=200),))
 H100_A100 = ClusterSpec(name="h100-a100", node_groups=(NodeGroup(gpu=H100, num_nodes=1, nic_bandwidth_gbps=400),
                                                         NodeGroup(gpu=A100, num_nodes=1, nic_bandwidth_gbps=200)))
@@ -71,6 +77,13 @@ def hetero_plan() -> Plan:
                 global_batch_size=64, seq_len=2048, precision="fp16")
 
 
+def llama_hetero_plan() -> Plan:
+    """llama3-8b on two GPU types, uniform tp/dp, 20 | 12 layers: all three engines run it."""
+    st = _stages([(20, "h100-80g", "main", 2, 4, "selective"), (12, "a100-80g", "main", 2, 4, "selective")])
+    return Plan(model=LLAMA8B.name, cluster=H100_A100.name, stages=st, micro_batch_size=1, num_microbatches=16,
+                global_batch_size=64, seq_len=4096)
+
+
 def moe_plan() -> Plan:
     st = tuple(StagePlan(first_layer=4 * j, num_layers=4, gpu_type="a100-80g", tp=2, dp=4, ep=4, etp=1)
                for j in range(2))
@@ -79,9 +92,10 @@ def moe_plan() -> Plan:
 
 
 CASES = {  # name -> (plan factory, model, cluster, targets that accept it)
-    "uniform": (uniform_plan, DENSE, A100_16, ("megatron", "flagscale", "torchtitan")),
-    "hetero_uniform": (hetero_uniform_plan, DENSE, H100_A100, ("megatron", "flagscale", "torchtitan")),
+    "uniform": (uniform_plan, DENSE, A100_16, ("megatron", "flagscale")),
+    "hetero_uniform": (hetero_uniform_plan, DENSE, H100_A100, ("megatron", "flagscale")),
+    "llama_hetero": (llama_hetero_plan, LLAMA8B, H100_A100, ("megatron", "flagscale", "torchtitan")),
     "interleaved": (interleaved_plan, DENSE, H100_A100, ("megatron",)),
     "hetero": (hetero_plan, TIED, ISLANDS, ("flagscale",)),
-    "moe": (moe_plan, MOE, A100_16, ("megatron", "flagscale", "torchtitan")),
+    "moe": (moe_plan, MOE, A100_16, ("megatron", "flagscale")),
 }

@@ -6,10 +6,23 @@ import copy
 
 import pytest
 import yaml
-from _emit_cases import DENSE, ISLANDS, MOE, TIED, hetero_plan, interleaved_plan, moe_plan, uniform_plan
+from _emit_cases import (
+    A100,
+    A100_16,
+    DENSE,
+    H100,
+    ISLANDS,
+    MOE,
+    TIED,
+    hetero_plan,
+    interleaved_plan,
+    moe_plan,
+    uniform_plan,
+)
 
 from haap_milp.emit import EmitError, emit
 from haap_milp.emit.flagscale import build_config, meshes, plan_violations, validate_flagscale_config
+from haap_milp.specs import ClusterSpec, NodeGroup, Plan, StagePlan
 
 
 def _config(plan=None, model=TIED):
@@ -123,3 +136,68 @@ def test_uniform_plan_is_one_mesh():
     assert cfg["system"]["hetero"]["hetero_process_meshes"] == [2, 1, 1, 4, 2]
     assert cfg["system"]["recompute_granularity"] == "selective"
     assert "recompute_granularity_per_stage_micro_batch" not in cfg["system"]
+
+
+# ---- GPU types that recur in non-adjacent meshes (a100 | h100 | a100)
+
+A100_H100_A100 = ClusterSpec(name="a-h-a", node_groups=(NodeGroup(gpu=A100, num_nodes=2, nic_bandwidth_gbps=200),
+                                                         NodeGroup(gpu=H100, num_nodes=1, nic_bandwidth_gbps=400)))
+
+
+def _recurring_plan() -> Plan:
+    st = (StagePlan(first_layer=0, num_layers=3, gpu_type="a100-80g", tp=2, dp=4),
+          StagePlan(first_layer=3, num_layers=3, gpu_type="h100-80g", tp=2, dp=4),
+          StagePlan(first_layer=6, num_layers=2, gpu_type="a100-80g", tp=2, dp=4))
+    return Plan(model=DENSE.name, cluster=A100_H100_A100.name, stages=st, micro_batch_size=1, num_microbatches=8,
+                global_batch_size=32, seq_len=2048)
+
+
+def flagscale_physical_order(hostfile: str, device_types: list[str]) -> list[tuple[str, str]]:
+    """The rank mapper's order as the issue reads FlagScale da4935e: hostfile nodes grouped by the first
+    position of their ``type=`` in ``hetero_device_types`` (stable inside a type), each node's slots in
+    order. Returns (node, type) per logical rank."""
+    nodes = []
+    for line in hostfile.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name, slots, typ = line.split()
+        nodes.append((name, int(slots.split("=")[1]), typ.split("=")[1]))
+    nodes.sort(key=lambda n: device_types.index(n[2]))
+    return [(name, typ) for name, slots, typ in nodes for _ in range(slots)]
+
+
+def test_recurring_gpu_types_get_distinct_labels_and_land_on_their_gpus():
+    plan = _recurring_plan()
+    files = emit(plan, "flagscale", A100_H100_A100, DENSE)
+    h = yaml.safe_load(files["flagscale_train.yaml"])["system"]["hetero"]
+    assert h["hetero_device_types"] == ["a100-80g", "h100-80g", "a100-80g#2"]
+    order = flagscale_physical_order(files["hostfile"], h["hetero_device_types"])
+    rank = 0
+    for j, s in enumerate(plan.stages):
+        for r in range(rank, rank + s.tp * s.dp):
+            node, label = order[r]
+            assert label.split("#")[0] == s.gpu_type, f"stage {j} rank {r} on {node} ({label})"
+            assert s.gpu_type in node
+        rank += s.tp * s.dp
+
+
+def test_plain_type_labels_would_misplace_the_recurring_mesh():
+    """Why the labels are needed: with type= the GPU name for every node, the mapper puts both a100 nodes
+    first, so the h100 mesh runs on the second a100 node."""
+    plan = _recurring_plan()
+    files = emit(plan, "flagscale", A100_H100_A100, DENSE)
+    plain = "\n".join(line.split("#")[0] if "type=" in line else line for line in files["hostfile"].splitlines())
+    order = flagscale_physical_order(plain, ["a100-80g", "h100-80g", "a100-80g"])
+    assert order[8][1] == "a100-80g"  # first rank of the h100 stage lands on an a100
+
+
+def test_flagscale_refuses_context_parallelism():
+    plan = uniform_plan().model_copy(update={"cp": 2, "global_batch_size": 64})
+    with pytest.raises(EmitError, match="Context parallelism is not supported"):
+        emit(plan, "flagscale", A100_16, DENSE)
+
+
+def test_flagscale_sets_the_dispatcher_and_launch_notes():
+    files = emit(moe_plan(), "flagscale", A100_16, MOE)
+    assert yaml.safe_load(files["flagscale_train.yaml"])["model"]["moe_token_dispatcher_type"] == "alltoall"
+    assert "CUDA_DEVICE_MAX_CONNECTIONS: 1" in files["LAUNCH.txt"]

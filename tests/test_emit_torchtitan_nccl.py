@@ -1,7 +1,8 @@
-"""torchtitan TOML, NCCL per-node environment, and the rank placement shared by all emitters."""
+"""torchtitan config module and TOML, NCCL per-node environment, and the rank placement shared by all emitters."""
 
 from __future__ import annotations
 
+import ast
 import json
 import tomllib
 
@@ -12,11 +13,13 @@ from _emit_cases import (
     DENSE,
     H100_A100,
     ISLANDS,
+    LLAMA8B,
     MOE,
     TIED,
     hetero_plan,
     hetero_uniform_plan,
     interleaved_plan,
+    llama_hetero_plan,
     moe_plan,
     uniform_plan,
 )
@@ -24,24 +27,40 @@ from _emit_cases import (
 from haap_milp.emit import EmitError, emit
 from haap_milp.emit.nccl import emit_nccl_env
 from haap_milp.emit.placement import place
-from haap_milp.emit.torchtitan import build_toml, module_fqns, plan_violations
+from haap_milp.emit.torchtitan import build_python, build_toml, module_fqns, plan_violations, validate
 from haap_milp.specs import ClusterSpec, NodeGroup, Plan, StagePlan
 
 
 def test_torchtitan_toml_parses_and_covers_every_layer_once_in_order():
-    plan = hetero_uniform_plan()
-    doc = tomllib.loads(build_toml(plan, DENSE))
+    plan = llama_hetero_plan()
+    doc = tomllib.loads(build_toml(plan, LLAMA8B))
+    assert doc["model"] == {"name": "llama3", "flavor": "8B"}
     par = doc["parallelism"]
     parts = par["module_fqns_per_model_part"]
     layers = [n for part in parts for n in part if n.startswith("layers.")]
-    assert layers == [f"layers.{i}" for i in range(DENSE.num_layers)]
+    assert layers == [f"layers.{i}" for i in range(LLAMA8B.num_layers)]
     assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
-    assert [sum(n.startswith("layers.") for n in p) for p in parts] == [5, 3]
+    assert [sum(n.startswith("layers.") for n in p) for p in parts] == [20, 12]
     s = plan.stages[0]
     assert par["tensor_parallel_degree"] * par["data_parallel_shard_degree"] * par["pipeline_parallel_degree"] \
         * par["data_parallel_replicate_degree"] == plan.num_gpus
     assert doc["training"]["local_batch_size"] // par["pipeline_parallel_microbatch_size"] == plan.num_microbatches
     assert doc["training"]["local_batch_size"] * s.dp == plan.global_batch_size
+
+
+def test_torchtitan_python_config_is_valid_python_with_the_plan():
+    plan = llama_hetero_plan()
+    text = build_python(plan, LLAMA8B)
+    tree = ast.parse(text)
+    assert "def haap_plan" in text and "model_registry('8B')" in text and "llama3_8b()" in text
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") ==
+                "ParallelismConfig")
+    kw = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    parts = kw["module_fqns_per_model_part"]
+    assert parts[-1][-2:] == ["norm", "lm_head"]  # 0.3.0 names the output projection lm_head
+    assert kw["tensor_parallel_degree"] * kw["data_parallel_shard_degree"] * kw["pipeline_parallel_degree"] \
+        * kw["data_parallel_replicate_degree"] == plan.num_gpus
+    assert "SelectiveAC.Config()" in text
 
 
 def test_torchtitan_interleaved_parts_follow_virtual_stage_order():
@@ -55,13 +74,35 @@ def test_torchtitan_refusals():
     assert any(v.rule == "torchtitan.uniform" for v in plan_violations(hetero_plan(), TIED))
     assert any(v.rule == "torchtitan.tied" for v in plan_violations(hetero_plan(), TIED))
     assert any(v.rule == "torchtitan.empty_part" for v in plan_violations(interleaved_plan(), DENSE))
+    assert {v.rule for v in plan_violations(uniform_plan(), DENSE)} == {"torchtitan.model"}
     with pytest.raises(EmitError, match="--target flagscale"):
         emit(hetero_plan(), "torchtitan", ISLANDS, TIED)
-    bad_ep = moe_plan().model_copy(update={"stages": tuple(s.model_copy(update={"ep": 8, "dp": 4})
-                                                           for s in moe_plan().stages)})
-    assert {v.rule for v in plan_violations(bad_ep, MOE)} == {"torchtitan.ep"}
+    # ep must divide dp_shard*cp*tp (torchtitan 0.3.0 config/configs.py:279-287): 2 here without FSDP
+    bad_ep = moe_plan().model_copy(update={"distributed_optimizer": False})
+    assert {v.rule for v in validate(bad_ep, MOE)} == {"torchtitan.ep"}
+    assert validate(moe_plan(), MOE) == []
     bad_batch = uniform_plan().model_copy(update={"global_batch_size": 66})
-    assert {v.rule for v in plan_violations(bad_batch, DENSE)} == {"torchtitan.batch"}
+    assert {v.rule for v in validate(bad_batch, DENSE)} == {"torchtitan.batch"}
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp8"])
+def test_torchtitan_refuses_precisions_it_cannot_set(precision):
+    plan = llama_hetero_plan().model_copy(update={"precision": precision})
+    with pytest.raises(EmitError, match="mixed_precision_param is bfloat16 or float32"):
+        emit(plan, "torchtitan", H100_A100, LLAMA8B)
+
+
+def test_torchtitan_versions_and_files():
+    files = emit(llama_hetero_plan(), "torchtitan", H100_A100, LLAMA8B)
+    assert {"haap_torchtitan.py", "launch.sh", "LAUNCH.txt"} <= set(files)
+    assert "--module haap_torchtitan --config haap_plan" in files["launch.sh"]
+    assert "torchtitan 0.3.0" in files["LAUNCH.txt"]
+    old = emit(llama_hetero_plan(), "torchtitan", H100_A100, LLAMA8B, engine_version="0.1")
+    assert "torchtitan.toml" in old and "--job.config_file" in old["launch.sh"]
+    with pytest.raises(EmitError, match="not emitted"):
+        emit(llama_hetero_plan(), "torchtitan", H100_A100, LLAMA8B, engine_version="0.2")
+    with pytest.raises(EmitError, match="one version only"):
+        emit(llama_hetero_plan(), "megatron", H100_A100, LLAMA8B, engine_version="0.1")
 
 
 def test_nccl_env_only_for_mixed_nics_and_per_node_transports():

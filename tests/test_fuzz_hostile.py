@@ -327,7 +327,8 @@ def test_emit_folder_is_complete_or_absent(plan_doc, tmp_path, monkeypatch, run_
     monkeypatch.setattr(os, "replace", real)
     code, _, err = run_cli(["emit", str(plan), "-t", "megatron", "--out", str(out)])
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["hostfile", "launch.sh", "megatron_args.sh", "rank_map.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["LAUNCH.txt", "hostfile", "launch.sh", "megatron_args.sh",
+                                                     "rank_map.json"]
     assert os.access(out / "launch.sh", os.X_OK)
 
 

@@ -120,12 +120,26 @@ def test_target_plans_are_accepted_by_their_emitter(target):
     """--target is a constraint of the search: the plan it returns is one the engine can run."""
     from haap_milp.emit import emit
 
-    name, cluster, training = CASES["80g+40g"]
+    # torchtitan builds only its registry models (llama3 8B here); the others run the GPT-style case
+    name, cluster, training = CASES["h100+a100" if target == "torchtitan" else "80g+40g"]
     model, cl = load_model(name), load_cluster(cluster)
     out = planner.solve(model, cl, training, OPTS.model_copy(update={"target": target}))
     assert out.result.plan is not None and out.violations == []
     files = emit(out.result.plan, target, cl, model, training)
     assert files and all(text.strip() for text in files.values())
+
+
+def test_uniform_target_constrains_expert_parallelism():
+    """Megatron-LM runs one ep on every stage: a MoE plan for it has the same ep everywhere and is emitted."""
+    from haap_milp.emit import emit
+
+    name, cluster, training = CASES["moe"]
+    model, cl = load_model(name), load_cluster(cluster)
+    out = planner.solve(model, cl, training, OPTS.model_copy(update={"target": "megatron", "time_limit_s": 10.0}))
+    plan = out.result.plan
+    assert plan is not None and out.violations == [], out.result.message
+    assert len({(s.ep, s.etp) for s in plan.stages}) == 1 and plan.is_uniform
+    assert "megatron_args.sh" in emit(plan, "megatron", cl, model, training)
 
 
 def test_milp_after_cpsat_in_one_process():

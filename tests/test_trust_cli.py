@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from _emit_cases import DENSE, H100_A100, ISLANDS, TIED, hetero_plan, hetero_uniform_plan
+from _emit_cases import DENSE, H100_A100, ISLANDS, LLAMA8B, TIED, hetero_plan, hetero_uniform_plan, llama_hetero_plan
 from conftest import invoke_cli
 
 
@@ -43,7 +43,8 @@ def test_emit_writes_files_and_refuses_with_a_pointer(tmp_path):
     code, _out, err = invoke_cli(["emit", f, "--target", "flagscale", "--out", str(tmp_path / "fs")])
     assert code == 0, err
     assert {p.name for p in (tmp_path / "fs").iterdir()} == {"flagscale_train.yaml", "hostfile", "rank_map.json",
-                                                            "README_launch.txt", "nccl_env.sh"}
+                                                            "LAUNCH.txt", "nccl_env.sh"}
+    assert "You must supply" in err and "python run.py" in err  # the launch command and the inputs, printed
     code, _out, err = invoke_cli(["emit", f, "--target", "megatron"])
     assert code == 2 and "flagscale" in err and "Traceback" not in err
     code, _out, err = invoke_cli(["emit", f, "--target", "nemo"])
@@ -51,7 +52,10 @@ def test_emit_writes_files_and_refuses_with_a_pointer(tmp_path):
 
 
 def test_emit_to_stdout(tmp_path):
-    f = _plan_file(tmp_path, hetero_uniform_plan(), DENSE, H100_A100)
+    f = _plan_file(tmp_path, llama_hetero_plan(), LLAMA8B, H100_A100)
     code, out, err = invoke_cli(["emit", f, "--target", "torchtitan"])
     assert code == 0, err
-    assert "# ===== torchtitan.toml" in out and "module_fqns_per_model_part" in out
+    assert "# ===== haap_torchtitan.py" in out and "module_fqns_per_model_part" in out
+    code, out, err = invoke_cli(["emit", f, "--target", "torchtitan", "--engine-version", "0.1"])
+    assert code == 0, err
+    assert "# ===== torchtitan.toml" in out

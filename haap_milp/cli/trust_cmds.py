@@ -120,8 +120,11 @@ def emit(
     model: ModelOpt = None,
     cluster: ClusterOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the files into this folder.")] = None,
+    engine_version: Annotated[str | None, typer.Option(
+        "--engine-version", help="Older output form of an engine: torchtitan 0.1 (TOML). Default: newest.")] = None,
 ) -> None:
-    """Launch files for a training engine: arguments/config, rank order (hostfile), NCCL settings."""
+    """Launch files for a training engine: model definition, arguments/config, rank order (hostfile), NCCL
+    settings, and LAUNCH.txt (the command to run and what you must supply: data, tokenizer, checkpoints)."""
     from haap_milp.check import check_plan
     from haap_milp.emit import TARGETS, EmitError
     from haap_milp.emit import emit as emit_files
@@ -136,7 +139,7 @@ def emit(
     if viol:
         raise EmitError(f"{target} cannot run this plan: " + "; ".join(str(v) for v in viol))
     enforce_plan(p, m, c, training, what=f"plan file {str(plan)!r}")  # memory, as solve/simulate/validate
-    files = emit_files(p, target, c, m, training)
+    files = emit_files(p, target, c, m, training, engine_version=engine_version)
     if out is None:
         for name, text in files.items():
             console.print(f"# ===== {name}", markup=False, highlight=False)
@@ -146,3 +149,5 @@ def emit(
     modes = {name: 0o755 for name in files if name.endswith(".sh")}
     for path in write_dir_atomic(out, files, flag="--out", modes=modes):
         err_console.print(f"wrote {path}")
+    err_console.print(f"\n{out}/LAUNCH.txt:", markup=False, highlight=False)
+    err_console.print(files["LAUNCH.txt"], markup=False, highlight=False, soft_wrap=True, end="")

@@ -7,7 +7,8 @@ argument-validation rules, re-implemented in pure Python) for the checker, and `
 its entry of the target registry (``haap_milp.targets``: what presolve may plan for it).
 
 Modules: ``megatron`` (Megatron-LM arguments + ``--pipeline-model-parallel-layout``),
-``flagscale`` (heterogeneous meshes YAML), ``torchtitan`` (TOML), ``nccl`` (per-island NCCL
+``flagscale`` (heterogeneous meshes YAML), ``torchtitan`` (Python config module; TOML for 0.1), ``launch``
+(LAUNCH.txt: engine version, command, what to supply), ``nccl`` (per-island NCCL
 environment for mixed NICs), ``placement`` (rank order: which GPU runs which rank).
 """
 
@@ -32,9 +33,17 @@ def engine_module(target: str):
     return importlib.import_module(caps.module)
 
 
-def emit(plan, target: str, cluster, model, training=None) -> dict[str, str]:
-    """Files that launch ``plan`` on ``target`` (file name -> text). Raises EmitError when it cannot."""
-    files = engine_module(target).emit(plan, cluster, model, training)
+def emit(plan, target: str, cluster, model, training=None, engine_version: str | None = None) -> dict[str, str]:
+    """Files that launch ``plan`` on ``target`` (file name -> text), ``LAUNCH.txt`` among them (engine version,
+    command, what the user supplies). ``engine_version`` picks an older output form where an engine has one
+    (torchtitan: ``0.1`` = TOML). Raises EmitError when it cannot."""
+    module = engine_module(target)
+    versions = getattr(module, "VERSIONS", None)
+    if engine_version is not None and versions is None:
+        raise EmitError(f"--engine-version: {target} files follow one version only ({module.ENGINE_VERSION})",
+                        field="engine_version", value=engine_version)
+    files = (module.emit(plan, cluster, model, training) if engine_version is None
+             else module.emit(plan, cluster, model, training, version=engine_version))
     files.update(nccl.emit_nccl_env(plan, cluster))
     return files
 

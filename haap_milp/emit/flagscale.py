@@ -25,7 +25,10 @@ so grouping changes nothing but the config's length).
 
 from __future__ import annotations
 
-from haap_milp.emit.megatron import moe_layer_freq
+from haap_milp.emit.launch import Supply, launch_text
+from haap_milp.emit.megatron import ENGINE_VERSION as MEGATRON_VERSION
+from haap_milp.emit.megatron import _moe_args, model_args, model_refusals
+from haap_milp.emit.megatron_rules import parse_argv
 from haap_milp.emit.placement import dump_yaml, place
 from haap_milp.parallel_rules import tp_divides_heads
 from haap_milp.specs import ModelSpec, Plan
@@ -46,6 +49,34 @@ def meshes(plan: Plan) -> list[dict]:
         else:
             out.append({"key": key, "gpu_type": s.gpu_type, "tp": s.tp, "cp": plan.cp, "ep": s.ep, "dp": s.dp,
                         "pp": 1, "etp": s.etp, "stages": [j]})
+    return out
+
+
+def device_labels(ms: list[dict]) -> list[str]:
+    """``hetero_device_types`` entry per mesh. FlagScale's rank mapper orders physical ranks by the first
+    position of each type in ``hetero_device_types`` (all hostfile nodes of a type together), so a GPU
+    type that recurs after another type (a100 | h100 | a100) would hand the h100 ranks to the second a100
+    mesh. Each later run of a recurring type gets its own label (``a100-80g#2``), written as the
+    ``type=`` of its nodes in the hostfile: every label then occurs in one contiguous run and the
+    mapper's order is the mesh order. Adjacent meshes of one type share the label (one run)."""
+    labels: list[str] = []
+    runs: dict[str, int] = {}
+    for i, mesh in enumerate(ms):
+        t = mesh["gpu_type"]
+        if i and ms[i - 1]["gpu_type"] == t:
+            labels.append(labels[-1])
+            continue
+        runs[t] = runs.get(t, 0) + 1
+        labels.append(t if runs[t] == 1 else f"{t}#{runs[t]}")
+    return labels
+
+
+def stage_labels(plan: Plan) -> list[str]:
+    """The device label of each pipeline stage (its mesh's label)."""
+    out: list[str] = []
+    ms = meshes(plan)
+    for mesh, label in zip(ms, device_labels(ms)):
+        out += [label] * mesh["pp"]
     return out
 
 
@@ -73,8 +104,8 @@ def build_config(plan: Plan, model: ModelSpec) -> dict:
         "use_partial_reduce_for_shared_embedding": True,
         "hetero_pipeline_layer_split": [s.num_layers for s in plan.stages],
         "hetero_process_meshes": flat,
-        "hetero_device_types": [mesh["gpu_type"] for mesh in ms],
-        "hetero_current_device_type": ms[0]["gpu_type"],
+        "hetero_device_types": device_labels(ms),
+        "hetero_current_device_type": device_labels(ms)[0],
         "standalone_embedding_stage": False,
     }
     if model.is_moe:
@@ -87,23 +118,40 @@ def build_config(plan: Plan, model: ModelSpec) -> dict:
               **_recompute(plan), "hetero": hetero}
     if model.is_moe:
         system["expert_model_parallel_size"] = ms[0]["ep"]
-    mdl = {"num_layers": model.num_layers, "hidden_size": model.hidden, "ffn_hidden_size": model.ffn_hidden,
-           "num_attention_heads": model.num_heads, "seq_length": plan.seq_len,
-           "max_position_embeddings": max(plan.seq_len, model.seq_len), "swiglu": model.activation == "swiglu",
-           "untie_embeddings_and_output_weights": not model.tied_embeddings,
-           "micro_batch_size": plan.micro_batch_size, "global_batch_size": plan.global_batch_size}
-    if model.kv_heads != model.num_heads:
-        mdl.update(group_query_attention=True, num_query_groups=model.kv_heads)
-    if model.is_moe:
-        mdl.update(num_experts=model.num_experts, moe_router_topk=model.top_k, moe_ffn_hidden_size=model.expert_ffn)
-        freq = moe_layer_freq(model)
-        if freq is not None:
-            mdl["moe_layer_freq"] = freq
+    mdl = _model_section(plan, model)
+    mdl.update(micro_batch_size=plan.micro_batch_size, global_batch_size=plan.global_batch_size)
     return {"system": system, "model": mdl}
 
 
-def refusals(plan: Plan) -> list[Violation]:
-    out = []
+def _value(text: str):
+    """An argument value as the YAML scalar FlagScale's config turns back into the same argument."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _model_section(plan: Plan, model: ModelSpec) -> dict:
+    """The ``model`` section: Megatron's model-definition and MoE arguments (FlagScale passes each key as
+    ``--key-with-dashes``), the parallel sizes left to ``system``."""
+    argv = model_args(plan, model) + (_moe_args(plan, model) if model.is_moe else [])
+    out = {}
+    for k, v in parse_argv(argv).items():
+        if k in ("expert_model_parallel_size", "expert_tensor_parallel_size"):
+            continue
+        out[k] = v if v is True else _value(str(v))
+    return out
+
+
+def refusals(plan: Plan, model: ModelSpec | None = None) -> list[Violation]:
+    out = [] if model is None else [Violation(v.rule.replace("megatron.", "flagscale."), None, v.message)
+                                    for v in model_refusals(model)]
+    if plan.cp > 1:
+        out.append(Violation("flagscale.cp", None, f"context parallelism (cp={plan.cp}): FlagScale's heterogeneous "
+                             f"training refuses it at start-up ('Context parallelism is not supported'); "
+                             f"use --target megatron"))
     if plan.vpp > 1 or plan.schedule == "interleaved":
         out.append(Violation("flagscale.no_vpp", None, f"FlagScale heterogeneous training has no virtual pipeline "
                              f"(vpp={plan.vpp}, schedule {plan.schedule}); use --target megatron"))
@@ -186,7 +234,7 @@ def _recompute_violations(sysc: dict, pp: int, num_mb: int) -> list[Violation]:
 
 
 def plan_violations(plan: Plan, model: ModelSpec) -> list[Violation]:
-    out = refusals(plan)
+    out = refusals(plan, model)
     if out:
         return out
     return validate_flagscale_config(build_config(plan, model), model.num_layers, model.num_heads, model.kv_heads,
@@ -199,18 +247,30 @@ def emit(plan: Plan, cluster, model: ModelSpec, training=None) -> dict[str, str]
     if viol:
         raise EmitError("FlagScale cannot run this plan: " + "; ".join(v.message for v in viol))
     placement = place(plan, cluster)
-    head = ("# FlagScale heterogeneous training config (haap). Merge into your train YAML; add data, tokenizer,\n"
-            "# optimizer. Meshes: [tp, cp, ep, dp, pp] each; hostfile order = mesh order.\n")
+    labels = stage_labels(plan)
+    types = {n.name: labels[placement.stage_of_rank(n.first_rank)] for n in placement.nodes}
+    head = (f"# FlagScale heterogeneous training config (haap), for {ENGINE_VERSION}.\n"
+            f"# The complete model definition of {model.name} and the plan's parallelism; merge into your train\n"
+            "# YAML and add data, tokenizer, optimizer (LAUNCH.txt). Meshes: [tp, cp, ep, dp, pp] each; hostfile\n"
+            "# order = mesh order.\n")
     return {"flagscale_train.yaml": head + dump_yaml(build_config(plan, model)),
-            "hostfile": placement.hostfile(with_type=True), "rank_map.json": placement.rank_map_json(),
-            "README_launch.txt": _launch_notes(placement)}
+            "hostfile": placement.hostfile(types=types), "rank_map.json": placement.rank_map_json(),
+            "LAUNCH.txt": launch_text("flagscale", ENGINE_VERSION, placement, SUPPLIES, NOTES, cmd=COMMAND,
+                                      where="Once, on the node you launch from (FlagScale's runner starts every "
+                                            "node of the hostfile over ssh):")}
 
 
-def _launch_notes(placement) -> str:
-    lines = ["FlagScale launch (haap):",
-             "  1. Replace the placeholder host names in `hostfile`, keeping the order (mesh order = rank order).",
-             "  2. Point experiment.runner.hostfile at it and merge flagscale_train.yaml into train/<name>.yaml.",
-             "  3. python run.py --config-path <dir> --config-name <name> action=run",
-             f"Nodes ({len(placement.nodes)}, world size {placement.world_size}):"]
-    lines += [f"  {n.name}: {n.nproc} x {n.gpu_type}, GPUs {','.join(map(str, n.devices))}" for n in placement.nodes]
-    return "\n".join(lines) + "\n"
+ENGINE_VERSION = f"FlagScale at da4935e (its patched {MEGATRON_VERSION})"
+SUPPLIES = (
+    Supply("FLAGSCALE", "the path of a FlagScale checkout at the version above"),
+    Supply("data.data_path", "(train YAML) the Megatron indexed dataset prefix"),
+    Supply("data.tokenizer", "(train YAML) tokenizer_type HFTokenizer and tokenizer_path, matching the model"),
+    Supply("system.checkpoint", "(train YAML) save / load folders"),
+)
+NOTES = ["experiment.runner.hostfile: this folder's hostfile (placeholder names replaced, order and type= kept)",
+         ("experiment.envs: CUDA_DEVICE_MAX_CONNECTIONS: 1 (Megatron requires it with tp/cp > 1; FlagScale's "
+          "runner exports what experiment.envs lists)"),
+         "the optimizer section (lr, schedule, train_iters) of train/<name>.yaml",
+         ("device labels: a GPU type that recurs after another type gets its own label (a100-80g#2) in both "
+          "hetero_device_types and the hostfile's type=, so FlagScale's rank mapper keeps the mesh order")]
+COMMAND = "cd <flagscale> && python run.py --config-path <folder of your experiment YAML> --config-name <name> action=run"

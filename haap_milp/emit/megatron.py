@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 
+from haap_milp.emit.launch import Supply, launch_text, require_lines
 from haap_milp.emit.megatron_rules import validate_megatron_args
 from haap_milp.emit.placement import place
 from haap_milp.specs import ModelSpec, Plan
@@ -74,22 +75,63 @@ def refusals(plan: Plan, model: ModelSpec) -> list[Violation]:
     return out
 
 
-def build_args(plan: Plan, model: ModelSpec) -> list[str]:
-    """The Megatron-LM command-line arguments of the plan (model shape, parallelism, batch, precision)."""
-    s = plan.stages[0]
+ENGINE_VERSION = "Megatron-LM at d98e8a6 (megatron-core 0.16)"  # what the argument names and rules follow
+
+
+def model_args(plan: Plan, model: ModelSpec) -> list[str]:
+    """The complete model definition as Megatron-LM arguments (``megatron/training/arguments.py``
+    ``_add_network_size_args``; they become ``TransformerConfig`` fields of the same name)."""
     a = ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden),
-         "--ffn-hidden-size", str(model.ffn_hidden), "--num-attention-heads", str(model.num_heads)]
+         "--ffn-hidden-size", str(model.ffn_hidden), "--num-attention-heads", str(model.num_heads),
+         "--kv-channels", str(model.dim_head)]
     if model.kv_heads != model.num_heads:
         a += ["--group-query-attention", "--num-query-groups", str(model.kv_heads)]
-    if model.head_dim:
-        a += ["--kv-channels", str(model.head_dim)]
     a += ["--seq-length", str(plan.seq_len), "--max-position-embeddings", str(max(plan.seq_len, model.seq_len))]
+    a += ["--normalization", {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[model.norm],
+          "--norm-epsilon", _num(model.norm_epsilon)]
+    if model.positions == "rope":
+        a += ["--position-embedding-type", "rope", "--rotary-base", _num(model.rope_base)]
+    else:
+        a += ["--position-embedding-type", {"learned": "learned_absolute", "none": "none"}[model.positions]]
     if model.activation == "swiglu":
-        a.append("--swiglu")
+        a.append("--swiglu")  # gated SiLU; without it Megatron's MLP is GELU
+    if not model.bias_linear:
+        a.append("--disable-bias-linear")
+        if model.qkv_bias:
+            a.append("--add-qkv-bias")
+    if model.qk_norm:
+        a.append("--qk-layernorm")
     if not model.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
-    if model.qkv_bias:
-        a.append("--add-qkv-bias")
+    return a
+
+
+def _num(x: float) -> str:
+    """A float as Megatron's argparse reads it (1e-06, 500000)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) >= 1 else repr(float(x))
+
+
+def model_refusals(model: ModelSpec) -> list[Violation]:
+    """Model features Megatron-LM's command line cannot build (arguments.py: the MLP is GELU unless
+    --swiglu / --squared-relu; there is no plain ReLU)."""
+    if model.activation == "relu":
+        return [Violation("megatron.activation", None, "plain ReLU MLP (OPT) has no Megatron-LM argument (GELU, "
+                          "--swiglu or --squared-relu only); the launch files would train a different model")]
+    return []
+
+
+def approximations(model: ModelSpec) -> list[str]:
+    """Model features the arguments approximate (written into the args file)."""
+    out = []
+    if model.bias_linear and not model.qkv_bias:
+        out.append("the model has no Q/K/V bias but Megatron's --add-bias-linear (default) also biases Q/K/V")
+    return out
+
+
+def build_args(plan: Plan, model: ModelSpec) -> list[str]:
+    """The Megatron-LM command-line arguments of the plan (model definition, parallelism, batch, precision)."""
+    s = plan.stages[0]
+    a = model_args(plan, model)
     a += ["--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(plan.pp)]
     if plan.cp > 1:
         a += ["--context-parallel-size", str(plan.cp)]
@@ -123,31 +165,50 @@ def moe_layer_freq(model: ModelSpec) -> str | None:
 
 
 def _moe_args(plan: Plan, model: ModelSpec) -> list[str]:
+    """MoE layers, router and dispatcher (``_add_moe_args``): softmax top-k router (softmax over the k chosen
+    logits, Mixtral / Qwen3 with norm_topk_prob), aux-loss load balancing, all-to-all dispatch."""
     s = plan.stages[0]
     a = ["--num-experts", str(model.num_experts), "--moe-router-topk", str(model.top_k),
          "--moe-ffn-hidden-size", str(model.expert_ffn), "--expert-model-parallel-size", str(s.ep),
-         "--expert-tensor-parallel-size", str(s.etp), "--moe-token-dispatcher-type", "alltoall"]
+         "--expert-tensor-parallel-size", str(s.etp), "--moe-token-dispatcher-type", "alltoall",
+         "--moe-router-score-function", "softmax"]
+    if model.moe_aux_loss_coeff > 0:
+        a += ["--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", _num(model.moe_aux_loss_coeff)]
+    else:
+        a += ["--moe-router-load-balancing-type", "none"]
+    if model.num_experts >= 32:
+        a += ["--moe-router-dtype", "fp32"]  # Megatron-Core warns without fp32 routing at >= 32 experts
     if model.num_shared_experts:
         a += ["--moe-shared-expert-intermediate-size", str(model.num_shared_experts * model.shared_ffn)]
     freq = moe_layer_freq(model)
     if freq is not None:
         a += ["--moe-layer-freq", freq]
     if model.capacity_factor is not None:
-        a += ["--moe-expert-capacity-factor", str(model.capacity_factor)]
+        a += ["--moe-expert-capacity-factor", _num(model.capacity_factor), "--moe-token-drop-policy", "probs"]
     return a
 
 
 def plan_violations(plan: Plan, model: ModelSpec) -> list[Violation]:
     """Refusals plus Megatron's argument validation of the arguments the plan would get."""
-    out = refusals(plan, model)
+    out = refusals(plan, model) + model_refusals(model)
     if out:
         return out
     return validate_megatron_args(build_args(plan, model), plan.num_gpus)
 
 
-def _args_file(plan: Plan, argv: list[str]) -> str:
-    lines = ["# Megatron-LM arguments for this plan (haap). Add data, tokenizer, optimizer and model details",
-             "# not in the plan (normalization, position embedding) yourself.",
+SUPPLIES = (
+    Supply("MEGATRON_LM", "the path of a Megatron-LM checkout at the version above (pretrain_gpt.py runs from it)"),
+    Supply("DATA_PATH", "the Megatron indexed dataset prefix (tools/preprocess_data.py output, without .bin/.idx)"),
+    Supply("TOKENIZER_MODEL", "a HuggingFace tokenizer name or folder whose vocabulary matches the model's"),
+    Supply("CHECKPOINT_DIR", "a folder for checkpoints (--save and --load)"),
+)
+NOTES = ["MEGATRON_EXTRA_ARGS (optional): optimizer and schedule, e.g. '--lr 3e-4 --min-lr 3e-5 --train-iters 10000'"]
+
+
+def _args_file(plan: Plan, model: ModelSpec, argv: list[str]) -> str:
+    lines = [f"# Megatron-LM arguments for this plan (haap), for {ENGINE_VERSION}: the complete model definition",
+             f"# of {model.name} and the plan's parallelism; data, tokenizer and optimizer come from launch.sh.",
+             *[f"# approximation: {x}" for x in approximations(model)],
              f"# {plan.pp} stages: " + "; ".join(f"{j}: {s.num_layers} layers on {s.gpu_type}@{s.island}"
                                                  for j, s in enumerate(plan.stages)),
              "MEGATRON_ARGS=("]
@@ -162,20 +223,22 @@ def _args_file(plan: Plan, argv: list[str]) -> str:
     return "\n".join(lines + [")"]) + "\n"
 
 
-def launch_script(placement, entry: str, args_ref: str = "", megatron: bool = False) -> str:
+def launch_script(placement, entry: str, args_ref: str = "", megatron: bool = False,
+                  supplies: tuple[Supply, ...] = (), cd: str | None = None) -> str:
     """torchrun per node: static rendezvous, node rank = hostfile order; torch elastic gives agent k the
     global ranks after the local world sizes of agents 0..k-1 (agent/server/api.py _assign_worker_ranks)."""
-    lines = ["#!/usr/bin/env bash", "# Run on every node with HAAP_NODE set to its placeholder name (see hostfile).",
-             "set -euo pipefail", ': "${MASTER_ADDR:?set MASTER_ADDR to the host of node rank 0}"',
+    lines = ["#!/usr/bin/env bash", "# Run on every node with HAAP_NODE set to its placeholder name (see hostfile",
+             "# and LAUNCH.txt).", "set -euo pipefail", 'HERE="$(cd "$(dirname "$0")" && pwd)"',
+             ': "${MASTER_ADDR:?set MASTER_ADDR to the host of node rank 0}"', *require_lines(supplies),
              f"NNODES={len(placement.nodes)}", 'case "${HAAP_NODE:?}" in']
     for k, n in enumerate(placement.nodes):
         lines.append(f"  {n.name}) NODE_RANK={k}; NPROC={n.nproc}; export CUDA_VISIBLE_DEVICES="
                      f"{','.join(map(str, n.devices))} ;;")
     lines += ['  *) echo "unknown HAAP_NODE=$HAAP_NODE" >&2; exit 2 ;;', "esac",
-              '[ -f "$(dirname "$0")/nccl_env.sh" ] && source "$(dirname "$0")/nccl_env.sh"',
+              '[ -f "$HERE/nccl_env.sh" ] && source "$HERE/nccl_env.sh"',
               *(["export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron: required with tp/cp > 1 (arguments.py)"]
                 if megatron else []),
-              *([args_ref] if args_ref else []),
+              *([args_ref] if args_ref else []), *([f'cd "{cd}"'] if cd else []),
               "torchrun --nnodes=$NNODES --node-rank=$NODE_RANK --nproc-per-node=$NPROC --rdzv-backend=static \\",
               f"  --master-addr=$MASTER_ADDR --master-port=${{MASTER_PORT:-6000}} {entry}"]
     return "\n".join(lines) + "\n"
@@ -189,9 +252,13 @@ def emit(plan: Plan, cluster, model: ModelSpec, training=None) -> dict[str, str]
     placement = place(plan, cluster)
     argv = build_args(plan, model)
     return {
-        "megatron_args.sh": _args_file(plan, argv),
-        "launch.sh": launch_script(placement, 'pretrain_gpt.py "${MEGATRON_ARGS[@]}"',
-                                   'source "$(dirname "$0")/megatron_args.sh"', megatron=True),
+        "megatron_args.sh": _args_file(plan, model, argv),
+        "launch.sh": launch_script(placement, 'pretrain_gpt.py "${MEGATRON_ARGS[@]}" \\\n    --data-path "$DATA_PATH" '
+                                   '--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOKENIZER_MODEL" \\\n'
+                                   '    --save "$CHECKPOINT_DIR" --load "$CHECKPOINT_DIR" ${MEGATRON_EXTRA_ARGS:-}',
+                                   'source "$HERE/megatron_args.sh"', megatron=True, supplies=SUPPLIES,
+                                   cd="$MEGATRON_LM"),
+        "LAUNCH.txt": launch_text("megatron", ENGINE_VERSION, placement, SUPPLIES, NOTES),
         "hostfile": placement.hostfile(),
         "rank_map.json": placement.rank_map_json(),
     }

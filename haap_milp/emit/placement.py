@@ -59,11 +59,12 @@ class Placement:
                 return j
         raise IndexError(rank)
 
-    def hostfile(self, with_type: bool = False) -> str:
-        """``host slots=N [type=GPU]`` per node, node-rank order (OpenMPI/DeepSpeed; FlagScale adds type)."""
+    def hostfile(self, types: dict[str, str] | None = None) -> str:
+        """``host slots=N [type=LABEL]`` per node, node-rank order (OpenMPI/DeepSpeed; FlagScale adds the
+        device label of each node, ``types``: node name -> label)."""
         lines = ["# haap rank order: replace the placeholder names with real hosts, keep the order"]
         for n in self.nodes:
-            lines.append(f"{n.name} slots={n.nproc}" + (f" type={n.gpu_type}" if with_type else ""))
+            lines.append(f"{n.name} slots={n.nproc}" + (f" type={types[n.name]}" if types else ""))
         return "\n".join(lines) + "\n"
 
     def rank_map_json(self) -> str:
