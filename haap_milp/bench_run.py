@@ -80,8 +80,10 @@ def error_rows(task: Task, status: str, message: str) -> list[dict]:
 
 # --------------------------------------------------------------------------- worker side
 
-#: Tests only: ``sleep=SECONDS`` makes every task sleep first (slow tasks for the signal tests);
-#: ``fail=LABEL`` makes every solver call on the cluster labelled LABEL raise (ERROR rows from a solver failure).
+#: Tests only, comma-separated: ``sleep=SECONDS`` makes each task sleep first (``sleep_on=PREFIX``: only tasks on
+#: clusters whose label starts with PREFIX), slow tasks for the signal tests; ``started=DIR`` makes each task create
+#: ``DIR/<worker pid>-<ns>`` when it starts; ``fail=LABEL`` makes every solver call on the cluster labelled LABEL raise
+#: (ERROR rows from a solver failure).
 TEST_HOOK_ENV = "HAAP_BENCH_TEST_HOOK"
 WATCH_PARENT_S = 0.5  # how often a worker checks that the driver is still its parent
 
@@ -168,7 +170,9 @@ def run_task(task: Task) -> list[dict]:
     logging.getLogger("haap_milp").setLevel(logging.WARNING)
     inp = task.inputs
     hook = _test_hook()
-    if "sleep" in hook:
+    if "started" in hook:
+        Path(hook["started"], f"{os.getpid()}-{time.monotonic_ns()}").touch()
+    if "sleep" in hook and inp.cluster.startswith(hook.get("sleep_on", "")):
         time.sleep(float(hook["sleep"]))
     step = _injected_failure if hook.get("fail") == inp.cluster else _guarded
     limits = [t for _, t in task.runs if t is not None]
@@ -353,7 +357,7 @@ class BenchInterrupted(Exception):
 
     def __init__(self, signum: int, runs_done: int, runs_left: int, csv_path: Path):
         self.signum, self.runs_done, self.runs_left, self.csv_path = signum, runs_done, runs_left, csv_path
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        super().__init__(signal.Signals(signum).name)
 
     @property
     def exit_code(self) -> int:
@@ -504,13 +508,21 @@ def execute(tasks: list[Task], workers: int, emit: Callable[[list[dict]], None],
         try:
             inflight: dict = {}
             while pending or inflight:
-                while pending and len(inflight) < workers and should_stop() is None:
-                    t = pending.popleft()
+                if (signum := should_stop()) is not None:
+                    raise _Stop(signum)
+                broken = False
+                while pending and len(inflight) < workers:
+                    t = pending[0]
+                    try:
+                        fut = pool.submit(task_fn, t)
+                    except BrokenProcessPool:  # a worker died since the last wait: this task was not started
+                        broken = True
+                        break
+                    pending.popleft()
                     if on_start:
                         on_start(t)
-                    inflight[pool.submit(task_fn, t)] = t
-                finished = _wait(inflight, should_stop)
-                broken = False
+                    inflight[fut] = t
+                finished = _wait(inflight, should_stop) if inflight and not broken else set()
                 for fut in finished:
                     t = inflight.pop(fut)
                     try:

@@ -69,7 +69,7 @@ def bench(
 
             result = run_bench(spec, out_dir, workers=workers, resume=not no_resume, progress=progress)
     except BenchInterrupted as stop:
-        err_console.print(f"interrupted ({stop}): the workers were stopped; {stop.runs_done} runs of this session are "
+        err_console.print(f"interrupted by {stop}: the workers were stopped; {stop.runs_done} runs of this session are "
                           f"saved in {stop.csv_path}, {stop.runs_left} were not finished. Resume with:\n"
                           f"  {resume_cmd}", markup=False, highlight=False, soft_wrap=True)
         raise SystemExit(stop.exit_code) from None
