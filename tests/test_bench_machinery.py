@@ -180,3 +180,19 @@ def test_progress_note_carries_the_estimate(tmp_path):
               progress=lambda done, total, note: notes.append((done, total, note)))
     assert notes[-1][:2] == (12, 12)
     assert "after the first task" in notes[0][2] and "left (estimate)" in notes[-1][2]
+
+
+def test_repair_csv_drops_only_broken_rows(tmp_path):
+    from haap_milp.bench_run import repair_csv
+
+    p = tmp_path / "results.csv"
+    header = ",".join(COLUMNS) + "\r\n"
+    row = ",".join(["x"] * len(COLUMNS)) + "\r\n"
+    p.write_bytes((header + row + row).encode())
+    assert repair_csv(p) == [] and p.read_bytes() == (header + row + row).encode()  # a sound file is untouched
+    p.write_bytes((header + row + header + row[:9]).encode())
+    notes = repair_csv(p)
+    assert notes == ["line 3 repeats the header", "line 4 was cut short (no line end: the write was interrupted)"]
+    assert p.read_bytes() == (header + row).encode()
+    p.write_bytes(header[:10].encode())  # killed while writing the header
+    assert repair_csv(p) == ["the header was cut short"] and p.read_bytes() == b""

@@ -74,7 +74,7 @@ def bench(
                           f"  {resume_cmd}", markup=False, highlight=False, soft_wrap=True)
         raise SystemExit(stop.exit_code) from None
     for note in result.repaired:
-        console.print(f"results.csv: {note}; dropped, its run was done again", highlight=False)
+        console.print(f"results.csv: {note}; dropped and run again", highlight=False)
     console.print(f"{result.runs_done} runs done, {result.runs_skipped} skipped (already in results.csv), "
                   f"{result.wall_s:.1f} s wall", highlight=False)
     for path in result.files:
