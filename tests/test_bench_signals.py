@@ -203,3 +203,30 @@ def test_torn_last_row_is_dropped_and_rerun(tmp_path):
     third = CliRunner().invoke(app, args, catch_exceptions=False)
     assert third.exit_code == 0 and "line 2 has 3 columns" in " ".join(third.output.split()), third.output
     assert sorted(r["cluster"] for r in csv.DictReader(csv_path.open(newline=""))) == ["fast", "slow1"]
+
+
+WATCHED = """
+import os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", '''
+import os, sys, time
+from haap_milp.bench_run import worker_init
+sys.platform = "not-linux"  # no PR_SET_PDEATHSIG: the parent watch alone must end this process
+worker_init(os.getppid())
+print("ready", flush=True)
+time.sleep(60)
+'''], stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "ready"
+print(child.pid, flush=True)
+os._exit(0)  # the parent dies without a word; the child is orphaned
+"""
+
+
+def test_parent_watch_alone_ends_an_orphaned_worker():
+    proc = subprocess.run([sys.executable, "-c", WATCHED], capture_output=True, text=True, timeout=60, check=True)
+    orphan = int(proc.stdout.split()[-1])
+    try:
+        gone = _wait_until(lambda: not _alive(orphan), GONE_TIMEOUT_S, "the orphan's parent watch")
+    finally:
+        if _alive(orphan):
+            os.kill(orphan, signal.SIGKILL)
+    print(f"parent watch: orphan gone {gone:.2f} s after its parent")
