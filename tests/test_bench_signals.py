@@ -197,12 +197,7 @@ def test_torn_last_row_is_dropped_and_rerun(tmp_path):
         rows = list(csv.reader(f))
     assert csv_path.read_bytes().endswith(b"\r\n") and all(len(r) == len(COLUMNS) for r in rows)
     assert rows[1] == before[0] and rows[2][:7] == before[1][:7]  # the whole row kept, the torn one rerun
-    # a row with a wrong column count (not the last: e.g. a write from an older version) is dropped too
-    rows_bytes = csv_path.read_bytes().split(b"\r\n")
-    csv_path.write_bytes(b"\r\n".join([rows_bytes[0], b"gpt3-350m,fast,64", *rows_bytes[2:]]))
-    third = CliRunner().invoke(app, args, catch_exceptions=False)
-    assert third.exit_code == 0 and "line 2 has 3 columns" in " ".join(third.output.split()), third.output
-    assert sorted(r["cluster"] for r in csv.DictReader(csv_path.open(newline=""))) == ["fast", "slow1"]
+    # (a wrong column count or a repeated header: test_bench_machinery.py::test_repair_csv_drops_only_broken_rows)
 
 
 WATCHED = """
