@@ -261,7 +261,7 @@ def repair_csv(path: Path) -> list[str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = data.decode("utf-8", errors="replace")
-    if "\n" not in text and ",".join(COLUMNS).startswith(text):  # killed while writing the header
+    if "\n" not in text and (",".join(COLUMNS) + "\r").startswith(text):  # killed while writing the header
         write_atomic(path, b"", flag="--out")
         return ["the header was cut short"]
     parts = text.split("\n")  # rows end in \r\n; only \n splits (a message may hold other line breaks)

@@ -196,3 +196,5 @@ def test_repair_csv_drops_only_broken_rows(tmp_path):
     assert p.read_bytes() == (header + row).encode()
     p.write_bytes(header[:10].encode())  # killed while writing the header
     assert repair_csv(p) == ["the header was cut short"] and p.read_bytes() == b""
+    p.write_bytes(header[:-1].encode())  # all but its line feed
+    assert repair_csv(p) == ["the header was cut short"] and p.read_bytes() == b""
