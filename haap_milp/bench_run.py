@@ -617,7 +617,8 @@ def run_bench(spec: BenchSpec, out_dir: Path, workers: int = 1, resume: bool = T
 
         def tell() -> None:
             if progress:
-                progress(count[0], total, f"{note[0]} · {fmt_eta(eta.seconds_left())}" if note[0] else note[0])
+                busy = note[0] and count[0] < total
+                progress(count[0], total, f"{note[0]} · {fmt_eta(eta.seconds_left())}" if busy else note[0])
 
         def emit(rows: list[dict]) -> None:
             writer.write(rows)

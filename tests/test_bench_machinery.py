@@ -179,7 +179,8 @@ def test_progress_note_carries_the_estimate(tmp_path):
     run_bench(_spec(clusters=("a", "b", "c")), tmp_path, workers=1, task_fn=fake_task,
               progress=lambda done, total, note: notes.append((done, total, note)))
     assert notes[-1][:2] == (12, 12)
-    assert "after the first task" in notes[0][2] and "left (estimate)" in notes[-1][2]
+    assert "after the first task" in notes[0][2] and "left (estimate)" in notes[-2][2]
+    assert "left" not in notes[-1][2]  # done: no estimate
 
 
 def test_repair_csv_drops_only_broken_rows(tmp_path):
