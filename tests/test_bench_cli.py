@@ -11,6 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from haap_milp.bench.run import TEST_HOOK_ENV
 from haap_milp.cli import app
 
 SMALL, BIG = "gpt3-350m", "llama3-70b"
@@ -26,7 +27,7 @@ SPEC = {
         {"label": "a100-8", "cluster": "a100-80g:8"},
         {"label": "h100+a100-16", "cluster": "h100-80g:8,a100-80g:8"},
         {"label": "tiny-40g", "cluster": "a100-40g:4/4"},  # 70B cannot fit: INFEASIBLE rows
-        {"label": "typo", "cluster": "no-such-gpu:8"},  # cannot be loaded: ERROR rows
+        {"label": "typo", "cluster": "a100-80g:4/4"},  # its solver calls fail (test hook): ERROR rows
     ],
     "exclude": [{"model": BIG, "cluster": "a100-8"}, {"model": BIG, "cluster": "h100+a100-16"},
                 {"model": SMALL, "cluster": "tiny-40g"}, {"model": BIG, "cluster": "typo"}],
@@ -45,7 +46,9 @@ def first_run(tmp_path_factory):
     spec = tmp / "tiny.yaml"
     spec.write_text(yaml.safe_dump(SPEC))
     out = tmp / "out"
-    output = _invoke(["bench", str(spec), "--out", str(out), "--workers", "2"])
+    with pytest.MonkeyPatch.context() as mp:  # the spawned workers inherit it: every solver call on "typo" raises
+        mp.setenv(TEST_HOOK_ENV, "fail=typo")
+        output = _invoke(["bench", str(spec), "--out", str(out), "--workers", "2"])
     with (out / "results.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     return spec, out, output, rows
@@ -87,7 +90,7 @@ def test_failures_are_rows(first_run):
     assert {r["status"] for r in infeasible} == {"INFEASIBLE"} and all(r["message"] for r in infeasible)
     typo = [r for r in rows if r["cluster"] == "typo"]
     assert len(typo) == 3 and {r["status"] for r in typo} == {"ERROR"}
-    assert all("no-such-gpu" in r["message"] for r in typo)
+    assert all("injected solver failure" in r["message"] for r in typo)
 
 
 def test_summary_matches_csv(first_run):
@@ -118,3 +121,44 @@ def test_bad_spec_is_one_paragraph(tmp_path):
     assert proc.returncode == 2
     assert "methods" in proc.stderr and "simplex" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "results.csv").exists()
+
+
+def _main(args, **kw):
+    cmd = [sys.executable, "-c", "from haap_milp.cli import main; main()", *args]
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60, **kw)
+
+
+def test_unloadable_cluster_exits_2_before_any_run(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**SPEC, "clusters": [*SPEC["clusters"], {"label": "x", "cluster": "no-such-gpu:8"}]}))
+    proc = _main(["bench", str(bad), "--out", str(tmp_path / "out")])
+    assert proc.returncode == 2, proc.stderr
+    assert "clusters.4" in proc.stderr and "no-such-gpu" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "results.csv").exists()
+
+
+def test_missing_network_file_exits_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**SPEC, "clusters": [{"cluster": "a100-80g:8", "network": str(tmp_path / "n.yaml")}]}))
+    proc = _main(["bench", str(bad), "--out", str(tmp_path / "out")])
+    assert proc.returncode == 2 and "clusters.0" in proc.stderr and "n.yaml" in proc.stderr, proc.stderr
+
+
+def test_no_spec_refuses_and_lists_builtin_specs(tmp_path):
+    proc = _main(["bench", "--out", str(tmp_path / "out")], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "SPEC.yaml" in proc.stderr and "'default'" in proc.stderr and "haap-solve bench default" in proc.stderr
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("bench-*"))
+
+
+def test_bad_workers_names_the_flag(tmp_path):
+    proc = _main(["bench", "default", "--workers", "0", "--out", str(tmp_path / "out")])
+    assert proc.returncode == 2 and "--workers" in proc.stderr
+
+
+def test_help_documents_default_and_resume():
+    import os
+
+    proc = _main(["bench", "--help"], env={**os.environ, "COLUMNS": "200"})
+    text = " ".join(proc.stdout.split())
+    assert "'default'" in text and "exits 2" in text and "resumes" in text

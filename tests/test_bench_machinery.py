@@ -150,3 +150,52 @@ def test_foreign_csv_is_refused(tmp_path):
     (tmp_path / "results.csv").write_text("a,b\n1,2\n")
     with pytest.raises(HaapInputError, match="--no-resume"):
         run_bench(_spec(), tmp_path, workers=1, task_fn=fake_task)
+
+
+def test_eta_from_finished_tasks_per_kind(monkeypatch):
+    from haap_milp import bench_run
+    from haap_milp.bench.run import Eta, fmt_eta, plan_tasks
+
+    clock = [0.0]
+    monkeypatch.setattr(bench_run.time, "monotonic", lambda: clock[0])
+    tasks, _ = plan_tasks(_spec(clusters=("a", "b", "c", "d", "e")), set())
+    eta = Eta(workers=2)
+    eta.plan(tasks)
+    assert eta.seconds_left() is None and "after the first task" in fmt_eta(None)
+    eta.start(tasks[0])
+    eta.start(tasks[1])
+    clock[0] = 10.0
+    eta.finish(tasks[0])  # one task took 10 s: 3 pending + 1 in flight (10 s in, so ~0 left) over 2 workers
+    assert eta.seconds_left() == pytest.approx(3 * 10.0 / 2)
+    eta.finish(tasks[1])  # 10 s too
+    eta.start(tasks[2])
+    clock[0] = 14.0
+    assert eta.seconds_left() == pytest.approx((2 * 10.0 + 6.0) / 2)
+    assert fmt_eta(75) == "~1m15s left (estimate)" and fmt_eta(3 * 3600 + 60) == "~3h01m left (estimate)"
+
+
+def test_progress_note_carries_the_estimate(tmp_path):
+    notes = []
+    run_bench(_spec(clusters=("a", "b", "c")), tmp_path, workers=1, task_fn=fake_task,
+              progress=lambda done, total, note: notes.append((done, total, note)))
+    assert notes[-1][:2] == (12, 12)
+    assert "after the first task" in notes[0][2] and "left (estimate)" in notes[-2][2]
+    assert "left" not in notes[-1][2]  # done: no estimate
+
+
+def test_repair_csv_drops_only_broken_rows(tmp_path):
+    from haap_milp.bench.run import repair_csv
+
+    p = tmp_path / "results.csv"
+    header = ",".join(COLUMNS) + "\r\n"
+    row = ",".join(["x"] * len(COLUMNS)) + "\r\n"
+    p.write_bytes((header + row + row).encode())
+    assert repair_csv(p) == [] and p.read_bytes() == (header + row + row).encode()  # a sound file is untouched
+    p.write_bytes((header + row + header + row[:9]).encode())
+    notes = repair_csv(p)
+    assert notes == ["line 3 repeats the header", "line 4 was cut short (no line end: the write was interrupted)"]
+    assert p.read_bytes() == (header + row).encode()
+    p.write_bytes(header[:10].encode())  # killed while writing the header
+    assert repair_csv(p) == ["the header was cut short"] and p.read_bytes() == b""
+    p.write_bytes(header[:-1].encode())  # all but its line feed
+    assert repair_csv(p) == ["the header was cut short"] and p.read_bytes() == b""

@@ -261,8 +261,8 @@ def _out_cases(tmp: Path, plan: Path) -> dict[str, list]:
         "simulate-plot-under-file": ["simulate", plan, "--plot", under_file],
         "emit-out-file": ["emit", plan, "-t", "megatron", "--out", a_file],
         "emit-out-under-file": ["emit", plan, "-t", "megatron", "--out", under_file],
-        "bench-out-file": ["bench", "--out", a_file],
-        "bench-out-under-file": ["bench", "--out", under_file],
+        "bench-out-file": ["bench", "default", "--out", a_file],
+        "bench-out-under-file": ["bench", "default", "--out", under_file],
     }
 
 
@@ -300,7 +300,7 @@ def test_read_only_folder_is_refused_first(plan_doc, tmp_path, which):
                 "solve-plot": ["solve", *SMALL, "--plot", ro / "p"],
                 "emit": ["emit", plan, "-t", "megatron", "--out", ro / "o"],
                 "simulate-plot": ["simulate", plan, "--plot", ro / "p"],
-                "bench": ["bench", "--out", ro / "b"]}[which]
+                "bench": ["bench", "default", "--out", ro / "b"]}[which]
         assert_refused(args)
     finally:
         ro.chmod(0o755)
@@ -370,7 +370,7 @@ def test_bad_flag_names_the_flag(plan_doc, tmp_path, cmd, flag, value):
     base = {"solve": ["solve", *SMALL, "--solver", "dp"], "compare": ["compare", *SMALL],
             "estimate": ["estimate", "-m", "llama3-8b", "-c", "h100-80g:8", "--gbs", "16", "--dp", "2", "--pp", "4"],
             "simulate": ["simulate", plan], "emit": ["emit", plan, "-t", "megatron"],
-            "bench": ["bench"]}[cmd]
+            "bench": ["bench", "default"]}[cmd]
     if cmd == "emit":
         base = ["emit", plan]
     err = assert_refused([*base, flag, value])

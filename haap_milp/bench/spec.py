@@ -236,18 +236,23 @@ def load_spec(path: str | Path) -> BenchSpec:
 
 
 def check_spec_inputs(spec: BenchSpec, source: str) -> None:
-    """Every model of the grid loads (catalog name or file): a spec error exits 2 before any run, instead of
-    ERROR rows. (Clusters that fail to load still give ERROR rows; tests/test_bench_cli.py relies on that.)"""
-    from haap_milp.catalog import load_model
+    """Every model and cluster of the grid loads (catalog name, file or shorthand; with its network file and
+    profiles): a spec error exits 2 before any run, naming the spec key, instead of ERROR rows."""
+    from haap_milp.catalog import load_cluster, load_model
     from haap_milp.estimator import load_profiles
+    from haap_milp.network.merge import apply_network_option
 
-    for what, items, load in (("models", [m.name for m in spec.models], load_model),):
-        for i, ref in enumerate(items):
-            try:
-                load(ref)
-            except HaapInputError as exc:
-                raise HaapInputError(f"benchmark spec {source!r}: {what}.{i} = {ref!r}: {exc}",
-                                     field=f"{what}.{i}", value=ref) from None
+    def cluster(c: BenchCluster):
+        return apply_network_option(load_cluster(c.cluster), c.network, "network")
+
+    checks = [(f"models.{i}", m.name, load_model, m.name) for i, m in enumerate(spec.models)]
+    checks += [(f"clusters.{i}", c.cluster, cluster, c) for i, c in enumerate(spec.clusters)]
+    for key, shown, load, arg in checks:
+        try:
+            load(arg)
+        except HaapInputError as exc:
+            raise HaapInputError(f"benchmark spec {source!r}: {key} = {shown!r}: {exc}", field=key,
+                                 value=shown) from None
     for i, c in enumerate(spec.clusters):  # profiles load (and merge) before any run, as models do
         if c.profile:
             try:
