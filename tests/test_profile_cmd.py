@@ -89,7 +89,7 @@ def test_profile_tiny_model_structure_and_round_trip(tmp_path, run_cli, one_thre
     m, c, t = load_model(model), load_cluster("a100-80g:1/1"), TrainingSpec(global_batch_size=8, seq_len=32)
     assert Estimator(m, c, t, profile=loaded).layer_cost("a100-80g", 1, 1, 1, 1, "none", 2).time_s == \
         pytest.approx(dec.forward_s + dec.backward_s)
-    args = ["estimate", "-m", model, "-c", "a100-80g:1/1", "--gbs", "8", "--mbs", "2", "--json"]
+    args = ["estimate", "-m", model, "-c", "a100-80g:1/1", "--gbs", "8", "--seq", "32", "--mbs", "2", "--json"]
     code, plain, err = run_cli(args)
     assert code == 0, err
     code, measured, err = run_cli([*args, "--profile", str(out)])

@@ -104,11 +104,12 @@ def test_bf16_names_the_excluded_v100s_in_json_and_report(run_cli):
     assert code == 0, err
     doc = json.loads(out)
     assert doc["excluded"] == [{"gpu_type": "v100-16g", "island": "main", "gpus": 96, "scope": "gpus",
-                                "reason": "no bf16 on this GPU (it has fp16)", "include_with": "--precision fp16"}]
+                                "reason": "no bf16 on this GPU (it has fp32, fp16)",
+                                "include_with": "--precision fp32 (or --precision fp16)"}]
     assert doc["profile"] is None
     code, out, _ = run_cli(args)
-    assert "excluded    v100-16g@main (96 GPUs): no bf16 on this GPU (it has fp16); include with --precision fp16" \
-        in out
+    assert ("excluded    v100-16g@main (96 GPUs): no bf16 on this GPU (it has fp32, fp16); include with --precision "
+            "fp32 (or --precision fp16)") in out
 
 
 def test_group_that_cannot_hold_a_layer_is_named(run_cli):
