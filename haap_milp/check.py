@@ -31,9 +31,8 @@ from haap_milp.emit import engine_module
 from haap_milp.errors import HaapInputError
 from haap_milp.parallel_rules import ep_divides_experts, ep_fits_grid, tp_fits_node, tp_head_misfits
 from haap_milp.pipeline import fits_memory
-from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec
+from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec, Violation
 from haap_milp.targets import capabilities
-from haap_milp.violations import Violation
 
 log = logging.getLogger(__name__)
 

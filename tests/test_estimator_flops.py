@@ -47,7 +47,7 @@ def test_causal_halves_scores_only():
 
 
 def _oracle_layer_fwd(m: ModelSpec, i: int, tokens: int, seq: int) -> float:
-    """Independent count from specs.py parameter counts: 2 FLOPs per weight per (active) token + scores."""
+    """Independent count from the specs' parameter counts: 2 FLOPs per weight per (active) token + scores."""
     weights = m.layer_params(i, active=True) - 2 * m.hidden  # norms have no matmul
     scores = 2 * 2 * tokens * seq * m.num_heads * m.dim_head * 0.5
     return 2 * tokens * weights + scores

@@ -225,7 +225,7 @@ def test_network_import_user_errors_exit_2(args, needle):
 
 
 def test_network_package_sits_below_the_planner():
-    """network.spec is imported by specs.py (no haap import of its own); the rest may use estimator.comm,
+    """network.spec is imported by specs/cluster.py (no haap import of its own); the rest may use estimator.comm,
     catalog and specs but nothing above the estimator."""
     import ast
 

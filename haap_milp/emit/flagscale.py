@@ -31,9 +31,8 @@ from haap_milp.emit.megatron import _moe_args, model_args, model_refusals
 from haap_milp.emit.megatron_rules import parse_argv
 from haap_milp.emit.placement import dump_yaml, place
 from haap_milp.parallel_rules import tp_divides_heads
-from haap_milp.specs import ModelSpec, Plan
+from haap_milp.specs import ModelSpec, Plan, Violation
 from haap_milp.targets import TARGETS, EmitError
-from haap_milp.violations import Violation
 
 CAPABILITIES = TARGETS["flagscale"]  # what presolve may plan for this engine (haap_milp.targets)
 

@@ -15,9 +15,8 @@ import shlex
 from haap_milp.emit.launch import Supply, launch_text, require_lines
 from haap_milp.emit.megatron_rules import validate_megatron_args
 from haap_milp.emit.placement import place
-from haap_milp.specs import ModelSpec, Plan
+from haap_milp.specs import ModelSpec, Plan, Violation
 from haap_milp.targets import TARGETS, EmitError
-from haap_milp.violations import Violation
 
 CAPABILITIES = TARGETS["megatron"]  # what presolve may plan for this engine (haap_milp.targets)
 

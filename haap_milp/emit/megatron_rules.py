@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from haap_milp.violations import Violation
+from haap_milp.specs import Violation
 
 LAYER_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 

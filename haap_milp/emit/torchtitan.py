@@ -36,9 +36,8 @@ from haap_milp.emit.launch import Supply, launch_text
 from haap_milp.emit.megatron import chunk_layers, launch_script
 from haap_milp.emit.placement import place
 from haap_milp.parallel_rules import tp_divides_heads
-from haap_milp.specs import ModelSpec, Plan
+from haap_milp.specs import ModelSpec, Plan, Violation
 from haap_milp.targets import TARGETS, EmitError
-from haap_milp.violations import Violation
 
 CAPABILITIES = TARGETS["torchtitan"]  # what presolve may plan for this engine (haap_milp.targets)
 

@@ -5,5 +5,5 @@
 * ``merge``: read a network file and attach it to a cluster (checks the GPU types and islands it names).
 * ``pricing``: the link one collective gets at its real message size and sender count.
 
-This package's ``__init__`` imports nothing: ``specs.py`` imports ``network.spec`` and must not see a cycle.
+This package's ``__init__`` imports nothing: ``specs/cluster.py`` imports ``network.spec`` and must not see a cycle.
 """

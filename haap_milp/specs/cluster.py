@@ -1,0 +1,144 @@
+"""The cluster: GPU types, node groups, islands and the links between them.
+
+Units and conventions: see ``haap_milp.specs`` (the package docstring)."""
+
+from __future__ import annotations
+
+from pydantic import Field, computed_field, model_serializer, model_validator
+
+from haap_milp.network.spec import MeasuredNetwork
+from haap_milp.specs.base import (
+    Frozen,
+    NicType,
+    Precision,
+)
+
+
+class GPUSpec(Frozen):
+    """One accelerator type. Values from vendor datasheets (see catalog/gpus.yaml sources)."""
+
+    name: str = Field(description="Canonical catalog name, e.g. 'a100-80g'.", min_length=1, max_length=100)
+    vendor: str = Field(default="NVIDIA", description="Vendor name.")
+    memory_gib: float = Field(description="Device memory in GiB.", gt=0, le=4096)
+    bf16_tflops: float | None = Field(default=None, description="Dense BF16 peak, TFLOP/s (None: unsupported).", gt=0)
+    fp16_tflops: float | None = Field(default=None, description="Dense FP16 peak, TFLOP/s (None: unsupported).", gt=0)
+    fp8_tflops: float | None = Field(default=None, description="Dense FP8 peak, TFLOP/s (None: unsupported).", gt=0)
+    fp32_tflops: float | None = Field(
+        default=None, description="FP32 peak without tensor cores (CUDA cores), TFLOP/s (None: not stated).", gt=0)
+    tf32_tflops: float | None = Field(
+        default=None, description="Dense TF32 tensor-core peak, TFLOP/s (None: unsupported).", gt=0)
+    hbm_bandwidth_gbps: float = Field(description="HBM bandwidth, GB/s.", gt=0)
+    intra_node_bandwidth_gbps: float = Field(
+        description="Intra-node link bandwidth per GPU per direction, GB/s (NVLink/PCIe).", gt=0
+    )
+    source: str = Field(default="", description="Where the numbers were read.")
+
+    def peak_tflops(self, precision: Precision) -> float | None:
+        """Dense peak for ``precision``; None where the GPU lacks it."""
+        return {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp8": self.fp8_tflops,
+                "fp32": self.fp32_tflops, "tf32": self.tf32_tflops}[precision]
+
+    @model_serializer(mode="wrap")
+    def _omit_unknown_fp32(self, handler):  # GPUs without fp32/tf32 figures serialise as before
+        data = handler(self)
+        if isinstance(data, dict):
+            for k in ("fp32_tflops", "tf32_tflops"):
+                if data.get(k, 0) is None:
+                    data.pop(k)
+        return data
+
+
+class NodeGroup(Frozen):
+    """A set of identical nodes sharing a GPU type, NIC and island."""
+
+    gpu: GPUSpec = Field(description="GPU type of every GPU in these nodes.")
+    num_nodes: int = Field(description="Number of nodes.", ge=1, le=100_000)
+    gpus_per_node: int = Field(default=8, description="GPUs per node.", ge=1, le=64)
+    nic: NicType = Field(default="ib", description="Inter-node network: ib, roce or ethernet.")
+    nic_bandwidth_gbps: float = Field(
+        description="Inter-node bandwidth per node (all NICs together, one direction), GB/s.", gt=0, le=100_000
+    )
+    nic_latency_us: float = Field(default=5.0, description="Inter-node one-way latency, microseconds.", ge=0, le=1e6)
+    island: str = Field(
+        default="main", description="Network island: nodes of one island share a fabric.", min_length=1, max_length=100
+    )
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
+class IslandLink(Frozen):
+    """The link joining two islands (both directions)."""
+
+    a: str = Field(description="One island.")
+    b: str = Field(description="The other island.")
+    bandwidth_gbps: float = Field(description="Aggregate bandwidth between the islands, GB/s.", gt=0, le=100_000)
+    latency_us: float = Field(default=50.0, description="One-way latency, microseconds.", ge=0, le=1e7)
+
+
+class ClusterSpec(Frozen):
+    """Node groups, possibly of several GPU types and islands, and the links between islands."""
+
+    name: str = Field(description="Display name.", min_length=1, max_length=200)
+    node_groups: tuple[NodeGroup, ...] = Field(description="Node groups (at least one).", min_length=1)
+    island_links: tuple[IslandLink, ...] = Field(default=(), description="Links between islands.")
+    network: MeasuredNetwork | None = Field(
+        default=None, description="Measured links (haap_milp/network); None: datasheet bandwidths x efficiencies.")
+
+    @model_serializer(mode="wrap")
+    def _omit_no_network(self, handler):  # output without a measured network stays as it was
+        data = handler(self)
+        if self.network is None and isinstance(data, dict):
+            data.pop("network", None)
+        return data
+
+    @model_validator(mode="after")
+    def _check_islands(self) -> ClusterSpec:
+        islands = self.islands
+        for link in self.island_links:
+            for end in (link.a, link.b):
+                if end not in islands:
+                    raise ValueError(f"island link names island {end!r}, which has no nodes (islands: {islands})")
+            if link.a == link.b:
+                raise ValueError(f"island link joins island {link.a!r} to itself")
+        for i, a in enumerate(islands):
+            for b in islands[i + 1 :]:
+                if self.island_link(a, b) is None:
+                    raise ValueError(f"islands {a!r} and {b!r} have no link between them; add one to island_links")
+        return self
+
+    @property
+    def islands(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(g.island for g in self.node_groups))
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(g.gpu.name for g in self.node_groups))
+
+    def gpu(self, name: str) -> GPUSpec:
+        return next(g.gpu for g in self.node_groups if g.gpu.name == name)
+
+    def island_link(self, a: str, b: str) -> IslandLink | None:
+        return next((lk for lk in self.island_links if {lk.a, lk.b} == {a, b}), None)
+
+    @computed_field(description="Total GPUs.")  # type: ignore[prop-decorator]
+    @property
+    def total_gpus(self) -> int:
+        return sum(g.num_gpus for g in self.node_groups)
+
+    @computed_field(description="GPUs per GPU type.")  # type: ignore[prop-decorator]
+    @property
+    def gpus_per_type(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for g in self.node_groups:
+            out[g.gpu.name] = out.get(g.gpu.name, 0) + g.num_gpus
+        return out
+
+    @computed_field(description="GPUs per island.")  # type: ignore[prop-decorator]
+    @property
+    def gpus_per_island(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for g in self.node_groups:
+            out[g.island] = out.get(g.island, 0) + g.num_gpus
+        return out

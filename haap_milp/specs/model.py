@@ -1,0 +1,207 @@
+"""The model: a decoder-only transformer, dense or Mixture-of-Experts.
+
+Units and conventions: see ``haap_milp.specs`` (the package docstring)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from pydantic import Field, computed_field, model_validator
+
+from haap_milp.specs.base import (
+    Activation,
+    Frozen,
+    MoeLayerPattern,
+    Normalization,
+    PositionEmbedding,
+)
+
+
+class ModelSpec(Frozen):
+    """A decoder-only transformer, dense or Mixture-of-Experts."""
+
+    name: str = Field(description="Display name, e.g. 'llama3-70b'.", min_length=1, max_length=200)
+    num_layers: int = Field(description="Number of decoder layers.", ge=1, le=10_000)
+    hidden: int = Field(description="Hidden size h (model dimension).", ge=1, le=1_000_000)
+    ffn_hidden: int = Field(
+        description="Dense MLP inner size (per layer, for dense layers).", ge=1, le=10_000_000
+    )
+    num_heads: int = Field(description="Attention (query) heads.", ge=1, le=100_000)
+    num_kv_heads: int | None = Field(
+        default=None,
+        description="Key/value heads (GQA/MQA); None means equal to num_heads (MHA).",
+        ge=1,
+        le=100_000,
+    )
+    head_dim: int | None = Field(
+        default=None, description="Per-head dimension; None means hidden // num_heads.", ge=1, le=100_000
+    )
+    vocab_size: int = Field(description="Vocabulary size V.", ge=1, le=100_000_000)
+    seq_len: int = Field(default=2048, description="Default training sequence length (tokens).", ge=1, le=100_000_000)
+    activation: Activation = Field(
+        default="swiglu", description="MLP activation: swiglu (3 matrices) or gelu/relu (2 matrices)."
+    )
+    tied_embeddings: bool = Field(default=False, description="Input embedding and LM head share weights.")
+    qkv_bias: bool = Field(default=False, description="Q/K/V projections carry a bias (Qwen2, GPT-2, OPT).")
+    # --- architecture details the launch files need (not the cost model); None: the swiglu/llama-style default
+    normalization: Normalization | None = Field(
+        default=None, description="Norm layer; None means rmsnorm for swiglu models, layernorm otherwise."
+    )
+    norm_epsilon: float = Field(default=1e-5, description="Epsilon of the norm layers.", gt=0, le=1)
+    position_embedding: PositionEmbedding | None = Field(
+        default=None, description="Position embedding; None means rope for swiglu models, learned otherwise."
+    )
+    rope_base: float = Field(default=10000.0, description="RoPE base (theta), when position_embedding is rope.",
+                             gt=0, le=1e12)
+    linear_bias: bool | None = Field(
+        default=None, description="Biases on the attention output and MLP linears; None means not swiglu."
+    )
+    qk_norm: bool = Field(default=False, description="RMS/LayerNorm on per-head queries and keys (Qwen3).")
+    moe_aux_loss_coeff: float = Field(default=0.0, description="Router load-balancing loss coefficient.", ge=0)
+    # --- Mixture of Experts (num_experts == 0 means dense)
+    num_experts: int = Field(default=0, description="Routed experts per MoE layer; 0 for a dense model.", ge=0, le=100_000)
+    top_k: int = Field(default=0, description="Routed experts activated per token.", ge=0, le=1024)
+    moe_ffn_hidden: int | None = Field(
+        default=None, description="Inner size of one routed expert; None means ffn_hidden.", ge=1, le=10_000_000
+    )
+    num_shared_experts: int = Field(default=0, description="Always-active shared experts per MoE layer.", ge=0, le=1024)
+    shared_expert_ffn_hidden: int | None = Field(
+        default=None, description="Inner size of one shared expert; None means moe_ffn_hidden.", ge=1, le=10_000_000
+    )
+    moe_layer_pattern: MoeLayerPattern = Field(
+        default="all", description="Which decoder layers are MoE: all, every k-th, or all but the first k."
+    )
+    moe_layer_freq: int = Field(default=1, description="k for pattern every_k (layer i is MoE iff i % k == k-1).", ge=1)
+    first_k_dense: int = Field(default=0, description="k for pattern first_k_dense.", ge=0)
+    capacity_factor: float | None = Field(
+        default=None, description="Expert capacity factor; None means dropless routing.", gt=0, le=64
+    )
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> ModelSpec:
+        if self.hidden % self.num_heads:
+            raise ValueError(f"num_heads={self.num_heads} does not divide hidden={self.hidden}")
+        if self.num_heads % self.kv_heads:
+            raise ValueError(f"num_kv_heads={self.kv_heads} does not divide num_heads={self.num_heads}")
+        if self.num_experts:
+            if not 1 <= self.top_k <= self.num_experts:
+                raise ValueError(f"top_k={self.top_k} must be between 1 and num_experts={self.num_experts}")
+            if self.moe_layer_pattern == "first_k_dense" and self.first_k_dense >= self.num_layers:
+                raise ValueError(f"first_k_dense={self.first_k_dense} leaves no MoE layer of {self.num_layers}")
+        elif self.top_k or self.num_shared_experts:
+            raise ValueError("top_k / num_shared_experts given for a dense model (num_experts=0)")
+        return self
+
+    # ---- derived shapes
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def norm(self) -> str:
+        """rmsnorm | layernorm (``normalization``, defaulted from the activation)."""
+        return self.normalization or ("rmsnorm" if self.activation == "swiglu" else "layernorm")
+
+    @property
+    def positions(self) -> str:
+        """rope | learned | none (``position_embedding``, defaulted from the activation)."""
+        return self.position_embedding or ("rope" if self.activation == "swiglu" else "learned")
+
+    @property
+    def bias_linear(self) -> bool:
+        """Biases on the attention output and MLP linears (``linear_bias``, defaulted from the activation)."""
+        return self.activation != "swiglu" if self.linear_bias is None else self.linear_bias
+
+    @property
+    def dim_head(self) -> int:
+        return self.head_dim or self.hidden // self.num_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn_hidden or self.ffn_hidden
+
+    @property
+    def shared_ffn(self) -> int:
+        return self.shared_expert_ffn_hidden or self.expert_ffn
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices in one MLP: 3 for SwiGLU (gate, up, down), 2 otherwise."""
+        return 3 if self.activation == "swiglu" else 2
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether decoder layer ``i`` (0-based) is an MoE layer."""
+        if not self.is_moe:
+            return False
+        if self.moe_layer_pattern == "every_k":
+            return i % self.moe_layer_freq == self.moe_layer_freq - 1
+        if self.moe_layer_pattern == "first_k_dense":
+            return i >= self.first_k_dense
+        return True
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    # ---- parameter counts (weights only; biases of norms counted, as HF does)
+    @property
+    def attention_params(self) -> int:
+        h, q, kv = self.hidden, self.num_heads * self.dim_head, self.kv_heads * self.dim_head
+        bias = (q + 2 * kv) if self.qkv_bias else 0
+        return h * q + 2 * h * kv + q * h + bias
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return self.mlp_matrices * self.hidden * self.ffn_hidden
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert."""
+        return self.mlp_matrices * self.hidden * self.expert_ffn
+
+    @property
+    def shared_expert_params(self) -> int:
+        return self.num_shared_experts * self.mlp_matrices * self.hidden * self.shared_ffn
+
+    @property
+    def router_params(self) -> int:
+        return self.hidden * self.num_experts
+
+    def layer_params(self, i: int, active: bool = False) -> int:
+        """Parameters of decoder layer ``i``; ``active`` counts only top_k routed experts."""
+        norms = 2 * self.hidden
+        if not self.is_moe_layer(i):
+            return self.attention_params + self.dense_mlp_params + norms
+        experts = self.top_k if active else self.num_experts
+        return (
+            self.attention_params
+            + experts * self.expert_params
+            + self.shared_expert_params
+            + self.router_params
+            + norms
+        )
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden
+
+    @property
+    def head_params(self) -> int:
+        """Final norm + LM head (0 extra matrix when tied)."""
+        return self.hidden + (0 if self.tied_embeddings else self.vocab_size * self.hidden)
+
+    @computed_field(description="Total parameters (all experts).")  # type: ignore[prop-decorator]
+    @cached_property
+    def num_params_total(self) -> int:
+        layers = sum(self.layer_params(i) for i in range(self.num_layers))
+        return self.embedding_params + layers + self.head_params
+
+    @computed_field(description="Parameters active per token (top_k experts).")  # type: ignore[prop-decorator]
+    @cached_property
+    def num_params_active(self) -> int:
+        layers = sum(self.layer_params(i, active=True) for i in range(self.num_layers))
+        return self.embedding_params + layers + self.head_params

@@ -1,0 +1,115 @@
+"""The plan: stages with their layers, GPUs and parallel degrees; the status of a solve; rule violations.
+
+Units and conventions: see ``haap_milp.specs`` (the package docstring)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from pydantic import Field, computed_field
+
+from haap_milp.specs.base import (
+    Frozen,
+    Precision,
+    Recompute,
+    Schedule,
+)
+
+
+class Status(str, enum.Enum):
+    """Outcome of a solve."""
+
+    OPTIMAL = "OPTIMAL"  # proven optimal within the requested relative gap
+    FEASIBLE = "FEASIBLE"  # a plan, optimality not proven (gap stated)
+    INFEASIBLE = "INFEASIBLE"  # proven: no plan fits (reason stated)
+    NO_SOLUTION = "NO_SOLUTION"  # time ran out before any plan was found
+    ERROR = "ERROR"  # the solver failed
+
+
+class StagePlan(Frozen):
+    """One pipeline stage: a contiguous layer range on one device group."""
+
+    first_layer: int = Field(description="First decoder layer (0-based) of this stage.", ge=0)
+    num_layers: int = Field(description="Decoder layers in this stage (the first stage also holds the "
+                            "embedding, the last the final norm + LM head).", ge=0)
+    gpu_type: str = Field(description="Catalog name of the GPU type.")
+    island: str = Field(default="main", description="Island its GPUs sit on.")
+    tp: int = Field(default=1, description="Tensor-parallel degree (inside one node).", ge=1)
+    dp: int = Field(default=1, description="Data-parallel replicas of this stage.", ge=1)
+    ep: int = Field(default=1, description="Expert-parallel degree for MoE layers.", ge=1)
+    etp: int = Field(default=1, description="Expert tensor-parallel degree.", ge=1)
+    recompute: Recompute = Field(default="none", description="Activation recomputation.")
+    time_s: float | None = Field(default=None, description="Predicted fwd+bwd time of one micro-batch, s.")
+    memory_gib: float | None = Field(default=None, description="Predicted peak memory per GPU, GiB.")
+
+    @computed_field(description="GPUs used: tp * dp (* cp of the plan).")  # type: ignore[prop-decorator]
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def last_layer(self) -> int:
+        """One past the last layer (exclusive end)."""
+        return self.first_layer + self.num_layers
+
+
+class Plan(Frozen):
+    """A full training plan: stages in pipeline order, batch split and schedule.
+
+    Micro-batch convention (FlagScale heterogeneous meshes): every stage sees the same
+    ``samples_per_microbatch`` per micro-batch; stage j splits them over its ``dp`` replicas,
+    so its per-replica micro-batch is ``samples_per_microbatch / dp_j``.
+    ``micro_batch_size`` is the per-replica size of the first stage (Megatron's meaning
+    when dp is uniform).
+    """
+
+    model: str = Field(description="Model name (display).")
+    cluster: str = Field(default="", description="Cluster name (display).")
+    stages: tuple[StagePlan, ...] = Field(description="Stages in pipeline order.", min_length=1)
+    micro_batch_size: int = Field(description="Per-replica micro-batch of the first stage, sequences.", ge=1)
+    num_microbatches: int = Field(description="Micro-batches per iteration (gradient accumulation).", ge=1)
+    global_batch_size: int = Field(description="Sequences per iteration.", ge=1)
+    seq_len: int = Field(description="Tokens per sequence.", ge=1)
+    precision: Precision = Field(default="bf16", description="Compute precision.")
+    schedule: Schedule = Field(default="1f1b", description="Pipeline schedule.")
+    vpp: int = Field(default=1, description="Virtual pipeline stages per stage (interleaved 1F1B).", ge=1)
+    cp: int = Field(default=1, description="Context-parallel degree (same for all stages).", ge=1)
+    sequence_parallel: bool = Field(default=True, description="Sequence parallelism where tp > 1.")
+    distributed_optimizer: bool = Field(default=True, description="Optimizer state sharded over dp.")
+
+    @property
+    def pp(self) -> int:
+        return len(self.stages)
+
+    @property
+    def samples_per_microbatch(self) -> int:
+        return self.micro_batch_size * self.stages[0].dp
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(s.num_gpus for s in self.stages) * self.cp
+
+    def stage_micro_batch(self, j: int) -> float:
+        """Per-replica micro-batch of stage j (sequences)."""
+        return self.samples_per_microbatch / self.stages[j].dp
+
+    @property
+    def is_uniform(self) -> bool:
+        """Same tp, dp, recompute, ep and etp on every stage (what Megatron-LM/torchtitan can run)."""
+        first = self.stages[0]
+        key = (first.tp, first.dp, first.recompute, first.ep, first.etp)
+        return all((s.tp, s.dp, s.recompute, s.ep, s.etp) == key for s in self.stages)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A broken rule: which rule, which stage (None: the whole plan), and the numbers."""
+
+    rule: str
+    stage: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = "plan" if self.stage is None else f"stage {self.stage}"
+        return f"[{self.rule}] {where}: {self.message}"

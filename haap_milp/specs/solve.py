@@ -1,0 +1,60 @@
+"""Solver options and the result of a solve.
+
+Units and conventions: see ``haap_milp.specs`` (the package docstring)."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import Field
+
+from haap_milp.specs.base import (
+    Frozen,
+    Recompute,
+    SolverName,
+    Target,
+)
+from haap_milp.specs.plan import Plan, Status
+
+
+class SolveOptions(Frozen):
+    """How to search."""
+
+    solver: SolverName = Field(default="auto", description="auto picks cpsat.")
+    time_limit_s: float = Field(default=60.0, description="Wall-clock limit, s: the exact solver's budget; the CLI bounds the whole command with it (deadline.py).", gt=0, le=86_400)
+    threads: int = Field(default=2, description="Solver worker threads.", ge=1, le=256)
+    seed: int = Field(default=0, description="Random seed (determinism).", ge=0)
+    relative_gap: float = Field(default=0.01, description="Stop when (objective - bound)/objective <= this.", ge=0, le=1)
+    target: Target = Field(default="any", description="Restrict to plans this engine can run.")
+    warm_start: bool = Field(default=True, description="Seed exact solvers with the DP plan.")
+    max_stages: int | None = Field(default=None, description="Upper limit on pipeline stages (None: presolve bound).", ge=1)
+    micro_batch_sizes: tuple[int, ...] | None = Field(
+        default=None, description="Samples per micro-batch to consider (None: presolve picks).")
+    recompute: tuple[Recompute, ...] = Field(
+        default=("none", "selective", "full"), description="Recompute modes the search may use.")
+
+
+class SolveResult(Frozen):
+    """What a solver returns; the plan is decoded and scored by the planner."""
+
+    status: Status
+    solver: str
+    objective_s: float | None = Field(default=None, description="Predicted iteration time of the plan, s.")
+    bound_s: float | None = Field(default=None, description="Proven lower bound on the iteration time, s.")
+    gap: float | None = Field(default=None, description="(objective - bound) / objective.")
+    wall_time_s: float = Field(default=0.0, description="Solver wall time, s.")
+    plan: Plan | None = None
+    message: str = Field(default="", description="Why (infeasible reason, time limit, error).")
+    stats: dict[str, float | int | str] = Field(default_factory=dict, description="Solver/presolve statistics.")
+
+    @property
+    def iteration_time_s(self) -> float | None:
+        """The predicted iteration time of the plan, s: the name ``solve --json`` uses (= ``objective_s``)."""
+        return self.objective_s
+
+
+def relative_gap(objective: float | None, bound: float | None) -> float | None:
+    """(objective - bound) / objective, clipped at 0; None when either is unknown."""
+    if objective is None or bound is None or objective <= 0 or not math.isfinite(objective):
+        return None
+    return max(0.0, (objective - bound) / objective)

@@ -1,0 +1,72 @@
+"""The training setup: batch, sequence, precision, optimizer and memory headroom.
+
+Units and conventions: see ``haap_milp.specs`` (the package docstring)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_serializer
+
+from haap_milp.specs.base import (
+    Engine,
+    Frozen,
+    Precision,
+    Recompute,
+    UniformDim,
+)
+
+
+class TrainingSpec(Frozen):
+    """What is trained and how: batch, sequence, precision, optimizer memory."""
+
+    global_batch_size: int = Field(default=512, description="Global batch, in sequences.", ge=1, le=100_000_000)
+    seq_len: int = Field(default=4096, description="Sequence length, tokens.", ge=1, le=100_000_000)
+    precision: Precision = Field(default="bf16", description="Compute precision of the GEMMs.")
+    optimizer_state_bytes_per_param: float = Field(
+        default=12.0,
+        description="Optimizer bytes per parameter: Adam keeps fp32 master weights, m and v = 12 "
+        "(Megatron docs/user-guide/features/dist_optimizer.md).",
+        ge=0,
+        le=64,
+    )
+    distributed_optimizer: bool = Field(
+        default=True, description="Shard optimizer state (and fp32 grads) over data-parallel ranks (ZeRO-1)."
+    )
+    sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism when tp > 1.")
+    memory_headroom_fraction: float = Field(
+        default=0.05, description="Fraction of each GPU's memory kept free (fragmentation, spikes).", ge=0, lt=1
+    )
+    # --- the training runtime (README "Training runtime"; estimator/runtime.py resolves presets and overrides)
+    engine: Engine = Field(
+        default="megatron", description="Training runtime whose overlap and memory accounting to model: megatron | "
+        "deepspeed | fsdp (presets in estimator/runtime.py).")
+    zero_stage: Literal[0, 1, 2, 3] | None = Field(
+        default=None, description="ZeRO stage: 0 plain data parallel, 1 sharded optimizer state, 2 + sharded "
+        "gradients, 3 + sharded weights; None: 1 with distributed_optimizer, else 0 (fsdp: 3).")
+    grad_reduce_overlap: bool | None = Field(
+        default=None, description="Gradient reduction overlapped with the backward pass; None: the engine's preset.")
+    param_gather_overlap: bool | None = Field(
+        default=None, description="Parameter all-gather overlapped with compute; None: the engine's preset.")
+    grad_bucket_bytes: float | None = Field(
+        default=None, description="Gradient bucket size, bytes; None: the engine's preset.", gt=0, le=1e12)
+    recompute_modes: tuple[Recompute, ...] = Field(
+        default=("none", "selective", "full"), description="Recomputation modes the runtime allows.", min_length=1)
+    micro_batch_size: int | None = Field(
+        default=None, description="Fixed per-replica micro-batch, sequences; None: the planner chooses.", ge=1,
+        le=1_000_000)
+    uniform: tuple[UniformDim, ...] = Field(
+        default=(), description="Dimensions that must be equal in every stage: tp, dp, mbs, recompute.")
+
+    @model_serializer(mode="wrap")
+    def _omit_runtime_defaults(self, handler):  # a spec without runtime settings serialises as before
+        data = handler(self)
+        if isinstance(data, dict):
+            for k in _RUNTIME_FIELDS:
+                if k in data and getattr(self, k) == TrainingSpec.model_fields[k].default:
+                    data.pop(k)
+        return data
+
+
+_RUNTIME_FIELDS = ("engine", "zero_stage", "grad_reduce_overlap", "param_gather_overlap", "grad_bucket_bytes",
+                   "recompute_modes", "micro_batch_size", "uniform")
