@@ -112,8 +112,8 @@ def build_config(plan: Plan, model: ModelSpec) -> dict:
     system = {"tensor_model_parallel_size": ms[0]["tp"], "pipeline_model_parallel_size": plan.pp,
               "context_parallel_size": plan.cp, "sequence_parallel": plan.sequence_parallel,
               "use_distributed_optimizer": plan.distributed_optimizer,
-              "precision": {"fp16": True} if plan.precision == "fp16" else
-              ({"bf16": True, "fp8_format": "hybrid"} if plan.precision == "fp8" else {"bf16": True}),
+              "precision": {"fp16": {"fp16": True}, "fp8": {"bf16": True, "fp8_format": "hybrid"},
+                            "bf16": {"bf16": True}}.get(plan.precision, {}),  # fp32 / tf32: Megatron's default
               **_recompute(plan), "hetero": hetero}
     if model.is_moe:
         system["expert_model_parallel_size"] = ms[0]["ep"]

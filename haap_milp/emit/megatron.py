@@ -144,7 +144,11 @@ def build_args(plan: Plan, model: ModelSpec) -> list[str]:
         a.append("--sequence-parallel")
     if plan.distributed_optimizer:
         a.append("--use-distributed-optimizer")
-    a += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[plan.precision]
+    # fp32 / tf32: no precision flag, Megatron's default is fp32 weights and compute (whether its fp32 GEMMs use
+    # TF32 tensor cores follows PyTorch's allow_tf32 setting of the launch environment; haap prices fp32 on TF32
+    # where the GPU has it, estimator/compute.py)
+    a += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": [],
+          "tf32": []}[plan.precision]
     if s.recompute == "selective":
         a += ["--recompute-granularity", "selective"]
     elif s.recompute == "full":
