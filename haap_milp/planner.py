@@ -1,7 +1,7 @@
 """The one composer: specs -> estimator -> presolve -> DP warm start -> exact solver -> plan.
 
 ``orchestrate`` is the one place the sequence is written (heuristics -> best heuristic -> methods
-that take a hint -> finish); ``solve``, ``compare`` and the benchmark (``bench_run.run_task``) call
+that take a hint -> finish); ``solve``, ``compare`` and the benchmark (``bench.run.run_task``) call
 it. Which methods exist, and which are exact or heuristic, is ``haap_milp.methods``. Every returned
 plan is decoded, re-scored by the estimator (its iteration time must equal the solver's objective),
 and checked independently before it is shown.

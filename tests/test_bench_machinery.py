@@ -153,7 +153,7 @@ def test_foreign_csv_is_refused(tmp_path):
 
 
 def test_eta_from_finished_tasks_per_kind(monkeypatch):
-    from haap_milp import bench_run
+    from haap_milp.bench import run as bench_run
     from haap_milp.bench.run import Eta, fmt_eta, plan_tasks
 
     clock = [0.0]
