@@ -1,4 +1,4 @@
-"""Batch benchmarks (``haap-solve bench``): the public entry points of bench_spec/bench_run/bench_report.
+"""Batch benchmarks (``haap-solve bench``): the public entry points of bench.spec / bench.run / bench.report.
 
     from haap_milp.bench import load_spec, run_bench
     run_bench(load_spec("benchmarks/specs/quick.yaml"), Path("out"), workers=2)
