@@ -542,3 +542,14 @@ def test_emit_into_a_folder_with_a_subfolder_named_like_an_output_writes_nothing
     assert code == 2 and "'hostfile' inside it is a folder" in err, err
     assert sorted(p.name for p in out.iterdir()) == ["hostfile", "mine.txt"]
     assert (out / "mine.txt").read_text() == "keep"
+
+
+def test_ctrl_c_outside_a_solve_is_one_line_and_exit_130(monkeypatch, run_cli):
+    """A KeyboardInterrupt anywhere in a command (here: while resolving the name) ends in exit 130, no traceback."""
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("haap_milp.cli.inspect_cmds.resolve_any", interrupted)
+    code, out, err = run_cli(["show", "llama3-8b"])
+    assert code == 130 and "interrupted" in err and "Traceback" not in out + err, (code, out, err)
