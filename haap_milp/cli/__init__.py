@@ -44,10 +44,11 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"{' '.join(exc.format_message().split())} (see: haap-solve{cmd} --help)")
     except ClickAbort:
         fail("aborted")
-    except KeyboardInterrupt:  # Ctrl-C outside a solve's own handler (loading, writing a report): every output
-        # is written atomically, so nothing is left half-written; say so instead of a traceback
+    except KeyboardInterrupt:
+        code = 130
+    if code == 130:  # Ctrl-C outside a solve's own handler (typer turns it into exit code 130): every output is
+        # written atomically, so nothing is left half-written; say so instead of exiting without a word
         sys.stderr.write("interrupted: stopped before finishing; files already written are complete, nothing is "
                          "half-written.\n")
-        raise SystemExit(130) from None
     if isinstance(code, int) and code:
         raise SystemExit(code)
