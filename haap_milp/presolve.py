@@ -216,7 +216,7 @@ def build(
         if allowed:
             variant_opts[b] = allowed
     variants, bounds = [], {}
-    priced = {b: _price_variant(est, model, training, groups, opts, b, ids) for b, ids in variant_opts.items()}
+    priced = {b: _price_variant(est, model, training, groups, opts, b, ids, uniform) for b, ids in variant_opts.items()}
     for b, (var, lb) in priced.items():
         if var.allowed.any():
             bounds[len(variants)] = lb
@@ -337,7 +337,7 @@ def profile_summary(profile, groups) -> dict:
             "gpu_types": per}
 
 
-def _price_variant(est, model, training, groups, opts, b, ids) -> tuple[Variant, float]:
+def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = False) -> tuple[Variant, float]:
     """Cost arrays for one micro-batch choice and its eq. B1 lower bound."""
     n = len(opts)
     z = lambda: np.zeros(n)
@@ -366,7 +366,7 @@ def _price_variant(est, model, training, groups, opts, b, ids) -> tuple[Variant,
         a["sf"][i] = est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp, ep=o.ep)
         # memory-aware pruning: must hold one layer at the cheapest position (last stage, 1 micro-batch in flight)
         allowed[i] = fixed + lc.static_bytes + lc.act_bytes <= cap
-    allowed = _drop_outclassed(opts, allowed, a)
+    allowed = _drop_outclassed(opts, allowed, a, uniform)
     G = len(groups)
     p2p = np.zeros((G, G))
     for x in range(G):
@@ -385,10 +385,11 @@ def _price_variant(est, model, training, groups, opts, b, ids) -> tuple[Variant,
     return var, compute_bound(opts, groups, var, model.num_layers)
 
 
-def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict) -> np.ndarray:
+def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: bool = False) -> np.ndarray:
     """Drop outclassed options: i is outclassed by j when both have the same group, tp and dp (so the
-    same GPUs and the same rules) and j is no worse in every time, memory and sync coefficient and
-    better in one, so i can never be needed."""
+    same GPUs and the same rules), the same uniform signature when the problem is uniform (eq. U1: under a
+    uniform target or ``--uniform`` another group may only be able to match i's signature), and
+    j is no worse in every time, memory and sync coefficient and better in one, so i can never be needed."""
     keys = ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "sl", "s1", "sL")
     out = allowed.copy()
     idx = np.flatnonzero(allowed)
@@ -397,7 +398,7 @@ def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict) -> np.nda
             if i == j or not out[j]:
                 continue
             oi, oj = opts[i], opts[j]
-            if (oi.group, oi.tp, oi.dp) != (oj.group, oj.tp, oj.dp):
+            if (oi.group, oi.tp, oi.dp) != (oj.group, oj.tp, oj.dp) or (uniform and oi.signature != oj.signature):
                 continue
             if all(a[k][j] <= a[k][i] for k in keys) and any(a[k][j] < a[k][i] for k in keys):
                 out[i] = False

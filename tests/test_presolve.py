@@ -56,7 +56,9 @@ def test_stats_count_what_was_kept(built):
     _, _, _, pre = built
     p = pre.problem
     assert pre.stats["options_kept"] == sum(int(v.allowed.sum()) for v in p.variants)
-    assert pre.stats["options_kept"] < pre.stats["options_enumerated"]  # something was pruned here
+    # something was pruned here; under a uniform target no option outclasses another of a different signature
+    # (eq. U1), so the tiny uniform case may keep them all
+    assert pre.stats["options_kept"] < pre.stats["options_enumerated"] or p.uniform
     assert pre.stats["variants_kept"] == len(p.variants) == len(pre.lower_bounds_s)
 
 
@@ -80,7 +82,7 @@ def test_pruning_is_sound(built):
         every = BRUTE(_with_allowed(p, v, priced))
         if every.status == "OPTIMAL":
             assert every.objective_s >= best * (1 - 1e-12)
-    assert pruned_total > 0
+    assert pruned_total > 0 or p.uniform  # (see test_stats_count_what_was_kept)
 
 
 def test_lower_bound_per_variant_is_below_its_optimum(built):

@@ -60,10 +60,13 @@ def flag_error(exc: Any, given: dict[str, Any] | None = None) -> HaapInputError:
     for err in exc.errors(include_url=False):
         loc = err.get("loc") or ("",)
         field = str(loc[0])
-        flag = FLAG_OF_FIELD.get(field, f"--{field.replace('_', '-')}")
-        value = (given or {}).get(flag, err.get("input"))
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         msg = msg.replace("Input should be", "must be").replace("input should be", "must be")
+        if not field:  # a rule across several options (a model-level check): its message names them
+            parts.append(msg)
+            continue
+        flag = FLAG_OF_FIELD.get(field, f"--{field.replace('_', '-')}")
+        value = (given or {}).get(flag, err.get("input"))
         shown = f"{value:g}" if isinstance(value, float) else repr(value)
         parts.append(f"{flag} {shown}: {msg}")
     first = (exc.errors(include_url=False) or [{}])[0]

@@ -40,7 +40,7 @@ BucketOpt = Annotated[float | None, Opt("--grad-bucket", help="Gradient bucket, 
 RecomputeSetOpt = Annotated[str | None, Opt("--recompute", help="Allowed recompute modes, a set: e.g. none or "
                                             "none,selective,full (default: all).")]
 MbsOpt = Annotated[int | None, Opt("--mbs", help="Fixed per-replica micro-batch, sequences (default: chosen).")]
-UniformOpt = Annotated[str | None, Opt("--uniform", help="Dimensions equal in every stage: any of tp,dp,mbs,"
+UniformOpt = Annotated[str | None, Opt("--uniform", help="Dimensions equal in every stage: any of tp,dp,mbs,ep,"
                                        "recompute (e.g. dp).")]
 
 #: flag -> TrainingSpec field (for one-paragraph errors)
@@ -102,7 +102,7 @@ def build_training(file: str | None, base: dict[str, Any], flags: RuntimeFlags,
     data: dict[str, Any] = {**(start or {}), **(load_training(file) if file else {})}
     upd: dict[str, Any] = {k: v for k, v in base.items() if v is not None}
     recompute = _set(flags.recompute, "--recompute", ("none", "selective", "full"))
-    uniform = _set(flags.uniform, "--uniform", ("tp", "dp", "mbs", "recompute"))
+    uniform = _set(flags.uniform, "--uniform", ("tp", "dp", "mbs", "recompute", "ep"))
     grad_overlap, param_overlap = _on_off(flags.grad_overlap, "--grad-overlap"), _on_off(flags.param_overlap,
                                                                                           "--param-overlap")
     for field, value in (("engine", flags.engine), ("zero_stage", flags.zero_stage),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_serializer
+from pydantic import Field, model_serializer, model_validator
 
 from haap_milp.specs.base import (
     Engine,
@@ -56,7 +56,16 @@ class TrainingSpec(Frozen):
         default=None, description="Fixed per-replica micro-batch, sequences; None: the planner chooses.", ge=1,
         le=1_000_000)
     uniform: tuple[UniformDim, ...] = Field(
-        default=(), description="Dimensions that must be equal in every stage: tp, dp, mbs, recompute.")
+        default=(), description="Dimensions that must be equal in every stage: tp, dp, mbs, recompute, ep.")
+
+    @model_validator(mode="after")
+    def _mbs_divides_batch(self) -> TrainingSpec:
+        # every stage's replicas split a common micro-batch B = mbs x dp, and B divides the global batch
+        if self.micro_batch_size and self.global_batch_size % self.micro_batch_size:
+            raise ValueError(f"the fixed micro-batch ({self.micro_batch_size}) must divide the global batch "
+                             f"({self.global_batch_size}): every micro-batch is mbs x dp samples and the global "
+                             "batch is a whole number of micro-batches")
+        return self
 
     @model_serializer(mode="wrap")
     def _omit_runtime_defaults(self, handler):  # a spec without runtime settings serialises as before
