@@ -68,7 +68,11 @@ def infeasibility_reason(ctx) -> str:
                 f"{holdable:.0f} of the {model.num_layers} layers (weights, gradients, optimizer state and "
                 f"activations, embedding and LM head); it needs {more}" + _cheaper(training))
     if problem.uniform:
-        return ("no plan with the same tp, dp and recompute on every stage fits (the target engine needs "
+        asked = ctx.training.uniform
+        if asked:  # the user's --uniform, not the target, made the stages equal
+            return (f"no plan with the same {', '.join(asked)} on every stage fits (--uniform "
+                    f"{','.join(asked)}); try fewer --uniform dimensions")
+        return ("no plan with the same tp, dp, recompute and ep on every stage fits (the target engine needs "
                 "uniform parallelism); try --target flagscale or --target any")
     return (f"no plan fits within {problem.max_stages} pipeline stages and the GPUs per group "
             f"({dict(zip(problem.groups, problem.group_capacity))}); try --max-stages or more GPUs")

@@ -201,11 +201,11 @@ def compare(
     uniform: UniformOpt = None,
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
+    dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command, input loading included
     rt = RuntimeFlags(engine, zero_stage, False if no_dist_opt else None, optimizer_state_bytes, grad_overlap,
                       param_overlap, grad_bucket, recompute, mbs, uniform)
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
-    dl = Deadline.for_command(time_limit)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     outs = run_interruptible(lambda: planner.compare(m, c, training, opts, profile=prof, deadline=dl), dl,
