@@ -86,9 +86,6 @@ class Deadline:
         """True when Ctrl-C is routed to ``interrupt`` (the engines then leave SIGINT alone)."""
         return self._flag.handles_sigint
 
-    def elapsed(self) -> float:
-        return time.monotonic() - self.start
-
     def remaining(self) -> float:
         """Seconds left (0.0 once interrupted; inf without a limit)."""
         return 0.0 if self._flag.set else self.at - time.monotonic()
