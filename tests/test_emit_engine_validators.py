@@ -21,10 +21,10 @@ import importlib.util
 import sys
 
 import pytest
-from _emit_cases import CASES
+from _emit_cases import A100_16, CASES
 from test_emit_catalog import EXPECTED, plan_for
 
-from haap_milp.catalog.data import model_entry
+from haap_milp.catalog.data import model_entry, model_names
 from haap_milp.emit import EmitError, emit
 from haap_milp.emit.megatron import build_args
 from haap_milp.emit.megatron_rules import parse_argv
@@ -92,12 +92,79 @@ def _megatron_plans():
     for case, (factory, model, cluster, ok) in CASES.items():
         if "megatron" in ok:
             yield f"case-{case}", factory(), model
-    for name, exp in EXPECTED.items():
-        if exp is not None:
-            yield name, plan_for(name), model_entry(name).spec
+    for name in model_names():  # every catalog model Megatron-LM can build (OPT's ReLU MLP cannot)
+        plan, model = plan_for(name), model_entry(name).spec
+        try:
+            emit(plan, "megatron", A100_16, model)
+        except EmitError:
+            assert model.activation == "relu", name
+            continue
+        yield name, plan, model
 
 
 PLANS = list(_megatron_plans())
+assert {name for name, exp in EXPECTED.items() if exp is not None} <= {label for label, _, _ in PLANS}
+
+
+def flagscale_argv(files: dict) -> list[str]:
+    """The Megatron arguments FlagScale's runner makes of the emitted YAML's ``system`` and ``model`` sections
+    (flagscale/runner/runner_utils.py ``_flatten_dict_to_args``: key ``a_b`` -> ``--a-b``, True -> a bare flag,
+    a list -> its items, nested dicts flattened), with mesh 0's sizes as FlagScale's pre_validate_args sets them
+    on mesh 0's ranks (flagscale/train/arguments.py @01397a0 :233-255)."""
+    import yaml
+
+    cfg = yaml.safe_load(files["flagscale_train.yaml"])
+    system = {k: v for k, v in cfg["system"].items() if k != "hetero"}
+    tp, cp, ep, _dp, pp = cfg["system"]["hetero"]["hetero_process_meshes"][:5]
+    system.update(tensor_model_parallel_size=tp, context_parallel_size=cp, pipeline_model_parallel_size=pp)
+    if cfg["model"].get("num_experts"):
+        system["expert_model_parallel_size"] = ep
+    argv: list[str] = []
+
+    def flat(d: dict):
+        for k, v in d.items():
+            if isinstance(v, dict):
+                flat(v)
+            elif isinstance(v, list):
+                argv.extend([f"--{k.replace('_', '-')}", *map(str, v)])
+            elif v is True:
+                argv.append(f"--{k.replace('_', '-')}")
+            elif v is not False and v is not None:
+                argv.extend([f"--{k.replace('_', '-')}", str(v)])
+
+    flat(system)
+    flat(cfg["model"])
+    return argv
+
+
+def _flagscale_plans():
+    for case, (factory, model, cluster, ok) in CASES.items():
+        if "flagscale" in ok:
+            yield f"case-{case}", factory(), model, cluster
+    for label, plan, model in PLANS:
+        if not label.startswith("case-"):
+            yield label, plan, model, A100_16
+
+
+FS_PLANS = list(_flagscale_plans())
+
+
+@pytest.mark.parametrize("label,plan,model,cluster", FS_PLANS, ids=[p[0] for p in FS_PLANS])
+def test_megatron_core_transformer_config_accepts_flagscale_yaml(label, plan, model, cluster):
+    torch, F, TransformerConfig = _mcore()
+    argv = flagscale_argv(emit(plan, "flagscale", cluster, model))
+    drop = {"--use-distributed-optimizer", "--sequence-parallel", "--recompute-granularity-per-stage-micro-batch"}
+    keep, skip = [], False
+    for tok in argv:  # FlagScale-only and optimizer arguments are not TransformerConfig fields
+        if tok.startswith("--"):
+            skip = tok in drop
+        if not skip:
+            keep.append(tok)
+    kw = transformer_config_kwargs(keep, torch, F, TransformerConfig)
+    cfg = TransformerConfig(**kw)
+    assert cfg.num_layers == model.num_layers and cfg.num_query_groups == model.kv_heads
+    if model.is_moe:
+        assert cfg.num_moe_experts == model.num_experts and cfg.moe_token_dispatcher_type == "alltoall"
 
 
 @pytest.mark.parametrize("label,plan,model", PLANS, ids=[p[0] for p in PLANS])

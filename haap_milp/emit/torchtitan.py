@@ -199,8 +199,27 @@ def _model_lines(choice: ModelChoice, model: ModelSpec) -> tuple[list[str], list
     plan_lines = [(f"    config.model_spec = dataclasses.replace(model_registry({choice.base_flavor!r}), "
                   f"flavor={choice.flavor!r}, model=haap_model())"),
                   "    config.loss.loss_fn.global_vocab_size = decoder_vocab_size(config.model_spec)"]
-    return doc, ["import dataclasses", "", *choice.imports,
-                 "from torchtitan.models.common.config_utils import decoder_vocab_size"], plan_lines
+    return doc, [*choice.imports, ("torchtitan.models.common.config_utils", ("decoder_vocab_size",))], plan_lines
+
+
+def _name_order(name: str) -> tuple[int, str]:
+    """isort's order inside one import: CONSTANTS, Classes, functions."""
+    bare = name.lstrip("_")
+    return (0 if bare.isupper() else 1 if bare[:1].isupper() else 2, name)
+
+
+def import_lines(imports: list[tuple[str, tuple[str, ...]]], built: bool) -> list[str]:
+    """The module's import block, sorted as isort / ruff expect (one statement per module)."""
+    mods: dict[str, set[str]] = {}
+    for mod, names in imports:
+        mods.setdefault(mod, set()).update(names)
+    lines = ["import dataclasses", ""] if built else []
+    for mod in sorted(mods):
+        names = sorted(mods[mod], key=_name_order)
+        noqa = "  # noqa: F401" if mod == "torchtitan.distributed.activation_checkpoint" else ""
+        one = f"from {mod} import {', '.join(names)}{noqa}"
+        lines += [one] if len(one) <= 120 else [f"from {mod} import ({noqa}", *[f"    {n}," for n in names], ")"]
+    return lines
 
 
 def build_python(plan: Plan, model: ModelSpec) -> str:
@@ -217,11 +236,11 @@ def build_python(plan: Plan, model: ModelSpec) -> str:
              'model); each stage\'s ranks are placed by rank_map.json / launch.sh.',
              '"""',
              "",
-             *imports,
-             "from torchtitan.config import ParallelismConfig",
-             "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401",
-             f"from torchtitan.models.{choice.family} import model_registry",
-             f"from torchtitan.models.{choice.family}.config_registry import {choice.config_fn}",
+             *import_lines([*imports, ("torchtitan.config", ("ParallelismConfig",)),
+                            ("torchtitan.distributed.activation_checkpoint", ("FullAC", "SelectiveAC")),
+                            (f"torchtitan.models.{choice.family}", ("model_registry",)),
+                            (f"torchtitan.models.{choice.family}.config_registry", (choice.config_fn,))],
+                           choice.built),
              ""]
     if choice.built:
         lines += ["", "def haap_model():", f'    """{model.name}: the shapes haap planned."""', *choice.body, ""]

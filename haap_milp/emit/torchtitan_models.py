@@ -79,7 +79,7 @@ class ModelChoice:
     base_flavor: str  # registry flavor whose ModelSpec callables a built model reuses
     source: str  # torchtitan file:line the definition follows
     body: tuple[str, ...] = ()  # lines of haap_model() (built models only)
-    imports: tuple[str, ...] = ()
+    imports: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (module, names) for haap_model()
 
     @property
     def built(self) -> bool:
@@ -181,15 +181,13 @@ def _qwen3_body(model: ModelSpec, seq_len: int) -> tuple[str, ...]:
     )
 
 
+# names each built family's haap_model() imports (builders of torchtitan 0.3.0 models/<family>/__init__.py)
 _IMPORTS = {
-    "llama3": ("from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm",
-               "from torchtitan.models.llama3 import Llama3Model",
-               "from torchtitan.models.llama3 import (  # builders of torchtitan 0.3.0 models/llama3/__init__.py",
-               "    _EMBEDDING_INIT, _NORM_INIT, _build_llama3_layers, _output_linear_init)"),
-    "qwen3": ("from torchtitan.models.common import CosSinRoPE, Embedding, Linear",
-              "from torchtitan.models.qwen3 import Qwen3Model",
-              "from torchtitan.models.qwen3 import (  # builders of torchtitan 0.3.0 models/qwen3/__init__.py",
-              "    _EMBEDDING_INIT, _LINEAR_INIT, _build_qwen3_layers, _build_qwen3_moe_layers, _qwen3_norm)"),
+    "llama3": (("torchtitan.models.common", ("ComplexRoPE", "Embedding", "Linear", "RMSNorm")),
+               ("torchtitan.models.llama3", ("Llama3Model", "_EMBEDDING_INIT", "_NORM_INIT", "_build_llama3_layers",
+                                             "_output_linear_init"))),
+    "qwen3": (("torchtitan.models.common", ("CosSinRoPE", "Embedding", "Linear")),
+              ("torchtitan.models.qwen3", ("Qwen3Model", "_EMBEDDING_INIT", "_LINEAR_INIT", "_qwen3_norm"))),
 }
 
 
@@ -208,7 +206,8 @@ def choose(model: ModelSpec, seq_len: int, version: str) -> ModelChoice | str:
         moe = model.is_moe
         return ModelChoice("qwen3", f"haap:{model.name}", "qwen3_30b_a3b" if moe else "qwen3_14b",
                            "30B-A3B" if moe else "14B", "torchtitan/models/qwen3/__init__.py:91-194",
-                           _qwen3_body(model, seq_len), _IMPORTS["qwen3"])
+                           _qwen3_body(model, seq_len), (*_IMPORTS["qwen3"], (
+                               "torchtitan.models.qwen3", ("_build_qwen3_moe_layers" if moe else "_build_qwen3_layers",))))
     return ModelChoice("llama3", f"haap:{model.name}", "llama3_8b", "8B", "torchtitan/models/llama3/__init__.py:69-111",
                        _llama3_body(model, seq_len), _IMPORTS["llama3"])
 

@@ -12,14 +12,18 @@ model); each stage's ranks are placed by rank_map.json / launch.sh.
 
 import dataclasses
 
-from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-from torchtitan.models.llama3 import Llama3Model
-from torchtitan.models.llama3 import (  # builders of torchtitan 0.3.0 models/llama3/__init__.py
-    _EMBEDDING_INIT, _NORM_INIT, _build_llama3_layers, _output_linear_init)
-from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.config import ParallelismConfig
 from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401
-from torchtitan.models.llama3 import model_registry
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.common.config_utils import decoder_vocab_size
+from torchtitan.models.llama3 import (
+    _EMBEDDING_INIT,
+    _NORM_INIT,
+    Llama3Model,
+    _build_llama3_layers,
+    _output_linear_init,
+    model_registry,
+)
 from torchtitan.models.llama3.config_registry import llama3_8b
 
 
