@@ -123,3 +123,37 @@ def test_torchtitan_validation_is_live(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):  # tyro reports the trainer's ValueError and exits
         ConfigManager().parse_args(["--module", "haap_tt_live", "--config", "haap_plan", "--hf_assets_path",
                                     str(tmp_path)])
+
+
+@pytest.mark.parametrize("case", ["llama_hetero", "hetero_uniform"])
+def test_torchtitan_device_mesh_puts_each_stage_on_its_planned_gpus(case):
+    """torchtitan's own ParallelDims (distributed/parallel_dims.py, pp outermost) on a fake process group of the
+    plan's world size: rank 0's pipeline group holds the first rank of each stage block of the placement, and its
+    tensor-parallel group the ranks next to it, so launch.sh's node order puts every stage on its GPU type."""
+    _torchtitan()
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torchtitan.config import ParallelismConfig
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    from haap_milp.emit.placement import place
+    from haap_milp.emit.torchtitan import parallelism
+
+    factory, model, cluster, _ = CASES[case]
+    plan = factory()
+    placement = place(plan, cluster)
+    dims = ParallelDims.from_config(ParallelismConfig(**parallelism(plan, model)), placement.world_size)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=placement.world_size)
+    try:
+        dims.build_mesh()
+        pp_group = dims.get_mesh("pp").mesh.tolist()
+        tp_group = dims.get_mesh("tp").mesh.tolist()
+    finally:
+        dist.destroy_process_group()
+    starts = [sum(s.tp * s.dp * plan.cp for s in plan.stages[:j]) for j in range(plan.pp)]
+    assert pp_group == starts
+    assert [placement.stage_of_rank(r) for r in pp_group] == list(range(plan.pp))
+    assert tp_group == list(range(plan.stages[0].tp))
+    for j, s in enumerate(plan.stages):
+        node = next(n for n in placement.nodes if n.first_rank <= starts[j] < n.first_rank + n.nproc)
+        assert node.gpu_type == s.gpu_type
