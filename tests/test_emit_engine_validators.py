@@ -10,7 +10,9 @@
   rules are re-checked in ``haap_milp/emit/megatron_rules.py`` (cited there) and tests/test_emit_megatron.py.
 * torchtitan: ``torchtitan==0.3.0`` (PyPI, with triton) in CI; its config manager and model construction run
   on every emitted config in tests/test_emit_torchtitan_engine.py.
-* FlagScale: not published as a package; rules re-checked in ``haap_milp/emit/flagscale.py``.
+* FlagScale: not published as a package; rules re-checked in ``haap_milp/emit/flagscale.py`` (cited). Its model
+  runs on its patched Megatron, so the arguments its runner makes of each emitted YAML go through the same
+  Megatron-Core ``TransformerConfig`` below.
 
 Install the validators: ``pip install -e '.[engines]'`` (megatron-core; torch 2.13.0 CPU as in .ci/run).
 """
