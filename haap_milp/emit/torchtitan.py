@@ -78,7 +78,8 @@ def refusals(plan: Plan, model: ModelSpec, version: str = DEFAULT_VERSION) -> li
                              "torchtitan; use --target megatron"))
     if model.tied_embeddings and plan.pp > 1:
         out.append(Violation("torchtitan.tied", None, "tied input/output embeddings across pipeline stages are not "
-                             "supported by torchtitan's pipeline split; use --target megatron"))
+                             "supported by torchtitan (models/common/decoder.py:139 refuses weight tying with pp > 1); "
+                             "use --target megatron"))
     if plan.vpp > 1 and plan.schedule != "interleaved":
         out.append(Violation("torchtitan.schedule", None, f"vpp={plan.vpp} needs the interleaved schedule"))
     if plan.precision != "bf16":
