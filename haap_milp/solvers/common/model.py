@@ -118,7 +118,7 @@ def _acc(d: dict, terms: dict, scale: float = 1.0) -> None:
 
 
 def build_model(problem: Problem, t: Tables, tau_lb: float = 0.0) -> LinModel:
-    """Variables and rows of eqs. A1-A4, M3, D1, G1, G2, U1, U2, T1-T3, Z1, C1, S1 for one variant."""
+    """Variables and rows of eqs. A1-A4, M3, D1, G1, G2, B2, U1, U2, T1-T3, Z1, C1, S1 for one variant."""
     m = LinModel(t)
     _slot_vars(m)
     _slot_rows(problem, m)
@@ -185,8 +185,21 @@ def _slot_rows(problem: Problem, m: LinModel) -> None:
     m.add(layers, t.L, t.L, label="A4 all layers")
     for g, row in gpu_rows.items():
         m.add(row, -INF, problem.group_capacity[g], label="G1 GPUs")
+    _budget_row(problem, m)
     _cg_cuts(problem, m)
     _rule_rows(problem, m)
+
+
+def _budget_row(problem: Problem, m: LinModel) -> None:
+    """Eq. B2: sum over used slots of the chosen option's integer weight <= limit (an ``exact`` row)."""
+    b = problem.budget
+    if b is None:
+        return
+    row: dict = {}
+    for k, opts in m.slots.items():
+        for i in opts:
+            _acc(row, m.x(k, i), float(b.weight[int(m.t.opts[i])]))
+    m.add(row, -INF, float(b.limit), label="B2 budget")
 
 
 def _cg_cuts(problem: Problem, m: LinModel) -> None:
