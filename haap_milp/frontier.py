@@ -3,13 +3,18 @@
 Cost per iteration is T x R (eq. E2: time times the hourly rate of the GPUs used), bilinear in the plan, so it
 is not given to a solver as an objective. Instead (formulations/README.md, eqs. F1-F3)::
 
-    B_0 = the user's cap (or none);  step k: a_k = argmin T  s.t.  R <= B_k  (eq. B2),  B_{k+1} = R(a_k) - 1
+    B_0 = the user's cap (or none);  step k: a_k = argmin T  s.t.  R <= B_k  (eq. B2),
+    B_{k+1} = min(R(a_k) - 1, floor((1 - delta) R(a_k)))                                           (eq. F1)
 
-Rates are integers (``economics.USD_UNIT`` / ``WATT_UNIT``), so no plan falls between two budgets. Every plan a
-with R(a) <= B_0 has a last step k with R(a) <= B_k; then R(a) >= R(a_k) and T(a) >= L_k (the step's proven
-bound), so T(a) R(a) >= L_k R(a_k): min_k of that bounds the cost of every plan once the sweep has ended
-with an infeasible step (eq. F2). Stopped earlier (``max_points``, a time bound, no plan in time), the plans
-left have T >= L_K and R >= R_floor (the cheapest option alone), which bounds them too (eq. F3). Energy
+Rates are integers (``economics.USD_UNIT`` / ``WATT_UNIT``). Every plan a with R(a) <= B_0 has a last step k
+with R(a) <= B_k; then R(a) >= B_{k+1} + 1 and T(a) >= L_k (the step's proven bound), so
+T(a) R(a) >= L_k (B_{k+1} + 1): min_k of that bounds the cost of every plan once the sweep has ended with an
+infeasible step (eq. F2). With delta = 0 (the pareto command's ``--step 0``) B_{k+1} + 1 = R(a_k) and the
+points are consecutive frontier points; delta > 0 skips rates within delta of the last one and costs at most
+delta of the bound. Stopped earlier (``max_points``, a time bound, no plan in time), the plans
+left have T >= L_K and R >= R_floor, which bounds them too (eq. F3). R_floor = max(min_o w_o, L min_o w_o / n_o)
+with n_o the most layers option o can hold (eq. M2 with one micro-batch in flight and no embedding or head):
+the stages' capacities must add up to L, the covering LP's bound. Energy
 (eq. E4: E = T R_idle + D) sweeps the idle power R_idle the same way and adds eq. E6's lower bound of D.
 """
 
@@ -40,7 +45,7 @@ class Point:
     iteration_time_s: float
     bound_s: float | None  # proven lower bound of min T under this budget (None: none proven)
     value: float  # $ per iteration (cost) or J per iteration (energy), eq. E2 / E4 from the estimate
-    lower: float | None  # eq. F2's term of this step: L_k R_k (+ eq. E6 for energy)
+    lower: float | None  # eq. F2's term of this step: L_k (B_{k+1} + 1) (+ eq. E6 for energy)
 
 
 @dataclass
@@ -90,17 +95,31 @@ def check_prices(ctx: Context, book: PriceBook, measure: str) -> list[str]:
 
 def _with_budget(ctx: Context, weights: np.ndarray, limit: int | None, measure: str) -> Context:
     prob = ctx.presolved.problem
-    b = None if limit is None else economics.budget(prob, weights, limit, measure)
-    return replace(ctx, presolved=replace(ctx.presolved, problem=replace(prob, budget=b)))
+    if limit is None:
+        return ctx
+    b = economics.budget(prob, weights, limit, measure)
+    return replace(ctx, presolved=replace(ctx.presolved, problem=replace(prob, budget=b,
+                                                                         group_capacity=_capacity(prob, b))))
+
+
+def _capacity(prob, b) -> tuple[int, ...]:
+    """Eq. G1's capacities tightened by eq. B2: group g can give at most floor(B / least weight per GPU) GPUs
+    (the same plans, stronger bounds for every solver)."""
+    out = []
+    for g, cap in enumerate(prob.group_capacity):
+        per = [int(b.weight[i]) / o.num_gpus for i, o in enumerate(prob.options) if o.group == g]
+        low = min(per) if per else 0
+        out.append(min(cap, int(b.limit // low)) if low > 0 else cap)
+    return tuple(out)
 
 
 def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, cap: float | None = None,
-          max_time_s: float | None = None, stop_when_bounded: bool = False,
+          max_time_s: float | None = None, stop_when_bounded: bool = False, step: float = 0.0,
           deadline: Deadline | None = None) -> Frontier:
     """The epsilon-constraint sweep (module docstring). ``cap``: the first budget in $/h (cost) or idle W
     (energy); ``max_time_s``: the bound on T (--max-iteration-time, --min-tokens-per-s); ``stop_when_bounded``:
     stop once no further point can beat the best one (the cost / energy objective; the pareto command goes on
-    to ``max_points``). ``deadline`` is shared by the points, each taking its share of what is left."""
+    to ``max_points``); ``step``: delta of eq. F1. ``deadline`` is shared by the points, each taking its share of what is left."""
     if measure not in economics.MEASURES:
         raise ValueError(measure)
     types = check_prices(ctx, book, measure)
@@ -108,10 +127,7 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
     weights = economics.option_weights(prob, types, book, measure)
     unit = _unit(measure)
     d_lb = economics.dynamic_energy_lb(prob, types, book) if measure == "energy" else 0.0
-    allowed = np.zeros(prob.num_options, bool)
-    for v in prob.variants:
-        allowed |= np.asarray(v.allowed, bool)
-    floor = int(weights[allowed].min()) if allowed.any() else 0  # R_floor: the cheapest option alone (eq. F3)
+    floor = rate_floor(prob, weights)
     limit = None if cap is None else int(math.floor(cap / (economics.USD_UNIT if measure == "cost"
                                                              else economics.WATT_UNIT) + 1e-9))
     fr = Frontier(measure)
@@ -137,7 +153,8 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
         t_iter = float(out.estimate.iteration_time_s)
         econ = economics.plan_economics(r.plan, out.estimate, book)
         value = econ["usd_per_iteration"] if measure == "cost" else econ["joules_per_iteration"]
-        lower = None if r.bound_s is None else r.bound_s * rate * unit + d_lb
+        nxt = min(rate - 1, int(math.floor((1 - step) * rate)))  # B_{k+1}, eq. F1
+        lower = None if r.bound_s is None else r.bound_s * (nxt + 1) * unit + d_lb
         last_bound = r.bound_s
         if max_time_s is not None and t_iter > max_time_s:
             proven = r.bound_s is not None and r.bound_s > max_time_s
@@ -147,7 +164,7 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
             last_bound = None if proven else r.bound_s
             break
         fr.points.append(Point(out, limit, rate, t_iter, r.bound_s, value, lower))
-        limit = rate - 1
+        limit = nxt
         best = fr.best.value
         if stop_when_bounded and r.bound_s is not None and r.bound_s * floor * unit + d_lb >= best:
             fr.complete, fr.stopped = True, "no plan left can beat the best one (eq. F3)"
@@ -157,6 +174,22 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
         fr.stopped = f"--max-points {max_points} reached"
     fr.lower_bound = _lower_bound(fr, last_bound, floor * unit, d_lb)
     return fr
+
+
+def rate_floor(problem, weights: np.ndarray) -> float:
+    """R_floor of eq. F3: no plan of the problem has a smaller eq. B2 left-hand side."""
+    from haap_milp.pipeline import memory_limit
+
+    cap = np.zeros(problem.num_options)
+    for v in problem.variants:
+        room = memory_limit(v.mem_capacity) - v.fixed_mem
+        n = np.floor(room / np.maximum(v.layer_static_mem + v.layer_act_mem, 1.0))
+        cap = np.maximum(cap, np.where(np.asarray(v.allowed, bool), np.minimum(n, problem.num_layers), 0))
+    ok = cap >= 1
+    if not ok.any():
+        return 0.0
+    w = weights[ok].astype(float)
+    return float(max(w.min(), problem.num_layers * (w / cap[ok]).min()))
 
 
 def _lower_bound(fr: Frontier, last_bound: float | None, floor_rate: float, d_lb: float) -> float | None:
