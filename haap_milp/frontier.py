@@ -211,3 +211,15 @@ def time_bound(max_iteration_time_s: float | None, min_tokens_per_s: float | Non
     bounds = [b for b in (max_iteration_time_s,
                           None if not min_tokens_per_s else tokens_per_iteration / min_tokens_per_s) if b is not None]
     return min(bounds) if bounds else None
+
+
+def point_document(p: Point, book: PriceBook) -> dict:
+    """One frontier point as JSON: the time, its proof, cost and energy (eqs. E1-E5), GPUs per type, the plan."""
+    r, e = p.outcome.result, p.outcome.estimate
+    gpus: dict[str, int] = {}
+    for s in r.plan.stages:
+        gpus[s.gpu_type] = gpus.get(s.gpu_type, 0) + s.num_gpus * r.plan.cp
+    econ = economics.plan_economics(r.plan, e, book)
+    return {"iteration_time_s": p.iteration_time_s, "bound_s": p.bound_s, "gap": r.gap,
+            "tokens_per_s": e.tokens_per_s, **{k: v for k, v in econ.items() if k != "price_kind"},
+            "gpus": gpus, "status": r.status.value, "plan": r.plan.model_dump(mode="json")}
