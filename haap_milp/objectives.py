@@ -28,6 +28,7 @@ class Goal:
     max_iteration_time_s: float | None = None  # the tighter of --max-iteration-time and --min-tokens-per-s
     robust_pct: float | None = None  # 0.1 = 10 %
     max_points: int = 8
+    step: float = 0.05  # delta of eq. F1
 
     @property
     def plain(self) -> bool:
@@ -79,7 +80,7 @@ def plan_for(ctx: Context, book: PriceBook, goal: Goal, deadline: Deadline | Non
     measure = "cost" if goal.objective in ("time", "cost") else "energy"
     fr = frontier.sweep(ctx, book, measure, max_points=1 if goal.objective == "time" else goal.max_points,
                         cap=goal.max_usd_per_hour, max_time_s=goal.max_iteration_time_s,
-                        stop_when_bounded=True, deadline=deadline)
+                        stop_when_bounded=True, step=goal.step, deadline=deadline)
     doc = {"objective": goal.objective, "points_searched": len(fr.points), "frontier_complete": fr.complete,
            "stopped": fr.stopped, "max_usd_per_hour": goal.max_usd_per_hour,
            "max_iteration_time_s": goal.max_iteration_time_s}

@@ -12,7 +12,7 @@ from rich.table import Table
 from haap_milp import planner
 from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL
 from haap_milp.cli.app import app
-from haap_milp.cli.common import console, finite, print_json
+from haap_milp.cli.common import console, err_console, finite, print_json
 from haap_milp.cli.economics_opts import (
     MaxCostOpt,
     MaxPointsOpt,
@@ -20,6 +20,7 @@ from haap_milp.cli.economics_opts import (
     MinTpsOpt,
     PriceKindOpt,
     PricesOpt,
+    StepOpt,
     price_book,
 )
 from haap_milp.cli.network_cmd import NetworkOpt
@@ -44,9 +45,6 @@ from haap_milp.network.merge import apply_network_option
 from haap_milp.outputs import check_output_dir
 
 MeasureOpt = Annotated[str, typer.Option("--measure", help="cost | energy: the second axis of the frontier.")]
-StepOpt = Annotated[float, typer.Option(
-    "--step", help="Relative rate step between points (eq. F1): 0 = every frontier point, 0.05 = next budget 5 %% "
-                   "below the last plan's rate.")]
 
 
 @app.command()
@@ -80,7 +78,6 @@ def pareto(
 
     if measure not in ("cost", "energy"):
         raise HaapInputError(f"--measure {measure!r}: choose cost or energy", field="--measure", value=measure)
-    finite(step, "--step", lo=0, hi=0.9)
     if plot is not None:
         check_output_dir(plot, "--plot")
     dl = Deadline.for_command(time_limit)
@@ -88,7 +85,7 @@ def pareto(
     c = apply_network_option(c, network)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, 0)
     goal = goal_from_flags("time", max_cost_per_hour, min_tokens_per_s, max_iteration_time, None,
-                           training.global_batch_size * training.seq_len, max_points)
+                           training.global_batch_size * training.seq_len, max_points, step)
     if measure == "energy" and max_cost_per_hour is not None:
         raise HaapInputError("--max-cost-per-hour with --measure energy: one budget row at a time (eq. B2)",
                              field="--max-cost-per-hour")
@@ -106,7 +103,7 @@ def pareto(
         from haap_milp.report.plots import pareto_folder
 
         for path in pareto_folder(plot, docs, measure):
-            console.print(f"wrote {path}")
+            (err_console if as_json else console).print(f"wrote {path}")  # stdout stays JSON
 
 
 def _pareto_table(fr, docs: list[dict], measure: str) -> None:

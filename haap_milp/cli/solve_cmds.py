@@ -21,6 +21,7 @@ from haap_milp.cli.economics_opts import (
     PriceKindOpt,
     PricesOpt,
     RobustOpt,
+    StepOpt,
     goal_from_flags,
     price_book,
 )
@@ -133,6 +134,7 @@ def solve(
     max_iteration_time: MaxTimeOpt = None,
     robust: RobustOpt = None,
     max_points: MaxPointsOpt = 8,
+    step: StepOpt = 0.05,
     prices: PricesOpt = None,
     price: PriceKindOpt = "on_demand",
 ) -> None:
@@ -150,7 +152,7 @@ def solve(
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     book = price_book(prices, price)
     goal = goal_from_flags(objective, max_cost_per_hour, min_tokens_per_s, max_iteration_time, robust,
-                           training.global_batch_size * training.seq_len, max_points)
+                           training.global_batch_size * training.seq_len, max_points, step)
     out, goal_doc = run_interruptible(lambda: _plan(m, c, training, opts, prof, dl, book, goal), dl, _stopping)
     warn_priced_by_fallback([str(e) for e in out.presolved.analytic] if out.presolved else [])
     doc = solution_document(out.result, m, c, training, {**plan_metrics(out, book), "objective": goal_doc},
