@@ -94,7 +94,7 @@ def option_weights(problem: Problem, group_types: list[str], book: PriceBook, me
     per_gpu = []
     for k in group_types:
         v = book.usd_per_gpu_hour(k) / USD_UNIT if measure == "cost" else book.idle_w(k) / WATT_UNIT
-        per_gpu.append(int(round(v)))
+        per_gpu.append(round(v))
     return np.array([o.num_gpus * per_gpu[o.group] for o in problem.options], np.int64)
 
 

@@ -128,8 +128,8 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
     unit = _unit(measure)
     d_lb = economics.dynamic_energy_lb(prob, types, book) if measure == "energy" else 0.0
     floor = rate_floor(prob, weights)
-    limit = None if cap is None else int(math.floor(cap / (economics.USD_UNIT if measure == "cost"
-                                                             else economics.WATT_UNIT) + 1e-9))
+    limit = None if cap is None else math.floor(cap / (economics.USD_UNIT if measure == "cost"
+                                                        else economics.WATT_UNIT) + 1e-9)
     fr = Frontier(measure)
     dl = deadline or current()
     last_bound: float | None = None
@@ -153,7 +153,7 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
         t_iter = float(out.estimate.iteration_time_s)
         econ = economics.plan_economics(r.plan, out.estimate, book)
         value = econ["usd_per_iteration"] if measure == "cost" else econ["joules_per_iteration"]
-        nxt = min(rate - 1, int(math.floor((1 - step) * rate)))  # B_{k+1}, eq. F1
+        nxt = min(rate - 1, math.floor((1 - step) * rate))  # B_{k+1}, eq. F1
         lower = None if r.bound_s is None else r.bound_s * (nxt + 1) * unit + d_lb
         last_bound = r.bound_s
         if max_time_s is not None and t_iter > max_time_s:

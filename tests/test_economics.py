@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -103,8 +104,8 @@ def test_pareto_json_is_a_monotone_list(run_cli, tmp_path):
     assert code == 0, err
     pts = json.loads(stdout)
     assert len(pts) >= 3
-    assert all(a["iteration_time_s"] < b["iteration_time_s"] for a, b in zip(pts, pts[1:]))
-    assert all(a["usd_per_hour"] > b["usd_per_hour"] for a, b in zip(pts, pts[1:]))
+    assert all(a["iteration_time_s"] < b["iteration_time_s"] for a, b in itertools.pairwise(pts))
+    assert all(a["usd_per_hour"] > b["usd_per_hour"] for a, b in itertools.pairwise(pts))
     assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == ["pareto.png", "pareto.svg"]
     code, stdout, _ = run_cli(["pareto", *TINY, "--measure", "energy", "--max-points", "2", "--json"])
     assert code == 0 and all(p["joules_per_token"] > 0 for p in json.loads(stdout))

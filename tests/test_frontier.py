@@ -77,8 +77,8 @@ def test_frontier_is_monotone_and_each_point_optimal_for_its_budget(measure):
     fr = frontier.sweep(ctx, BOOK, measure, max_points=12)
     pts = fr.points
     assert len(pts) >= 3 and fr.complete
-    assert all(a.rate > b.rate for a, b in zip(pts, pts[1:]))
-    assert all(a.iteration_time_s <= b.iteration_time_s * (1 + 1e-9) for a, b in zip(pts, pts[1:]))
+    assert all(a.rate > b.rate for a, b in itertools.pairwise(pts))
+    assert all(a.iteration_time_s <= b.iteration_time_s * (1 + 1e-9) for a, b in itertools.pairwise(pts))
     prob = ctx.presolved.problem
     types = [g.gpu_type for g in ctx.presolved.groups]
     w = economics.option_weights(prob, types, BOOK, measure)

@@ -60,8 +60,9 @@ def test_robust_plan_worst_case_never_worse_than_nominal(name, pct):
 def test_robust_differs_from_nominal_on_synthetic_instances(seed, pct):
     """Not the trivial (1 + pct) T: where links or sync weigh, the robust plan is another plan, strictly better
     in the worst case (found by CP-SAT on the eq. R3 Problem, confirmed by brute force)."""
-    from haap_milp.solvers import cpsat
     from synthetic import random_problem
+
+    from haap_milp.solvers import cpsat
 
     prob = random_problem(seed)
     nominal = brute.solve(prob).assignment

@@ -125,3 +125,18 @@ def load_prices(path: str | None = None, kind: str = "on_demand") -> PriceBook:
         frac = ufrac if ufrac is not None else frac
         source = f"{path} over the {source}"
     return PriceBook(kind, book, frac if frac is not None else 0.15, source)
+
+
+def prices_schema() -> dict:
+    """JSON schema of a --prices file (`haap-solve schema prices`)."""
+    num = {"type": ["number", "null"], "minimum": 0}
+    row = {"type": "object", "additionalProperties": False, "properties": {
+        "on_demand_usd_per_gpu_hour": {**num, "description": "$ per GPU-hour, on demand."},
+        "spot_usd_per_gpu_hour": {**num, "description": "$ per GPU-hour, spot (--price spot)."},
+        "idle_w": {**num, "description": "Board power when idle, W (default: default_idle_fraction x tdp_w)."},
+        "tdp_w": {**num, "description": "Board power at full load (datasheet TDP), W."},
+        "instance": {"type": "string", "description": "Where the price comes from (ignored)."}}}
+    return {"title": "prices", "type": "object", "additionalProperties": False, "properties": {
+        "gpus": {"type": "object", "additionalProperties": row, "description": "GPU type (catalog name or alias) -> row."},
+        "default_idle_fraction": {"type": "number", "minimum": 0, "maximum": 1},
+        "date": {"type": "string"}, "provider": {"type": "string"}}}

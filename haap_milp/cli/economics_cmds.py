@@ -200,10 +200,10 @@ def replan_lines(b: dict) -> list[str]:
         return "-" if x is None else format(x, spec) + unit
     deg = "cannot run (must migrate)" if b["must_migrate"] else f(b["degraded_iteration_time_s"], ".3f", " s")
     lines = [f"degraded    old plan minus the lost GPUs: {deg}",
-             f"migration   {f(b['migration_bytes'] and b['migration_bytes'] / 1e9, ',.1f', ' GB')} of weights + "
-             f"optimizer state in {f(b['migration_time_s'], '.2f', ' s')}, ${f(b['migration_usd'], '.4g')}",
-             f"payback     {f(b['payback_s'], ',.1f', ' s of wall time') if b['payback_s'] is not None else 'never'}"
-             f"   choice: {b['choice']}" + (f" ({b['note']})" if b["note"] else "")]
+             (f"migration   {f(b['migration_bytes'] and b['migration_bytes'] / 1e9, ',.1f', ' GB')} of weights + "
+              f"optimizer state in {f(b['migration_time_s'], '.2f', ' s')}, ${f(b['migration_usd'], '.4g')}"),
+             (f"payback     {f(b['payback_s'], ',.1f', ' s of wall time') if b['payback_s'] is not None else 'never'}"
+              f"   choice: {b['choice']}" + (f" ({b['note']})" if b["note"] else ""))]
     if b.get("layers_from_checkpoint"):
         lines.append(f"checkpoint  layers {b['layers_from_checkpoint']} had no GPU left: restore them from a checkpoint")
     return lines
