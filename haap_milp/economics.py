@@ -13,7 +13,7 @@ one micro-batch (s), N = global batch x sequence tokens per iteration::
     J/token = E / N                                                                                (E5)
 
 GPUs of the cluster the plan leaves idle are not counted: the cluster is a pool to draw from (eq. G1 is
-``<=``), and what is not used is not rented. The linear rows the solvers see are eq. B2 (``problem.Budget``)
+``<=``), and what is not used is not rented. The linear rows the solvers see are eq. W1 (``problem.Budget``)
 with per-option integer weights (``option_weights``); eq. E6 is the lower bound of D used for the energy gap.
 """
 
@@ -26,7 +26,7 @@ import numpy as np
 from haap_milp.catalog.prices import PriceBook
 from haap_milp.problem import Budget, Problem
 
-USD_UNIT = 1e-4  # $ per hour: one unit of the cost budget row (eq. B2); prices are rounded to it per GPU
+USD_UNIT = 1e-4  # $ per hour: one unit of the cost budget row (eq. W1); prices are rounded to it per GPU
 WATT_UNIT = 0.1  # W: one unit of the idle-power budget row; idle power is rounded to it per GPU
 MEASURES = ("cost", "energy")
 
@@ -88,7 +88,7 @@ def plan_economics(plan, estimate, book: PriceBook) -> dict:
 
 
 def option_weights(problem: Problem, group_types: list[str], book: PriceBook, measure: str) -> np.ndarray:
-    """Eq. B2's integer weight per option: its GPUs x (price in USD_UNIT, cost) or (idle W in WATT_UNIT,
+    """Eq. W1's integer weight per option: its GPUs x (price in USD_UNIT, cost) or (idle W in WATT_UNIT,
     energy). Rounded per GPU, so a plan's weight is exactly its GPUs' rounded rate. Raises KeyError naming
     the GPU type without a number (callers check ``missing`` first)."""
     per_gpu = []
@@ -99,14 +99,14 @@ def option_weights(problem: Problem, group_types: list[str], book: PriceBook, me
 
 
 def budget(problem: Problem, weights: np.ndarray, limit: int, measure: str) -> Budget:
-    """Eq. B2 with the weights divided by their greatest common divisor (smaller coefficients for HiGHS;
+    """Eq. W1 with the weights divided by their greatest common divisor (smaller coefficients for HiGHS;
     floor(limit / gcd) keeps exactly the same plans)."""
     g = int(np.gcd.reduce(weights[weights > 0])) if (weights > 0).any() else 1
     return Budget(weights // g, int(limit // g), name=f"{measure} rate")
 
 
 def rate_of(weights: np.ndarray, options) -> int:
-    """A plan's eq. B2 left-hand side in the unweighted integer unit (USD_UNIT or WATT_UNIT)."""
+    """A plan's eq. W1 left-hand side in the unweighted integer unit (USD_UNIT or WATT_UNIT)."""
     return int(sum(int(weights[o]) for o in options))
 
 

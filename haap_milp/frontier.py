@@ -1,9 +1,9 @@
-"""Time vs cost (or energy): the epsilon-constraint sweep over eq. B2, and the cost / energy objectives.
+"""Time vs cost (or energy): the epsilon-constraint sweep over eq. W1, and the cost / energy objectives.
 
 Cost per iteration is T x R (eq. E2: time times the hourly rate of the GPUs used), bilinear in the plan, so it
 is not given to a solver as an objective. Instead (formulations/README.md, eqs. F1-F3)::
 
-    B_0 = the user's cap (or none);  step k: a_k = argmin T  s.t.  R <= B_k  (eq. B2),
+    B_0 = the user's cap (or none);  step k: a_k = argmin T  s.t.  R <= B_k  (eq. W1),
     B_{k+1} = min(R(a_k) - 1, floor((1 - delta) R(a_k)))                                           (eq. F1)
 
 Rates are integers (``economics.USD_UNIT`` / ``WATT_UNIT``). Every plan a with R(a) <= B_0 has a last step k
@@ -41,7 +41,7 @@ class Point:
 
     outcome: Outcome
     limit: int | None
-    rate: int  # the plan's eq. B2 left-hand side, in USD_UNIT or WATT_UNIT
+    rate: int  # the plan's eq. W1 left-hand side, in USD_UNIT or WATT_UNIT
     iteration_time_s: float
     bound_s: float | None  # proven lower bound of min T under this budget (None: none proven)
     value: float  # $ per iteration (cost) or J per iteration (energy), eq. E2 / E4 from the estimate
@@ -103,7 +103,7 @@ def _with_budget(ctx: Context, weights: np.ndarray, limit: int | None, measure: 
 
 
 def _capacity(prob, b) -> tuple[int, ...]:
-    """Eq. G1's capacities tightened by eq. B2: group g can give at most floor(B / least weight per GPU) GPUs
+    """Eq. G1's capacities tightened by eq. W1: group g can give at most floor(B / least weight per GPU) GPUs
     (the same plans, stronger bounds for every solver)."""
     out = []
     for g, cap in enumerate(prob.group_capacity):
@@ -177,7 +177,7 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
 
 
 def rate_floor(problem, weights: np.ndarray) -> float:
-    """R_floor of eq. F3: no plan of the problem has a smaller eq. B2 left-hand side."""
+    """R_floor of eq. F3: no plan of the problem has a smaller eq. W1 left-hand side."""
     from haap_milp.pipeline import memory_limit
 
     cap = np.zeros(problem.num_options)

@@ -1,7 +1,7 @@
 """`solve --objective time|cost|energy` with its bounds, and `--robust PCT`: which planning run answers which.
 
 - time, no bound: ``planner.orchestrate`` as before;
-- time under ``--max-cost-per-hour``: one step of the sweep (eq. B2 with the cap);
+- time under ``--max-cost-per-hour``: one step of the sweep (eq. W1 with the cap);
 - cost / energy: the epsilon-constraint sweep (``frontier.sweep``, eqs. F1-F3), the best point;
 - ``--max-iteration-time`` / ``--min-tokens-per-s``: a bound on T; a plan past it is not returned;
 - ``--robust PCT``: the time optimum of the worst-case Problem (``robust``, eq. R3).
@@ -47,7 +47,7 @@ def validate(goal: Goal) -> None:
         raise HaapInputError(f"--objective {goal.objective!r}: choose one of {', '.join(OBJECTIVES)}",
                              field="--objective", value=goal.objective)
     if goal.objective == "energy" and goal.max_usd_per_hour is not None:
-        raise HaapInputError("--max-cost-per-hour with --objective energy: one budget row at a time (eq. B2); "
+        raise HaapInputError("--max-cost-per-hour with --objective energy: one budget row at a time (eq. W1); "
                              "use --objective cost or time with the cap", field="--max-cost-per-hour")
     if goal.robust_pct is not None and goal.objective != "time":
         raise HaapInputError(f"--robust with --objective {goal.objective}: the robust plan minimises the worst-case "

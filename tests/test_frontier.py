@@ -1,4 +1,4 @@
-"""Cost and energy objectives against brute force (eqs. B2, E1-E6, F1-F3).
+"""Cost and energy objectives against brute force (eqs. W1, E1-E6, F1-F3).
 
 The spec-level oracle (tests/spec_oracle.py) enumerates every Plan of a tiny cluster from the specs alone and
 scores it with the estimator; here each plan is also priced (economics) and the cheapest plan check_plan accepts
@@ -93,7 +93,7 @@ def test_frontier_is_monotone_and_each_point_optimal_for_its_budget(measure):
 
 
 def test_budget_row_is_honoured_by_every_solver():
-    """Eq. B2 on the Problem: brute force, CP-SAT, the MILP, DP and the uniform baseline never exceed it, and the
+    """Eq. W1 on the Problem: brute force, CP-SAT, the MILP, DP and the uniform baseline never exceed it, and the
     exact ones agree with an enumeration of all assignments that respect it."""
     from haap_milp.solvers import get_solver
 

@@ -87,7 +87,7 @@ def pareto(
     goal = goal_from_flags("time", max_cost_per_hour, min_tokens_per_s, max_iteration_time, None,
                            training.global_batch_size * training.seq_len, max_points, step)
     if measure == "energy" and max_cost_per_hour is not None:
-        raise HaapInputError("--max-cost-per-hour with --measure energy: one budget row at a time (eq. B2)",
+        raise HaapInputError("--max-cost-per-hour with --measure energy: one budget row at a time (eq. W1)",
                              field="--max-cost-per-hour")
     book = price_book(prices, price)
     with use(dl):

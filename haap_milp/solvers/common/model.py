@@ -118,7 +118,7 @@ def _acc(d: dict, terms: dict, scale: float = 1.0) -> None:
 
 
 def build_model(problem: Problem, t: Tables, tau_lb: float = 0.0) -> LinModel:
-    """Variables and rows of eqs. A1-A4, M3, D1, G1, G2, B2, U1, U2, T1-T3, Z1, C1, C2, S1 for one variant."""
+    """Variables and rows of eqs. A1-A4, M3, D1, G1, G2, W1, U1, U2, T1-T3, Z1, C1, C2, S1 for one variant."""
     m = LinModel(t)
     _slot_vars(m)
     _slot_rows(problem, m)
@@ -191,7 +191,7 @@ def _slot_rows(problem: Problem, m: LinModel) -> None:
 
 
 def _budget_row(problem: Problem, m: LinModel) -> None:
-    """Eq. B2: sum over used slots of the chosen option's integer weight <= limit (an ``exact`` row)."""
+    """Eq. W1: sum over used slots of the chosen option's integer weight <= limit (an ``exact`` row)."""
     b = problem.budget
     if b is None:
         return
@@ -199,7 +199,7 @@ def _budget_row(problem: Problem, m: LinModel) -> None:
     for k, opts in m.slots.items():
         for i in opts:
             _acc(row, m.x(k, i), float(b.weight[int(m.t.opts[i])]))
-    m.add(row, -INF, float(b.limit), label="B2 budget")
+    m.add(row, -INF, float(b.limit), label="W1 budget")
 
 
 def _cg_cuts(problem: Problem, m: LinModel) -> None:
@@ -295,7 +295,7 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
         slot_t[k] = tk
     for g, row in cut.items():
         m.add({**row, m.tau: -float(problem.group_capacity[g])}, -INF, 0, kind="cut", label="C1 GPU-time")
-    if bcut:  # eq. C2: sum_j (w_j / B) t_j <= tau, since every t_j <= tau and sum_j w_j <= B (eq. B2)
+    if bcut:  # eq. C2: sum_j (w_j / B) t_j <= tau, since every t_j <= tau and sum_j w_j <= B (eq. W1)
         m.add({**bcut, m.tau: -1.0}, -INF, 0, kind="cut", label="C2 budget-time")
     boundary = {k: _boundary(m, k, tau_hi) for k in range(1, t.p_max)}
     _inflight_rows(m, slot_t, boundary)
