@@ -104,7 +104,8 @@ def _robust(ctx: Context, goal: Goal, deadline: Deadline | None) -> Answer:
     prob = ctx.presolved.problem
     wc = robust.worst_case_problem(prob, pct)
     rctx = replace(ctx, presolved=replace(ctx.presolved, problem=wc))
-    out = orchestrate(rctx, [(ctx.options.solver, None)], deadline=deadline).outcomes[0]
+    half = deadline.cap(deadline.remaining() / 2) if deadline is not None and deadline.limited else deadline
+    out = orchestrate(rctx, [(ctx.options.solver, None)], deadline=half).outcomes[0]  # the nominal run gets the rest
     doc = {"objective": "time", "robust_pct": pct * 100}
     if out.raw_assignment is None:
         return Answer(out, doc)

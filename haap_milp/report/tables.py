@@ -144,8 +144,8 @@ def objective_lines(doc: dict | None) -> list[str]:
         if "worst_case_iteration_time_s" not in doc:
             return []
         nom = doc.get("nominal_plan_worst_case_s")
-        return [f"robust      worst case {doc['worst_case_iteration_time_s']:.4g} s at +{doc['robust_pct']:g} % compute"
-                + (f"; the nominal plan's worst case {nom:.4g} s" if nom is not None else "")]
+        return [f"robust      worst case {doc['worst_case_iteration_time_s']:.3f} s at +{doc['robust_pct']:g} % compute"
+                + (f"; the nominal plan's worst case {nom:.3f} s" if nom is not None else "")]
     unit = {"cost": ("usd_per_iteration", "$", ".4g"), "energy": ("joules_per_iteration", "J ", ",.4g")}
     head = f"objective   {doc['objective']}: {doc['points_searched']} frontier point(s), " + \
         ("complete" if doc.get("frontier_complete") else "incomplete") + f" ({doc.get('stopped', '')})"
