@@ -124,3 +124,18 @@ def test_replan_after_losing_gpus(run_cli, tmp_path):
         assert r["migration_time_s"] > 0
     code, _, err = run_cli(["replan", str(plan), "-c", "h100-80g:1/1", "--max-migration", "-1"])
     assert code == 2 and "--max-migration" in err
+
+
+def test_estimate_reports_cost_and_energy(run_cli, tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("gpus:\n  h100-80g: {spot_usd_per_gpu_hour: 2.5}\n")
+    args = ["estimate", "-m", "tests/data/models/tiny-4l.yaml", "-c", "h100-80g:8", "--gbs", "8", "--seq", "2048",
+            "--pp", "2", "--dp", "4", "--json"]
+    code, stdout, err = run_cli([*args, "--prices", str(f), "--price", "spot"])
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert doc["price_kind"] == "spot" and doc["usd_per_hour"] == pytest.approx(8 * 2.5)
+    assert doc["usd_per_iteration"] == pytest.approx(doc["iteration_time_s"] * 20 / 3600)
+    assert doc["joules_per_token"] == pytest.approx(doc["joules_per_iteration"] / (8 * 2048))
+    code, _, err = run_cli([*args, "--price", "cheap"])
+    assert code == 2 and "--price" in err
