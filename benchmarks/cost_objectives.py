@@ -71,11 +71,12 @@ def main() -> None:
                           book, deadline=Deadline(10.0))
         wall = time.perf_counter() - t0
         mig = r.migration
-        lines += ["", f"replan after losing one node ({lost}): {wall:.2f} s wall, status "
-                  f"{r.new.result.status.value}, gap {100 * (r.new.result.gap or 0):.2f} %, new T "
-                  f"{r.new.estimate.iteration_time_s:.3f} s, degraded T "
-                  f"{'-' if r.degraded_time_s is None else format(r.degraded_time_s, '.3f')} s, migration "
-                  f"{mig.bytes_moved / 1e9:,.1f} GB in {mig.time_s:.2f} s (${mig.usd:.4g}), choice {r.choice}", ""]
+        summary = (f"replan after losing one node ({lost}): {wall:.2f} s wall, status "
+                   f"{r.new.result.status.value}, gap {100 * (r.new.result.gap or 0):.2f} %, new T "
+                   f"{r.new.estimate.iteration_time_s:.3f} s, degraded T "
+                   f"{'-' if r.degraded_time_s is None else format(r.degraded_time_s, '.3f')} s, migration "
+                   f"{mig.bytes_moved / 1e9:,.1f} GB in {mig.time_s:.2f} s (${mig.usd:.4g}), choice {r.choice}")
+        lines += ["", summary, ""]
         print("\n".join(lines[-12:]), flush=True)
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT}")

@@ -173,7 +173,8 @@ def search_lines(pre) -> list[str]:
 def compare_table(outs: dict, console: Console) -> None:
     console = _wide(console)
     t = Table(title="exact solvers vs heuristics (same presolved problem)")
-    for col in ("method", "status", "iteration s", "tokens/s", "MFU", "stages", "bound s", "gap", "wall s", "vs DP"):
+    for col in ("method", "status", "iteration s", "tokens/s", "MFU", "$/1M tok", "J/tok", "stages", "bound s", "gap",
+                "wall s", "vs DP"):
         t.add_column(col, justify="left" if col in ("method", "status") else "right")
     dp = outs.get("dp")
     dp_t = dp.result.objective_s if dp is not None else None
@@ -181,7 +182,8 @@ def compare_table(outs: dict, console: Console) -> None:
         r, m = o.result, plan_metrics(o)
         gain = f"{(dp_t / r.objective_s - 1):+.1%}" if dp_t and r.objective_s else "-"
         t.add_row(name, r.status.value, _fmt(r.objective_s, ".3f"), _fmt(m["tokens_per_s"], ",.0f"),
-                  _fmt(m["mfu"], ".1%"), str(r.plan.pp) if r.plan else "-", _fmt(r.bound_s, ".3f"),
+                  _fmt(m["mfu"], ".1%"), _fmt(m["usd_per_million_tokens"], ".4g"), _fmt(m["joules_per_token"], ".4g"),
+                  str(r.plan.pp) if r.plan else "-", _fmt(r.bound_s, ".3f"),
                   _fmt(r.gap, ".2%"), f"{r.wall_time_s:.2f}", gain)
     console.print(t)
     console.print("vs DP: throughput gain over the DP heuristic (DP time / method time - 1).", highlight=False)
