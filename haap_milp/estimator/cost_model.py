@@ -208,11 +208,16 @@ class Estimator:
         return self._memo("p2p_time", key, lambda: self._p2p(group_a, group_b, samples_per_microbatch, streams))
 
     def _p2p(self, ga, gb, samples, streams) -> float:
-        hw_a, hw_b = self.hardware(*ga), self.hardware(*gb)
         # activations of B samples: 16-bit, or 4-byte in fp32 / tf32 training
         total = samples * self.training.seq_len * self.model.hidden * compute.act_bytes(self.training.precision)
         if streams is None:
             streams = min(self._group_gpus(ga), self._group_gpus(gb))
+        return self.round_trip_s(ga, gb, total, streams)
+
+    def round_trip_s(self, ga: tuple[str, str], gb: tuple[str, str], total: float, streams: int) -> float:
+        """Seconds to send ``total`` bytes from group ``ga`` to ``gb`` and the same back over ``streams`` GPU
+        pairs (the p2p price of eq. T1's c_j; re-planning's migration uses half of it for one way)."""
+        hw_a, hw_b = self.hardware(*ga), self.hardware(*gb)
         link = self.cluster.island_link(ga[1], gb[1]) if ga[1] != gb[1] else None
         measured = pricing.p2p_round_trip_s(hw_a, hw_b, total, streams, link)  # None: no measured figure
         if measured is not None:
