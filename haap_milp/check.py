@@ -12,7 +12,7 @@ Rules (names as reported):
 * ``tp.*`` — tp divides the attention heads and the key/value heads and fits inside one node;
 * ``batch.*`` — every dp divides the samples per micro-batch; global batch = samples per
   micro-batch x micro-batches; a mixed stage's replicas (count x micro_batch per type) run exactly the
-  samples of a micro-batch (eqs. X1, X2) and each replica type is checked for tp, GPUs and memory on its own;
+  samples of a micro-batch (eqs. H1, H2) and each replica type is checked for tp, GPUs and memory on its own;
 * ``ep.*`` / ``cp.*`` — ep = 1 on a dense model; ep divides the experts; ep·etp divides tp·dp·cp
   (MoE parallel folding, Megatron ``parallel_state``); seq_len divisible by 2·cp;
 * ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``precision.gpu`` — every GPU type
@@ -72,7 +72,7 @@ def _gpus(plan: Plan, cluster: ClusterSpec) -> list[Violation]:
     used_type: Counter = Counter()
     used_group: Counter = Counter()
     for j, s in enumerate(plan.stages):
-        for gpu_type, island, tp, dp in _types(s):  # a mixed stage: each replica type (eq. X1)
+        for gpu_type, island, tp, dp in _types(s):  # a mixed stage: each replica type (eq. H1)
             n = tp * dp * plan.cp
             if gpu_type not in cap_type:
                 out.append(Violation("gpus.unknown_type", j, f"GPU type {gpu_type!r} is not in cluster "
@@ -139,7 +139,7 @@ def _tp_rules(model: ModelSpec, cluster: ClusterSpec, j: int, gpu_type: str, isl
 
 
 def _mixed_rules(plan: Plan, model: ModelSpec, j: int, s, b: int) -> list[Violation]:
-    """A mixed stage (formulations/ eqs. X1, X2): its replicas run all b samples of every micro-batch; no
+    """A mixed stage (formulations/ eqs. H1, H2): its replicas run all b samples of every micro-batch; no
     expert or tensor-expert parallelism across types, no context parallelism."""
     out = []
     split = sum(r.count * r.micro_batch for r in s.replicas)
@@ -176,7 +176,7 @@ def _memory(plan: Plan, model, cluster, training, estimator) -> list[Violation]:
 
 def _mixed_memory(estimator, plan: Plan, s) -> list[tuple[str, float, float]]:
     """(gpu_type, GiB, usable GiB) of each replica type of a mixed stage, each against its own capacity
-    (eq. X6, exact; the solver's normalised arrays are at least as strict)."""
+    (eq. H6, exact; the solver's normalised arrays are at least as strict)."""
     from haap_milp.estimator.mixed import type_memory_bytes
 
     st = plan.stages[s.index]

@@ -25,7 +25,7 @@ def _layers_per_gpu(problem: Problem) -> dict[int, tuple[float, int]]:
             per_layer = v.layer_static_mem[i] + v.layer_act_mem[i]
             held = math.floor(room / per_layer) if per_layer > 0 else 10**9
             ratio = held / o.num_gpus
-            for g, _n in o.usage:  # a mixed option (eq. X1) counts for each of its groups
+            for g, _n in o.usage:  # a mixed option (eq. H1) counts for each of its groups
                 if ratio > best.get(g, (-1.0, -1))[0]:
                     best[g] = (ratio, int(i))
     return best
@@ -112,7 +112,7 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
     j = int(np.argmax(t))
     o = problem.options[a.stages[j].option]
     where = " + ".join(f"{r.count} x {group_labels[r.group]} tp{r.tp} at {r.samples} samples" for r in o.mix) \
-        if o.mix else group_labels[o.group]  # a mixed stage: its replica types (eq. X1)
+        if o.mix else group_labels[o.group]  # a mixed stage: its replica types (eq. H1)
     parts = [(f"stage {j} ({where}) is the slowest at {t[j] * 1e3:.1f} ms per micro-batch")]
     tau = steady_period(t, c, var.num_microbatches)
     if c and max(c) / 2 >= tau * (1 - TIME_RTOL) and max(c) / 2 > t[j]:  # the link term of eq. T2 binds

@@ -189,7 +189,7 @@ def build(
         modes = tuple(m for m in modes if m in caps.recompute_modes) or modes
     mixed = mixed_enabled(options.mixed_stages, caps, uniform)
     pairs = mixed_stages.island_pairs(groups) if mixed else []
-    pair_index = {pr: len(groups) + i for i, pr in enumerate(pairs)}  # eq. X5: one p2p endpoint per pair
+    pair_index = {pr: len(groups) + i for i, pr in enumerate(pairs)}  # eq. H5: one p2p endpoint per pair
     n_before = 0
     opts: list[Option] = []
     opt_index: dict[Option, int] = {}
@@ -217,7 +217,7 @@ def build(
                                 opt_index[o] = len(opts)
                                 opts.append(o)
                             allowed.append(opt_index[o])
-        if pairs:  # eq. X7
+        if pairs:  # eq. H7
             for o in mixed_stages.enumerate_options(est, model, training, groups, b, modes, dims, pair_index):
                 n_before += 1
                 if o not in opt_index:
@@ -274,7 +274,7 @@ def build(
 
 
 def mixed_enabled(asked: str, caps, uniform: bool) -> bool:
-    """Whether presolve enumerates mixed stages (eq. X7): ``--mixed-stages auto`` where the target engine can
+    """Whether presolve enumerates mixed stages (eq. H7): ``--mixed-stages auto`` where the target engine can
     run them and stages need not be uniform; ``on`` where it cannot is the user's error."""
     if asked == "off":
         return False
@@ -366,7 +366,7 @@ def profile_summary(profile, groups) -> dict:
 
 def _option_costs(est, groups, o: Option, b: int):
     """(layer, first, last, fixed bytes, usable bytes, fixed sync s) of one option; a mixed option's from
-    estimator/mixed.py (eqs. X3, X4, X6: memory normalised to the first type's capacity)."""
+    estimator/mixed.py (eqs. H3, H4, H6: memory normalised to the first type's capacity)."""
     if o.mix:
         mc = est.mixed_costs(mixed_stages.replica_keys(groups, o), o.ep, o.recompute)
         return mc.layer, mc.first, mc.last, mc.fixed_bytes, mc.capacity_bytes, mc.fixed_sync_s
@@ -412,7 +412,7 @@ def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = F
         for y in range(G):
             ga, gb = (groups[x].gpu_type, groups[x].island), (groups[y].gpu_type, groups[y].island)
             p2p[x, y] = est.p2p_time(ga, gb, b)
-    for x, xs in enumerate(ends):  # eq. X5: a mixed endpoint's boundary is its slowest group pair
+    for x, xs in enumerate(ends):  # eq. H5: a mixed endpoint's boundary is its slowest group pair
         for y, ys in enumerate(ends):
             if x >= G or y >= G:
                 p2p[x, y] = max(p2p[g, h] for g in xs for h in ys)
@@ -435,17 +435,18 @@ def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: 
     j is no worse in every time, memory and sync coefficient and better in one, so i can never be needed."""
     keys = ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "sl", "s1", "sL")
     out = allowed.copy()
-    idx = np.flatnonzero(allowed)
-    for i in idx:
-        for j in idx:
-            if i == j or not out[j]:
-                continue
-            oi, oj = opts[i], opts[j]
-            if _gpus_key(oi) != _gpus_key(oj) or (uniform and oi.signature != oj.signature):
-                continue
-            if all(a[k][j] <= a[k][i] for k in keys) and any(a[k][j] < a[k][i] for k in keys):
-                out[i] = False
-                break
+    classes: dict[tuple, list[int]] = {}  # only options with the same GPUs (and signature) are compared
+    for i in np.flatnonzero(allowed):
+        o = opts[i]
+        classes.setdefault((_gpus_key(o), o.signature if uniform else ()), []).append(int(i))
+    for idx in classes.values():
+        for i in idx:
+            for j in idx:
+                if i == j or not out[j]:
+                    continue
+                if all(a[k][j] <= a[k][i] for k in keys) and any(a[k][j] < a[k][i] for k in keys):
+                    out[i] = False
+                    break
     return out
 
 

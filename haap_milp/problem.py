@@ -48,9 +48,9 @@ Memory (eq. M2), per stage::
     with a_j = min(P - j, M)
 
 GPUs (eq. G1): ``sum_j usage[o_j][g] <= group_capacity[g]`` for every group; a single-group option uses
-``num_gpus`` of its own group, a mixed option (eq. X1) the GPUs of each of its replica types' groups.
+``num_gpus`` of its own group, a mixed option (eq. H1) the GPUs of each of its replica types' groups.
 Boundaries (eq. T1b) read ``p2p_time`` at the options' *endpoints*: a single-group option's endpoint is its
-group, a mixed option's is a row of its own (indices >= G) priced by presolve (eq. X5).
+group, a mixed option's is a row of its own (indices >= G) priced by presolve (eq. H5).
 Engine rules: ``uniform`` (every stage the same (tp, dp, recompute, ep) signature, eq. U1) and
 ``same_tp_first_last`` (tied embeddings under FlagScale, eq. U2).
 """
@@ -65,9 +65,9 @@ from haap_milp.pipeline import GIB, fits_memory, inflight_1f1b, iteration_time
 from haap_milp.pipeline import stage_memory as stage_memory_bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Replicas:
-    """One replica type of a mixed option (eq. X1): ``count`` replicas of ``tp`` GPUs of ``group``, each
+    """One replica type of a mixed option (eq. H1): ``count`` replicas of ``tp`` GPUs of ``group``, each
     running ``samples`` samples of every micro-batch."""
 
     group: int
@@ -79,7 +79,7 @@ class Replicas:
 @dataclass(frozen=True)
 class Option:
     """One way to run a stage: a GPU group and its parallel degrees, or (``mix``) data-parallel replicas of
-    several groups (a mixed option, eq. X1: ``group`` and ``tp`` are the first replica type's, ``dp`` the
+    several groups (a mixed option, eq. H1: ``group`` and ``tp`` are the first replica type's, ``dp`` the
     replica count, ``endpoint`` its own row of ``p2p_time``)."""
 
     group: int  # index into Problem.groups
@@ -109,7 +109,7 @@ class Option:
 
     @property
     def endpoint(self) -> int:
-        """Row/column of ``Variant.p2p_time`` for boundaries at this stage (eq. T1b, X5)."""
+        """Row/column of ``Variant.p2p_time`` for boundaries at this stage (eq. T1b, H5)."""
         return self.link if self.mix else self.group
 
     @property
@@ -143,7 +143,7 @@ class Variant:
     sync_first: np.ndarray  # s, embedding grads
     sync_last: np.ndarray  # s, LM head grads
     p2p_time: np.ndarray  # [E, E] s per micro-batch across a boundary (fwd act + bwd grad); endpoints: G groups,
-    # then one per mixed option (eq. X5)
+    # then one per mixed option (eq. H5)
     allowed: np.ndarray  # bool [O]: option usable with this variant (dp divides B, fits one layer)
 
 

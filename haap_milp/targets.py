@@ -27,7 +27,7 @@ class EngineCapabilities:
     same_tp_first_last_when_tied: bool = False  # tied embeddings: first and last stage the same tp (eq. U2)
     recompute_modes: tuple[str, ...] | None = None  # per-stage recompute modes it can mix (None: all)
     max_stages_when_tied: int | None = None  # pipeline stages with tied embeddings (None: no limit)
-    mixed_stages: bool = False  # a stage's data-parallel replicas may differ in GPU type and tp (eq. X1)
+    mixed_stages: bool = False  # a stage's data-parallel replicas may differ in GPU type and tp (eq. H1)
     mixed_stages_why: str = ""  # why it cannot (the refusal's reason)
 
 

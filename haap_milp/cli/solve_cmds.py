@@ -65,7 +65,7 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 HeadroomOpt = Annotated[str | None, typer.Option("--memory-headroom", help=HEADROOM_HELP)]
 MixedOpt = Annotated[str, typer.Option("--mixed-stages", help="auto | on | off: stages whose data-parallel replicas "
                                        "differ in GPU type and tp, each type taking its share of every micro-batch "
-                                       "(formulations/ eqs. X1-X7). auto: on for --target any without --uniform.")]
+                                       "(formulations/ eqs. H1-H7). auto: on for --target any without --uniform.")]
 
 
 def _inputs(model: str, cluster: str, gbs: int | None, seq: int | None, precision: str | None,

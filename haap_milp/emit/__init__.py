@@ -40,7 +40,7 @@ def emit(plan, target: str, cluster, model, training=None, engine_version: str |
     module = engine_module(target)
     caps = targets.TARGETS[target]
     mixed = [j for j, s in enumerate(plan.stages) if s.replicas]
-    if mixed and not caps.mixed_stages:  # formulations/ eq. X1; solve with --mixed-stages off or --target
+    if mixed and not caps.mixed_stages:  # formulations/ eq. H1; solve with --mixed-stages off or --target
         raise EmitError(f"{target} cannot run stage {mixed[0]}, whose data-parallel replicas differ in GPU type: "
                         f"{caps.mixed_stages_why}. Plan with --target {target} (or --mixed-stages off).",
                         field="plan.stages", value=mixed[0])

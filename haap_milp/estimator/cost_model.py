@@ -185,7 +185,7 @@ class Estimator:
 
     def mixed_costs(self, replicas: tuple[mixed.ReplicaKey, ...], ep: int, recompute: str, *,
                     cp: int = 1) -> mixed.MixedCosts:
-        """A mixed stage's prices (estimator/mixed.py, formulations/ eqs. X3-X6): ``replicas`` as
+        """A mixed stage's prices (estimator/mixed.py, formulations/ eqs. H3-H6): ``replicas`` as
         (gpu_type, island, tp, count, samples per replica per micro-batch), in the stage's order."""
         key = (tuple(replicas), ep, recompute, cp)
         return self._memo("mixed_costs", key, lambda: mixed.mixed_costs(self, tuple(replicas), ep, recompute, cp))

@@ -1,20 +1,20 @@
-"""Mixed stages: data-parallel replicas of several GPU types in one stage (formulations/ eqs. X1-X6).
+"""Mixed stages: data-parallel replicas of several GPU types in one stage (formulations/ eqs. H1-H6).
 
 A mixed stage runs ``count_r`` replicas of ``tp_r`` GPUs of type r; each replica of type r runs ``m_r``
-samples of every micro-batch (sum_r count_r·m_r = B, eq. X2). All D = sum_r count_r replicas form one
+samples of every micro-batch (sum_r count_r·m_r = B, eq. H2). All D = sum_r count_r replicas form one
 data-parallel group. Per type the estimator prices one GPU as a stage of D replicas whose per-replica
 micro-batch is m_r (``layer_cost(type, tp_r, dp=D, samples=D·m_r)``: compute at b = m_r, the DP collective
 over D ranks on that type's own links, optimizer state sharded over D). The stage then costs:
 
-* time (eq. X3): the slowest type's, per layer kind — every replica must finish its share before the
+* time (eq. H3): the slowest type's, per layer kind — every replica must finish its share before the
   micro-batch moves on;
-* sync (eq. X4): the slowest type's DP sync; the ring over the D replicas crosses the nodes of every type,
+* sync (eq. H4): the slowest type's DP sync; the ring over the D replicas crosses the nodes of every type,
   so the slowest type's node links bind (a measured ``cross_type`` figure is not used for the sync yet:
   the p2p boundaries use it, estimator.cost_model.p2p_time);
-* memory (eq. X6): checked per type against its own capacity. The solver-facing arrays hold, per
+* memory (eq. H6): checked per type against its own capacity. The solver-facing arrays hold, per
   coefficient, the largest of ``coef_r · C_0 / C_r`` (C_r usable bytes of type r) with capacity C_0:
   if those fit, every type fits; exact when one type has the largest normalised coefficient in every term;
-* p2p (eq. X5): the slowest pair of the two stages' types (each type's replicas send their share over
+* p2p (eq. H5): the slowest pair of the two stages' types (each type's replicas send their share over
   their own NICs at most as slowly as the whole micro-batch).
 """
 
@@ -47,7 +47,7 @@ class TypeCosts:
 
 @dataclass(frozen=True)
 class MixedCosts:
-    """The stage's combined prices (eqs. X3, X4, X6), memory normalised to ``capacity_bytes`` (type 0's)."""
+    """The stage's combined prices (eqs. H3, H4, H6), memory normalised to ``capacity_bytes`` (type 0's)."""
 
     layer: StageCost
     first: StageCost
@@ -56,7 +56,7 @@ class MixedCosts:
     fixed_sync_s: float
     capacity_bytes: float
     types: tuple[TypeCosts, ...]
-    memory_exact: bool  # one type binds in every memory coefficient (eq. X6 exact)
+    memory_exact: bool  # one type binds in every memory coefficient (eq. H6 exact)
 
 
 def type_costs(est: Any, r: ReplicaKey, dp: int, ep: int, recompute: str, cp: int = 1) -> TypeCosts:
@@ -72,7 +72,7 @@ def type_costs(est: Any, r: ReplicaKey, dp: int, ep: int, recompute: str, cp: in
 
 
 def _combine(parts: list[StageCost], shares: list[float], scale: list[float]) -> StageCost:
-    """Eqs. X3, X4, X6 for one layer kind: the slowest type's times, the largest sync, the largest memory
+    """Eqs. H3, H4, H6 for one layer kind: the slowest type's times, the largest sync, the largest memory
     coefficient normalised by ``scale`` (C_0 / C_r), FLOPs of the whole micro-batch (share-weighted)."""
     slow = max(range(len(parts)), key=lambda i: (parts[i].time_s, -i))
     out = {f.name: getattr(parts[slow], f.name) for f in fields(StageCost)}
@@ -88,7 +88,7 @@ def _combine(parts: list[StageCost], shares: list[float], scale: list[float]) ->
 
 
 def mixed_costs(est: Any, replicas: tuple[ReplicaKey, ...], ep: int, recompute: str, cp: int = 1) -> MixedCosts:
-    """Eqs. X3-X6 for a mixed stage (``replicas`` in the stage's order; the first sets the memory unit)."""
+    """Eqs. H3-H6 for a mixed stage (``replicas`` in the stage's order; the first sets the memory unit)."""
     dp = sum(r[3] for r in replicas)
     types = tuple(type_costs(est, r, dp, ep, recompute, cp) for r in replicas)
     c0 = types[0].capacity_bytes
@@ -106,7 +106,7 @@ def mixed_costs(est: Any, replicas: tuple[ReplicaKey, ...], ep: int, recompute: 
 
 def type_memory_bytes(t: TypeCosts, n: int, inflight: float, first: bool, last: bool) -> float:
     """Peak bytes per GPU of one replica type holding n layers with ``inflight`` micro-batches (eq. M2 per
-    type, the exact check of eq. X6)."""
+    type, the exact check of eq. H6)."""
     return float(stage_memory(t.fixed_bytes, t.layer.static_bytes, t.layer.act_bytes, n, inflight,
                               (t.first.static_bytes, t.first.act_bytes) if first else None,
                               (t.last.static_bytes, t.last.act_bytes) if last else None))
@@ -114,7 +114,7 @@ def type_memory_bytes(t: TypeCosts, n: int, inflight: float, first: bool, last: 
 
 def boundary_s(est: Any, a: tuple[tuple[str, str, int, int], ...], b: tuple[tuple[str, str, int, int], ...],
                samples: int, cp: int = 1) -> float:
-    """Eq. X5: p2p of a boundary between two stages given as (gpu_type, island, tp, dp) per type: the slowest
+    """Eq. H5: p2p of a boundary between two stages given as (gpu_type, island, tp, dp) per type: the slowest
     pair (a single-type stage is one entry)."""
     return max(est.p2p_time((ga, ia), (gb, ib), samples, ta, tb, dp_a=da, dp_b=db, cp=cp)
                for ga, ia, ta, da in a for gb, ib, tb, db in b)

@@ -74,7 +74,7 @@ def replica_keys(s) -> tuple[mixed.ReplicaKey, ...]:
 
 def _stage_costs(est: Estimator, plan: Plan, j: int) -> tuple[StageCost, StageCost | None, StageCost | None]:
     s, p = plan.stages[j], plan.pp
-    if s.replicas:  # eqs. X3, X4, X6
+    if s.replicas:  # eqs. H3, H4, H6
         mc = est.mixed_costs(replica_keys(s), s.ep, s.recompute, cp=plan.cp)
         return mc.layer, mc.first if j == 0 else None, mc.last if j == p - 1 else None
     args = (s.gpu_type, s.tp, s.dp, s.ep, s.etp, s.recompute, plan.samples_per_microbatch)
@@ -125,7 +125,7 @@ def estimate_plan(est: Estimator, plan: Plan) -> PlanEstimate:
 
 
 def _fixed_sync(est: Estimator, plan: Plan, s) -> float:
-    if s.replicas:  # eq. X4
+    if s.replicas:  # eq. H4
         return est.mixed_costs(replica_keys(s), s.ep, s.recompute, cp=plan.cp).fixed_sync_s
     return est.stage_fixed_sync_s(s.gpu_type, s.island, s.tp, s.dp, cp=plan.cp, ep=s.ep, etp=s.etp)
 
@@ -139,7 +139,7 @@ def _ends(s) -> tuple[tuple[str, str, int, int], ...]:
 
 def _boundary(est: Estimator, plan: Plan, a: int, b: int) -> float:
     """c_j: with the default group-level p2p model this is exactly presolve's p2p_time[g_a][g_b]; a mixed
-    stage's boundary is its slowest type pair (eq. X5)."""
+    stage's boundary is its slowest type pair (eq. H5)."""
     sa, sb = plan.stages[a], plan.stages[b]
     return mixed.boundary_s(est, _ends(sa), _ends(sb), plan.samples_per_microbatch, cp=plan.cp)
 

@@ -45,7 +45,7 @@ def stage_table(out) -> Table:
     for j, s in enumerate(plan.stages):
         e = est.stages[j] if est is not None else None
         cap = f" / {e.capacity_gib:.1f}" if e is not None else ""
-        if s.replicas:  # a mixed stage (eq. X1): one line per replica type, "count x tp" and samples each
+        if s.replicas:  # a mixed stage (eq. H1): one line per replica type, "count x tp" and samples each
             gpus = " + ".join(f"{r.gpu_type} x {r.tp * r.count}" for r in s.replicas)
             tp = "/".join(str(r.tp) for r in s.replicas)
             dp = "+".join(str(r.count) for r in s.replicas)

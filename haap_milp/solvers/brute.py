@@ -68,7 +68,7 @@ def _best_of(problem: Problem, v: int, p: int):
     fits = fits_memory(mem, col(var.mem_capacity)).all(axis=2)  # [T, C]  eq. M2
     t = n * col(var.layer_time) + first * col(var.first_time) + last * col(var.last_time)
     s = col(var.sync_fixed) + n * col(var.sync_per_layer) + first * col(var.sync_first) + last * col(var.sync_last)
-    grp = np.array([o.endpoint for o in problem.options])[combos]  # [T, p] p2p endpoints (eq. X5)
+    grp = np.array([o.endpoint for o in problem.options])[combos]  # [T, p] p2p endpoints (eq. H5)
     c = np.asarray(var.p2p_time, float)[grp[:, :-1], grp[:, 1:]][:, None, :]  # [T, 1, p-1]
     steady = np.maximum(t.max(axis=2), c.max(axis=2) / 2 if p > 1 else 0.0)  # eq. T2
     c_pad = np.concatenate([c, np.zeros(c.shape[:2] + (1,))], axis=2)  # [T, 1, p]: c_j for j < p-1

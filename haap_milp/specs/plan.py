@@ -28,7 +28,7 @@ class Status(str, enum.Enum):
 
 
 class Replica(Frozen):
-    """One GPU type's data-parallel replicas inside a mixed stage (formulations/ eq. X1-X6)."""
+    """One GPU type's data-parallel replicas inside a mixed stage (formulations/ eq. H1-H6)."""
 
     gpu_type: str = Field(description="Catalog name of the GPU type.")
     island: str = Field(default="main", description="Island its GPUs sit on.")
@@ -138,7 +138,10 @@ class Plan(Frozen):
 
     @property
     def is_uniform(self) -> bool:
-        """Same tp, dp, recompute, ep and etp on every stage (what Megatron-LM/torchtitan can run)."""
+        """Same tp, dp, recompute, ep and etp on every stage and no mixed stage (what Megatron-LM/torchtitan can
+        run)."""
+        if self.has_mixed_stage:
+            return False
         first = self.stages[0]
         key = (first.tp, first.dp, first.recompute, first.ep, first.etp)
         return all((s.tp, s.dp, s.recompute, s.ep, s.etp) == key for s in self.stages)

@@ -35,7 +35,7 @@ class SolveOptions(Frozen):
         default=("none", "selective", "full"), description="Recompute modes the search may use.")
     mixed_stages: Literal["auto", "on", "off"] = Field(
         default="auto", description="Stages whose data-parallel replicas differ in GPU type (formulations/ eqs. "
-        "X1-X6); auto: on where the target engine and the runtime can run them.")
+        "H1-H6); auto: on where the target engine and the runtime can run them.")
 
 
 class SolveResult(Frozen):

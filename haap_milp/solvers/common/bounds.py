@@ -50,7 +50,7 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> in
     connected set of the graph whose edges are links no slower than tau."""
     h = np.minimum(hmax, np.floor(tau / t.coef["layer_time"] + TIME_RTOL)).astype(np.int64)
     per = {}
-    mixed = t.use.astype(bool).sum(axis=1) > 1  # eq. X1: options on several groups
+    mixed = t.use.astype(bool).sum(axis=1) > 1  # eq. H1: options on several groups
     joined = [tuple(np.flatnonzero(t.use[i]).tolist()) for i in np.flatnonzero(mixed)]
     for g in np.flatnonzero(t.use.any(axis=0)).tolist():
         m = t.use[:, g] > 0  # a mixed option counts in the knapsack of each of its groups: more capacity, sound
@@ -64,7 +64,7 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> in
 def _components(p2p: np.ndarray, groups: list[int], tau: float, joined: list[tuple[int, ...]] = ()
                 ) -> list[list[int]]:
     """Connected components of the groups under links (either direction) with c / 2 <= tau, and groups
-    ``joined`` by one mixed option (one stage on both, eq. X1)."""
+    ``joined`` by one mixed option (one stage on both, eq. H1)."""
     left, out = set(groups), []
     while left:
         stack, comp = [min(left)], []

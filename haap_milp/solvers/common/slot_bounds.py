@@ -31,9 +31,9 @@ class Tables:
     L: int
     K: int
     opts: np.ndarray  # global option indices (usable: allowed and fitting their group)
-    group: np.ndarray  # p2p endpoint (its GPU group; a mixed option's own row of p2p, eq. X5)
+    group: np.ndarray  # p2p endpoint (its GPU group; a mixed option's own row of p2p, eq. H5)
     gpus: np.ndarray  # GPUs in all
-    use: np.ndarray  # [n, G] GPUs of each group (eq. G1; one non-zero unless mixed, eq. X1)
+    use: np.ndarray  # [n, G] GPUs of each group (eq. G1; one non-zero unless mixed, eq. H1)
     tp: np.ndarray
     sig: np.ndarray  # signature id (eq. U1)
     coef: dict  # COEF_KEYS -> float arrays [n]
