@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from pydantic import Field, computed_field, model_validator
+from pydantic import Field, computed_field, model_serializer, model_validator
 
 from haap_milp.specs.base import (
     Frozen,
@@ -69,6 +69,14 @@ class StagePlan(Frozen):
                 raise ValueError(f"a mixed stage's dp ({self.dp}) is its replica count "
                                  f"({sum(r.count for r in self.replicas)})")
         return self
+
+    @model_serializer(mode="wrap")
+    def _single_type_as_before(self, handler):
+        """A single-type stage is written without ``replicas`` (plan files as before mixed stages)."""
+        out = handler(self)
+        if not self.replicas and isinstance(out, dict):
+            out.pop("replicas", None)
+        return out
 
     @computed_field(description="GPUs used: tp * dp (* cp of the plan); a mixed stage: sum of tp * count.")  # type: ignore[prop-decorator]
     @property
