@@ -195,9 +195,9 @@ def _runtime(plan: Plan, training: TrainingSpec) -> list[Violation]:
         if training.micro_batch_size and any(r.micro_batch != training.micro_batch_size for r in s.replicas):
             out.append(Violation("runtime.mbs", j, "a replica's micro-batch is not the runtime's fixed "
                                  f"{training.micro_batch_size}"))
-        elif s.replicas and training.uniform:
-            out.append(Violation("runtime.uniform_mixed", j, "replicas of several GPU types in one stage; the runtime "
-                                 f"needs {', '.join(training.uniform)} equal in every stage"))
+        elif s.replicas and {"tp", "mbs"} & set(training.uniform):  # dp and recompute are compared below
+            out.append(Violation("runtime.uniform_mixed", j, "replicas of several GPU types (tp, micro-batch) in one "
+                                 f"stage; the runtime needs {', '.join(training.uniform)} equal in every stage"))
         if s.recompute not in training.recompute_modes:
             out.append(Violation("runtime.recompute", j, f"recompute {s.recompute!r} is not among the runtime's "
                                  f"allowed modes ({', '.join(training.recompute_modes)})"))
@@ -227,7 +227,7 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: Tra
     caps = capabilities(target)
     mixed = [j for j, s in enumerate(plan.stages) if s.replicas]
     if mixed and not caps.mixed_stages:
-        out.append(Violation(f"{target}.mixed_stage", mixed[0], f"replicas of several GPU types in one stage: "
+        out.append(Violation(f"{target}.mixed_stage", mixed[0], f"its data-parallel replicas differ in GPU type: "
                              f"{caps.mixed_stages_why}"))
     elif caps.module is not None:  # the engine's own rules
         out += engine_module(target).plan_violations(plan, model)

@@ -187,7 +187,8 @@ def build(
     dims = dims or ("tp", "dp", "recompute")
     if caps.recompute_modes is not None:  # e.g. FlagScale cannot mix selective with other per-stage modes
         modes = tuple(m for m in modes if m in caps.recompute_modes) or modes
-    mixed = mixed_enabled(options.mixed_stages, caps, uniform)
+    mixed = mixed_enabled(options.mixed_stages, caps, caps.uniform_stages if target_uniform is None else target_uniform,
+                          training.uniform)
     pairs = mixed_stages.island_pairs(groups) if mixed else []
     pair_index = {pr: len(groups) + i for i, pr in enumerate(pairs)}  # eq. H5: one p2p endpoint per pair
     n_before = 0
@@ -273,13 +274,17 @@ def build(
     return Presolved(problem, tuple(groups), bounds, dropped, stats, excluded, analytic, summary)
 
 
-def mixed_enabled(asked: str, caps, uniform: bool) -> bool:
+def mixed_enabled(asked: str, caps, target_uniform: bool, runtime_uniform=()) -> bool:
     """Whether presolve enumerates mixed stages (eq. H7): ``--mixed-stages auto`` where the target engine can
-    run them and stages need not be uniform; ``on`` where it cannot is the user's error."""
+    run them and the runtime does not need one tp or one per-replica micro-batch in every stage (``--uniform
+    dp`` and ``recompute`` are fine: a mixed stage's dp is its replica count); ``on`` where they cannot run is
+    the user's error."""
     if asked == "off":
         return False
+    fixed = sorted({"tp", "mbs"} & set(runtime_uniform))
     why = ("the target engine cannot run a stage whose replicas differ in GPU type" if not caps.mixed_stages else
-           "stages must be uniform (a uniform target or --uniform)" if uniform else "")
+           "stages must be uniform (a uniform target)" if target_uniform else
+           f"the runtime needs one {' and one '.join(fixed)} in every stage (--uniform)" if fixed else "")
     if asked == "on" and why:
         raise HaapInputError(f"--mixed-stages on: {why}; use --mixed-stages off or --target any.",
                              field="--mixed-stages", value=asked)
