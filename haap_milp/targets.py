@@ -43,8 +43,8 @@ TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
                        "--micro-batch-size), so replicas cannot differ in tp or share of a micro-batch"),
     EngineCapabilities("flagscale", "haap_milp.emit.flagscale", "FlagScale heterogeneous meshes: per-stage tp/dp",
                        same_tp_first_last_when_tied=True, recompute_modes=("none", "full"),
-                       mixed_stages_why="a FlagScale process mesh (hetero_process_meshes, one entry of "
-                       "hetero_device_types) has one device type and one (tp, dp) and the meshes follow one another "
+                       mixed_stages_why="a FlagScale process mesh (flagscale/train/arguments.py: "
+                       "hetero_process_meshes, one entry of hetero_device_types) has one device type and one (tp, dp) and the meshes follow one another "
                        "along the pipeline (hetero_pipeline_layer_split), so one stage cannot hold replicas of two "
                        "device types"),
     EngineCapabilities("torchtitan", "haap_milp.emit.torchtitan", "torchtitan: one device mesh, any layer split",

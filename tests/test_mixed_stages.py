@@ -175,6 +175,12 @@ def test_presolve_flag_and_targets():
         assert not any(o.mix for o in pre.problem.options), target
     with pytest.raises(HaapInputError, match="--mixed-stages on"):
         presolve.build(MODEL, cluster, training, OPTS.model_copy(update={"target": "megatron", "mixed_stages": "on"}))
+    # --uniform dp keeps them (a mixed stage's dp is its replica count, eq. H1); --uniform tp rules them out
+    same_dp = presolve.build(MODEL, cluster, training.model_copy(update={"uniform": ("dp",)}), OPTS).problem
+    mixed = [o for o in same_dp.options if o.mix]
+    assert mixed and same_dp.uniform and all(o.signature == (sum(r.count for r in o.mix),) for o in mixed)
+    same_tp = presolve.build(MODEL, cluster, training.model_copy(update={"uniform": ("tp",)}), OPTS).problem
+    assert not any(o.mix for o in same_tp.options)
 
 
 @pytest.mark.parametrize("args", [["--mixed-stages", "on", "--target", "megatron"], ["--mixed-stages", "maybe"]])
