@@ -122,17 +122,17 @@ def main() -> int:
             plans.append(f"- {label}: off: {describe(off)}; on: {describe(on)}")
             print(rows[-1], flush=True)
         scored = sailor_plan(tmp, net) if "Sailor" in " ".join(r for r in rows) else ""
-    lines = ["# Mixed stages: gain and solve-time cost", "",
-             f"Produced by `python benchmarks/mixed_stages.py --time-limit {args.time_limit:g}` (CP-SAT, 2 threads, "
+    intro = (f"Produced by `python benchmarks/mixed_stages.py --time-limit {args.time_limit:g}` (CP-SAT, 2 threads, "
              "this machine, loaded by other jobs). Times are haap's predicted iteration times in seconds; gain = "
              "(off - on) / off. 'search s' is the solver's wall time, 'cmd ratio' the whole command's wall time "
-             "with mixed stages over without, measured in the same run.", "",
-             "| instance | off: T s | on: T s | gain | mixed stage used | mixed options kept | presolve s off / on "
-             "| search s off / on | status off / on | cmd ratio on/off |",
+             "with mixed stages over without, measured in the same run.")
+    header = ("| instance | off: T s | on: T s | gain | mixed stage used | mixed options kept | presolve s off / on "
+              "| search s off / on | status off / on | cmd ratio on/off |")
+    lines = ["# Mixed stages: gain and solve-time cost", "", intro, "", header,
              "|---|---|---|---|---|---|---|---|---|---|", *rows, "", "Plans:", "", *plans, ""]
     if scored:
-        lines += ["Sailor's published 32+96 plan (a mixed first stage: 3 A100 tp1 + 24 V100 tp4 replicas), scored by "
-                  f"haap with the same profiles and network: {scored}.", ""]
+        lines += [("Sailor's published 32+96 plan (a mixed first stage: 3 A100 tp1 + 24 V100 tp4 replicas), scored "
+                   f"by haap with the same profiles and network: {scored}."), ""]
     args.out.write_text("\n".join(lines))
     print(f"wrote {args.out}")
     return 0

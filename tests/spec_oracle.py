@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from haap_milp.check import check_plan
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
-from haap_milp.targets import capabilities
 from haap_milp.specs import (
     ClusterSpec,
     GPUSpec,
@@ -41,6 +40,7 @@ from haap_milp.specs import (
     StagePlan,
     TrainingSpec,
 )
+from haap_milp.targets import capabilities
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ def test_the_oracle_optimum_is_mixed_and_pays(case):
 
 @pytest.mark.parametrize("method", ["cpsat", "milp", "brute", "dp"])
 def test_user_path_reaches_the_mixed_oracle(case, method):
-    _name, cluster, training, est, on, _off = case
+    _name, cluster, training, _est, on, _off = case
     out = planner.solve(MODEL, cluster, training, OPTS.model_copy(update={"solver": method}))
     res = out.result
     assert res.plan is not None and out.violations == []
@@ -150,7 +150,7 @@ def test_engines_refuse_mixed_stages_with_the_reason(case, target):
 
 
 def test_simulator_and_plan_file_replay_a_mixed_plan(case, tmp_path):
-    _name, cluster, training, est, on, _off = case
+    _name, _cluster, training, est, on, _off = case
     plan = on.plan
     sim = simulate_plan(plan, est)
     t, c, s, _ = plan_timings(plan, est)

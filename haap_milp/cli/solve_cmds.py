@@ -36,8 +36,8 @@ from haap_milp.cli.runtime_opts import (
     ZeroOpt,
     build_training,
 )
-from haap_milp.errors import HaapInputError
 from haap_milp.deadline import Deadline, run_interruptible
+from haap_milp.errors import HaapInputError
 from haap_milp.methods import LISTED
 from haap_milp.network.merge import apply_network_option
 from haap_milp.outputs import check_output_dir, check_output_file, write_atomic
