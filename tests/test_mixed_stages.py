@@ -188,3 +188,27 @@ def test_cli_mixed_stages_flag_errors_are_one_paragraph(args):
     code, _out, err = invoke_cli(["solve", "-m", "gpt3-1.3b", "-c", "h100-80g:8,a100-80g:8", "--time-limit", "5",
                                   *args])
     assert code == 2 and "--mixed-stages" in err and "Traceback" not in err
+
+
+def test_sync_across_types_uses_the_measured_cross_type_link(tmp_path):
+    """Eq. H4: with Sailor's measured network (A100-40 -> V100-16 slower than between A100 VMs) the A100
+    replicas' gradient ring, which crosses to the V100 nodes, is priced on the slower link; without a
+    cross_type figure (datasheet network) each type keeps its own links."""
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.estimator import mixed
+    from haap_milp.network.merge import apply_network_option
+
+    src = pathlib.Path(__file__).parent / "data" / "sailor_network" / "multizone_bandwidths_het.json"
+    code, _, err = invoke_cli(["network", "import", "--format", "sailor", str(src), "--zone", "us-central1-a", "-o",
+                               str(tmp_path / "net.yaml")])
+    assert code == 0, err
+    model, base = load_model("opt-350m"), load_cluster("a100-40g:32/4,v100-16g:96/4")
+    training = TrainingSpec(global_batch_size=1026, seq_len=2048, precision="fp32")
+    keys = (("a100-40g", "main", 1, 3, 2), ("v100-16g", "main", 4, 24, 2))
+    for cluster, crosses in ((base, False), (apply_network_option(base, str(tmp_path / "net.yaml")), True)):
+        est = Estimator(model, cluster, training)
+        own = [mixed.type_costs(est, k, 27, 1, "none") for k in keys]
+        both = est.mixed_costs(keys, 1, "none").types
+        for o, b in zip(own, both):
+            assert b.layer.sync_s >= o.layer.sync_s and b.first.sync_s >= o.first.sync_s
+        assert (both[0].layer.sync_s > own[0].layer.sync_s * 1.05) == crosses

@@ -9,8 +9,8 @@ over D ranks on that type's own links, optimizer state sharded over D). The stag
 * time (eq. H3): the slowest type's, per layer kind — every replica must finish its share before the
   micro-batch moves on;
 * sync (eq. H4): the slowest type's DP sync; the ring over the D replicas crosses the nodes of every type,
-  so the slowest type's node links bind (a measured ``cross_type`` figure is not used for the sync yet:
-  the p2p boundaries use it, estimator.cost_model.p2p_time);
+  so the slowest type's node links bind; with a measured network that has ``cross_type`` figures between
+  the types, each type's node link is the slower of its own and the cross-type one (``_AcrossTypes``);
 * memory (eq. H6): checked per type against its own capacity. The solver-facing arrays hold, per
   coefficient, the largest of ``coef_r · C_0 / C_r`` (C_r usable bytes of type r) with capacity C_0:
   if those fit, every type fits; exact when one type has the largest normalised coefficient in every term;
@@ -20,10 +20,13 @@ over D ranks on that type's own links, optimizer state sharded over D). The stag
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from haap_milp.estimator import costs
+from haap_milp.estimator.comm import Link
 from haap_milp.estimator.results import StageCost
+from haap_milp.network import pricing
 from haap_milp.pipeline import stage_memory
 
 #: (gpu_type, island, tp, count, samples per replica per micro-batch)
@@ -59,16 +62,67 @@ class MixedCosts:
     memory_exact: bool  # one type binds in every memory coefficient (eq. H6 exact)
 
 
-def type_costs(est: Any, r: ReplicaKey, dp: int, ep: int, recompute: str, cp: int = 1) -> TypeCosts:
-    """One type's prices as a stage of ``dp`` (all the stage's) replicas at per-replica micro-batch m_r."""
+class _AcrossTypes:
+    """A type's hardware whose DP collectives also cross to the nodes of ``others`` (eq. H4): the node link of
+    each collective is the slower of its own and the measured ``cross_type`` figures (both directions)."""
+
+    def __init__(self, hw: Any, others: tuple[str, ...]):
+        self._hw, self._others = hw, others
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._hw, name)
+
+    def dp_links(self, kind: str, n: int, span: int, element_bytes: float, bucket_bytes: float | None = None):
+        hw = self._hw
+        intra, node = hw.dp_links(kind, n, span, element_bytes, bucket_bytes)
+        size = bucket_bytes or pricing.dp_bucket_bytes(hw.network, n, element_bytes)
+        for o in self._others:
+            for pair in ((hw.gpu.name, o), (o, hw.gpu.name)):
+                cross = pricing.links_of(hw.network, "cross_type", pair, hw.group.island)
+                lk = pricing.node_link(cross, hw.gpus_per_node, size, node, kind)
+                node = Link(min(node.bytes_per_s, lk.bytes_per_s), max(node.latency_s, lk.latency_s))
+        return intra, node
+
+
+def _cross_type_sync(est: Any, r: ReplicaKey, others: tuple[str, ...], dp: int, ep: int, recompute: str,
+                     cp: int) -> tuple[float, float, float, float] | None:
+    """(layer, first, last, fixed) exposed DP sync of type r over links that cross to ``others`` (eq. H4),
+    or None when the measured network has no ``cross_type`` figure between them (own links bind then)."""
+    gpu, island, tp, _count, m = r
+    hw = est.hardware(gpu, island)
+    net = hw.network
+    if net is None or not any(pricing.links_of(net, "cross_type", pair, island)
+                              for o in others for pair in ((gpu, o), (o, gpu))):
+        return None
+    wide, model, tr, cal = _AcrossTypes(hw, others), est.model, est.training, est.calibration
+    c = costs.StageConfig(gpu, island, tp, dp, ep, 1, recompute, dp * m, cp)
+    layer = 0.0  # the mean over dense and MoE layers, as Estimator.layer_cost
+    for moe, w in ((False, 1.0 - est.moe_fraction), (True, est.moe_fraction)):
+        if w > 0:
+            sync = costs.param_sync(costs.layer_groups(model, moe, c), wide, tr, cal)
+            layer += w * (sync.exposed_s + sync.opt_s)
+    first = costs.embedding_cost(model, c, wide, tr, cal).sync_s
+    last = costs.head_cost(model, c, wide, tr, cal, est.impl).sync_s
+    return layer, first, last, costs.dp_latency_s(model, c, wide, tr, cal)
+
+
+def type_costs(est: Any, r: ReplicaKey, dp: int, ep: int, recompute: str, cp: int = 1,
+               others: tuple[str, ...] = ()) -> TypeCosts:
+    """One type's prices as a stage of ``dp`` (all the stage's) replicas at per-replica micro-batch m_r; the
+    sync over links that cross to the ``others`` types where the network measured them (eq. H4)."""
     gpu, island, tp, _count, m = r
     args = (gpu, tp, dp, ep, 1, recompute, dp * m)
     kw = {"island": island, "cp": cp}
-    return TypeCosts(r, est.layer_cost(*args, **kw), est.first_stage_extra(*args, **kw),
-                     est.last_stage_extra(*args, **kw),
+    layer, first, last = est.layer_cost(*args, **kw), est.first_stage_extra(*args, **kw), est.last_stage_extra(*args,
+                                                                                                              **kw)
+    fixed_sync = est.stage_fixed_sync_s(gpu, island, tp, dp, cp=cp, ep=ep)
+    cross = _cross_type_sync(est, r, others, dp, ep, recompute, cp) if others else None
+    if cross is not None:  # the slower links only ever raise the sync
+        layer, first, last = (replace(x, sync_s=max(x.sync_s, y)) for x, y in zip((layer, first, last), cross))
+        fixed_sync = max(fixed_sync, cross[3])
+    return TypeCosts(r, layer, first, last,
                      est.stage_fixed_bytes(gpu, tp, dp=dp, recompute=recompute, samples_per_microbatch=dp * m, cp=cp),
-                     est.stage_fixed_sync_s(gpu, island, tp, dp, cp=cp, ep=ep),
-                     est.usable_memory_bytes(gpu))
+                     fixed_sync, est.usable_memory_bytes(gpu))
 
 
 def _combine(parts: list[StageCost], shares: list[float], scale: list[float]) -> StageCost:
@@ -90,7 +144,8 @@ def _combine(parts: list[StageCost], shares: list[float], scale: list[float]) ->
 def mixed_costs(est: Any, replicas: tuple[ReplicaKey, ...], ep: int, recompute: str, cp: int = 1) -> MixedCosts:
     """Eqs. H3-H6 for a mixed stage (``replicas`` in the stage's order; the first sets the memory unit)."""
     dp = sum(r[3] for r in replicas)
-    types = tuple(type_costs(est, r, dp, ep, recompute, cp) for r in replicas)
+    names = tuple(dict.fromkeys(r[0] for r in replicas))
+    types = tuple(type_costs(est, r, dp, ep, recompute, cp, tuple(n for n in names if n != r[0])) for r in replicas)
     c0 = types[0].capacity_bytes
     scale = [c0 / t.capacity_bytes for t in types]
     shares = [r[3] / dp for r in replicas]
