@@ -11,7 +11,8 @@ Rules (names as reported):
   exceed what each type has, nor what each (type, island) has;
 * ``tp.*`` — tp divides the attention heads and the key/value heads and fits inside one node;
 * ``batch.*`` — every dp divides the samples per micro-batch; global batch = samples per
-  micro-batch x micro-batches;
+  micro-batch x micro-batches; a mixed stage's replicas (count x micro_batch per type) run exactly the
+  samples of a micro-batch (eqs. H1, H2) and each replica type is checked for tp, GPUs and memory on its own;
 * ``ep.*`` / ``cp.*`` — ep = 1 on a dense model; ep divides the experts; ep·etp divides tp·dp·cp
   (MoE parallel folding, Megatron ``parallel_state``); seq_len divisible by 2·cp;
 * ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``precision.gpu`` — every GPU type
@@ -30,7 +31,7 @@ from collections import Counter
 from haap_milp.emit import engine_module
 from haap_milp.errors import HaapInputError
 from haap_milp.parallel_rules import ep_divides_experts, ep_fits_grid, tp_fits_node, tp_head_misfits
-from haap_milp.pipeline import fits_memory
+from haap_milp.pipeline import GIB, fits_memory
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec, Violation
 from haap_milp.targets import capabilities
 
@@ -55,6 +56,13 @@ def _layers(plan: Plan, model: ModelSpec) -> list[Violation]:
     return out
 
 
+def _types(s) -> list[tuple[str, str, int, int]]:
+    """(gpu_type, island, tp, replicas) per replica type of a stage (one unless mixed)."""
+    if s.replicas:
+        return [(r.gpu_type, r.island, r.tp, r.count) for r in s.replicas]
+    return [(s.gpu_type, s.island, s.tp, s.dp)]
+
+
 def _gpus(plan: Plan, cluster: ClusterSpec) -> list[Violation]:
     out = []
     cap_type = cluster.gpus_per_type
@@ -64,15 +72,16 @@ def _gpus(plan: Plan, cluster: ClusterSpec) -> list[Violation]:
     used_type: Counter = Counter()
     used_group: Counter = Counter()
     for j, s in enumerate(plan.stages):
-        n = s.tp * s.dp * plan.cp
-        if s.gpu_type not in cap_type:
-            out.append(Violation("gpus.unknown_type", j, f"GPU type {s.gpu_type!r} is not in cluster {cluster.name!r} "
-                                 f"(has {sorted(cap_type)})"))
-            continue
-        if (s.gpu_type, s.island) not in cap_group:
-            out.append(Violation("gpus.island", j, f"no {s.gpu_type} on island {s.island!r}"))
-        used_type[s.gpu_type] += n
-        used_group[(s.gpu_type, s.island)] += n
+        for gpu_type, island, tp, dp in _types(s):  # a mixed stage: each replica type (eq. H1)
+            n = tp * dp * plan.cp
+            if gpu_type not in cap_type:
+                out.append(Violation("gpus.unknown_type", j, f"GPU type {gpu_type!r} is not in cluster "
+                                     f"{cluster.name!r} (has {sorted(cap_type)})"))
+                continue
+            if (gpu_type, island) not in cap_group:
+                out.append(Violation("gpus.island", j, f"no {gpu_type} on island {island!r}"))
+            used_type[gpu_type] += n
+            used_group[(gpu_type, island)] += n
     for t, n in used_type.items():
         if n > cap_type[t]:
             out.append(Violation("gpus.per_type", None, f"{n} {t} GPUs used, cluster has {cap_type[t]}"))
@@ -87,14 +96,14 @@ def _parallel(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> list[Violat
     out = []
     b = plan.samples_per_microbatch
     for j, s in enumerate(plan.stages):
-        misfit = tp_head_misfits(model.num_heads, model.kv_heads, s.tp)
-        if "heads" in misfit:
-            out.append(Violation("tp.heads", j, f"tp={s.tp} does not divide {model.num_heads} attention heads"))
-        if "kv_heads" in misfit:
-            out.append(Violation("tp.kv_heads", j, f"tp={s.tp} does not divide {model.kv_heads} key/value heads"))
-        nodes = [g.gpus_per_node for g in cluster.node_groups if g.gpu.name == s.gpu_type and g.island == s.island]
-        if nodes and not tp_fits_node(s.tp, max(nodes)):
-            out.append(Violation("tp.node", j, f"tp={s.tp} does not fit a node of {max(nodes)} {s.gpu_type} GPUs"))
+        for gpu_type, island, tp, _dp in _types(s):
+            out += _tp_rules(model, cluster, j, gpu_type, island, tp)
+            gpu = cluster.gpu(gpu_type) if gpu_type in cluster.gpus_per_type else None
+            if gpu is not None and gpu.peak_tflops(plan.precision) is None:
+                out.append(Violation("precision.gpu", j, f"{gpu_type} does not support {plan.precision}"))
+        if s.replicas:
+            out += _mixed_rules(plan, model, j, s, b)
+            continue
         if b % s.dp:
             out.append(Violation("batch.dp_divides", j, f"dp={s.dp} does not divide the {b} samples per micro-batch "
                                  f"(micro_batch_size {plan.micro_batch_size} x dp_0 {plan.stages[0].dp})"))
@@ -105,9 +114,6 @@ def _parallel(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> list[Violat
         if not ep_fits_grid(s.tp, s.dp, plan.cp, s.ep, s.etp):
             out.append(Violation("ep.fold", j, f"ep*etp = {s.ep}*{s.etp} does not divide tp*dp*cp = "
                                  f"{s.tp}*{s.dp}*{plan.cp}"))
-        gpu = cluster.gpu(s.gpu_type) if s.gpu_type in cluster.gpus_per_type else None
-        if gpu is not None and gpu.peak_tflops(plan.precision) is None:
-            out.append(Violation("precision.gpu", j, f"{s.gpu_type} does not support {plan.precision}"))
     if b * plan.num_microbatches != plan.global_batch_size:
         out.append(Violation("batch.global", None, f"{b} samples per micro-batch x {plan.num_microbatches} "
                              f"micro-batches = {b * plan.num_microbatches}, global batch is {plan.global_batch_size}"))
@@ -116,6 +122,35 @@ def _parallel(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> list[Violat
     if plan.vpp > 1 and plan.schedule != "interleaved":
         out.append(Violation("schedule.vpp", None, f"vpp={plan.vpp} needs the interleaved schedule, "
                              f"got {plan.schedule!r}"))
+    return out
+
+
+def _tp_rules(model: ModelSpec, cluster: ClusterSpec, j: int, gpu_type: str, island: str, tp: int) -> list[Violation]:
+    out = []
+    misfit = tp_head_misfits(model.num_heads, model.kv_heads, tp)
+    if "heads" in misfit:
+        out.append(Violation("tp.heads", j, f"tp={tp} does not divide {model.num_heads} attention heads"))
+    if "kv_heads" in misfit:
+        out.append(Violation("tp.kv_heads", j, f"tp={tp} does not divide {model.kv_heads} key/value heads"))
+    nodes = [g.gpus_per_node for g in cluster.node_groups if g.gpu.name == gpu_type and g.island == island]
+    if nodes and not tp_fits_node(tp, max(nodes)):
+        out.append(Violation("tp.node", j, f"tp={tp} does not fit a node of {max(nodes)} {gpu_type} GPUs"))
+    return out
+
+
+def _mixed_rules(plan: Plan, model: ModelSpec, j: int, s, b: int) -> list[Violation]:
+    """A mixed stage (formulations/ eqs. H1, H2): its replicas run all b samples of every micro-batch; no
+    expert or tensor-expert parallelism across types, no context parallelism."""
+    out = []
+    split = sum(r.count * r.micro_batch for r in s.replicas)
+    if split != b:
+        out.append(Violation("batch.mixed_split", j, "replicas run " + " + ".join(
+            f"{r.count}x{r.micro_batch}" for r in s.replicas) + f" = {split} samples per micro-batch, the plan's "
+            f"micro-batch has {b}"))
+    if s.ep > 1 or s.etp > 1 or plan.cp > 1:
+        out.append(Violation("ep.mixed", j, f"ep={s.ep}, etp={s.etp}, cp={plan.cp}: a mixed stage needs 1 for each"))
+    if len({(r.gpu_type, r.island, r.tp) for r in s.replicas}) < len(s.replicas):
+        out.append(Violation("batch.mixed_types", j, "two replica entries with the same GPU type, island and tp"))
     return out
 
 
@@ -128,9 +163,28 @@ def _memory(plan: Plan, model, cluster, training, estimator) -> list[Violation]:
         est = estimator.estimate(plan)
     except HaapInputError as exc:
         return [Violation("memory.estimate", None, f"the estimator cannot price this plan: {exc}")]
-    return [Violation("memory.capacity", s.index, f"needs {s.memory_gib:.2f} GiB per {s.gpu_type} GPU, "
-                      f"{s.capacity_gib:.2f} GiB usable (capacity minus {training.memory_headroom_fraction:.0%} "
-                      f"headroom)") for s in est.stages if not fits_memory(s.memory_gib, s.capacity_gib)]
+    out = []
+    for s in est.stages:
+        st = plan.stages[s.index]
+        per_type = _mixed_memory(estimator, plan, s) if st.replicas else \
+            [(s.gpu_type, s.memory_gib, s.capacity_gib)]
+        out += [Violation("memory.capacity", s.index, f"needs {mem:.2f} GiB per {gpu} GPU, {cap:.2f} GiB usable "
+                          f"(capacity minus {training.memory_headroom_fraction:.0%} headroom)")
+                for gpu, mem, cap in per_type if not fits_memory(mem, cap)]
+    return out
+
+
+def _mixed_memory(estimator, plan: Plan, s) -> list[tuple[str, float, float]]:
+    """(gpu_type, GiB, usable GiB) of each replica type of a mixed stage, each against its own capacity
+    (eq. H6, exact; the solver's normalised arrays are at least as strict)."""
+    from haap_milp.estimator.mixed import type_memory_bytes
+
+    st = plan.stages[s.index]
+    keys = tuple((r.gpu_type, r.island, r.tp, r.count, r.micro_batch) for r in st.replicas)
+    mc = estimator._for_plan(plan).mixed_costs(keys, st.ep, st.recompute, cp=plan.cp)
+    first, last = s.index == 0, s.index == plan.pp - 1
+    return [(t.replica[0], type_memory_bytes(t, st.num_layers, s.inflight_microbatches, first, last) / GIB,
+             t.capacity_bytes / GIB) for t in mc.types]
 
 
 def _runtime(plan: Plan, training: TrainingSpec) -> list[Violation]:
@@ -138,10 +192,16 @@ def _runtime(plan: Plan, training: TrainingSpec) -> list[Violation]:
     micro-batch, the dimensions that must be equal in every stage."""
     out = []
     for j, s in enumerate(plan.stages):
+        if training.micro_batch_size and any(r.micro_batch != training.micro_batch_size for r in s.replicas):
+            out.append(Violation("runtime.mbs", j, "a replica's micro-batch is not the runtime's fixed "
+                                 f"{training.micro_batch_size}"))
+        elif s.replicas and {"tp", "mbs"} & set(training.uniform):  # dp and recompute are compared below
+            out.append(Violation("runtime.uniform_mixed", j, "replicas of several GPU types (tp, micro-batch) in one "
+                                 f"stage; the runtime needs {', '.join(training.uniform)} equal in every stage"))
         if s.recompute not in training.recompute_modes:
             out.append(Violation("runtime.recompute", j, f"recompute {s.recompute!r} is not among the runtime's "
                                  f"allowed modes ({', '.join(training.recompute_modes)})"))
-        if training.micro_batch_size and plan.stage_micro_batch(j) != training.micro_batch_size:
+        if training.micro_batch_size and not s.replicas and plan.stage_micro_batch(j) != training.micro_batch_size:
             out.append(Violation("runtime.mbs", j, f"per-replica micro-batch {plan.stage_micro_batch(j):g} is not "
                                  f"the runtime's fixed {training.micro_batch_size}"))
     for dim in training.uniform:
@@ -164,7 +224,12 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: Tra
     if memory and not structural:
         out += _memory(plan, model, cluster, training, estimator)
     out += _runtime(plan, training)
-    if capabilities(target).module is not None:  # the engine's own rules
+    caps = capabilities(target)
+    mixed = [j for j, s in enumerate(plan.stages) if s.replicas]
+    if mixed and not caps.mixed_stages:
+        out.append(Violation(f"{target}.mixed_stage", mixed[0], f"its data-parallel replicas differ in GPU type: "
+                             f"{caps.mixed_stages_why}"))
+    elif caps.module is not None:  # the engine's own rules
         out += engine_module(target).plan_violations(plan, model)
     if out:
         log.info("plan check: %d violation(s): %s", len(out), "; ".join(map(str, out)))

@@ -36,6 +36,13 @@ def stage_gpus(plan) -> list[int]:
     return [s.num_gpus * plan.cp for s in plan.stages]
 
 
+def stage_type_gpus(plan) -> list[list[tuple[str, int]]]:
+    """Per stage, (GPU type, GPUs) of each of its replica types (one pair for a single-type stage; a mixed
+    stage, eq. H1, one per replica type), context parallelism included."""
+    return [[(r.gpu_type, r.tp * r.count * plan.cp) for r in s.replicas] if s.replicas
+            else [(s.gpu_type, s.num_gpus * plan.cp)] for s in plan.stages]
+
+
 def missing(plan_types, book: PriceBook, measure: str) -> list[str]:
     """GPU types without the number ``measure`` needs (a price of the book's kind, or a TDP)."""
     get = book.usd_per_gpu_hour if measure == "cost" else book.tdp_w
@@ -44,23 +51,25 @@ def missing(plan_types, book: PriceBook, measure: str) -> list[str]:
 
 def usd_per_hour(plan, book: PriceBook) -> float | None:
     """Eq. E1 (None when a GPU type of the plan has no price)."""
-    prices = [book.usd_per_gpu_hour(s.gpu_type) for s in plan.stages]
+    pairs = [pair for stage in stage_type_gpus(plan) for pair in stage]
+    prices = [book.usd_per_gpu_hour(k) for k, _ in pairs]
     if any(p is None for p in prices):
         return None
-    return float(sum(g * p for g, p in zip(stage_gpus(plan), prices)))
+    return float(sum(g * p for (_, g), p in zip(pairs, prices)))
 
 
 def energy_parts(plan, stage_times_s: list[float], iteration_time_s: float, book: PriceBook):
     """(R_idle W, D J, E J) of eq. E4, or None when a GPU type has no TDP."""
-    tdp = [book.tdp_w(s.gpu_type) for s in plan.stages]
-    if any(p is None for p in tdp):
+    per_stage = stage_type_gpus(plan)
+    if any(book.tdp_w(k) is None for stage in per_stage for k, _ in stage):
         return None
-    idle = [book.idle_w(s.gpu_type) for s in plan.stages]
-    g = stage_gpus(plan)
     m, t_iter = plan.num_microbatches, iteration_time_s
-    r_idle = sum(gj * i for gj, i in zip(g, idle))
     busy = [min(1.0, m * t / t_iter) if t_iter > 0 else 0.0 for t in stage_times_s]  # u_j of eq. E3
-    dyn = sum(gj * (p - i) * u * t_iter for gj, p, i, u in zip(g, tdp, idle, busy))
+    # every replica type of a mixed stage is charged the stage's busy share u_j (its slowest type's):
+    # an upper estimate for the faster types, which wait on the slowest at each micro-batch's sync
+    r_idle = sum(g * book.idle_w(k) for stage in per_stage for k, g in stage)
+    dyn = sum(g * (book.tdp_w(k) - book.idle_w(k)) * u * t_iter
+              for stage, u in zip(per_stage, busy) for k, g in stage)
     return r_idle, dyn, t_iter * r_idle + dyn
 
 
@@ -95,7 +104,7 @@ def option_weights(problem: Problem, group_types: list[str], book: PriceBook, me
     for k in group_types:
         v = book.usd_per_gpu_hour(k) / USD_UNIT if measure == "cost" else book.idle_w(k) / WATT_UNIT
         per_gpu.append(round(v))
-    return np.array([o.num_gpus * per_gpu[o.group] for o in problem.options], np.int64)
+    return np.array([sum(n * per_gpu[g] for g, n in o.usage) for o in problem.options], np.int64)
 
 
 def budget(problem: Problem, weights: np.ndarray, limit: int, measure: str) -> Budget:
@@ -115,14 +124,13 @@ def dynamic_energy_lb(problem: Problem, group_types: list[str], book: PriceBook)
     t_j = n_j layer_time + extras, so D >= min over variants of M (L min_o g_o dP_o layer_time_o + min_o g_o
     dP_o first_time_o + min_o g_o dP_o last_time_o) over the options the variant allows."""
     dp = np.array([book.tdp_w(k) - book.idle_w(k) for k in group_types])
-    g = np.array([o.num_gpus for o in problem.options], float)
-    grp = np.array([o.group for o in problem.options], int)
+    gdp = np.array([sum(n * dp[g] for g, n in o.usage) for o in problem.options], float)  # sum_g g_o,g dP_g
     best = math.inf
     for v in problem.variants:
         ok = np.asarray(v.allowed, bool)
         if not ok.any():
             continue
-        w = (g * dp[grp])[ok]
+        w = gdp[ok]
         d = (problem.num_layers * (w * v.layer_time[ok]).min() + (w * v.first_time[ok]).min()
              + (w * v.last_time[ok]).min())
         best = min(best, v.num_microbatches * d)

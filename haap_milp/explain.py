@@ -25,8 +25,9 @@ def _layers_per_gpu(problem: Problem) -> dict[int, tuple[float, int]]:
             per_layer = v.layer_static_mem[i] + v.layer_act_mem[i]
             held = math.floor(room / per_layer) if per_layer > 0 else 10**9
             ratio = held / o.num_gpus
-            if ratio > best.get(o.group, (-1.0, -1))[0]:
-                best[o.group] = (ratio, int(i))
+            for g, _n in o.usage:  # a mixed option (eq. H1) counts for each of its groups
+                if ratio > best.get(g, (-1.0, -1))[0]:
+                    best[g] = (ratio, int(i))
     return best
 
 
@@ -109,8 +110,10 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
     mem = stage_memory(problem, a)
     var = problem.variants[a.variant]
     j = int(np.argmax(t))
-    parts = [(f"stage {j} ({group_labels[problem.options[a.stages[j].option].group]}) is the slowest at "
-              f"{t[j] * 1e3:.1f} ms per micro-batch")]
+    o = problem.options[a.stages[j].option]
+    where = " + ".join(f"{r.count} x {group_labels[r.group]} tp{r.tp} at {r.samples} samples" for r in o.mix) \
+        if o.mix else group_labels[o.group]  # a mixed stage: its replica types (eq. H1)
+    parts = [(f"stage {j} ({where}) is the slowest at {t[j] * 1e3:.1f} ms per micro-batch")]
     tau = steady_period(t, c, var.num_microbatches)
     if c and max(c) / 2 >= tau * (1 - TIME_RTOL) and max(c) / 2 > t[j]:  # the link term of eq. T2 binds
         k = int(np.argmax(c))
@@ -125,7 +128,8 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
         parts.append(f"its memory is {fill:.0%} full, so it cannot take a lower recompute or more layers")
     used = [0] * len(problem.groups)
     for st in a.stages:
-        used[problem.options[st.option].group] += problem.options[st.option].num_gpus
+        for g, n in problem.options[st.option].usage:  # eq. G1
+            used[g] += n
     full = [problem.groups[g] for g, u in enumerate(used) if u == problem.group_capacity[g]]
     if full:
         parts.append("all GPUs of " + ", ".join(full) + " are in use")
@@ -138,14 +142,17 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
     return "; ".join(parts)
 
 
-def estimate_bottleneck(pe) -> str:
+def estimate_bottleneck(pe, plan=None) -> str:
     """What binds a scored plan (estimator.PlanEstimate): the pacing stage, its largest time share,
-    memory pressure and communication that is not hidden."""
+    memory pressure and communication that is not hidden. ``plan`` (optional) names a mixed stage's replicas."""
     stages = pe.stages
     j = max(range(len(stages)), key=lambda i: stages[i].time_s)
     s = stages[j]
     b = s.breakdown
-    parts = [(f"stage {j} ({s.gpu_type}, {s.num_layers} layers) paces the pipeline at {s.time_s * 1e3:.1f} ms "
+    st = plan.stages[j] if plan is not None and j < plan.pp else None
+    where = " + ".join(f"{r.count} {r.gpu_type} tp{r.tp} x {r.micro_batch} samples" for r in st.replicas) \
+        if st is not None and st.replicas else s.gpu_type
+    parts = [(f"stage {j} ({where}, {s.num_layers} layers) paces the pipeline at {s.time_s * 1e3:.1f} ms "
               f"per micro-batch")]
     comm = b["tp_comm_s"] + b["ep_comm_s"] + b["cp_comm_s"]
     if comm > 0.15 * b["compute_s"]:

@@ -107,7 +107,8 @@ def _capacity(prob, b) -> tuple[int, ...]:
     (the same plans, stronger bounds for every solver)."""
     out = []
     for g, cap in enumerate(prob.group_capacity):
-        per = [int(b.weight[i]) / o.num_gpus for i, o in enumerate(prob.options) if o.group == g]
+        per = [int(b.weight[i]) / o.num_gpus for i, o in enumerate(prob.options)
+               if o.usage == ((g, o.num_gpus),)]  # single-group options: the group's weight per GPU
         low = min(per) if per else 0
         out.append(min(cap, int(b.limit // low)) if low > 0 else cap)
     return tuple(out)
@@ -191,8 +192,8 @@ def _budget_hints(bctx: Context, weights: np.ndarray, limit: int, share: Deadlin
 
     pre = bctx.presolved
     prob = pre.problem
-    per_gpu = [min((int(weights[i]) / o.num_gpus for i, o in enumerate(prob.options) if o.group == g), default=0.0)
-               for g in range(len(prob.groups))]
+    per_gpu = [min((int(weights[i]) / o.num_gpus for i, o in enumerate(prob.options)
+                    if o.usage == ((g, o.num_gpus),)), default=0.0) for g in range(len(prob.groups))]
     node = [max(grp.gpus_per_node, 1) for grp in pre.groups]
     n_max = [cap // nd for cap, nd in zip(prob.group_capacity, node)]
     vectors: list[tuple[int, ...]] = []
@@ -266,8 +267,9 @@ def point_document(p: Point, book: PriceBook) -> dict:
     """One frontier point as JSON: the time, its proof, cost and energy (eqs. E1-E5), GPUs per type, the plan."""
     r, e = p.outcome.result, p.outcome.estimate
     gpus: dict[str, int] = {}
-    for s in r.plan.stages:
-        gpus[s.gpu_type] = gpus.get(s.gpu_type, 0) + s.num_gpus * r.plan.cp
+    for stage in economics.stage_type_gpus(r.plan):
+        for k, n in stage:
+            gpus[k] = gpus.get(k, 0) + n
     econ = economics.plan_economics(r.plan, e, book)
     return {"iteration_time_s": p.iteration_time_s, "bound_s": p.bound_s, "gap": r.gap,
             "tokens_per_s": e.tokens_per_s, **{k: v for k, v in econ.items() if k != "price_kind"},

@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from haap_milp import mixed_stages
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
 from haap_milp.estimator.override import FALLBACK_FLAG, WHY, coverage, may_price
 from haap_milp.parallel_rules import ep_divides_experts, ep_fits_grid, tp_allowed
 from haap_milp.pipeline import GIB
 from haap_milp.problem import Assignment, Option, Problem, Variant, stage_memory, stage_times
-from haap_milp.specs import ClusterSpec, ModelSpec, Plan, SolveOptions, StagePlan, TrainingSpec
+from haap_milp.specs import ClusterSpec, ModelSpec, Plan, Replica, SolveOptions, StagePlan, TrainingSpec
 from haap_milp.targets import capabilities
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,10 @@ def build(
     dims = dims or ("tp", "dp", "recompute")
     if caps.recompute_modes is not None:  # e.g. FlagScale cannot mix selective with other per-stage modes
         modes = tuple(m for m in modes if m in caps.recompute_modes) or modes
+    mixed = mixed_enabled(options.mixed_stages, caps, caps.uniform_stages if target_uniform is None else target_uniform,
+                          training.uniform)
+    pairs = mixed_stages.island_pairs(groups) if mixed else []
+    pair_index = {pr: len(groups) + i for i, pr in enumerate(pairs)}  # eq. H5: one p2p endpoint per pair
     n_before = 0
     opts: list[Option] = []
     opt_index: dict[Option, int] = {}
@@ -213,10 +218,19 @@ def build(
                                 opt_index[o] = len(opts)
                                 opts.append(o)
                             allowed.append(opt_index[o])
+        if pairs:  # eq. H7
+            for o in mixed_stages.enumerate_options(est, model, training, groups, b, modes, dims, pair_index):
+                n_before += 1
+                if o not in opt_index:
+                    opt_index[o] = len(opts)
+                    opts.append(o)
+                allowed.append(opt_index[o])
         if allowed:
             variant_opts[b] = allowed
     variants, bounds = [], {}
-    priced = {b: _price_variant(est, model, training, groups, opts, b, ids, uniform) for b, ids in variant_opts.items()}
+    ends = mixed_stages.endpoint_members(groups, pairs)
+    priced = {b: _price_variant(est, model, training, groups, opts, b, ids, uniform, ends)
+              for b, ids in variant_opts.items()}
     for b, (var, lb) in priced.items():
         if var.allowed.any():
             bounds[len(variants)] = lb
@@ -243,6 +257,7 @@ def build(
         "variants_considered": len(priced),
         "variants_kept": len(variants),
         "max_stages": max_stages,
+        "mixed_options": sum(int(v.allowed[i]) for v in variants for i in range(len(opts)) if opts[i].mix),
         "presolve_s": round(time.perf_counter() - t0, 4),
     }
     stats.update({f"cache_{k}": v for k, v in est.cache_stats().items() if isinstance(v, (int, float))})
@@ -257,6 +272,23 @@ def build(
                  "; ".join(map(str, analytic)))  # the CLI warns on stderr; the API reads Presolved.analytic
     summary = profile_summary(profile, groups) if profile is not None else None
     return Presolved(problem, tuple(groups), bounds, dropped, stats, excluded, analytic, summary)
+
+
+def mixed_enabled(asked: str, caps, target_uniform: bool, runtime_uniform=()) -> bool:
+    """Whether presolve enumerates mixed stages (eq. H7): ``--mixed-stages auto`` where the target engine can
+    run them and the runtime does not need one tp or one per-replica micro-batch in every stage (``--uniform
+    dp`` and ``recompute`` are fine: a mixed stage's dp is its replica count); ``on`` where they cannot run is
+    the user's error."""
+    if asked == "off":
+        return False
+    fixed = sorted({"tp", "mbs"} & set(runtime_uniform))
+    why = ("the target engine cannot run a stage whose replicas differ in GPU type" if not caps.mixed_stages else
+           "stages must be uniform (a uniform target)" if target_uniform else
+           f"the runtime needs one {' and one '.join(fixed)} in every stage (--uniform)" if fixed else "")
+    if asked == "on" and why:
+        raise HaapInputError(f"--mixed-stages on: {why}; use --mixed-stages off or --target any.",
+                             field="--mixed-stages", value=asked)
+    return not why
 
 
 def supported_precisions(gpu) -> list[str]:
@@ -337,7 +369,24 @@ def profile_summary(profile, groups) -> dict:
             "gpu_types": per}
 
 
-def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = False) -> tuple[Variant, float]:
+def _option_costs(est, groups, o: Option, b: int):
+    """(layer, first, last, fixed bytes, usable bytes, fixed sync s) of one option; a mixed option's from
+    estimator/mixed.py (eqs. H3, H4, H6: memory normalised to the first type's capacity)."""
+    if o.mix:
+        mc = est.mixed_costs(mixed_stages.replica_keys(groups, o), o.ep, o.recompute)
+        return mc.layer, mc.first, mc.last, mc.fixed_bytes, mc.capacity_bytes, mc.fixed_sync_s
+    g = groups[o.group]
+    args = (g.gpu_type, o.tp, o.dp, o.ep, 1, o.recompute, b)
+    lc = est.layer_cost(*args, island=g.island)
+    fc, lastc = est.first_stage_extra(*args, island=g.island), est.last_stage_extra(*args, island=g.island)
+    # full recompute adds the transient activations of the layer being recomputed
+    fixed = est.stage_fixed_bytes(g.gpu_type, o.tp, dp=o.dp, recompute=o.recompute, samples_per_microbatch=b)
+    return (lc, fc, lastc, fixed, est.usable_memory_bytes(g.gpu_type),
+            est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp, ep=o.ep))
+
+
+def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = False,
+                   ends: list[tuple[int, ...]] | None = None) -> tuple[Variant, float]:
     """Cost arrays for one micro-batch choice and its eq. B1 lower bound."""
     n = len(opts)
     z = lambda: np.zeros(n)
@@ -346,33 +395,32 @@ def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = F
     m_count = training.global_batch_size // b
     for i in ids:
         o = opts[i]
-        g = groups[o.group]
-        args = (g.gpu_type, o.tp, o.dp, o.ep, 1, o.recompute, b)
         try:
-            lc = est.layer_cost(*args, island=g.island)
-            fc, lastc = est.first_stage_extra(*args, island=g.island), est.last_stage_extra(*args, island=g.island)
+            lc, fc, lastc, fixed, cap, fsync = _option_costs(est, groups, o, b)
         except HaapInputError as exc:  # a combination the estimator cannot run (e.g. precision): not an option
             log.debug("option %s dropped: %s", o, exc)
             continue
-        cap = est.usable_memory_bytes(g.gpu_type)
-        # full recompute adds the transient activations of the layer being recomputed
-        fixed = est.stage_fixed_bytes(g.gpu_type, o.tp, dp=o.dp, recompute=o.recompute, samples_per_microbatch=b)
         a["lt"][i], a["ft"][i], a["lat"][i] = lc.time_s, fc.time_s, lastc.time_s
         a["ls"][i], a["la"][i] = lc.static_bytes, lc.act_bytes
         a["fs"][i], a["fa"][i] = fc.static_bytes, fc.act_bytes
         a["xs"][i], a["xa"][i] = lastc.static_bytes, lastc.act_bytes
         a["fx"][i], a["cap"][i] = fixed, cap
         a["sl"][i], a["s1"][i], a["sL"][i] = lc.sync_s, fc.sync_s, lastc.sync_s
-        a["sf"][i] = est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp, ep=o.ep)
+        a["sf"][i] = fsync
         # memory-aware pruning: must hold one layer at the cheapest position (last stage, 1 micro-batch in flight)
         allowed[i] = fixed + lc.static_bytes + lc.act_bytes <= cap
     allowed = _drop_outclassed(opts, allowed, a, uniform)
     G = len(groups)
-    p2p = np.zeros((G, G))
+    ends = ends or [(g,) for g in range(G)]
+    p2p = np.zeros((len(ends), len(ends)))
     for x in range(G):
         for y in range(G):
             ga, gb = (groups[x].gpu_type, groups[x].island), (groups[y].gpu_type, groups[y].island)
             p2p[x, y] = est.p2p_time(ga, gb, b)
+    for x, xs in enumerate(ends):  # eq. H5: a mixed endpoint's boundary is its slowest group pair
+        for y, ys in enumerate(ends):
+            if x >= G or y >= G:
+                p2p[x, y] = max(p2p[g, h] for g in xs for h in ys)
     var = Variant(
         samples_per_microbatch=b, num_microbatches=m_count,
         layer_time=a["lt"], first_time=a["ft"], last_time=a["lat"],
@@ -392,18 +440,25 @@ def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: 
     j is no worse in every time, memory and sync coefficient and better in one, so i can never be needed."""
     keys = ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "sl", "s1", "sL")
     out = allowed.copy()
-    idx = np.flatnonzero(allowed)
-    for i in idx:
-        for j in idx:
-            if i == j or not out[j]:
-                continue
-            oi, oj = opts[i], opts[j]
-            if (oi.group, oi.tp, oi.dp) != (oj.group, oj.tp, oj.dp) or (uniform and oi.signature != oj.signature):
-                continue
-            if all(a[k][j] <= a[k][i] for k in keys) and any(a[k][j] < a[k][i] for k in keys):
-                out[i] = False
-                break
+    classes: dict[tuple, list[int]] = {}  # only options with the same GPUs (and signature) are compared
+    for i in np.flatnonzero(allowed):
+        o = opts[i]
+        classes.setdefault((_gpus_key(o), o.signature if uniform else ()), []).append(int(i))
+    for idx in classes.values():
+        for i in idx:
+            for j in idx:
+                if i == j or not out[j]:
+                    continue
+                if all(a[k][j] <= a[k][i] for k in keys) and any(a[k][j] < a[k][i] for k in keys):
+                    out[i] = False
+                    break
     return out
+
+
+def _gpus_key(o: Option) -> tuple:
+    """What two options must share to be compared for outclassing: the same GPUs (group, tp and dp; a mixed
+    option: the same replica types and counts, hence the same p2p endpoint)."""
+    return tuple((r.group, r.tp, r.count) for r in o.mix) if o.mix else (o.group, o.tp, o.dp)
 
 
 def compute_bound(opts: list[Option], groups, var: Variant, num_layers: int) -> float:
@@ -419,7 +474,8 @@ def compute_bound(opts: list[Option], groups, var: Variant, num_layers: int) -> 
         return math.inf
     for i in ok:
         o = opts[i]
-        rate[o.group] = max(rate[o.group], 1.0 / (var.layer_time[i] * o.num_gpus))
+        for g, _n in o.usage:  # a mixed option's rate per GPU counts for each of its groups (an over-estimate)
+            rate[g] = max(rate[g], 1.0 / (var.layer_time[i] * o.num_gpus))
     total = sum(rate[g] * groups[g].capacity for g in range(len(groups)))
     fill = num_layers * float(var.layer_time[ok].min())
     return (var.num_microbatches - 1) * num_layers / total + fill
@@ -442,15 +498,18 @@ def decode(pre: Presolved, a: Assignment, model: ModelSpec, cluster: ClusterSpec
     for st, t, mem in zip(a.stages, times, mems):
         o = prob.options[st.option]
         g = pre.groups[o.group]
+        reps = tuple(Replica(gpu_type=pre.groups[r.group].gpu_type, island=pre.groups[r.group].island, tp=r.tp,
+                             count=r.count, micro_batch=r.samples) for r in o.mix)
         stages.append(StagePlan(
             first_layer=first, num_layers=st.num_layers, gpu_type=g.gpu_type, island=g.island,
-            tp=o.tp, dp=o.dp, ep=o.ep, recompute=o.recompute, time_s=t, memory_gib=mem / GIB,
+            tp=o.tp, dp=o.dp, ep=o.ep, recompute=o.recompute, time_s=t, memory_gib=mem / GIB, replicas=reps,
         ))
         first += st.num_layers
     b = var.samples_per_microbatch
     return Plan(
         model=model.name, cluster=cluster.name, stages=tuple(stages),
-        micro_batch_size=b // stages[0].dp, num_microbatches=var.num_microbatches,
+        micro_batch_size=stages[0].replicas[0].micro_batch if stages[0].replicas else b // stages[0].dp,
+        num_microbatches=var.num_microbatches,
         global_batch_size=training.global_batch_size, seq_len=training.seq_len, precision=training.precision,
         sequence_parallel=training.sequence_parallel, distributed_optimizer=training.distributed_optimizer,
     )

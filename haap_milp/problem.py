@@ -47,7 +47,10 @@ Memory (eq. M2), per stage::
             + [j == P-1] * (last_static_mem[o]  + a_j * last_act_mem[o])  <=  mem_capacity[o]
     with a_j = min(P - j, M)
 
-GPUs (eq. G1): ``sum_j num_gpus[o_j] * [group(o_j) == g] <= group_capacity[g]`` for every group.
+GPUs (eq. G1): ``sum_j usage[o_j][g] <= group_capacity[g]`` for every group; a single-group option uses
+``num_gpus`` of its own group, a mixed option (eq. H1) the GPUs of each of its replica types' groups.
+Boundaries (eq. T1b) read ``p2p_time`` at the options' *endpoints*: a single-group option's endpoint is its
+group, a mixed option's is a row of its own (indices >= G) priced by presolve (eq. H5).
 Budget (eq. W1, optional): ``sum_j weight[o_j] <= limit`` over the chosen stages, integer weights per
 option (an hourly price or idle power of the option's GPUs, ``haap_milp/economics.py``); the time
 objective is unchanged, so eq. W1 is what the epsilon-constraint sweep of ``frontier.py`` tightens.
@@ -65,9 +68,22 @@ from haap_milp.pipeline import GIB, fits_memory, inflight_1f1b, iteration_time
 from haap_milp.pipeline import stage_memory as stage_memory_bytes
 
 
+@dataclass(frozen=True, order=True)
+class Replicas:
+    """One replica type of a mixed option (eq. H1): ``count`` replicas of ``tp`` GPUs of ``group``, each
+    running ``samples`` samples of every micro-batch."""
+
+    group: int
+    tp: int
+    count: int
+    samples: int
+
+
 @dataclass(frozen=True)
 class Option:
-    """One way to run a stage: a GPU group and its parallel degrees."""
+    """One way to run a stage: a GPU group and its parallel degrees, or (``mix``) data-parallel replicas of
+    several groups (a mixed option, eq. H1: ``group`` and ``tp`` are the first replica type's, ``dp`` the
+    replica count, ``endpoint`` its own row of ``p2p_time``)."""
 
     group: int  # index into Problem.groups
     tp: int
@@ -77,10 +93,27 @@ class Option:
     #: the dimensions eq. U1 makes equal across stages when ``Problem.uniform`` (runtime's ``--uniform``; a
     #: uniform target engine: all three); not part of the option's identity
     uniform_dims: tuple[str, ...] = field(default=("tp", "dp", "recompute", "ep"), compare=False)
+    mix: tuple[Replicas, ...] = ()  # empty: a single-group option
+    link: int = -1  # mixed option: its row/column of Variant.p2p_time (>= len(groups)); -1: its group's
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.dp
+        return sum(r.tp * r.count for r in self.mix) if self.mix else self.tp * self.dp
+
+    @property
+    def usage(self) -> tuple[tuple[int, int], ...]:
+        """(group, GPUs) per group the option uses (eq. G1), groups in first-use order."""
+        if not self.mix:
+            return ((self.group, self.tp * self.dp),)
+        out: dict[int, int] = {}
+        for r in self.mix:
+            out[r.group] = out.get(r.group, 0) + r.tp * r.count
+        return tuple(out.items())
+
+    @property
+    def endpoint(self) -> int:
+        """Row/column of ``Variant.p2p_time`` for boundaries at this stage (eq. T1b, H5)."""
+        return self.link if self.mix else self.group
 
     @property
     def signature(self) -> tuple:
@@ -112,7 +145,8 @@ class Variant:
     sync_per_layer: np.ndarray  # s per layer
     sync_first: np.ndarray  # s, embedding grads
     sync_last: np.ndarray  # s, LM head grads
-    p2p_time: np.ndarray  # [G, G] s per micro-batch across a boundary (fwd act + bwd grad)
+    p2p_time: np.ndarray  # [E, E] s per micro-batch across a boundary (fwd act + bwd grad); endpoints: G groups,
+    # then one per mixed option (eq. H5)
     allowed: np.ndarray  # bool [O]: option usable with this variant (dp divides B, fits one layer)
 
 
@@ -198,7 +232,7 @@ def stage_times(problem: Problem, a: Assignment) -> list[float]:
 def boundary_times(problem: Problem, a: Assignment) -> list[float]:
     """c_j of eq. T1 (P-1 values)."""
     v = problem.variants[a.variant]
-    g = [problem.options[s.option].group for s in a.stages]
+    g = [problem.options[s.option].endpoint for s in a.stages]
     return [float(v.p2p_time[g[j], g[j + 1]]) for j in range(len(g) - 1)]
 
 
@@ -238,8 +272,8 @@ def violations(problem: Problem, a: Assignment) -> list[str]:
         return out + ["option index out of range"]
     used = [0] * len(problem.groups)
     for s in a.stages:
-        opt = problem.options[s.option]
-        used[opt.group] += opt.num_gpus
+        for g, n in problem.options[s.option].usage:  # eq. G1
+            used[g] += n
     for g, (u, cap) in enumerate(zip(used, problem.group_capacity)):
         if u > cap:
             out.append(f"group {problem.groups[g]} uses {u} GPUs of {cap}")

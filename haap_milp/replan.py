@@ -63,7 +63,11 @@ def _groups(cluster: ClusterSpec) -> dict[tuple[str, str], int]:
 
 def degrade(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             est: Estimator) -> Plan | None:
-    """Eq. MG3's degraded plan (module docstring), or None when it cannot run on ``cluster``."""
+    """Eq. MG3's degraded plan (module docstring), or None when it cannot run on ``cluster``. A plan with a
+    mixed stage (eq. H1) is kept only if it still runs unchanged (shrinking a mixed stage would re-split
+    its micro-batch: left to the new solve)."""
+    if plan.has_mixed_stage:
+        return None if check_plan(plan, model, cluster, training, estimator=est) else plan
     caps = _groups(cluster)
     b = plan.samples_per_microbatch
     dps = [s.dp for s in plan.stages]
@@ -81,7 +85,8 @@ def degrade(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: Traini
 
 
 def _placement(plan: Plan) -> list[tuple]:
-    """Per decoder layer: (GPU type, island, tp, dp, GPUs of its stage)."""
+    """Per decoder layer: (GPU type, island, tp, dp, GPUs of its stage). A mixed stage (eq. H1) is described by
+    its first replica type; its other types' copies of the layer are priced as if on that type's links."""
     out = []
     for s in plan.stages:
         out += [(s.gpu_type, s.island, s.tp, s.dp, s.num_gpus * plan.cp)] * s.num_layers

@@ -346,6 +346,9 @@ class _Replay:
 def stage_label(j: int, stage) -> str:
     """Short label of a StagePlan for plots and tables."""
     rc = "" if stage.recompute == "none" else f" rc={stage.recompute}"
+    if stage.replicas:  # a mixed stage (formulations/ eq. H1): replayed as one stage paced by its slowest type
+        who = " + ".join(f"{r.gpu_type} tp{r.tp} x{r.count}" for r in stage.replicas)
+        return f"{j}: {who} {stage.num_layers}L{rc}"
     return f"{j}: {stage.gpu_type} tp{stage.tp} dp{stage.dp} {stage.num_layers}L{rc}"
 
 

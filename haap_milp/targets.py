@@ -27,6 +27,8 @@ class EngineCapabilities:
     same_tp_first_last_when_tied: bool = False  # tied embeddings: first and last stage the same tp (eq. U2)
     recompute_modes: tuple[str, ...] | None = None  # per-stage recompute modes it can mix (None: all)
     max_stages_when_tied: int | None = None  # pipeline stages with tied embeddings (None: no limit)
+    mixed_stages: bool = False  # a stage's data-parallel replicas may differ in GPU type and tp (eq. H1)
+    mixed_stages_why: str = ""  # why it cannot (the refusal's reason)
 
 
 class EmitError(HaapInputError):
@@ -34,13 +36,21 @@ class EmitError(HaapInputError):
 
 
 TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
-    EngineCapabilities("any", None, "any plan (no engine restriction)"),
+    EngineCapabilities("any", None, "any plan (no engine restriction)", mixed_stages=True),
     EngineCapabilities("megatron", "haap_milp.emit.megatron", "Megatron-LM: one tp/dp/recompute/ep, any layer split",
-                       uniform_stages=True),
+                       uniform_stages=True, mixed_stages_why="Megatron-LM builds one data-parallel group size and one "
+                       "micro-batch size for every rank (parallel_state.initialize_model_parallel, "
+                       "--micro-batch-size), so replicas cannot differ in tp or share of a micro-batch"),
     EngineCapabilities("flagscale", "haap_milp.emit.flagscale", "FlagScale heterogeneous meshes: per-stage tp/dp",
-                       same_tp_first_last_when_tied=True, recompute_modes=("none", "full")),
+                       same_tp_first_last_when_tied=True, recompute_modes=("none", "full"),
+                       mixed_stages_why="a FlagScale process mesh (flagscale/train/arguments.py: "
+                       "hetero_process_meshes, one entry of hetero_device_types) has one device type and one (tp, dp) and the meshes follow one another "
+                       "along the pipeline (hetero_pipeline_layer_split), so one stage cannot hold replicas of two "
+                       "device types"),
     EngineCapabilities("torchtitan", "haap_milp.emit.torchtitan", "torchtitan: one device mesh, any layer split",
-                       uniform_stages=True, max_stages_when_tied=1),
+                       uniform_stages=True, max_stages_when_tied=1, mixed_stages_why="torchtitan builds one "
+                       "DeviceMesh of equal dimensions for all ranks (its ParallelDims), so replicas "
+                       "cannot differ in tp or share of a batch"),
 )}
 TARGET_NAMES: tuple[str, ...] = tuple(TARGETS)  # for Literal[TARGET_NAMES]
 ENGINES: tuple[str, ...] = tuple(n for n, c in TARGETS.items() if c.module is not None)  # targets with an emitter

@@ -9,6 +9,12 @@ divides the attention and key/value heads and fits a node, any dp, any recompute
 plan is the optimum. Nothing of presolve is used, so comparing ``planner.solve`` against this
 checks presolve's enumeration, its pruning (memory, dominance, eq. B1) and ``decode`` at once.
 
+Mixed stages (formulations/ eqs. H1-H7), unless ``SolveOptions.mixed_stages`` is "off" or the target cannot
+run them: two (GPU type, island) groups of one island, each with all, half or a quarter of its GPUs in whole
+nodes, any tp that divides heads and kv heads, fits a node and divides that count, the same recompute mode,
+ep 1, and EVERY integer split of the B samples (count_a·m_a + count_b·m_b = B, m >= 1) — presolve keeps only
+the fastest split per combination, so a plan where another split wins on memory would show up here.
+
 Plans using more GPUs of a (type, island) than it has are skipped before scoring (check_plan would
 reject them as ``gpus.*``); everything else is left to check_plan, which is called in increasing
 order of estimated time until one plan passes.
@@ -29,10 +35,12 @@ from haap_milp.specs import (
     ModelSpec,
     NodeGroup,
     Plan,
+    Replica,
     SolveOptions,
     StagePlan,
     TrainingSpec,
 )
+from haap_milp.targets import capabilities
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,48 @@ def stage_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute) -> 
     return out
 
 
+def _mixed_sizes(cap: int, per_node: int) -> list[int]:
+    return sorted({n - n % per_node for n in (cap, cap // 2, cap // 4) if n - n % per_node >= per_node})
+
+
+def mixed_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute) -> list[tuple]:
+    """("mixed", ((gpu, island, tp, count, samples), ...), recompute): mixed stages with B = b (eqs. H1, H2)."""
+    groups = sorted(_groups(cluster).items())
+    out = []
+    for (ka, (cap_a, pn_a)), (kb, (cap_b, pn_b)) in itertools.combinations(groups, 2):
+        if ka[1] != kb[1]:
+            continue
+        for sa, sb in itertools.product(_mixed_sizes(cap_a, pn_a), _mixed_sizes(cap_b, pn_b)):
+            for ta, tb in itertools.product(range(1, pn_a + 1), range(1, pn_b + 1)):
+                if any(model.num_heads % t or model.kv_heads % t for t in (ta, tb)) or sa % ta or sb % tb:
+                    continue
+                na, nb = sa // ta, sb // tb
+                for ma in range(1, b):
+                    mb, rest = divmod(b - na * ma, nb)
+                    if rest or mb < 1:
+                        continue
+                    reps = ((*ka, ta, na, ma), (*kb, tb, nb, mb))
+                    out.extend(("mixed", reps, rc) for rc in recompute)
+    return out
+
+
+def _usage(cfg) -> list[tuple[tuple[str, str], int]]:
+    if cfg[0] == "mixed":
+        return [((g, i), tp * n) for g, i, tp, n, _m in cfg[1]]
+    gpu, island, tp, dp, _ = cfg
+    return [((gpu, island), tp * dp)]
+
+
+def _stage(cfg, first: int, n: int) -> StagePlan:
+    if cfg[0] == "mixed":
+        reps = tuple(Replica(gpu_type=g, island=i, tp=tp, count=c, micro_batch=m) for g, i, tp, c, m in cfg[1])
+        r0 = reps[0]
+        return StagePlan(first_layer=first, num_layers=n, gpu_type=r0.gpu_type, island=r0.island, tp=r0.tp,
+                         dp=sum(r.count for r in reps), recompute=cfg[2], replicas=reps)
+    gpu, island, tp, dp, rc = cfg
+    return StagePlan(first_layer=first, num_layers=n, gpu_type=gpu, island=island, tp=tp, dp=dp, recompute=rc)
+
+
 def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions):
     """Every candidate Plan (see module docstring)."""
     gbs = training.global_batch_size
@@ -83,21 +133,24 @@ def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         if gbs % b:
             continue
         configs = stage_configs(model, cluster, b, options.recompute)
+        if options.mixed_stages != "off" and capabilities(options.target).mixed_stages:
+            configs += mixed_configs(model, cluster, b, options.recompute)
         for p in range(1, max_p + 1):
             for combo in itertools.product(configs, repeat=p):
                 used: dict = {}
-                for gpu, island, tp, dp, _ in combo:
-                    used[(gpu, island)] = used.get((gpu, island), 0) + tp * dp
+                for cfg in combo:
+                    for k, n in _usage(cfg):
+                        used[k] = used.get(k, 0) + n
                 if any(n > caps[k] for k, n in used.items()):
                     continue
+                mbs = combo[0][1][0][4] if combo[0][0] == "mixed" else b // combo[0][3]
                 for comp in _compositions(model.num_layers, p):
                     stages, first = [], 0
-                    for (gpu, island, tp, dp, rc), n in zip(combo, comp):
-                        stages.append(StagePlan(first_layer=first, num_layers=n, gpu_type=gpu, island=island,
-                                                tp=tp, dp=dp, recompute=rc))
+                    for cfg, n in zip(combo, comp):
+                        stages.append(_stage(cfg, first, n))
                         first += n
                     yield Plan(model=model.name, cluster=cluster.name, stages=tuple(stages),
-                               micro_batch_size=b // combo[0][3], num_microbatches=gbs // b, global_batch_size=gbs,
+                               micro_batch_size=mbs, num_microbatches=gbs // b, global_batch_size=gbs,
                                seq_len=training.seq_len, precision=training.precision,
                                sequence_parallel=training.sequence_parallel,
                                distributed_optimizer=training.distributed_optimizer)

@@ -45,8 +45,10 @@ def test_every_plan_is_valid_and_scored_consistently(compared):
         assert out.violations == [], (case, method, out.violations)
         assert abs(out.estimate.iteration_time_s - r.objective_s) <= 1e-3 * r.objective_s, (case, method)
         used: dict[tuple[str, str], int] = {}
-        for s in r.plan.stages:
-            used[(s.gpu_type, s.island)] = used.get((s.gpu_type, s.island), 0) + s.num_gpus
+        for s in r.plan.stages:  # a mixed stage (formulations/ eq. H1) uses each replica type's GPUs
+            for g, isl, n in [(x.gpu_type, x.island, x.tp * x.count) for x in s.replicas] or \
+                    [(s.gpu_type, s.island, s.num_gpus)]:
+                used[(g, isl)] = used.get((g, isl), 0) + n
         for ng_key, n in used.items():
             have = sum(g.num_gpus for g in cluster.node_groups if (g.gpu.name, g.island) == ng_key)
             assert n <= have, (case, method, ng_key, n, have)

@@ -42,9 +42,10 @@ def built(request):
 
 
 def _priced(problem, v):
-    """Options presolve enumerated and priced for variant v (dp divides B): kept or pruned."""
+    """Options presolve enumerated and priced for variant v (dp divides B; a mixed option splits B itself, eq. H2):
+    kept or pruned."""
     var = problem.variants[v]
-    return np.array([var.layer_time[i] > 0 and var.samples_per_microbatch % o.dp == 0
+    return np.array([var.layer_time[i] > 0 and (bool(o.mix) or var.samples_per_microbatch % o.dp == 0)
                      for i, o in enumerate(problem.options)])
 
 

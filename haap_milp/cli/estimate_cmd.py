@@ -138,13 +138,15 @@ def _table(pe: PlanEstimate, plan: Plan, training: TrainingSpec) -> None:
         b, sp = s.breakdown, plan.stages[s.index]
         mem = f"{s.memory_gib:.1f}/{s.capacity_gib:.0f}" + ("" if s.fits else "!")
         comm = b["tp_comm_s"] + b["ep_comm_s"] + b["cp_comm_s"]
-        t.add_row(str(s.index), s.gpu_type, str(s.num_layers), f"{sp.tp}*{sp.dp}", sp.recompute[:4],
+        gpu = "+".join(r.gpu_type for r in sp.replicas) or s.gpu_type  # a mixed stage: each replica type
+        grid = "+".join(f"{r.tp}*{r.count}" for r in sp.replicas) or f"{sp.tp}*{sp.dp}"
+        t.add_row(str(s.index), gpu, str(s.num_layers), grid, sp.recompute[:4],
                   f"{s.time_s * 1e3:.1f}", mem, f"{b['compute_s']:.2f}", f"{comm:.2f}", f"{b['p2p_s']:.2f}",
                   f"{b['bubble_s']:.2f}", f"{b['sync_s']:.2f}")
     Console(width=max(console.width, 112), highlight=False).print(t)  # wide table even when piped
     for note in pe.notes:
         console.print(f"note: {note}", highlight=False)
-    console.print(f"why: {estimate_bottleneck(pe)}", highlight=False, markup=False)
+    console.print(f"why: {estimate_bottleneck(pe, plan)}", highlight=False, markup=False)
 
 
 def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs, seq, precision, sp, dist_opt,

@@ -66,9 +66,12 @@ def unmeasured_stages(profile, plan) -> list[str]:
         return []
     out = []
     for j, s in enumerate(plan.stages):
-        mbs = plan.stage_micro_batch(j)
-        status = coverage(profile, s.gpu_type, s.tp, mbs)
-        if status in ("interpolated", "missing"):
-            how = "interpolated" if status == "interpolated" else "analytic model"
-            out.append(f"stage {j} ({s.gpu_type} tp {s.tp} mbs {mbs:g}): {how}")
+        # a mixed stage (formulations/ eq. H1): each replica type at its own micro-batch
+        points = [(r.gpu_type, r.tp, r.micro_batch) for r in s.replicas] or \
+            [(s.gpu_type, s.tp, plan.stage_micro_batch(j))]
+        for gpu, tp, mbs in points:
+            status = coverage(profile, gpu, tp, mbs)
+            if status in ("interpolated", "missing"):
+                how = "interpolated" if status == "interpolated" else "analytic model"
+                out.append(f"stage {j} ({gpu} tp {tp} mbs {mbs:g}): {how}")
     return out

@@ -50,6 +50,7 @@ from haap_milp.cli.runtime_opts import (
     build_training,
 )
 from haap_milp.deadline import Deadline, run_interruptible
+from haap_milp.errors import HaapInputError
 from haap_milp.methods import LISTED
 from haap_milp.network.merge import apply_network_option
 from haap_milp.outputs import check_output_dir, check_output_file, write_atomic
@@ -75,6 +76,9 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 
 
 HeadroomOpt = Annotated[str | None, typer.Option("--memory-headroom", help=HEADROOM_HELP)]
+MixedOpt = Annotated[str, typer.Option("--mixed-stages", help="auto | on | off: stages whose data-parallel replicas "
+                                       "differ in GPU type and tp, each type taking its share of every micro-batch "
+                                       "(formulations/ eqs. H1-H7). auto: on for --target any without --uniform.")]
 
 
 def _inputs(model: str, cluster: str, gbs: int | None, seq: int | None, precision: str | None,
@@ -86,12 +90,14 @@ def _inputs(model: str, cluster: str, gbs: int | None, seq: int | None, precisio
     return load_model(model), load_cluster(cluster), training
 
 
-def _options(solver, time_limit, threads, target, max_stages, gap, seed) -> SolveOptions:
+def _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed: str = "auto") -> SolveOptions:
     finite(time_limit, "--time-limit")
     finite(gap, "--gap")
+    if mixed not in ("auto", "on", "off"):
+        raise HaapInputError(f"--mixed-stages {mixed!r}: use auto, on or off.", field="--mixed-stages", value=mixed)
     try:
         return SolveOptions(solver=solver, time_limit_s=time_limit, threads=threads, target=target,
-                            max_stages=max_stages, relative_gap=gap, seed=seed)
+                            max_stages=max_stages, relative_gap=gap, seed=seed, mixed_stages=mixed)
     except ValidationError as exc:
         raise flag_error(exc) from None
 
@@ -137,6 +143,7 @@ def solve(
     step: StepOpt = 0.05,
     prices: PricesOpt = None,
     price: PriceKindOpt = "on_demand",
+    mixed_stages: MixedOpt = "auto",
 ) -> None:
     """Find the plan with the shortest iteration time (or least cost or energy) that fits, with its gap."""
     dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command; Ctrl-C keeps the best plan
@@ -148,7 +155,7 @@ def solve(
                       param_overlap, grad_bucket, recompute, mbs, uniform)
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
-    opts = _options(solver, time_limit, threads, target, max_stages, gap, seed)
+    opts = _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed_stages)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     book = price_book(prices, price)
     goal = goal_from_flags(objective, max_cost_per_hour, min_tokens_per_s, max_iteration_time, robust,
@@ -238,6 +245,7 @@ def compare(
     recompute: RecomputeSetOpt = None,
     mbs: MbsOpt = None,
     uniform: UniformOpt = None,
+    mixed_stages: MixedOpt = "auto",
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
     dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command, input loading included
@@ -245,7 +253,7 @@ def compare(
                       param_overlap, grad_bucket, recompute, mbs, uniform)
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
-    opts = _options("auto", time_limit, threads, target, max_stages, gap, seed)
+    opts = _options("auto", time_limit, threads, target, max_stages, gap, seed, mixed_stages)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     outs = run_interruptible(lambda: planner.compare(m, c, training, opts, profile=prof, deadline=dl), dl,
                              _stopping)

@@ -39,6 +39,12 @@ def emit(plan, target: str, cluster, model, training=None, engine_version: str |
     command, what the user supplies). ``engine_version`` picks an older output form where an engine has one
     (torchtitan: ``0.1`` = TOML). Raises EmitError when it cannot."""
     module = engine_module(target)
+    caps = targets.TARGETS[target]
+    mixed = [j for j, s in enumerate(plan.stages) if s.replicas]
+    if mixed and not caps.mixed_stages:  # formulations/ eq. H1; solve with --mixed-stages off or --target
+        raise EmitError(f"{target} cannot run stage {mixed[0]}, whose data-parallel replicas differ in GPU type: "
+                        f"{caps.mixed_stages_why}. Plan with --target {target} (or --mixed-stages off).",
+                        field="plan.stages", value=mixed[0])
     versions = getattr(module, "VERSIONS", None)
     if engine_version is not None and versions is None:
         raise EmitError(f"--engine-version: {target} files follow one version only ({module.ENGINE_VERSION})",

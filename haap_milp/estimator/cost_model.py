@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from haap_milp.errors import HaapInputError
-from haap_milp.estimator import comm, compute, costs, hardware, memory
+from haap_milp.estimator import comm, compute, costs, hardware, memory, mixed
 from haap_milp.estimator.calibration import Calibration, load_calibration
 from haap_milp.estimator.compute import peak_flops
 from haap_milp.estimator.flops import model_flops_per_sample
@@ -182,6 +182,13 @@ class Estimator:
             return costs.dp_latency_s(self.model, c, hw, self.training, self.calibration)
 
         return self._memo("stage_fixed_sync_s", key, run)
+
+    def mixed_costs(self, replicas: tuple[mixed.ReplicaKey, ...], ep: int, recompute: str, *,
+                    cp: int = 1) -> mixed.MixedCosts:
+        """A mixed stage's prices (estimator/mixed.py, formulations/ eqs. H3-H6): ``replicas`` as
+        (gpu_type, island, tp, count, samples per replica per micro-batch), in the stage's order."""
+        key = (tuple(replicas), ep, recompute, cp)
+        return self._memo("mixed_costs", key, lambda: mixed.mixed_costs(self, tuple(replicas), ep, recompute, cp))
 
     def usable_memory_bytes(self, gpu_type: str) -> float:
         """Capacity x (1 - training.memory_headroom_fraction)."""

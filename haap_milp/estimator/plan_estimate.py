@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from haap_milp.errors import PlanInvalidError
-from haap_milp.estimator import schedule
+from haap_milp.estimator import mixed, schedule
 from haap_milp.estimator.compute import peak_flops
 from haap_milp.estimator.results import PlanEstimate, StageCost, StageEstimate
 from haap_milp.pipeline import GIB, fits_memory
@@ -41,6 +41,7 @@ class Estimator(Protocol):
     def stage_fixed_sync_s(self, *args: Any, **kw: Any) -> float: ...
     def usable_memory_bytes(self, gpu_type: str) -> float: ...
     def p2p_time(self, *args: Any, **kw: Any) -> float: ...
+    def mixed_costs(self, *args: Any, **kw: Any) -> Any: ...
 
 
 def check_plan(est: Estimator, plan: Plan) -> None:
@@ -66,8 +67,16 @@ def check_plan(est: Estimator, plan: Plan) -> None:
         raise PlanInvalidError(f"vpp={plan.vpp} needs schedule 'interleaved' (got {plan.schedule!r}).", field="vpp")
 
 
+def replica_keys(s) -> tuple[mixed.ReplicaKey, ...]:
+    """A mixed stage's replica types as estimator keys (estimator/mixed.py)."""
+    return tuple((r.gpu_type, r.island, r.tp, r.count, r.micro_batch) for r in s.replicas)
+
+
 def _stage_costs(est: Estimator, plan: Plan, j: int) -> tuple[StageCost, StageCost | None, StageCost | None]:
     s, p = plan.stages[j], plan.pp
+    if s.replicas:  # eqs. H3, H4, H6
+        mc = est.mixed_costs(replica_keys(s), s.ep, s.recompute, cp=plan.cp)
+        return mc.layer, mc.first if j == 0 else None, mc.last if j == p - 1 else None
     args = (s.gpu_type, s.tp, s.dp, s.ep, s.etp, s.recompute, plan.samples_per_microbatch)
     kw = {"island": s.island, "cp": plan.cp}
     first = est.first_stage_extra(*args, **kw) if j == 0 else None
@@ -79,11 +88,11 @@ def _stage_memory(est: Estimator, plan: Plan, j: int, parts: tuple, a: float) ->
     layer, first, last = parts
     s = plan.stages[j]
     n = s.num_layers
+    fixed = est.mixed_costs(replica_keys(s), s.ep, s.recompute, cp=plan.cp).fixed_bytes if s.replicas else \
+        est.stage_fixed_bytes(s.gpu_type, s.tp, dp=s.dp, recompute=s.recompute,
+                              samples_per_microbatch=plan.samples_per_microbatch, cp=plan.cp, etp=s.etp)
     out = {"weights": n * layer.weights_bytes, "grads": n * layer.grads_bytes,
-           "optimizer": n * layer.optimizer_bytes, "activations": n * a * layer.act_bytes,
-           "overhead": est.stage_fixed_bytes(s.gpu_type, s.tp, dp=s.dp, recompute=s.recompute,
-                                             samples_per_microbatch=plan.samples_per_microbatch, cp=plan.cp,
-                                             etp=s.etp)}
+           "optimizer": n * layer.optimizer_bytes, "activations": n * a * layer.act_bytes, "overhead": fixed}
     for extra in (first, last):
         if extra is not None:
             out["weights"] += extra.weights_bytes
@@ -107,8 +116,7 @@ def estimate_plan(est: Estimator, plan: Plan) -> PlanEstimate:
         inflight.append(schedule.inflight(sched, j, p, m, v))
         mems.append(_stage_memory(est, plan, j, parts, inflight[-1]))
     t = [x.time_s for x in totals]
-    sync = [x.sync_s + est.stage_fixed_sync_s(s.gpu_type, s.island, s.tp, s.dp, cp=plan.cp, ep=s.ep, etp=s.etp)
-            for x, s in zip(totals, plan.stages)]
+    sync = [x.sync_s + _fixed_sync(est, plan, s) for x, s in zip(totals, plan.stages)]
     c = [_boundary(est, plan, j, j + 1) for j in range(p - 1)]
     wrap = _boundary(est, plan, p - 1, 0) if p > 1 else 0.0  # the link interleaving (and the simulator) uses
     c_wrap = wrap if (sched == "interleaved" and v > 1) else 0.0
@@ -116,11 +124,24 @@ def estimate_plan(est: Estimator, plan: Plan) -> PlanEstimate:
     return _finish(est, plan, it, totals, mems, inflight, t, c, sync, wrap)
 
 
+def _fixed_sync(est: Estimator, plan: Plan, s) -> float:
+    if s.replicas:  # eq. H4
+        return est.mixed_costs(replica_keys(s), s.ep, s.recompute, cp=plan.cp).fixed_sync_s
+    return est.stage_fixed_sync_s(s.gpu_type, s.island, s.tp, s.dp, cp=plan.cp, ep=s.ep, etp=s.etp)
+
+
+def _ends(s) -> tuple[tuple[str, str, int, int], ...]:
+    """(gpu_type, island, tp, dp) per replica type of a stage (one entry unless mixed)."""
+    if s.replicas:
+        return tuple((r.gpu_type, r.island, r.tp, r.count) for r in s.replicas)
+    return ((s.gpu_type, s.island, s.tp, s.dp),)
+
+
 def _boundary(est: Estimator, plan: Plan, a: int, b: int) -> float:
-    """c_j: with the default group-level p2p model this is exactly presolve's p2p_time[g_a][g_b]."""
+    """c_j: with the default group-level p2p model this is exactly presolve's p2p_time[g_a][g_b]; a mixed
+    stage's boundary is its slowest type pair (eq. H5)."""
     sa, sb = plan.stages[a], plan.stages[b]
-    return est.p2p_time((sa.gpu_type, sa.island), (sb.gpu_type, sb.island), plan.samples_per_microbatch,
-                        sa.tp, sb.tp, dp_a=sa.dp, dp_b=sb.dp, cp=plan.cp)
+    return mixed.boundary_s(est, _ends(sa), _ends(sb), plan.samples_per_microbatch, cp=plan.cp)
 
 
 def _finish(est: Estimator, plan: Plan, it: float, totals: list[StageCost], mems: list[dict[str, float]],
@@ -140,8 +161,8 @@ def _finish(est: Estimator, plan: Plan, it: float, totals: list[StageCost], mems
     model_f = m * sum(x.model_flops for x in totals)
     hw_f = m * sum(x.hw_flops for x in totals)
     n = plan.num_gpus
-    peak = sum(s.num_gpus * plan.cp * peak_flops(est.hardware(s.gpu_type, s.island).gpu, plan.precision)
-               for s in plan.stages)
+    peak = sum(tp * count * plan.cp * peak_flops(est.hardware(g, isl).gpu, plan.precision)
+               for s in plan.stages for g, isl, tp, count in _ends(s))
     notes = []
     if est.model.is_moe and est.model.num_moe_layers < est.model.num_layers:
         notes.append("dense and MoE layers mixed: every stage is charged the mean layer cost")

@@ -158,7 +158,10 @@ def memory_bars(plan, estimate, cluster=None) -> list[StageMemory]:
     for j, (st, se) in enumerate(zip(plan.stages, estimate.stages)):
         b = se.breakdown
         full = cluster.gpu(st.gpu_type).memory_gib if cluster is not None else se.capacity_gib
-        rows.append(StageMemory(f"{j}: {st.gpu_type}\ntp{st.tp} dp{st.dp} {st.num_layers}L",
+        label = (f"{j}: " + "+".join(r.gpu_type for r in st.replicas) + "\ntp" + "/".join(str(r.tp) for r in st.replicas)
+                 + " dp" + "+".join(str(r.count) for r in st.replicas) if st.replicas  # a mixed stage (eq. H1)
+                 else f"{j}: {st.gpu_type}\ntp{st.tp} dp{st.dp}")
+        rows.append(StageMemory(f"{label} {st.num_layers}L",
                                 b.get("weights_gib", 0.0), b.get("grads_gib", 0.0), b.get("optimizer_gib", 0.0),
                                 b.get("activations_gib", 0.0), b.get("overhead_gib", 0.0), full, se.capacity_gib))
     return rows

@@ -94,8 +94,15 @@ def stage_table(out) -> Table:
     for j, s in enumerate(plan.stages):
         e = est.stages[j] if est is not None else None
         cap = f" / {e.capacity_gib:.1f}" if e is not None else ""
-        t.add_row(str(j), f"{s.first_layer}-{s.last_layer - 1} ({s.num_layers})", f"{s.gpu_type} x {s.num_gpus}",
-                  s.island, str(s.tp), str(s.dp), str(s.ep), s.recompute, f"{plan.stage_micro_batch(j):g}",
+        if s.replicas:  # a mixed stage (eq. H1): one line per replica type, "count x tp" and samples each
+            gpus = " + ".join(f"{r.gpu_type} x {r.tp * r.count}" for r in s.replicas)
+            tp = "/".join(str(r.tp) for r in s.replicas)
+            dp = "+".join(str(r.count) for r in s.replicas)
+            mbs = "/".join(str(r.micro_batch) for r in s.replicas)
+        else:
+            gpus, tp, dp, mbs = f"{s.gpu_type} x {s.num_gpus}", str(s.tp), str(s.dp), f"{plan.stage_micro_batch(j):g}"
+        t.add_row(str(j), f"{s.first_layer}-{s.last_layer - 1} ({s.num_layers})", gpus,
+                  s.island, tp, dp, str(s.ep), s.recompute, mbs,
                   _fmt(s.time_s and s.time_s * 1e3, ".1f"), f"{_fmt(s.memory_gib, '.1f')}{cap}")
     return t
 

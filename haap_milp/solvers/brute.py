@@ -68,7 +68,7 @@ def _best_of(problem: Problem, v: int, p: int):
     fits = fits_memory(mem, col(var.mem_capacity)).all(axis=2)  # [T, C]  eq. M2
     t = n * col(var.layer_time) + first * col(var.first_time) + last * col(var.last_time)
     s = col(var.sync_fixed) + n * col(var.sync_per_layer) + first * col(var.sync_first) + last * col(var.sync_last)
-    grp = np.array([o.group for o in problem.options])[combos]  # [T, p]
+    grp = np.array([o.endpoint for o in problem.options])[combos]  # [T, p] p2p endpoints (eq. H5)
     c = np.asarray(var.p2p_time, float)[grp[:, :-1], grp[:, 1:]][:, None, :]  # [T, 1, p-1]
     steady = np.maximum(t.max(axis=2), c.max(axis=2) / 2 if p > 1 else 0.0)  # eq. T2
     c_pad = np.concatenate([c, np.zeros(c.shape[:2] + (1,))], axis=2)  # [T, 1, p]: c_j for j < p-1
@@ -90,11 +90,13 @@ def _best_of(problem: Problem, v: int, p: int):
 def _combo_ok(problem: Problem, combos: np.ndarray) -> np.ndarray:
     """GPU counts per group (eq. G1), the budget (eq. W1) and the engine rules (eqs. U1, U2) of option tuples."""
     opts = problem.options
-    grp = np.array([o.group for o in opts])[combos]
-    gpus = np.array([o.num_gpus for o in opts])[combos]
+    use = np.zeros((len(opts), len(problem.group_capacity)), np.int64)
+    for i, o in enumerate(opts):
+        for g, n in o.usage:
+            use[i, g] += n
     ok = np.ones(len(combos), bool)
-    for g, cap in enumerate(problem.group_capacity):
-        ok &= np.where(grp == g, gpus, 0).sum(axis=1) <= cap
+    for g, cap in enumerate(problem.group_capacity):  # eq. G1 (a mixed option uses several groups)
+        ok &= use[combos, g].sum(axis=1) <= cap
     if problem.budget is not None:  # eq. W1
         ok &= np.asarray(problem.budget.weight, np.int64)[combos].sum(axis=1) <= problem.budget.limit
     if problem.uniform:

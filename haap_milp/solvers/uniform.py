@@ -49,6 +49,8 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
         by_sig: dict[tuple, dict[int, int]] = {}
         for i in np.flatnonzero(var.allowed):
             o = problem.options[i]
+            if o.mix:  # uniform plans have one GPU group per stage
+                continue
             # one option per (signature, group); ep: keep the first (smallest) allowed
             by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep), {}).setdefault(o.group, int(i))
         for (tp, dp, _rc, _ep), sig_opts in by_sig.items():

@@ -31,7 +31,7 @@ from haap_milp.specs.base import (
 )
 from haap_milp.specs.cluster import ClusterSpec, GPUSpec, IslandLink, NodeGroup
 from haap_milp.specs.model import ModelSpec
-from haap_milp.specs.plan import Plan, StagePlan, Status, Violation
+from haap_milp.specs.plan import Plan, Replica, StagePlan, Status, Violation
 from haap_milp.specs.solve import SolveOptions, SolveResult, relative_gap
 from haap_milp.specs.training import TrainingSpec
 
@@ -53,6 +53,7 @@ __all__ = [
     "PositionEmbedding",
     "Precision",
     "Recompute",
+    "Replica",
     "Schedule",
     "SolveOptions",
     "SolveResult",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from pydantic import Field, computed_field
+from pydantic import Field, computed_field, model_serializer, model_validator
 
 from haap_milp.specs.base import (
     Frozen,
@@ -27,8 +27,20 @@ class Status(str, enum.Enum):
     ERROR = "ERROR"  # the solver failed
 
 
+class Replica(Frozen):
+    """One GPU type's data-parallel replicas inside a mixed stage (formulations/ eq. H1-H6)."""
+
+    gpu_type: str = Field(description="Catalog name of the GPU type.")
+    island: str = Field(default="main", description="Island its GPUs sit on.")
+    tp: int = Field(default=1, description="Tensor-parallel degree of each of these replicas.", ge=1)
+    count: int = Field(description="Replicas of this type.", ge=1)
+    micro_batch: int = Field(description="Samples of each micro-batch one replica of this type runs.", ge=1)
+
+
 class StagePlan(Frozen):
-    """One pipeline stage: a contiguous layer range on one device group."""
+    """One pipeline stage: a contiguous layer range on one device group, or, with ``replicas``, on
+    data-parallel replicas of several GPU types (a mixed stage: ``gpu_type``, ``island`` and ``tp`` are the
+    first replica's, ``dp`` the replica count; each replica type runs its own share of every micro-batch)."""
 
     first_layer: int = Field(description="First decoder layer (0-based) of this stage.", ge=0)
     num_layers: int = Field(description="Decoder layers in this stage (the first stage also holds the "
@@ -41,12 +53,44 @@ class StagePlan(Frozen):
     etp: int = Field(default=1, description="Expert tensor-parallel degree.", ge=1)
     recompute: Recompute = Field(default="none", description="Activation recomputation.")
     time_s: float | None = Field(default=None, description="Predicted fwd+bwd time of one micro-batch, s.")
-    memory_gib: float | None = Field(default=None, description="Predicted peak memory per GPU, GiB.")
+    memory_gib: float | None = Field(default=None, description="Predicted peak memory per GPU, GiB (mixed stage: "
+                                     "of the replica type closest to its capacity, as a share of that capacity "
+                                     "times the first type's capacity).")
+    replicas: tuple[Replica, ...] = Field(default=(), description="Mixed stage: its replica types (empty: one type, "
+                                          "tp and dp as above).")
 
-    @computed_field(description="GPUs used: tp * dp (* cp of the plan).")  # type: ignore[prop-decorator]
+    @model_validator(mode="after")
+    def _mixed_consistent(self) -> StagePlan:
+        if self.replicas:
+            r0 = self.replicas[0]
+            if (r0.gpu_type, r0.island, r0.tp) != (self.gpu_type, self.island, self.tp):
+                raise ValueError("a mixed stage's gpu_type, island and tp are its first replica's")
+            if sum(r.count for r in self.replicas) != self.dp:
+                raise ValueError(f"a mixed stage's dp ({self.dp}) is its replica count "
+                                 f"({sum(r.count for r in self.replicas)})")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _single_type_as_before(self, handler):
+        """A single-type stage is written without ``replicas`` (plan files as before mixed stages)."""
+        out = handler(self)
+        if not self.replicas and isinstance(out, dict):
+            out.pop("replicas", None)
+        return out
+
+    @computed_field(description="GPUs used: tp * dp (* cp of the plan); a mixed stage: sum of tp * count.")  # type: ignore[prop-decorator]
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.dp
+        return sum(r.tp * r.count for r in self.replicas) if self.replicas else self.tp * self.dp
+
+    @property
+    def is_mixed(self) -> bool:
+        return bool(self.replicas)
+
+    @property
+    def samples(self) -> int | None:
+        """Samples per micro-batch a mixed stage runs (sum of count x micro_batch); None for one type."""
+        return sum(r.count * r.micro_batch for r in self.replicas) if self.replicas else None
 
     @property
     def last_layer(self) -> int:
@@ -84,19 +128,28 @@ class Plan(Frozen):
 
     @property
     def samples_per_microbatch(self) -> int:
-        return self.micro_batch_size * self.stages[0].dp
+        """B: every stage runs B samples per micro-batch. A mixed first stage: the sum over its replicas."""
+        first = self.stages[0]
+        return first.samples if first.replicas else self.micro_batch_size * first.dp
 
     @property
     def num_gpus(self) -> int:
         return sum(s.num_gpus for s in self.stages) * self.cp
 
     def stage_micro_batch(self, j: int) -> float:
-        """Per-replica micro-batch of stage j (sequences)."""
+        """Per-replica micro-batch of stage j (sequences; a mixed stage: the mean over its replicas)."""
         return self.samples_per_microbatch / self.stages[j].dp
 
     @property
+    def has_mixed_stage(self) -> bool:
+        return any(s.replicas for s in self.stages)
+
+    @property
     def is_uniform(self) -> bool:
-        """Same tp, dp, recompute, ep and etp on every stage (what Megatron-LM/torchtitan can run)."""
+        """Same tp, dp, recompute, ep and etp on every stage and no mixed stage (what Megatron-LM/torchtitan can
+        run)."""
+        if self.has_mixed_stage:
+            return False
         first = self.stages[0]
         key = (first.tp, first.dp, first.recompute, first.ep, first.etp)
         return all((s.tp, s.dp, s.recompute, s.ep, s.etp) == key for s in self.stages)

@@ -5,6 +5,7 @@ Units and conventions: see ``haap_milp.specs`` (the package docstring)."""
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import Field
 
@@ -32,6 +33,9 @@ class SolveOptions(Frozen):
         default=None, description="Samples per micro-batch to consider (None: presolve picks).")
     recompute: tuple[Recompute, ...] = Field(
         default=("none", "selective", "full"), description="Recompute modes the search may use.")
+    mixed_stages: Literal["auto", "on", "off"] = Field(
+        default="auto", description="Stages whose data-parallel replicas differ in GPU type (formulations/ eqs. "
+        "H1-H6); auto: on where the target engine and the runtime can run them.")
 
 
 class SolveResult(Frozen):

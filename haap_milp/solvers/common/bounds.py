@@ -50,17 +50,21 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> in
     connected set of the graph whose edges are links no slower than tau."""
     h = np.minimum(hmax, np.floor(tau / t.coef["layer_time"] + TIME_RTOL)).astype(np.int64)
     per = {}
-    for g in np.unique(t.group).tolist():
-        m = t.group == g
-        if t.p2p[g, g] > 2 * tau:  # eq. T2: tau >= c / 2 on every link used
+    mixed = t.use.astype(bool).sum(axis=1) > 1  # eq. H1: options on several groups
+    joined = [tuple(np.flatnonzero(t.use[i]).tolist()) for i in np.flatnonzero(mixed)]
+    for g in np.flatnonzero(t.use.any(axis=0)).tolist():
+        m = t.use[:, g] > 0  # a mixed option counts in the knapsack of each of its groups: more capacity, sound
+        if t.p2p[g, g] > 2 * tau and not mixed[m].any():  # eq. T2: tau >= c / 2 on every link used
             per[g] = int(h[m].max(initial=0))
         else:
-            per[g] = _knapsack_max(t.gpus[m], h[m], problem.group_capacity[g])
-    return max((sum(per[g] for g in comp) for comp in _components(t.p2p, list(per), tau)), default=0)
+            per[g] = _knapsack_max(t.use[m, g], h[m], problem.group_capacity[g])
+    return max((sum(per[g] for g in comp) for comp in _components(t.p2p, list(per), tau, joined)), default=0)
 
 
-def _components(p2p: np.ndarray, groups: list[int], tau: float) -> list[list[int]]:
-    """Connected components of the groups under links (either direction) with c / 2 <= tau."""
+def _components(p2p: np.ndarray, groups: list[int], tau: float, joined: list[tuple[int, ...]] = ()
+                ) -> list[list[int]]:
+    """Connected components of the groups under links (either direction) with c / 2 <= tau, and groups
+    ``joined`` by one mixed option (one stage on both, eq. H1)."""
     left, out = set(groups), []
     while left:
         stack, comp = [min(left)], []
@@ -69,7 +73,7 @@ def _components(p2p: np.ndarray, groups: list[int], tau: float) -> list[list[int
             g = stack.pop()
             comp.append(g)
             for h in sorted(left):
-                if min(p2p[g, h], p2p[h, g]) <= 2 * tau:
+                if min(p2p[g, h], p2p[h, g]) <= 2 * tau or any(g in j and h in j for j in joined):
                     left.discard(h)
                     stack.append(h)
         out.append(comp)

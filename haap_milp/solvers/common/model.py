@@ -174,7 +174,8 @@ def _slot_rows(problem: Problem, m: LinModel) -> None:
                    **({xf: -int(t.lof[k - 1, i])} if xf is not None else {})}
             m.add(low, 0, INF, label="D1 lower")  # n >= lo x (one layer at least; dominance)
             layers[v] = 1
-            _acc(gpu_rows.setdefault(int(t.group[i]), {}), m.x(k, i), float(t.gpus[i]))
+            for g in np.flatnonzero(t.use[i]).tolist():  # eq. G1 (a mixed option: each of its groups)
+                _acc(gpu_rows.setdefault(g, {}), m.x(k, i), float(t.use[i, g]))
         m.add(row, const, const, label="A1 one option per used slot")
         if k < t.p_max:
             nterms, nconst = _used(m, k + 1)
@@ -206,16 +207,16 @@ def _cg_cuts(problem: Problem, m: LinModel) -> None:
     """Eq. G2: Chvatal-Gomory rounding of G1 by each stage size q of the group:
     sum floor(d_o / q) x[k,o] <= floor(cap_g / q) (at most 5 stages of 64 GPUs fit in 344)."""
     t = m.t
-    for g in np.unique(t.group).tolist():
+    for g in range(t.use.shape[1]):
         cap = problem.group_capacity[g]
-        for q in sorted(set(t.gpus[t.group == g].tolist())):
+        for q in sorted(set(t.use[:, g].tolist()) - {0}):
             if q <= 1 or cap % q == 0:
                 continue
             row: dict = {}
             for k, opts in m.slots.items():
                 for i in opts:
-                    if t.group[i] == g and t.gpus[i] >= q:
-                        _acc(row, m.x(k, i), float(t.gpus[i] // q))
+                    if t.use[i, g] >= q:
+                        _acc(row, m.x(k, i), float(t.use[i, g] // q))
             if row:
                 m.add(row, -INF, cap // q, label="G2 CG cut")
 
@@ -281,12 +282,13 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
             if k == 1:
                 _acc(tk, x, c["last_time"][i])
                 _acc(sk, x, c["sync_last"][i])
-            g = int(t.group[i])
-            _acc(cut.setdefault(g, {}), {v: c["layer_time"][i] * t.gpus[i]})
-            if xf is not None:
-                _acc(cut[g], {xf: c["first_time"][i] * t.gpus[i]})
-            if k == 1:
-                _acc(cut[g], x, c["last_time"][i] * t.gpus[i])
+            for g in np.flatnonzero(t.use[i]).tolist():  # eq. C1: GPU-time of each group the option uses
+                d = float(t.use[i, g])
+                _acc(cut.setdefault(g, {}), {v: c["layer_time"][i] * d})
+                if xf is not None:
+                    _acc(cut[g], {xf: c["first_time"][i] * d})
+                if k == 1:
+                    _acc(cut[g], x, c["last_time"][i] * d)
             if bw is not None:
                 _acc(bcut, tk_i(m, k, i, c), bw[int(t.opts[i])])
         m.tdef(tk, m.tau, label="T2 tau >= t_k")

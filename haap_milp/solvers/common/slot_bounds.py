@@ -31,12 +31,13 @@ class Tables:
     L: int
     K: int
     opts: np.ndarray  # global option indices (usable: allowed and fitting their group)
-    group: np.ndarray
-    gpus: np.ndarray
+    group: np.ndarray  # p2p endpoint (its GPU group; a mixed option's own row of p2p, eq. H5)
+    gpus: np.ndarray  # GPUs in all
+    use: np.ndarray  # [n, G] GPUs of each group (eq. G1; one non-zero unless mixed, eq. H1)
     tp: np.ndarray
     sig: np.ndarray  # signature id (eq. U1)
     coef: dict  # COEF_KEYS -> float arrays [n]
-    p2p: np.ndarray  # [G, G]
+    p2p: np.ndarray  # [E, E] between endpoints
     U_mem: np.ndarray  # max layers as a non-first stage, memory only (eq. M2, U[k,o])
     Uf_mem: np.ndarray  # as the first stage
     U: np.ndarray  # effective upper bound (memory and the time cut-off, eq. X1)
@@ -102,21 +103,21 @@ def max_layers_time(lt: np.ndarray, extra: np.ndarray, tau_ub: float | None, L: 
 def usable_options(problem: Problem, v: int) -> np.ndarray:
     var = problem.variants[v]
     ok = [i for i in range(problem.num_options) if var.allowed[i]
-          and problem.options[i].num_gpus <= problem.group_capacity[problem.options[i].group]]
+          and all(n <= problem.group_capacity[g] for g, n in problem.options[i].usage)]
     return np.asarray(ok, dtype=np.int64)
 
 
 def time_dominance(problem: Problem, opts: np.ndarray, coef: dict) -> np.ndarray:
-    """D[a, b]: option a time-dominates option b (eq. D1): same group, no more GPUs, no larger
-    time coefficient, same (tp, dp, recompute) under U1 and same tp under U2; ties broken by index.
+    """D[a, b]: option a time-dominates option b (eq. D1): same p2p endpoint, no more GPUs of any group, no
+    larger time coefficient, same (tp, dp, recompute) under U1 and same tp under U2; ties broken by index.
     Memory is not compared: b stays usable, but only with more layers than a can hold (the ``lo``
     bounds). Not presolve's ``_drop_outclassed``, which removes options outright."""
     op = [problem.options[i] for i in opts]
-    grp = np.array([o.group for o in op])
-    gpus = np.array([o.num_gpus for o in op])
+    grp = np.array([o.endpoint for o in op])
+    use = usage_matrix(problem, op)
     tp = np.array([o.tp for o in op])
-    le = (grp[:, None] == grp[None, :]) & (gpus[:, None] <= gpus[None, :])
-    strict = gpus[:, None] < gpus[None, :]
+    le = (grp[:, None] == grp[None, :]) & (use[:, None, :] <= use[None, :, :]).all(axis=2)
+    strict = (use[:, None, :] < use[None, :, :]).any(axis=2)
     for key in COEF_KEYS:
         c = coef[key]
         le &= c[:, None] <= c[None, :]
@@ -128,6 +129,15 @@ def time_dominance(problem: Problem, opts: np.ndarray, coef: dict) -> np.ndarray
         le &= tp[:, None] == tp[None, :]
     idx = np.arange(len(op))
     return le & (strict | (idx[:, None] < idx[None, :]))
+
+
+def usage_matrix(problem: Problem, op: list) -> np.ndarray:
+    """[n, G] GPUs each option uses of each group (eq. G1)."""
+    use = np.zeros((len(op), len(problem.group_capacity)), np.int64)
+    for i, o in enumerate(op):
+        for g, n in o.usage:
+            use[i, g] += n
+    return use
 
 
 def build_tables(problem: Problem, v: int, tau_ub: float | None = None) -> Tables:
@@ -160,7 +170,8 @@ def build_tables(problem: Problem, v: int, tau_ub: float | None = None) -> Table
         masked_f = np.where(D[None, :, :], Uf_mem[:, :, None], 0)
         lof = np.maximum(1, masked_f.max(axis=1) + 1) if n > 1 else lof
     t = Tables(v=v, M=var.num_microbatches, L=L, K=K, opts=opts,
-               group=np.array([o.group for o in op], np.int64), gpus=np.array([o.num_gpus for o in op], np.int64),
+               group=np.array([o.endpoint for o in op], np.int64), gpus=np.array([o.num_gpus for o in op], np.int64),
+               use=usage_matrix(problem, op),
                tp=np.array([o.tp for o in op], np.int64), sig=np.array([sigs.index(o.signature) for o in op], np.int64),
                coef=coef, p2p=np.asarray(var.p2p_time, float), U_mem=U_mem, Uf_mem=Uf_mem, U=U, Uf=Uf,
                lo=lo, lof=lof, p_min=0, p_max=0, tau_ub=tau_ub, dom=D)
@@ -174,9 +185,12 @@ def _stage_count_bounds(problem: Problem, t: Tables) -> None:
     if t.n == 0:
         t.p_min, t.p_max = 0, 0
         return
+    # every stage uses at least the fewest GPUs any option takes of one of its groups
     per_group = {}
-    for g, d in zip(t.group, t.gpus):
-        per_group[g] = min(per_group.get(g, 10**9), d)
+    for g in range(t.use.shape[1]):
+        col = t.use[:, g][t.use[:, g] > 0]
+        if len(col):
+            per_group[g] = int(col.min())
     gpu_cap = sum(problem.group_capacity[g] // d for g, d in per_group.items())
     t.p_max = int(min(t.K, t.L, gpu_cap))
     best_nf = np.where(t.lo <= t.U, t.U, 0).max(axis=1)  # [K]

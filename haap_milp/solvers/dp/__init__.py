@@ -80,9 +80,9 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
 
 def _restrictions(problem: Problem, t: Tables) -> list[Restriction]:
     """U1: one run per (tp, dp, recompute) signature; U2: one run per tp of the pipeline ends."""
-    every = np.ones(t.n, bool)
+    every = (t.use > 0).sum(axis=1) == 1  # mixed options (eq. H1) span groups: outside the group-segment DP
     if problem.uniform:
-        return [Restriction(t.sig == s, t.sig == s) for s in np.unique(t.sig)]
+        return [Restriction((t.sig == s) & every, (t.sig == s) & every) for s in np.unique(t.sig)]
     if problem.same_tp_first_last:
         return [Restriction(every, t.tp == p) for p in np.unique(t.tp)]
     return [Restriction(every, every)]

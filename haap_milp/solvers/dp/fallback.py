@@ -40,10 +40,10 @@ def _extend(problem: Problem, t, k: int, key, mx: float, tot: float, stages: tup
     layers, usage, tp_last, sig = key
     lt, xt = t.coef["layer_time"], t.coef["last_time"]
     for i in range(t.n):
-        g, d = int(t.group[i]), int(t.gpus[i])
-        if usage[g] + d > problem.group_capacity[g] or (problem.uniform and sig >= 0 and t.sig[i] != sig):
+        new_usage = tuple(u + int(d) for u, d in zip(usage, t.use[i]))  # eq. G1 (mixed: several groups)
+        if any(u > c for u, c in zip(new_usage, problem.group_capacity)) or \
+                (problem.uniform and sig >= 0 and t.sig[i] != sig):
             continue
-        new_usage = usage[:g] + (usage[g] + d,) + usage[g + 1:]
         n_first = t.L - layers
         tp_end = int(t.tp[i]) if k == 1 else tp_last
         if 1 <= n_first <= t.Uf_mem[k - 1, i] and (not problem.same_tp_first_last or int(t.tp[i]) == tp_end):

@@ -1,0 +1,134 @@
+"""Presolve's mixed stage options: data-parallel replicas of two GPU groups in one stage (formulations/ H1-H7).
+
+Enumeration (eq. H7, bounded so that the search keeps its speed):
+
+* pairs of GPU groups on one island (a pipeline stage across an island link would put a slow link in
+  every micro-batch's DP sync and p2p);
+* per group a GPU count from {all, 1/2, 1/4} of the group, a whole number of nodes each, and a tp of
+  ``tp_candidates`` dividing it (replicas = count / tp); ep = 1 (MoE experts are not split across types);
+  the same recompute mode on every replica;
+* the samples of a micro-batch split by speed: per replica type an integer m_r >= 1 with
+  sum_r count_r·m_r = B (eq. H2); the split with the smallest slowest-type layer time (eq. H3) is kept,
+  found by bisection (one type's time grows and the other's falls along the splits). A fixed per-replica micro-batch
+  (``--mbs``) allows only m_r = mbs;
+* at most ``MAX_PER_PAIR`` options per pair and micro-batch variant: those with the least GPU-time per
+  layer (lambda_o x GPUs), so large clusters do not flood the slot model.
+
+Each kept option is an ``Option`` with ``mix`` (problem.Replicas per type) and its own p2p endpoint (one
+per group pair, eq. H5).
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+from haap_milp.errors import HaapInputError
+from haap_milp.estimator.override import coverage, may_price
+from haap_milp.parallel_rules import tp_allowed
+from haap_milp.problem import Option, Replicas
+
+TP_CANDIDATES = (1, 2, 4, 8)
+SHARES = (1, 2, 4)  # a group's GPUs in a mixed stage: all, half, a quarter (whole nodes)
+MAX_PER_PAIR = 16
+
+
+def island_pairs(groups) -> list[tuple[int, int]]:
+    """Pairs of group indices (a < b) on the same island (eq. H7)."""
+    return [(a, b) for a in range(len(groups)) for b in range(a + 1, len(groups))
+            if groups[a].island == groups[b].island]
+
+
+def _sizes(g) -> list[int]:
+    out = []
+    for k in SHARES:
+        n = g.capacity // k
+        n -= n % g.gpus_per_node
+        if n >= g.gpus_per_node and n not in out:
+            out.append(n)
+    return out
+
+
+def _splits(b: int, na: int, nb: int, fixed: int | None) -> list[tuple[int, int]]:
+    """Integer samples per replica (m_a, m_b), both >= 1, with na·m_a + nb·m_b = b (eq. H2)."""
+    if fixed:
+        return [(fixed, fixed)] if (na + nb) * fixed == b else []
+    return [(ma, (b - na * ma) // nb) for ma in range(1, (b - nb) // na + 1) if (b - na * ma) % nb == 0]
+
+
+def _priceable(est, g, tp: int, m: int) -> bool:
+    prof = est.profile
+    return prof is None or may_price(coverage(prof, g.gpu_type, tp, m), prof.fallback)
+
+
+def enumerate_options(est, model, training, groups, b: int, modes, dims, pair_index) -> list[Option]:
+    """Mixed options of micro-batch variant ``b`` (eq. H7); ``pair_index[(a, b)]`` is the pair's p2p endpoint."""
+    out: list[Option] = []
+    for ga, gb in island_pairs(groups):
+        A, B = groups[ga], groups[gb]
+        cands = []
+        for ta, tb in product(TP_CANDIDATES, TP_CANDIDATES):
+            if not (tp_allowed(model.num_heads, model.kv_heads, ta, A.gpus_per_node)
+                    and tp_allowed(model.num_heads, model.kv_heads, tb, B.gpus_per_node)):
+                continue
+            for sa, sb in product(_sizes(A), _sizes(B)):
+                if sa % ta or sb % tb:
+                    continue
+                na, nb = sa // ta, sb // tb
+                for rc in modes:
+                    best = _best_split(est, A, B, ta, tb, na, nb, rc, b, training.micro_batch_size)
+                    if best is not None:
+                        lam, (ma, mb) = best
+                        mix = (Replicas(ga, ta, na, ma), Replicas(gb, tb, nb, mb))
+                        cands.append((lam * (sa + sb), Option(group=ga, tp=ta, dp=na + nb, ep=1, recompute=rc,
+                                                              uniform_dims=dims, mix=mix,
+                                                              link=pair_index[(ga, gb)])))
+        cands.sort(key=lambda c: (c[0], c[1].tp, c[1].dp, c[1].recompute, c[1].mix))
+        out += [o for _, o in cands[:MAX_PER_PAIR]]
+    return out
+
+
+def _best_split(est, A, B, ta, tb, na, nb, rc, b, fixed):
+    """(slowest-type layer time, (m_a, m_b)) of the fastest split of b samples (eqs. H2, H3), or None.
+
+    Along the splits (m_a ascending) type a's layer time grows and type b's falls, so the slowest of the two
+    is smallest where they cross: bisection for the first split where a is the slower, then that split and
+    the one before it are compared (log2 of the splits priced, not all)."""
+    splits = [sp for sp in _splits(b, na, nb, fixed)
+              if _priceable(est, A, ta, sp[0]) and _priceable(est, B, tb, sp[1])]
+
+    def times(i: int) -> tuple[float, float] | None:
+        # one replica's layer time at m samples, priced as dp 1 (cached across replica counts): it depends on
+        # dp only through ZeRO-3's per-micro-batch gathers, which the option's final price (dp = D) includes
+        ma, mb = splits[i]
+        try:
+            return (est.layer_cost(A.gpu_type, ta, 1, 1, 1, rc, ma, island=A.island).time_s,
+                    est.layer_cost(B.gpu_type, tb, 1, 1, 1, rc, mb, island=B.island).time_s)
+        except HaapInputError:  # a combination the estimator cannot run
+            return None
+
+    lo, hi = 0, len(splits)
+    while lo < hi:  # first i with t_a >= t_b
+        mid = (lo + hi) // 2
+        t = times(mid)
+        if t is None:
+            return None
+        if t[0] >= t[1]:
+            hi = mid
+        else:
+            lo = mid + 1
+    best = None
+    for i in (lo - 1, lo):
+        t = times(i) if 0 <= i < len(splits) else None
+        if t is not None and (best is None or max(t) < best[0]):
+            best = (max(t), splits[i])
+    return best
+
+
+def replica_keys(groups, o: Option) -> tuple[tuple[str, str, int, int, int], ...]:
+    """The estimator's keys (estimator/mixed.py) of a mixed option."""
+    return tuple((groups[r.group].gpu_type, groups[r.group].island, r.tp, r.count, r.samples) for r in o.mix)
+
+
+def endpoint_members(groups, pairs: list[tuple[int, int]]) -> list[tuple[int, ...]]:
+    """Groups behind each p2p endpoint: one per group, then one per mixed pair (eq. H5)."""
+    return [(g,) for g in range(len(groups))] + [tuple(p) for p in pairs]
