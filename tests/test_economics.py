@@ -139,3 +139,19 @@ def test_estimate_reports_cost_and_energy(run_cli, tmp_path):
     assert doc["joules_per_token"] == pytest.approx(doc["joules_per_iteration"] / (8 * 2048))
     code, _, err = run_cli([*args, "--price", "cheap"])
     assert code == 2 and "--price" in err
+
+
+def test_mixed_stage_is_priced_per_replica_type():
+    """A mixed stage (eq. H1) pays for each of its replica types' GPUs (eq. E1) and their power (eq. E3)."""
+    from haap_milp.specs import Replica
+
+    mixed = StagePlan(first_layer=0, num_layers=4, gpu_type="h100-80g", tp=2, dp=3,
+                      replicas=(Replica(gpu_type="h100-80g", tp=2, count=1, micro_batch=3),
+                                Replica(gpu_type="a100-80g", tp=1, count=2, micro_batch=1)))
+    plan = Plan(model="m", stages=(mixed,), micro_batch_size=1, num_microbatches=4, global_batch_size=20,
+                seq_len=1000)
+    book = load_prices()
+    got = economics.plan_economics(plan, _Est(8.0, [1.0]), book)
+    assert got["usd_per_hour"] == pytest.approx(2 * 12.29 + 2 * 5.1207)
+    p_h, p_a = 105 + (700 - 105) * 0.5, 60 + (400 - 60) * 0.5  # u = M t / T = 4 x 1 / 8 for both types
+    assert got["joules_per_iteration"] == pytest.approx(8 * (2 * p_h + 2 * p_a))
