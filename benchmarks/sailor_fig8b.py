@@ -69,6 +69,7 @@ def plan_file(tmp: Path, name: str, cluster: str, stages, mbs: int, gbs: int) ->
     dp = stages[0][4]
     plan = {"model": "opt-350m", "cluster": cluster, "micro_batch_size": mbs, "global_batch_size": gbs,
             "num_microbatches": gbs // (mbs * dp), "seq_len": 2048, "precision": "fp32",
+            "distributed_optimizer": False,  # the plan's own flag wins over --no-dist-opt in `estimate --plan`
             "stages": [{"first_layer": f, "num_layers": n, "gpu_type": g, "island": "main", "tp": tp, "dp": d}
                        for f, n, g, tp, d in stages]}
     path = tmp / f"{name}.json"

@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import comm, compute, costs, hardware, memory
 from haap_milp.estimator.calibration import Calibration, load_calibration
-from haap_milp.estimator.compute import peak_flops
 from haap_milp.estimator.flops import model_flops_per_sample
 from haap_milp.estimator.kernels import MODERN, Implementation
 from haap_milp.estimator.override import apply_profile
@@ -250,7 +249,7 @@ class Estimator:
         per_type: dict[str, float] = {}
         for name, count in self.cluster.gpus_per_type.items():
             gpu = self.cluster.gpu(name)
-            rate = peak_flops(gpu, prec) * self.calibration.params(gpu).gemm_eff(prec)
+            rate = compute.gemm_rate(gpu, self.calibration.params(gpu), prec)
             per_type[name] = count * rate / 1e12
         total = sum(per_type.values()) * 1e12
         per_sample = model_flops_per_sample(self.model, self.training.seq_len)
