@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from haap_milp.estimator import comm, compute, flops, layers, memory, runtime
 from haap_milp.estimator.calibration import Calibration
@@ -154,9 +154,17 @@ def static_and_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSp
     return s.held, s.comm_s, s.opt_s, s.lat_s
 
 
+def _runtime_cal(training: TrainingSpec, cal: Calibration) -> Calibration:
+    """The calibration as the runtime sees it: no hidden TP share where the runtime does not overlap TP
+    (runtime.py ``tp_overlap``; the fitted share is Megatron-Core/TE's)."""
+    if runtime.resolve(training).tp_overlap or cal.globals.tp_overlap == 0.0:
+        return cal
+    return replace(cal, globals=replace(cal.globals, tp_overlap=0.0))
+
+
 def _assemble(passes: layers.Passes, recompute: str, sync: Sync, act: float, fl: flops.LayerFlops,
-              cal: Calibration) -> StageCost:
-    comp, tp_s, ep_s, cp_s = layers.exposed(passes, recompute, cal)
+              cal: Calibration, training: TrainingSpec) -> StageCost:
+    comp, tp_s, ep_s, cp_s = layers.exposed(passes, recompute, _runtime_cal(training, cal))
     held = sync.held
     return StageCost(
         time_s=comp + tp_s + ep_s + cp_s + sync.per_microbatch_s, compute_s=comp, tp_comm_s=tp_s, ep_comm_s=ep_s,
@@ -193,7 +201,7 @@ def decoder_cost(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, trai
     act = memory.layer_activation_bytes(model, moe, b, seq, c.tp, sp, c.recompute, c.cp, c.etp, impl,
                                         compute.act_bytes(training.precision))
     kind = flops.moe_layer_flops if moe else flops.dense_layer_flops
-    return _assemble(passes, c.recompute, sync, act, kind(model, c.samples * seq, seq), cal)
+    return _assemble(passes, c.recompute, sync, act, kind(model, c.samples * seq, seq), cal, training)
 
 
 def embedding_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec,
@@ -204,7 +212,7 @@ def embedding_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: Tra
     groups = [ParamGroup(model.embedding_params / c.tp, c.dp * c.cp, c.tp)]
     sync = param_sync(groups, hw, training, cal, ring_range(model, c.tp))
     act = memory.embedding_activation_bytes(b, seq, c.cp)
-    return _assemble(passes, "none", sync, act, flops.LayerFlops(0.0, 0.0), cal)
+    return _assemble(passes, "none", sync, act, flops.LayerFlops(0.0, 0.0), cal, training)
 
 
 def head_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec,
@@ -217,7 +225,7 @@ def head_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: Training
     groups = [ParamGroup(model.vocab_size * model.hidden / c.tp + model.hidden, c.dp * c.cp, c.tp)]
     sync = param_sync(groups, hw, training, cal, ring_range(model, c.tp))
     act = memory.head_activation_bytes(model, b, seq, c.tp, c.cp, impl)
-    return _assemble(passes, "none", sync, act, flops.head_flops(model, c.samples * seq), cal)
+    return _assemble(passes, "none", sync, act, flops.head_flops(model, c.samples * seq), cal, training)
 
 
 def dp_latency_s(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec, cal: Calibration) -> float:

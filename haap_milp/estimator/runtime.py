@@ -18,7 +18,9 @@ A ``TrainingSpec`` names an ``engine`` and may override any of its presets; ``re
   NCCL all-reduce over the stage's replicas, priced as a flat **ring** (``ring``: comm.ring_measured): every
   step sends one chunk (bucket / dp) from a GPU to the next replica over one GPU's stream, the tp rings of a
   tensor-parallel group crossing the VM's NIC together (network/pricing.py: that many concurrent senders).
-  ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients (reduce-scatter instead of all-reduce); the
+  Tensor-parallel all-reduces are not overlapped either (``tp_overlap`` off: Megatron-DeepSpeed's row/column
+  parallel layers reduce synchronously inside autograd; the calibrated hidden share is Megatron-Core/TE's
+  ``--tp-comm-overlap``). ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients (reduce-scatter instead of all-reduce); the
   updated parameters are all-gathered after the step, exposed. ``--no-dist-opt`` = ZeRO stage 0, plain DP.
 * **fsdp** - PyTorch FSDP ``FULL_SHARD`` (= ZeRO-3, Rajbhandari et al. SC'20 sec. 5): weights, gradients
   and optimizer state sharded over dp; each layer's parameters all-gathered before its forward and again
@@ -43,12 +45,14 @@ DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 #: param-gather overlap, bucket elements (None: Megatron's rule), what it is). README table is this.
 PRESETS: dict[str, dict] = {
     "megatron": {"zero": (0, 1), "grad_overlap": True, "param_overlap": True, "bucket_elements": None,
-                 "ring": False, "what": "Megatron-Core DDP, overlap_grad_reduce + overlap_param_gather; dist-opt = ZeRO-1"},
+                 "ring": False, "tp_overlap": True,
+                 "what": "Megatron-Core DDP, overlap_grad_reduce + overlap_param_gather; dist-opt = ZeRO-1"},
     "deepspeed": {"zero": (0, 1), "grad_overlap": False, "param_overlap": False,
                   "bucket_elements": DEEPSPEED_BUCKET_ELEMENTS, "ring": True,
+                  "tp_overlap": False,
                   "what": "PipelineEngine: gradient all-reduce after the last backward (ReduceGrads), exposed"},
     "fsdp": {"zero": (0, 3), "grad_overlap": True, "param_overlap": True, "bucket_elements": None, "ring": False,
-             "what": "FSDP FULL_SHARD (ZeRO-3): per-layer all-gather fwd + bwd, reduce-scatter, prefetched"},
+             "tp_overlap": True, "what": "FSDP FULL_SHARD (ZeRO-3): per-layer all-gather fwd + bwd, reduce-scatter, prefetched"},
 }
 
 
@@ -62,6 +66,7 @@ class Runtime:
     param_overlap: bool  # parameter all-gather overlapped with compute
     bucket_bytes: float | None  # gradient bucket, bytes (None: Megatron's rule / the measured network's)
     ring: bool = False  # DP collectives as one flat ring of per-GPU streams (DeepSpeed), else hierarchical
+    tp_overlap: bool = True  # TP collectives partly hidden behind GEMMs (the calibrated share), else exposed
 
     @property
     def shards_optimizer(self) -> bool:
@@ -82,7 +87,7 @@ def resolve(t: TrainingSpec) -> Runtime:
     bucket = t.grad_bucket_bytes
     if bucket is None and pre["bucket_elements"] is not None:
         bucket = pre["bucket_elements"] * (4.0 if t.precision != "fp16" else 2.0)
-    return Runtime(t.engine, zero, grad, param, bucket, pre["ring"])
+    return Runtime(t.engine, zero, grad, param, bucket, pre["ring"], pre["tp_overlap"])
 
 
 def describe(t: TrainingSpec) -> dict:
