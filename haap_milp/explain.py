@@ -111,7 +111,7 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
     j = int(np.argmax(t))
     parts = [(f"stage {j} ({group_labels[problem.options[a.stages[j].option].group]}) is the slowest at "
               f"{t[j] * 1e3:.1f} ms per micro-batch")]
-    tau = steady_period(t, c, var.num_microbatches)
+    tau = steady_period(t, c, var.num_microbatches, blocking=problem.p2p_blocking)
     if c and max(c) / 2 >= tau * (1 - TIME_RTOL) and max(c) / 2 > t[j]:  # the link term of eq. T2 binds
         k = int(np.argmax(c))
         parts = [(f"the link between stages {k} and {k + 1} ({c[k] * 1e3:.1f} ms per micro-batch, both "

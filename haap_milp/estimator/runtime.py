@@ -20,7 +20,10 @@ A ``TrainingSpec`` names an ``engine`` and may override any of its presets; ``re
   tensor-parallel group crossing the VM's NIC together (network/pricing.py: that many concurrent senders).
   Tensor-parallel all-reduces are not overlapped either (``tp_overlap`` off: Megatron-DeepSpeed's row/column
   parallel layers reduce synchronously inside autograd; the calibrated hidden share is Megatron-Core/TE's
-  ``--tp-comm-overlap``). ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients (reduce-scatter instead of all-reduce); the
+  ``--tp-comm-overlap``). Pipeline sends and receives block the stage (``p2p_blocking``: the engine's
+  ``SendActivation`` / ``RecvActivation`` / ``SendGrad`` / ``RecvGrad`` instructions call the synchronous
+  ``p2p.send`` / ``p2p.recv`` in the stage's own instruction stream, ``deepspeed/runtime/pipe/p2p.py``), so
+  a stage's period holds both round trips of its boundaries (pipeline.py eq. T2b). ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients (reduce-scatter instead of all-reduce); the
   updated parameters are all-gathered after the step, exposed. ``--no-dist-opt`` = ZeRO stage 0, plain DP.
 * **fsdp** - PyTorch FSDP ``FULL_SHARD`` (= ZeRO-3, Rajbhandari et al. SC'20 sec. 5): weights, gradients
   and optimizer state sharded over dp; each layer's parameters all-gathered before its forward and again
@@ -46,13 +49,13 @@ DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 PRESETS: dict[str, dict] = {
     "megatron": {"zero": (0, 1), "grad_overlap": True, "param_overlap": True, "bucket_elements": None,
                  "ring": False, "tp_overlap": True,
-                 "what": "Megatron-Core DDP, overlap_grad_reduce + overlap_param_gather; dist-opt = ZeRO-1"},
+                 "p2p_blocking": False, "what": "Megatron-Core DDP, overlap_grad_reduce + overlap_param_gather; dist-opt = ZeRO-1"},
     "deepspeed": {"zero": (0, 1), "grad_overlap": False, "param_overlap": False,
                   "bucket_elements": DEEPSPEED_BUCKET_ELEMENTS, "ring": True,
-                  "tp_overlap": False,
+                  "tp_overlap": False, "p2p_blocking": True,
                   "what": "PipelineEngine: gradient all-reduce after the last backward (ReduceGrads), exposed"},
     "fsdp": {"zero": (0, 3), "grad_overlap": True, "param_overlap": True, "bucket_elements": None, "ring": False,
-             "tp_overlap": True, "what": "FSDP FULL_SHARD (ZeRO-3): per-layer all-gather fwd + bwd, reduce-scatter, prefetched"},
+             "tp_overlap": True, "p2p_blocking": False, "what": "FSDP FULL_SHARD (ZeRO-3): per-layer all-gather fwd + bwd, reduce-scatter, prefetched"},
 }
 
 
@@ -67,6 +70,7 @@ class Runtime:
     bucket_bytes: float | None  # gradient bucket, bytes (None: Megatron's rule / the measured network's)
     ring: bool = False  # DP collectives as one flat ring of per-GPU streams (DeepSpeed), else hierarchical
     tp_overlap: bool = True  # TP collectives partly hidden behind GEMMs (the calibrated share), else exposed
+    p2p_blocking: bool = False  # pipeline sends/receives block the stage (pipeline.py eq. T2b), else overlapped
 
     @property
     def shards_optimizer(self) -> bool:
@@ -87,7 +91,7 @@ def resolve(t: TrainingSpec) -> Runtime:
     bucket = t.grad_bucket_bytes
     if bucket is None and pre["bucket_elements"] is not None:
         bucket = pre["bucket_elements"] * (4.0 if t.precision != "fp16" else 2.0)
-    return Runtime(t.engine, zero, grad, param, bucket, pre["ring"], pre["tp_overlap"])
+    return Runtime(t.engine, zero, grad, param, bucket, pre["ring"], pre["tp_overlap"], pre["p2p_blocking"])
 
 
 def describe(t: TrainingSpec) -> dict:
@@ -95,4 +99,4 @@ def describe(t: TrainingSpec) -> dict:
     r = resolve(t)
     return {"engine": r.engine, "zero_stage": r.zero_stage, "grad_reduce_overlap": r.grad_overlap,
             "param_gather_overlap": r.param_overlap, "grad_bucket_bytes": r.bucket_bytes,
-            "dp_collective": "ring" if r.ring else "hierarchical"}
+            "dp_collective": "ring" if r.ring else "hierarchical", "p2p_blocking": r.p2p_blocking}
