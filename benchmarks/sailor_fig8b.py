@@ -10,7 +10,7 @@ For each row (32+96, 80+240, 128+384 GPUs) this script
      them against haap's own plan by haap's predicted time;
   4. repeats 2-3 without the profile (the analytic fp32 path) and re-scores each analytic plan with the
      profile, for the analytic / profile ratio (the issue's goal: within 25 %);
-  5. prints a what-if that haap's objective does not yet contain (see "Blocking p2p" in the output).
+  5. re-prices each plan with per-replica p2p (`per_replica`), which presolve's group-pair table cannot hold.
 
     python benchmarks/sailor_fig8b.py [--time-limit S] [--out benchmarks/results/sailor_fig8b.md]
 
@@ -103,13 +103,11 @@ def describe(plan: dict) -> str:
     return f"{len(st)} stages, mbs {plan['micro_batch_size']}, M {plan['num_microbatches']}: " + "; ".join(parts)
 
 
-def blocking_what_if(plan: dict, net: Path) -> float:
-    """Iteration time (1024 samples) if every pipeline send and receive blocked its stage, as DeepSpeed's
-    PipelineEngine issues them (p2p.send / p2p.recv inside the instruction stream): a middle stage's steady
-    period is then t_j + c_{j-1} + c_j (both round trips it takes part in), each boundary priced per replica
-    (p2p_model "per_gpu"). haap's objective (pipeline.py eq. T2) overlaps sends with compute; this what-if is
-    NOT in it - it shows how much that assumption matters for each plan."""
-    from haap_milp import pipeline
+def per_replica(plan: dict, net: Path) -> float:
+    """Profile-based time (1024 samples) with every boundary priced per replica (p2p_model "per_gpu": streams =
+    min(tp x dp) of the two stages, at their real message size) instead of presolve's per-group-pair table, which
+    under DeepSpeed's blocking sends counts at most one stream per sample of the micro-batch (exact for tp 1 at
+    micro-batch 1; pessimistic between two tp > 1 stages, optimistic for micro-batches > 1)."""
     from haap_milp.catalog import load_cluster, load_model
     from haap_milp.estimator import Estimator
     from haap_milp.estimator.profile_format import load_profiles
@@ -122,22 +120,15 @@ def blocking_what_if(plan: dict, net: Path) -> float:
     prof = load_profiles([PROFILE], {"A100": "a100-40g", "V100": "v100-16g"}, "fp32")
     p = Plan.model_validate({**plan, "distributed_optimizer": False})
     pe = Estimator(load_model("opt-350m"), cluster, tr, profile=prof, p2p_model="per_gpu").estimate(p)
-    t = [s.time_s for s in pe.stages]
-    c = list(pe.boundary_s)
-    s = [st.breakdown["sync_s"] for st in pe.stages]
-    m = p.num_microbatches
-    edge = [0.0, *c, 0.0]
-    tau = max(pipeline.steady_period(t, c, m), *(t[j] + edge[j] + edge[j + 1] for j in range(len(t))))
-    it = pipeline.compose_iteration_time(m, tau, sum(t), sum(c), pipeline.exposed_sync(t, s))
-    return it * 1024 / p.global_batch_size
+    return pe.iteration_time_s * 1024 / p.global_batch_size
 
 
 def row_lines(label: str, na: int, nv: int, published, net: Path, time_limit: float | None, tmp: Path) -> list[str]:
     cluster = f"a100-40g:{na}/4,v100-16g:{nv}/4"
     lines = [f"## {label} ({cluster})", "",
-             "| plan | published it/s | haap time (profile) | haap it/s (profile) | haap rank | haap time (analytic) "
-             "| analytic / profile | blocking-p2p what-if (profile) |", "|---|---|---|---|---|---|---|---|"]
-    rows = []  # (name, published, profile time, analytic time, what-if, note)
+             ("| plan | published it/s | haap time (profile) | haap it/s (profile) | haap rank | haap time (analytic) "
+              "| analytic / profile | per-replica p2p (profile) |"), "|---|---|---|---|---|---|---|---|"]
+    rows = []  # (name, published it/s, profile time, analytic time, per-replica time)
     for with_profile in (True, False):
         doc = solve(cluster, net, time_limit, with_profile, tmp)
         key = "profile" if with_profile else "analytic"
@@ -150,7 +141,7 @@ def row_lines(label: str, na: int, nv: int, published, net: Path, time_limit: fl
         other, _ = estimate(plan, tmp / f"{key}-{label}.json", net, not with_profile)
         t_prof = doc["iteration_time_s"] if with_profile else (other or {}).get("iteration_time_s")
         t_an = (other or {}).get("iteration_time_s") if with_profile else doc["iteration_time_s"]
-        rows.append((name, None, t_prof, t_an, blocking_what_if(plan, net)))
+        rows.append((name, None, t_prof, t_an, per_replica(plan, net)))
     for who, its, stages, mbs, gbs in published:
         if stages is None:
             rows.append((f"{who} (mixed GPU types in one stage: not expressible yet)", its, None, None, None))
@@ -164,7 +155,7 @@ def row_lines(label: str, na: int, nv: int, published, net: Path, time_limit: fl
             rows.append((f"{name}: error {err}", its, None, None, None))
             continue
         rows.append((name, its, e_p["iteration_time_s"] * scale,
-                     e_a["iteration_time_s"] * scale if e_a else None, blocking_what_if(plan, net)))
+                     e_a["iteration_time_s"] * scale if e_a else None, per_replica(plan, net)))
     ranked = sorted((r[2], i) for i, r in enumerate(rows) if r[2] is not None)
     rank = {i: k + 1 for k, (_, i) in enumerate(ranked)}
 
@@ -188,9 +179,11 @@ def main() -> int:
              "predictions in seconds per iteration of 1024 samples; it/s = 1 / time. 'published' is the throughput",
              "Sailor's simulator gives the published plan. 'haap rank' orders the plans of the row by haap's",
              "profile-based time. 'analytic / profile': the same plan priced without the profile over with it",
-             "(for haap's analytic plan: its own time over its profile re-score). 'blocking-p2p what-if': the",
-             "profile-based time if every pipeline send/receive blocked its stage (DeepSpeed's PipelineEngine), with",
-             "per-replica p2p prices - not part of haap's objective (see the script's `blocking_what_if`).", ""]
+             "(for haap's analytic plan: its own time over its profile re-score). 'per-replica p2p': the",
+             "profile-based time with each boundary priced from the two stages' own replicas instead of presolve's",
+             "group-pair table (see the script's `per_replica`). DeepSpeed's sends block their stages (eq. T2b).",
+             "Sailor's 80+240 plan runs dp 20 with M = ceil(1024/20) = 52 micro-batches of 1 (1040 samples); haap",
+             "requires gbs = mbs x dp x M exactly, so it is scored at gbs 1040 and its time scaled by 1024/1040.", ""]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         net = tmp / "net.yaml"

@@ -94,10 +94,10 @@ def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, c
     w = g = o = 0.0
     comm_s = exposed = opt_s = lat = per_mb = 0.0
     default = rt.grad_overlap and rt.param_overlap and rt.zero_stage <= 1 and rt.bucket_bytes is None
-    largest = max((g.params for g in groups), default=0.0)
+    largest = max((x.params for x in groups), default=0.0)
     lo_p, hi_p = ring_params if ring_params is not None else (largest, largest)
 
-    def floor(element_bytes: float) -> tuple[float, float] | None:  # the ring secant's ends, bytes (None: hierarchical)
+    def ring_ends(element_bytes: float) -> tuple[float, float] | None:  # secant ends, bytes (None: hierarchical)
         return (lo_p * element_bytes, hi_p * element_bytes) if rt.ring else None
 
     for grp in groups:
@@ -107,8 +107,8 @@ def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, c
         if grp.n > 1:
             if rt.zero_stage >= 1:
                 rs = _dp_collective("reduce_scatter", grp, hw, grad_bytes(prec), rt.bucket_bytes,
-                                    floor(grad_bytes(prec)))
-                ag = _dp_collective("all_gather", grp, hw, pb, rt.bucket_bytes, floor(pb))
+                                    ring_ends(grad_bytes(prec)))
+                ag = _dp_collective("all_gather", grp, hw, pb, rt.bucket_bytes, ring_ends(pb))
                 rs_s, ag_s = rs.per_byte_s * gb, ag.per_byte_s * grp.params * pb
                 if rt.zero_stage >= 3:  # per micro-batch: gather for forward and for backward, reduce-scatter
                     raw = rs_s + 2 * ag_s
@@ -125,7 +125,7 @@ def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, c
                     lat = max(lat, ((1 - hid) * rs.latency_s if rt.grad_overlap else rs.latency_s)
                               + ((1 - hid) * ag.latency_s if rt.param_overlap else ag.latency_s))
             else:
-                ar = _dp_collective("all_reduce", grp, hw, grad_bytes(prec), rt.bucket_bytes, floor(grad_bytes(prec)))
+                ar = _dp_collective("all_reduce", grp, hw, grad_bytes(prec), rt.bucket_bytes, ring_ends(grad_bytes(prec)))
                 comm_s += ar.per_byte_s * gb
                 if default:
                     lat = max(lat, ar.latency_s)
