@@ -57,3 +57,14 @@ def test_exact_solvers_match_brute_force_with_blocking_sends(seed, scale):
         assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol
     if brute.status == "OPTIMAL":  # the oracle's vectorised eq. T2b equals evaluate's scalar one
         assert brute.objective_s == pytest.approx(evaluate(problem, brute.assignment), rel=1e-12)
+
+
+def test_explanation_names_the_blocking_sends():
+    from haap_milp import explain
+
+    problem = _blocking(random_problem(0, num_layers=6, max_stages=4, max_options=4), 200.0)
+    res = get_solver("brute")(problem, EXACT)
+    text = explain.bottleneck(problem, res.assignment, problem.groups)
+    assert "blocking sends and receives" in text and "eq. T2b" in text
+    plain = replace(problem, p2p_blocking=False)
+    assert "eq. T2b" not in explain.bottleneck(plain, res.assignment, plain.groups)
