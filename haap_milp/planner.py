@@ -114,7 +114,7 @@ def _plain_step(_method: str, _limit: float | None, fn: Callable, *args):
 
 
 def orchestrate(ctx: Context, runs: list[Run], step: Step | None = None,
-                deadline: Deadline | None = None) -> Orchestrated:
+                deadline: Deadline | None = None, hints: tuple[RawResult, ...] = ()) -> Orchestrated:
     """The planning sequence, the one place it is written: on the presolved ``ctx``, the heuristics (DP, then
     the uniform baseline) run first when a run needs them (asked for, or an exact method to warm-start); the
     better of their plans warm-starts every method that takes a hint; each run is decoded, re-scored and
@@ -128,10 +128,13 @@ def orchestrate(ctx: Context, runs: list[Run], step: Step | None = None,
     heuristics get HEURISTIC_SHARE of what is left (all of it when no exact method follows) and stop with
     their best, each exact run its share of the rest less RESERVE_S (never more than its own limit), and
     once it is interrupted (Ctrl-C) every step returns the best it has.
+
+    ``hints``: more candidate warm starts (feasible plans of ``ctx``'s problem found by the caller, e.g.
+    ``frontier``'s DP plans on capacities within a budget); the best of them and the heuristics' is used.
     """
     dl = deadline or current()
     with use(dl):
-        return _orchestrate(ctx, runs, step, dl)
+        return _orchestrate(ctx, runs, step, dl, hints)
 
 
 def _exact_limit(dl: Deadline, own: float, runs_left: int) -> float | None:
@@ -155,7 +158,8 @@ def _skipped(ctx: Context, method: str, hint: RawResult | None, dl: Deadline) ->
                      stats={"exact_skipped": 1})
 
 
-def _orchestrate(ctx: Context, runs: list[Run], step: Step | None, dl: Deadline) -> Orchestrated:
+def _orchestrate(ctx: Context, runs: list[Run], step: Step | None, dl: Deadline,
+                 hints: tuple[RawResult, ...] = ()) -> Orchestrated:
     catch = step is not None
     step = step or _plain_step
     if not ctx.presolved.problem.variants:
@@ -176,7 +180,7 @@ def _orchestrate(ctx: Context, runs: list[Run], step: Step | None, dl: Deadline)
                     raise
                 log.warning("%s heuristic failed: %s", m, exc)
                 heur[m] = exc
-    found = [r for r in heur.values() if isinstance(r, RawResult)]
+    found = [r for r in heur.values() if isinstance(r, RawResult)] + list(hints)
     hint = best_heuristic(*found) if found else None
     outcomes: list[Outcome | Exception] = []
     exact_left = sum(1 for m, _ in runs if METHODS[resolve(m)].takes_hint)

@@ -48,6 +48,9 @@ Memory (eq. M2), per stage::
     with a_j = min(P - j, M)
 
 GPUs (eq. G1): ``sum_j num_gpus[o_j] * [group(o_j) == g] <= group_capacity[g]`` for every group.
+Budget (eq. W1, optional): ``sum_j weight[o_j] <= limit`` over the chosen stages, integer weights per
+option (an hourly price or idle power of the option's GPUs, ``haap_milp/economics.py``); the time
+objective is unchanged, so eq. W1 is what the epsilon-constraint sweep of ``frontier.py`` tightens.
 Engine rules: ``uniform`` (every stage the same (tp, dp, recompute, ep) signature, eq. U1) and
 ``same_tp_first_last`` (tied embeddings under FlagScale, eq. U2).
 """
@@ -114,6 +117,22 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """Eq. W1: ``sum_j weight[o_j] <= limit``. ``weight``: int64 [O], one per option, in integer units (exact in
+    every solver: CP-SAT needs integer rows); it must not decrease with an option's GPUs inside a group (so
+    presolve's outclassed options and eq. D1's time dominance stay sound: both compare options of one group
+    that use no more GPUs). ``name``: what it measures, for messages."""
+
+    weight: np.ndarray
+    limit: int
+    name: str = "budget"
+
+    def used(self, options) -> int:
+        """Left-hand side of eq. W1 for a list of option indices."""
+        return int(sum(int(self.weight[o]) for o in options))
+
+
+@dataclass(frozen=True)
 class Problem:
     """Everything a solver needs, nothing more."""
 
@@ -126,6 +145,7 @@ class Problem:
     uniform: bool = False  # eq. U1
     same_tp_first_last: bool = False  # eq. U2
     p2p_blocking: bool = False  # eq. T2b: pipeline sends block their stages (the runtime's, estimator/runtime.py)
+    budget: Budget | None = None  # eq. W1 (None: no budget row)
     stats: dict = field(default_factory=dict, compare=False)  # presolve statistics
 
     @property
@@ -224,6 +244,10 @@ def violations(problem: Problem, a: Assignment) -> list[str]:
     for g, (u, cap) in enumerate(zip(used, problem.group_capacity)):
         if u > cap:
             out.append(f"group {problem.groups[g]} uses {u} GPUs of {cap}")
+    if problem.budget is not None:  # eq. W1
+        b = problem.budget
+        if b.used([s.option for s in a.stages]) > b.limit:
+            out.append(f"{b.name} {b.used([s.option for s in a.stages])} over its limit {b.limit}")
     v = problem.variants[a.variant]
     for j, st in enumerate(a.stages):
         if not v.allowed[st.option]:

@@ -92,8 +92,8 @@ def moe_plan() -> Plan:
 
 
 CASES = {  # name -> (plan factory, model, cluster, targets that accept it)
-    "uniform": (uniform_plan, DENSE, A100_16, ("megatron", "flagscale")),
-    "hetero_uniform": (hetero_uniform_plan, DENSE, H100_A100, ("megatron", "flagscale")),
+    "uniform": (uniform_plan, DENSE, A100_16, ("megatron", "flagscale", "torchtitan")),
+    "hetero_uniform": (hetero_uniform_plan, DENSE, H100_A100, ("megatron", "flagscale", "torchtitan")),
     "llama_hetero": (llama_hetero_plan, LLAMA8B, H100_A100, ("megatron", "flagscale", "torchtitan")),
     "interleaved": (interleaved_plan, DENSE, H100_A100, ("megatron",)),
     "hetero": (hetero_plan, TIED, ISLANDS, ("flagscale",)),

@@ -46,7 +46,12 @@ EXPECTED = {
     "gpt-neo-2.7b": arch(norm="LayerNorm", eps=1e-5, pos="learned_absolute", base=None, swiglu=False, bias=True,
                          qkv_bias=False, qk_norm=False, untied=False, groups=None, moe=None),
 }
-TORCHTITAN_RUNS = {"llama3-8b"}  # the only catalog model equal to a torchtitan 0.3.0 registry flavor on every field
+# torchtitan 0.3.0: llama3-8b is its registry flavor 8B; llama2-7b and qwen3-235b-a22b (rope theta 1e6, not the
+# registry's 5e6) are built with its llama3 / qwen3 layer builders; the others lack a torchtitan architecture
+TORCHTITAN_RUNS = {"llama3-8b": "model_registry('8B')", "llama2-7b": "_build_llama3_layers(",
+                   "qwen3-235b-a22b": "_build_qwen3_moe_layers("}
+TORCHTITAN_REFUSED = {"gpt3-1.3b": "activation gelu", "gpt-neo-2.7b": "activation gelu", "opt-350m": "activation relu",
+                      "qwen2.5-7b": "linear biases", "mixtral-8x7b": "MoE without q/k-norm"}
 
 
 def plan_for(name: str) -> Plan:
@@ -106,14 +111,22 @@ def test_megatron_family_model_definition(name, target):
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
-def test_torchtitan_runs_only_registry_models(name):
+def test_torchtitan_builds_or_refuses_with_the_reason(name):
     if name in TORCHTITAN_RUNS:
         files = _emit(name, "torchtitan")
-        assert "model_registry('8B')" in files["haap_torchtitan.py"]
+        assert TORCHTITAN_RUNS[name] in files["haap_torchtitan.py"]
     else:
-        with pytest.raises(EmitError, match="torchtitan builds models from its registries") as err:
+        with pytest.raises(EmitError, match=TORCHTITAN_REFUSED[name]) as err:
             _emit(name, "torchtitan")
         assert "--target megatron" in str(err.value)
+
+
+def test_torchtitan_toml_form_names_registry_flavors_only():
+    """--engine-version 0.1 (TOML) cannot carry a built model: refused, pointing at the default version."""
+    assert 'flavor = "8B"' in emit(plan_for("llama3-8b"), "torchtitan", A100_16, model_entry("llama3-8b").spec,
+                                   engine_version="0.1")["torchtitan.toml"]
+    with pytest.raises(EmitError, match="registry flavors only"):
+        emit(plan_for("llama2-7b"), "torchtitan", A100_16, model_entry("llama2-7b").spec, engine_version="0.1")
 
 
 def _key_file(name: str, target: str) -> str:

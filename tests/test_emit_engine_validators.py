@@ -8,10 +8,11 @@
   ``--swiglu`` -> ``gated_linear_unit`` + ``F.silu``, ``--disable-bias-linear`` -> ``add_bias_linear=False``
   (store_false). ``argparse``/``validate_args`` live in ``megatron/training`` (not in the package): their
   rules are re-checked in ``haap_milp/emit/megatron_rules.py`` (cited there) and tests/test_emit_megatron.py.
-* torchtitan: its config manager (``torchtitan.config.ConfigManager``) imports the whole trainer (triton,
-  datasets, tensorboard, ...), too heavy for CI; its rules are re-checked with citations in
-  ``haap_milp/emit/torchtitan.py``; the test below runs it when a full torchtitan 0.3.0 install is present.
-* FlagScale: not published as a package; rules re-checked in ``haap_milp/emit/flagscale.py``.
+* torchtitan: ``torchtitan==0.3.0`` (PyPI, with triton) in CI; its config manager and model construction run
+  on every emitted config in tests/test_emit_torchtitan_engine.py.
+* FlagScale: not published as a package; rules re-checked in ``haap_milp/emit/flagscale.py`` (cited). Its model
+  runs on its patched Megatron, so the arguments its runner makes of each emitted YAML go through the same
+  Megatron-Core ``TransformerConfig`` below.
 
 Install the validators: ``pip install -e '.[engines]'`` (megatron-core; torch 2.13.0 CPU as in .ci/run).
 """
@@ -19,14 +20,13 @@ Install the validators: ``pip install -e '.[engines]'`` (megatron-core; torch 2.
 from __future__ import annotations
 
 import importlib.util
-import shlex
 import sys
 
 import pytest
-from _emit_cases import CASES
+from _emit_cases import A100_16, CASES
 from test_emit_catalog import EXPECTED, plan_for
 
-from haap_milp.catalog.data import model_entry
+from haap_milp.catalog.data import model_entry, model_names
 from haap_milp.emit import EmitError, emit
 from haap_milp.emit.megatron import build_args
 from haap_milp.emit.megatron_rules import parse_argv
@@ -94,12 +94,79 @@ def _megatron_plans():
     for case, (factory, model, cluster, ok) in CASES.items():
         if "megatron" in ok:
             yield f"case-{case}", factory(), model
-    for name, exp in EXPECTED.items():
-        if exp is not None:
-            yield name, plan_for(name), model_entry(name).spec
+    for name in model_names():  # every catalog model Megatron-LM can build (OPT's ReLU MLP cannot)
+        plan, model = plan_for(name), model_entry(name).spec
+        try:
+            emit(plan, "megatron", A100_16, model)
+        except EmitError:
+            assert model.activation == "relu", name
+            continue
+        yield name, plan, model
 
 
 PLANS = list(_megatron_plans())
+assert {name for name, exp in EXPECTED.items() if exp is not None} <= {label for label, _, _ in PLANS}
+
+
+def flagscale_argv(files: dict) -> list[str]:
+    """The Megatron arguments FlagScale's runner makes of the emitted YAML's ``system`` and ``model`` sections
+    (flagscale/runner/runner_utils.py ``_flatten_dict_to_args``: key ``a_b`` -> ``--a-b``, True -> a bare flag,
+    a list -> its items, nested dicts flattened), with mesh 0's sizes as FlagScale's pre_validate_args sets them
+    on mesh 0's ranks (flagscale/train/arguments.py @01397a0 :233-255)."""
+    import yaml
+
+    cfg = yaml.safe_load(files["flagscale_train.yaml"])
+    system = {k: v for k, v in cfg["system"].items() if k != "hetero"}
+    tp, cp, ep, _dp, pp = cfg["system"]["hetero"]["hetero_process_meshes"][:5]
+    system.update(tensor_model_parallel_size=tp, context_parallel_size=cp, pipeline_model_parallel_size=pp)
+    if cfg["model"].get("num_experts"):
+        system["expert_model_parallel_size"] = ep
+    argv: list[str] = []
+
+    def flat(d: dict):
+        for k, v in d.items():
+            if isinstance(v, dict):
+                flat(v)
+            elif isinstance(v, list):
+                argv.extend([f"--{k.replace('_', '-')}", *map(str, v)])
+            elif v is True:
+                argv.append(f"--{k.replace('_', '-')}")
+            elif v is not False and v is not None:
+                argv.extend([f"--{k.replace('_', '-')}", str(v)])
+
+    flat(system)
+    flat(cfg["model"])
+    return argv
+
+
+def _flagscale_plans():
+    for case, (factory, model, cluster, ok) in CASES.items():
+        if "flagscale" in ok:
+            yield f"case-{case}", factory(), model, cluster
+    for label, plan, model in PLANS:
+        if not label.startswith("case-"):
+            yield label, plan, model, A100_16
+
+
+FS_PLANS = list(_flagscale_plans())
+
+
+@pytest.mark.parametrize("label,plan,model,cluster", FS_PLANS, ids=[p[0] for p in FS_PLANS])
+def test_megatron_core_transformer_config_accepts_flagscale_yaml(label, plan, model, cluster):
+    torch, F, TransformerConfig = _mcore()
+    argv = flagscale_argv(emit(plan, "flagscale", cluster, model))
+    drop = {"--use-distributed-optimizer", "--sequence-parallel", "--recompute-granularity-per-stage-micro-batch"}
+    keep, skip = [], False
+    for tok in argv:  # FlagScale-only and optimizer arguments are not TransformerConfig fields
+        if tok.startswith("--"):
+            skip = tok in drop
+        if not skip:
+            keep.append(tok)
+    kw = transformer_config_kwargs(keep, torch, F, TransformerConfig)
+    cfg = TransformerConfig(**kw)
+    assert cfg.num_layers == model.num_layers and cfg.num_query_groups == model.kv_heads
+    if model.is_moe:
+        assert cfg.num_moe_experts == model.num_experts and cfg.moe_token_dispatcher_type == "alltoall"
 
 
 @pytest.mark.parametrize("label,plan,model", PLANS, ids=[p[0] for p in PLANS])
@@ -137,46 +204,6 @@ def test_megatron_core_position_embedding_choices():
                                   else ann))
     for _, plan, model in PLANS:
         assert parse_argv(build_args(plan, model))["position_embedding_type"] in choices
-
-
-def _single_stage_plan():
-    from _emit_cases import LLAMA8B
-
-    from haap_milp.specs import Plan, StagePlan
-
-    st = (StagePlan(first_layer=0, num_layers=LLAMA8B.num_layers, gpu_type="a100-80g", tp=2, dp=8, recompute="full"),)
-    return Plan(model=LLAMA8B.name, stages=st, micro_batch_size=2, num_microbatches=4, global_batch_size=64,
-                seq_len=4096)
-
-
-@pytest.mark.parametrize("which", ["pp2-selective", "pp1-full"])
-def test_torchtitan_config_manager_accepts_emitted_module(which, tmp_path, monkeypatch):
-    try:
-        import torchtitan.models.llama3.config_registry  # noqa: F401
-        from torchtitan.config import ConfigManager
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"torchtitan 0.3.0 with its trainer dependencies not importable ({type(exc).__name__}: {exc})")
-    from _emit_cases import A100_16, H100_A100, LLAMA8B, llama_hetero_plan
-
-    plan, cluster = (llama_hetero_plan(), H100_A100) if which == "pp2-selective" else (_single_stage_plan(), A100_16)
-    files = emit(plan, "torchtitan", cluster, LLAMA8B)
-    name = f"haap_tt_{which.replace('-', '_')}"
-    (tmp_path / f"{name}.py").write_text(files["haap_torchtitan.py"])
-    monkeypatch.syspath_prepend(str(tmp_path))
-    # the exact arguments of launch.sh, with the user's inputs filled in
-    text = files["launch.sh"]
-    tail = text[text.index("--config haap_plan") + len("--config haap_plan"):]
-    argv = shlex.split(tail.replace("\\\n", " ").replace("${TORCHTITAN_EXTRA_ARGS:-}", ""))
-    env = {"$HF_ASSETS_PATH": str(tmp_path), "$DATASET": "c4_test", "$DUMP_FOLDER": str(tmp_path / "out")}
-    argv = [env.get(a, a) for a in argv]
-    assert "--dump_folder" in argv and "--hf_assets_path" in argv
-    cfg = ConfigManager().parse_args(["--module", name, "--config", "haap_plan", *argv])  # tyro + __post_init__
-    assert cfg.dump_folder == str(tmp_path / "out") and cfg.hf_assets_path == str(tmp_path)
-    par = cfg.parallelism
-    assert par.pipeline_parallel_degree == plan.pp and par.tensor_parallel_degree == plan.stages[0].tp
-    assert par.data_parallel_shard_degree * par.data_parallel_replicate_degree == plan.stages[0].dp
-    assert cfg.training.global_batch_size == plan.global_batch_size
-    assert cfg.model_spec.flavor == "8B"
 
 
 def test_emit_refuses_what_megatron_core_would_refuse():

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import yaml
 from _emit_cases import (
     A100,
     A100_16,
+    CASES,
     DENSE,
     H100,
     ISLANDS,
@@ -152,18 +154,46 @@ def _recurring_plan() -> Plan:
                 global_batch_size=32, seq_len=2048)
 
 
-def flagscale_physical_order(hostfile: str, device_types: list[str]) -> list[tuple[str, str]]:
-    """The rank mapper's order as the issue reads FlagScale da4935e: hostfile nodes grouped by the first
-    position of their ``type=`` in ``hetero_device_types`` (stable inside a type), each node's slots in
-    order. Returns (node, type) per logical rank."""
-    nodes = []
+# FlagScale's runner reads the hostfile with this pattern, skipping lines that start with '#' and refusing a
+# host listed twice (flagscale/runner/runner_utils.py parse_hostfile, :34); node_rank = line order.
+FLAGSCALE_HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)(?:\s+type=(\S+))?")
+
+
+def flagscale_hostfile(hostfile: str) -> list[tuple[str, int, str | None]]:
+    """(host, slots, type) per node, as FlagScale's parse_hostfile reads it."""
+    out = []
     for line in hostfile.splitlines():
-        if line.startswith("#") or not line.strip():
+        line = line.strip()
+        if line.startswith("#") or not line:
             continue
-        name, slots, typ = line.split()
-        nodes.append((name, int(slots.split("=")[1]), typ.split("=")[1]))
-    nodes.sort(key=lambda n: device_types.index(n[2]))
-    return [(name, typ) for name, slots, typ in nodes for _ in range(slots)]
+        m = FLAGSCALE_HOSTFILE_LINE.search(line)
+        assert m, f"FlagScale refuses hostfile line {line!r}"
+        assert m.group(1) not in [h for h, _, _ in out], f"host {m.group(1)} listed twice"
+        out.append((m.group(1), int(m.group(2)), m.group(3)))
+    return out
+
+
+def flagscale_physical_order(hostfile: str, device_types: list[str]) -> list[tuple[str, str]]:
+    """The logical rank order of FlagScale's RankMapper: physical ranks (node_rank = hostfile order, each
+    node's slots in order) sorted by the first index of their device type in ``hetero_device_types``, then
+    by physical rank (flagscale/train/hetero/parallel_context.py @34bd35b :75-88, ``_compare``).
+    Returns (node, type) per logical rank."""
+    physical = [(name, typ) for name, slots, typ in flagscale_hostfile(hostfile) for _ in range(slots)]
+    order = sorted(range(len(physical)), key=lambda r: (device_types.index(physical[r][1]), r))
+    return [physical[r] for r in order]
+
+
+@pytest.mark.parametrize("case", ["hetero", "hetero_uniform", "llama_hetero", "moe", "uniform"])
+def test_hostfile_parses_as_flagscale_reads_it(case):
+    factory, model, cluster, _ = CASES[case]
+    files = emit(factory(), "flagscale", cluster, model)
+    h = yaml.safe_load(files["flagscale_train.yaml"])["system"]["hetero"]
+    nodes = flagscale_hostfile(files["hostfile"])
+    assert {t for _, _, t in nodes} == set(h["hetero_device_types"])  # every node typed, every label used
+    assert h["hetero_current_device_type"] in h["hetero_device_types"]  # arguments.py :225-227
+    flat = h["hetero_process_meshes"]  # tp, cp, ep, dp, pp per mesh; world tp*cp*dp*pp each (arguments.py :233-234)
+    world = sum(tp * cp * dp * pp for tp, cp, _, dp, pp in (flat[i:i + 5] for i in range(0, len(flat), 5)))
+    assert sum(slots for _, slots, _ in nodes) == world
 
 
 def test_recurring_gpu_types_get_distinct_labels_and_land_on_their_gpus():

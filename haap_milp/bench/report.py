@@ -86,7 +86,8 @@ def _table(header: list[str], body: list[list[str]]) -> list[str]:
 def main_table(recs: list[dict]) -> list[str]:
     """Per model x cluster: exact vs DP and vs uniform, proven gap, solve times."""
     head = ["model", "cluster", "GPUs", "gbs×seq", "exact T s", "status", "proven gap", "DP T s", "uniform T s",
-            "exact vs DP", "exact vs uniform", "exact solve s", "DP solve s", "presolve s"]
+            "exact vs DP", "exact vs uniform", "exact solve s", "DP solve s", "presolve s", "exact $/1M tok",
+            "exact J/tok"]
     body = []
     for r in recs:
         b, d, u = r["best"], r["dp"], r["uniform"]
@@ -97,7 +98,9 @@ def main_table(recs: list[dict]) -> list[str]:
                      _f(num(d["objective_s"]) if d else None, ".3f") + _status_note(d),
                      _f(num(u["objective_s"]) if u else None, ".3f") + _status_note(u),
                      _pct(r["gain_dp"]), _pct(r["gain_uniform"]), _f(num(b["wall_s"]) if b else None, ".2f"),
-                     _f(num(d["wall_s"]) if d else None, ".2f"), _f(num((b or d or {}).get("presolve_s")), ".2f")])
+                     _f(num(d["wall_s"]) if d else None, ".2f"), _f(num((b or d or {}).get("presolve_s")), ".2f"),
+                     _f(num(b.get("usd_per_million_tokens", "")) if b else None, ".4g"),  # eqs. E2, E5
+                     _f(num(b.get("joules_per_token", "")) if b else None, ".4g")])
     return _table(head, body)
 
 

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 KEY_COLUMNS = ("model", "cluster", "gbs", "seq", "precision", "method", "time_limit_s")
 INFO_COLUMNS = ("model_params_b", "model_layers", "moe", "cluster_gpus", "gpu_types")
 RESULT_COLUMNS = ("status", "objective_s", "bound_s", "gap", "wall_s", "presolve_s", "tokens_per_s", "mfu",
-                  "compute_bound_ratio", "stages", "num_gpus_used", "message")
+                  "compute_bound_ratio", "stages", "num_gpus_used", "usd_per_iteration", "usd_per_million_tokens",
+                  "joules_per_token", "message")
 COLUMNS = KEY_COLUMNS + INFO_COLUMNS + RESULT_COLUMNS
 
 # generous wall-clock guards inside a worker (the solvers enforce their own limits; these catch hangs)
@@ -155,6 +156,8 @@ def _outcome_row(row: dict, out, wall_s: float | None = None) -> dict:
                wall_s=round(r.wall_time_s if wall_s is None else wall_s, 4),
                tokens_per_s=m.get("tokens_per_s"), mfu=m.get("mfu"), compute_bound_ratio=m.get("compute_bound_ratio"),
                stages=plan.pp if plan is not None else "", num_gpus_used=plan.num_gpus if plan is not None else "",
+               usd_per_iteration=m.get("usd_per_iteration"), usd_per_million_tokens=m.get("usd_per_million_tokens"),
+               joules_per_token=m.get("joules_per_token"),  # eqs. E2, E5 at the catalog's on-demand prices
                message=" ".join((r.message or "").split())[:500])
     return {k: ("" if v is None else v) for k, v in row.items()}
 

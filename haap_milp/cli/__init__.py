@@ -19,6 +19,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 # Command modules register themselves on ``app`` when imported.
 from haap_milp.cli import (  # noqa: F401
     bench_cmd,
+    economics_cmds,
     estimate_cmd,
     inspect_cmds,
     network_cmd,

@@ -24,6 +24,7 @@ from haap_milp.cli.common import (
     parse_headroom,
     print_json,
 )
+from haap_milp.cli.economics_opts import PriceKindOpt, PricesOpt, price_book
 from haap_milp.cli.network_cmd import NetworkOpt
 from haap_milp.cli.profile_opts import (
     ProfileDeviceOpt,
@@ -209,8 +210,11 @@ def estimate(
     grad_overlap: GradOverlapOpt = None,
     param_overlap: ParamOverlapOpt = None,
     grad_bucket: BucketOpt = None,
+    prices: PricesOpt = None,
+    price: PriceKindOpt = "on_demand",
 ) -> None:
-    """Predict iteration time, throughput, MFU and per-stage memory of a plan. Exit 2 if it does not fit."""
+    """Predict iteration time, throughput, MFU, per-stage memory, cost and energy of a plan. Exit 2 if it does not
+    fit."""
     if not profile:
         profile_from_flags(profile, profile_device, profile_fallback, None)  # a profile flag alone: exit 2 first
     rt = RuntimeFlags(engine, zero_stage, dist_opt, optimizer_state_bytes, grad_overlap, param_overlap, grad_bucket)
@@ -229,10 +233,16 @@ def estimate(
     est = Estimator(m, c, training, cal, prof)
     pe = est.estimate(p)  # a stage the profile does not cover: one paragraph, exit 2 (estimator.override)
     warn_priced_by_fallback(unmeasured_stages(prof, p))
+    from haap_milp.economics import plan_economics
+
+    econ = plan_economics(p, pe, price_book(prices, price))  # eqs. E1-E5
     if as_json:
-        print_json({**estimate_document(pe, est, p), "explanation": estimate_bottleneck(pe)})
+        print_json({**estimate_document(pe, est, p), **econ, "explanation": estimate_bottleneck(pe)})
     else:
         _table(pe, p, est.training)
+        from haap_milp.report.tables import economics_lines
+
+        console.print("\n".join(economics_lines(econ)), highlight=False, markup=False)
     if not pe.fits:
         err_console.print("DOES NOT FIT: " + "; ".join(pe.not_fitting()) + ". Try more recompute, a smaller "
                           "micro-batch, more pipeline stages or the distributed optimizer.", markup=False,

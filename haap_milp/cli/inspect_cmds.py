@@ -13,6 +13,7 @@ from rich.table import Table
 from haap_milp.catalog import data as cat
 from haap_milp.catalog.cluster_file import cluster_file_schema, preset_cluster
 from haap_milp.catalog.detect import load_file, resolve_any
+from haap_milp.catalog.prices import prices_schema
 from haap_milp.catalog.summary import cluster_summary, gpu_summary, model_summary
 from haap_milp.cli.app import app
 from haap_milp.cli.common import console, print_json
@@ -221,7 +222,7 @@ def show_cmd(
 SCHEMAS = {"model": ModelSpec.model_json_schema, "cluster": cluster_file_schema, "gpu": GPUSpec.model_json_schema,
            "training": TrainingSpec.model_json_schema, "plan": Plan.model_json_schema,
            "result": SolveResult.model_json_schema, "options": SolveOptions.model_json_schema,
-           "network": MeasuredNetwork.model_json_schema, "profile": profile_schema}
+           "network": MeasuredNetwork.model_json_schema, "profile": profile_schema, "prices": prices_schema}
 
 
 @app.command("schema")

@@ -12,6 +12,19 @@ from haap_milp import planner
 from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load_model
 from haap_milp.cli.app import app
 from haap_milp.cli.common import HEADROOM_HELP, console, err_console, finite, flag_error, parse_headroom, print_json
+from haap_milp.cli.economics_opts import (
+    MaxCostOpt,
+    MaxPointsOpt,
+    MaxTimeOpt,
+    MinTpsOpt,
+    ObjectiveOpt,
+    PriceKindOpt,
+    PricesOpt,
+    RobustOpt,
+    StepOpt,
+    goal_from_flags,
+    price_book,
+)
 from haap_milp.cli.network_cmd import NetworkOpt
 from haap_milp.cli.profile_opts import (
     ProfileDeviceOpt,
@@ -115,8 +128,17 @@ def solve(
     recompute: RecomputeSetOpt = None,
     mbs: MbsOpt = None,
     uniform: UniformOpt = None,
+    objective: ObjectiveOpt = "time",
+    max_cost_per_hour: MaxCostOpt = None,
+    min_tokens_per_s: MinTpsOpt = None,
+    max_iteration_time: MaxTimeOpt = None,
+    robust: RobustOpt = None,
+    max_points: MaxPointsOpt = 8,
+    step: StepOpt = 0.05,
+    prices: PricesOpt = None,
+    price: PriceKindOpt = "on_demand",
 ) -> None:
-    """Find the plan with the shortest iteration time that fits in memory, with its optimality gap."""
+    """Find the plan with the shortest iteration time (or least cost or energy) that fits, with its gap."""
     dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command; Ctrl-C keeps the best plan
     if json_file is not None and str(json_file) != "-":
         check_output_file(json_file, "--json")
@@ -128,13 +150,17 @@ def solve(
     c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
-    out = run_interruptible(lambda: planner.solve(m, c, training, opts, profile=prof, deadline=dl), dl, _stopping)
+    book = price_book(prices, price)
+    goal = goal_from_flags(objective, max_cost_per_hour, min_tokens_per_s, max_iteration_time, robust,
+                           training.global_batch_size * training.seq_len, max_points, step)
+    out, goal_doc = run_interruptible(lambda: _plan(m, c, training, opts, prof, dl, book, goal), dl, _stopping)
     warn_priced_by_fallback([str(e) for e in out.presolved.analytic] if out.presolved else [])
-    doc = solution_document(out.result, m, c, training, plan_metrics(out), presolve_document(out.presolved))
+    doc = solution_document(out.result, m, c, training, {**plan_metrics(out, book), "objective": goal_doc},
+                            presolve_document(out.presolved))
     if json_file is not None and str(json_file) == "-":
         print_json(doc)
     else:
-        solve_report(out, console)
+        solve_report(out, console, book, goal_doc)
         if json_file is not None:
             import json
 
@@ -152,6 +178,19 @@ def solve(
         _interrupted(out.result)
     if out.result.status.value in ("ERROR",):
         raise SystemExit(1)
+
+
+def _plan(m, c, training, opts, prof, dl, book, goal):
+    """(outcome, objective block): the plain time solve, or objectives.plan_for (cost, energy, bounds, robust)."""
+    if goal.plain:
+        return planner.solve(m, c, training, opts, profile=prof, deadline=dl), {"objective": "time"}
+    from haap_milp import objectives
+    from haap_milp.deadline import use
+
+    with use(dl):
+        ctx = planner.Context.build(m, c, training, opts, profile=prof)
+    ans = objectives.plan_for(ctx, book, goal, deadline=dl)
+    return ans.outcome, ans.doc
 
 
 def _stopping() -> None:

@@ -7,7 +7,8 @@ argument-validation rules, re-implemented in pure Python) for the checker, and `
 its entry of the target registry (``haap_milp.targets``: what presolve may plan for it).
 
 Modules: ``megatron`` (Megatron-LM arguments + ``--pipeline-model-parallel-layout``),
-``flagscale`` (heterogeneous meshes YAML), ``torchtitan`` (Python config module; TOML for 0.1), ``launch``
+``flagscale`` (heterogeneous meshes YAML), ``torchtitan`` (Python config module; TOML for 0.1),
+``torchtitan_models`` (which torchtitan model builds the plan's model, or why none), ``launch``
 (LAUNCH.txt: engine version, command, what to supply), ``nccl`` (per-island NCCL
 environment for mixed NICs), ``placement`` (rank order: which GPU runs which rank).
 """

@@ -1,22 +1,35 @@
 """FlagScale heterogeneous training config (per-mesh tp/dp, per-stage layers and recompute).
 
-Format and rules from FlagScale (FlagOpen/FlagScale ``flagscale/train/arguments.py``
-``FSTrainArguments.pre_validate_args``/``post_validate_args`` and the hetero example configs):
+FlagScale's validator is not a published package; its rules are re-checked here (``validate_flagscale_config``)
+and in tests/test_emit_flagscale.py, each with the FlagScale source it follows (FlagOpen/FlagScale files as
+stored at the commits named; line numbers of those versions):
 
-* ``hetero_process_meshes``: flat list, 5 numbers per mesh ``tp, cp, ep, dp, pp``;
-  ``pipeline_model_parallel_size == sum of the meshes' pp``; meshes hold contiguous logical ranks
-  in order, ``tp*cp*dp*pp`` each;
-* ``hetero_pipeline_layer_split``: one layer count per pipeline stage, summing to num_layers;
-* ``hetero_device_types``: one per mesh (the ``type=`` of the hostfile);
+* ``hetero_process_meshes``: flat list, 5 numbers per mesh ``tp, cp, ep, dp, pp`` (``flagscale/train/
+  arguments.py`` @01397a0 ``pre_validate_args`` :128-135); ``pipeline_model_parallel_size == sum of the
+  meshes' pp`` (:160-163); ``standalone_embedding_stage`` off (:164-166); meshes hold contiguous logical
+  ranks in order, ``tp*cp*dp*pp`` each (:233-234; ep is not a factor);
+* ``hetero_pipeline_layer_split``: one layer count per pipeline stage, summing to num_layers (:205-211);
+* ``hetero_device_types``: one per mesh, ``hetero_current_device_type`` among them (:221-227); the runner sets
+  each node's current type from its hostfile ``type=`` (``flagscale/runner/launcher`` SshLauncher._run_each)
+  and parses ``type=(\\S+)`` (``flagscale/runner/runner_utils.py`` parse_hostfile :34), one line per host;
 * ``data_parallel_size = dp_0``; mesh i runs micro-batch ``dp_0*mbs/dp_i``, so every stage sees the
-  same samples: ``dp_0*mbs % dp_i == 0``;
-* all meshes the same cp; no virtual pipeline (``num_layers_per_virtual_pipeline_stage`` None);
+  same samples: ``dp_0*mbs % dp_i == 0`` (:144-148, rescaled at :240-242);
+* all meshes the same cp (:150-153); no virtual pipeline (``num_layers_per_virtual_pipeline_stage`` None,
+  :191-195); the "ep all 1 or all not 1" assert (:155-158) is always true, so ep may differ per mesh;
 * tied embeddings (or MTP): first and last mesh the same tp; with the distributed optimizer and
-  different dp, one dp divides the other and ``use_partial_reduce_for_shared_embedding`` is on;
+  different dp, one dp divides the other and ``use_partial_reduce_for_shared_embedding`` is on (:169-189);
+* ``expert_tensor_parallel_size_per_process_mesh``: one entry per mesh (:137-141);
 * per-stage recompute: ``recompute_granularity_per_stage_micro_batch`` entries
   ``"n_stages, n_mb, flag, ..."`` (flag 1 = full recompute, 0 = none; the micro-batch counts sum to
   the number of micro-batches; the stage counts sum to pp), which needs the global
-  ``recompute_granularity: full`` (selective cannot be chosen per stage).
+  ``recompute_granularity: full`` (``post_validate_args`` ``_parse_recompute_refined_config``, from :266);
+* rank order: ``RankMapper`` sorts physical ranks by the first index of their device type in
+  ``hetero_device_types``, then by rank (``flagscale/train/hetero/parallel_context.py`` @34bd35b :75-88):
+  hence distinct labels for a recurring type (``device_labels``); FlagScale's hetero guide asks for device
+  type strings that are "not duplicated".
+* cp > 1 is refused: the issue's run of FlagScale da4935e stopped at start-up ("Context parallelism is not
+  supported"); that message was not found in the stored FlagScale sources, so the refusal rests on that run.
+* ``moe_token_dispatcher_type`` is written out: Megatron's argument default is ``allgather``.
 
 Meshes: consecutive stages with the same (GPU type, tp, dp, ep, etp) form one mesh with pp > 1
 (FlagScale builds one Megatron process grid per mesh and indexes recompute by global pp rank,
@@ -271,5 +284,6 @@ NOTES = ["experiment.runner.hostfile: this folder's hostfile (placeholder names 
           "runner exports what experiment.envs lists)"),
          "the optimizer section (lr, schedule, train_iters) of train/<name>.yaml",
          ("device labels: a GPU type that recurs after another type gets its own label (a100-80g#2) in both "
-          "hetero_device_types and the hostfile's type=, so FlagScale's rank mapper keeps the mesh order")]
+          "hetero_device_types and the hostfile's type=, so FlagScale's rank mapper keeps the mesh order; "
+          "repeat any device_type_specific settings of the plain type under that label")]
 COMMAND = "cd <flagscale> && python run.py --config-path <folder of your experiment YAML> --config-name <name> action=run"

@@ -8,10 +8,10 @@ Two forms, by engine version (``--engine-version``):
   imports a fully-qualified module and calls the function). TOML job files are gone in this version.
 * ``0.1`` (the TOML era): ``torchtitan.toml`` read by ``--job.config_file``.
 
-The model is one of torchtitan's own registry flavors, chosen only when every shape and architecture
-field of the plan's model equals it (``FLAVORS``, cited); any other model is refused with the field
-that differs: torchtitan builds models in Python and has no GELU/LayerNorm/learned-position/bias
-models, and haap does not write model-builder code.
+The model (``torchtitan_models.choose``): a registry flavor equal to the plan's model on every field, else
+(0.3) a definition built with torchtitan's own llama3 / qwen3 layer builders from the model's shapes, else a
+refusal naming the architecture feature torchtitan lacks (GELU, LayerNorm, learned positions, biases, MoE
+without q/k-norm).
 
 Rules re-checked by hand (torchtitan 0.3.0, files inside the ``torchtitan`` package):
 
@@ -30,11 +30,11 @@ Rules re-checked by hand (torchtitan 0.3.0, files inside the ``torchtitan`` pack
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from haap_milp.emit.launch import Supply, launch_text
 from haap_milp.emit.megatron import chunk_layers, launch_script
 from haap_milp.emit.placement import place
+from haap_milp.emit.torchtitan_models import ModelChoice, choose
 from haap_milp.parallel_rules import tp_divides_heads
 from haap_milp.specs import ModelSpec, Plan, Violation
 from haap_milp.targets import TARGETS, EmitError
@@ -46,55 +46,6 @@ VERSIONS = {"0.3": "torchtitan 0.3.0 (Python config registries: --module/--confi
             "0.1": "torchtitan 0.1 (TOML job config: --job.config_file)"}
 DEFAULT_VERSION = "0.3"
 ENGINE_VERSION = VERSIONS[DEFAULT_VERSION]
-
-
-@dataclass(frozen=True)
-class Flavor:
-    """A torchtitan registry model and the ModelSpec fields it fixes."""
-
-    module: str  # torchtitan.models.<module>
-    flavor: str  # model_registry(<flavor>) / [model] flavor
-    config_fn: str  # config_registry function that builds the trainer config around it (0.3)
-    source: str  # where the shapes were read (torchtitan 0.3.0)
-    shape: tuple[tuple[str, object], ...]
-
-
-_LLAMA3 = (("activation", "swiglu"), ("norm", "rmsnorm"), ("positions", "rope"), ("rope_base", 500000.0),
-           ("bias_linear", False), ("qkv_bias", False), ("qk_norm", False), ("tied_embeddings", False),
-           ("num_experts", 0), ("vocab_size", 128256))
-FLAVORS = (
-    Flavor("llama3", "8B", "llama3_8b", "torchtitan/models/llama3/__init__.py:236-274",
-           (("num_layers", 32), ("hidden", 4096), ("num_heads", 32), ("kv_heads", 8), ("dim_head", 128),
-            ("ffn_hidden", 14336), *_LLAMA3)),
-    Flavor("llama3", "70B", "llama3_70b", "torchtitan/models/llama3/__init__.py:277-315",
-           (("num_layers", 80), ("hidden", 8192), ("num_heads", 64), ("kv_heads", 8), ("dim_head", 128),
-            ("ffn_hidden", 28672), *_LLAMA3)),
-    Flavor("llama3", "405B", "llama3_405b", "torchtitan/models/llama3/__init__.py:318-356",
-           (("num_layers", 126), ("hidden", 16384), ("num_heads", 128), ("kv_heads", 8), ("dim_head", 128),
-            ("ffn_hidden", 53248), *_LLAMA3)),
-    # Qwen3-235B-A22B: torchtitan builds rope theta 5e6 (models/qwen3/__init__.py:557-595), the 2507 release;
-    # the catalog model (HF Qwen/Qwen3-235B-A22B) has 1e6, so it does not match and is refused.
-    Flavor("qwen3", "235B-A22B", "qwen3_30b_a3b", "torchtitan/models/qwen3/__init__.py:557-595",
-           (("num_layers", 94), ("hidden", 4096), ("num_heads", 64), ("kv_heads", 4), ("dim_head", 128),
-            ("num_experts", 128), ("top_k", 8), ("expert_ffn", 1536), ("vocab_size", 151936),
-            ("activation", "swiglu"), ("norm", "rmsnorm"), ("positions", "rope"), ("rope_base", 5000000.0),
-            ("bias_linear", False), ("qkv_bias", False), ("qk_norm", True), ("tied_embeddings", False),
-            ("num_shared_experts", 0), ("capacity_factor", None))),
-)
-
-
-def match_flavor(model: ModelSpec) -> tuple[Flavor | None, str]:
-    """The registry flavor equal to ``model`` on every field, else None and the closest flavor's first difference."""
-    best, why = None, ""
-    for fl in FLAVORS:
-        diffs = [(k, v, getattr(model, k)) for k, v in fl.shape if getattr(model, k) != v]
-        if not diffs:
-            return fl, ""
-        if best is None or len(diffs) < best:
-            best = len(diffs)
-            k, want, got = diffs[0]
-            why = f"closest is {fl.module} {fl.flavor} ({fl.source}), which has {k}={want!r}, the model {got!r}"
-    return None, why
 
 
 def module_fqns(plan: Plan, version: str = DEFAULT_VERSION) -> list[list[str]]:
@@ -114,7 +65,7 @@ def module_fqns(plan: Plan, version: str = DEFAULT_VERSION) -> list[list[str]]:
     return parts
 
 
-def refusals(plan: Plan, model: ModelSpec) -> list[Violation]:
+def refusals(plan: Plan, model: ModelSpec, version: str = DEFAULT_VERSION) -> list[Violation]:
     out = []
     for name, attr in (("tensor-parallel size", "tp"), ("data-parallel size", "dp"), ("recompute", "recompute"),
                        ("expert-parallel size", "ep")):
@@ -127,7 +78,8 @@ def refusals(plan: Plan, model: ModelSpec) -> list[Violation]:
                              "torchtitan; use --target megatron"))
     if model.tied_embeddings and plan.pp > 1:
         out.append(Violation("torchtitan.tied", None, "tied input/output embeddings across pipeline stages are not "
-                             "supported by torchtitan's pipeline split; use --target megatron"))
+                             "supported by torchtitan (models/common/decoder.py:139 refuses weight tying with pp > 1); "
+                             "use --target megatron"))
     if plan.vpp > 1 and plan.schedule != "interleaved":
         out.append(Violation("torchtitan.schedule", None, f"vpp={plan.vpp} needs the interleaved schedule"))
     if plan.precision != "bf16":
@@ -140,10 +92,10 @@ def refusals(plan: Plan, model: ModelSpec) -> list[Violation]:
         out.append(Violation("torchtitan.empty_part", None, f"model parts {empty} would hold no module (a stage has "
                              f"fewer layers than vpp={plan.vpp}); use --target megatron, whose layout allows "
                              f"empty virtual stages"))
-    flavor, why = match_flavor(model)
-    if flavor is None:
-        out.append(Violation("torchtitan.model", None, f"torchtitan builds models from its registries and none is "
-                             f"{model.name}: {why}; use --target megatron"))
+    choice = choose(model, plan.seq_len, version)
+    if isinstance(choice, str):
+        out.append(Violation("torchtitan.model", None, f"torchtitan cannot build {model.name}: {choice}; use "
+                             f"--target megatron"))
     return out
 
 
@@ -176,8 +128,8 @@ def validate(plan: Plan, model: ModelSpec) -> list[Violation]:
     return out
 
 
-def plan_violations(plan: Plan, model: ModelSpec) -> list[Violation]:
-    return refusals(plan, model) or validate(plan, model)
+def plan_violations(plan: Plan, model: ModelSpec, version: str = DEFAULT_VERSION) -> list[Violation]:
+    return refusals(plan, model, version) or validate(plan, model)
 
 
 def parallelism(plan: Plan, model: ModelSpec, version: str = DEFAULT_VERSION) -> dict:
@@ -201,14 +153,18 @@ def _toml_value(v) -> str:
     return json.dumps(v)  # strings, ints, booleans and (nested) lists of them are valid TOML this way
 
 
+def _choice(plan: Plan, model: ModelSpec, version: str) -> ModelChoice:
+    choice = choose(model, plan.seq_len, version)
+    assert not isinstance(choice, str), choice  # refusals() refused it before
+    return choice
+
+
 def build_toml(plan: Plan, model: ModelSpec) -> str:
-    """The TOML job config of torchtitan 0.1 (``--engine-version 0.1``)."""
-    s = plan.stages[0]
-    flavor, _ = match_flavor(model)
-    assert flavor is not None
+    """The TOML job config of torchtitan 0.1 (``--engine-version 0.1``; registry flavors only)."""
+    s, choice = plan.stages[0], _choice(plan, model, "0.1")
     sections = {
         "job": {"description": f"haap plan for {plan.model} on {plan.cluster or 'cluster'}"},
-        "model": {"name": flavor.module, "flavor": flavor.flavor},
+        "model": {"name": choice.family, "flavor": choice.flavor},
         "training": {"local_batch_size": local_batch(plan), "global_batch_size": plan.global_batch_size,
                      "seq_len": plan.seq_len, "mixed_precision_param": "bfloat16"},
         "parallelism": parallelism(plan, model, "0.1"),
@@ -216,7 +172,7 @@ def build_toml(plan: Plan, model: ModelSpec) -> str:
                                                           if s.recompute == "selective" else {})},
     }
     lines = [f"# torchtitan job config (haap) for {VERSIONS['0.1']}. Add [optimizer], data and checkpoint sections.",
-             f"# [model] {flavor.module} {flavor.flavor} = {model.name} on every field ({flavor.source} in 0.3.0).",
+             f"# [model] {choice.family} {choice.flavor} = {model.name} on every field ({choice.source} in 0.3.0).",
              "# data_parallel_shard_degree = FSDP (shards weights and gradients too, beyond the plan's ZeRO-1",
              "# memory model); each stage's ranks are placed by rank_map.json / launch.sh."]
     for name, body in sections.items():
@@ -229,36 +185,74 @@ def _py(v) -> str:
     return repr(v)
 
 
+def _model_lines(choice: ModelChoice, model: ModelSpec) -> tuple[list[str], list[str], list[str]]:
+    """(docstring lines, extra imports, lines of haap_plan() that set the model)."""
+    if not choice.built:
+        return ([f"The model is torchtitan's registry flavor {choice.family} {choice.flavor}, equal to {model.name} on",
+                 f"every shape and architecture field ({choice.source})."], [],
+                [f"    config.model_spec = model_registry({choice.flavor!r})"])
+    doc = [f"The model is {model.name}, built by haap_model() with torchtitan's own {choice.family} layer",
+           f"builders ({choice.source}) from the model's shapes;",
+           f"parallelize / pipelining / hooks are those of its registry flavor {choice.base_flavor!r}.",
+           "RoPE without scaling (haap's model has none)."]
+    if model.is_moe:
+        doc.append("MoE load balancing: torchtitan's expert-bias update (load_balance_coeff 1e-3), not an aux loss.")
+    plan_lines = [(f"    config.model_spec = dataclasses.replace(model_registry({choice.base_flavor!r}), "
+                  f"flavor={choice.flavor!r}, model=haap_model())"),
+                  "    config.loss.loss_fn.global_vocab_size = decoder_vocab_size(config.model_spec)"]
+    return doc, [*choice.imports, ("torchtitan.models.common.config_utils", ("decoder_vocab_size",))], plan_lines
+
+
+def _name_order(name: str) -> tuple[int, str]:
+    """isort's order inside one import: CONSTANTS, Classes, functions."""
+    bare = name.lstrip("_")
+    return (0 if bare.isupper() else 1 if bare[:1].isupper() else 2, name)
+
+
+def import_lines(imports: list[tuple[str, tuple[str, ...]]], built: bool) -> list[str]:
+    """The module's import block, sorted as isort / ruff expect (one statement per module)."""
+    mods: dict[str, set[str]] = {}
+    for mod, names in imports:
+        mods.setdefault(mod, set()).update(names)
+    lines = ["import dataclasses", ""] if built else []
+    for mod in sorted(mods):
+        names = sorted(mods[mod], key=_name_order)
+        noqa = "  # noqa: F401" if mod == "torchtitan.distributed.activation_checkpoint" else ""
+        one = f"from {mod} import {', '.join(names)}{noqa}"
+        lines += [one] if len(one) <= 120 else [f"from {mod} import ({noqa}", *[f"    {n}," for n in names], ")"]
+    return lines
+
+
 def build_python(plan: Plan, model: ModelSpec) -> str:
     """``haap_torchtitan.py``: the config-registry module of torchtitan 0.3 for this plan."""
-    s = plan.stages[0]
-    flavor, _ = match_flavor(model)
-    assert flavor is not None
+    s, choice = plan.stages[0], _choice(plan, model, "0.3")
     ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}[s.recompute]
     par = parallelism(plan, model, "0.3")
+    doc, imports, set_model = _model_lines(choice, model)
     lines = [f'"""torchtitan config (haap) for {VERSIONS["0.3"]}: {plan.model} on {plan.cluster or "cluster"}.',
              "",
              "Run: python -m torchtitan.train --module haap_torchtitan --config haap_plan  (this folder on PYTHONPATH;",
-             (f"launch.sh does it). The model is torchtitan's registry flavor {flavor.module} {flavor.flavor}, "
-              f"equal to {model.name}"),
-             f"on every shape and architecture field ({flavor.source}).",
+             "launch.sh does it).", *doc,
              "data_parallel_shard_degree = FSDP (shards weights and gradients too, beyond the plan's ZeRO-1 memory",
              'model); each stage\'s ranks are placed by rank_map.json / launch.sh.',
              '"""',
              "",
-             "from torchtitan.config import ParallelismConfig",
-             "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401",
-             f"from torchtitan.models.{flavor.module} import model_registry",
-             f"from torchtitan.models.{flavor.module}.config_registry import {flavor.config_fn}",
-             "",
-             "",
-             "def haap_plan():",
-             f"    config = {flavor.config_fn}()  # trainer components (optimizer, data loader, loss) of torchtitan",
-             f"    config.model_spec = model_registry({flavor.flavor!r})",
-             f"    config.training.local_batch_size = {local_batch(plan)}",
-             f"    config.training.global_batch_size = {plan.global_batch_size}",
-             f"    config.training.seq_len = {plan.seq_len}",
-             '    config.training.mixed_precision_param = "bfloat16"']
+             *import_lines([*imports, ("torchtitan.config", ("ParallelismConfig",)),
+                            ("torchtitan.distributed.activation_checkpoint", ("FullAC", "SelectiveAC")),
+                            (f"torchtitan.models.{choice.family}", ("model_registry",)),
+                            (f"torchtitan.models.{choice.family}.config_registry", (choice.config_fn,))],
+                           choice.built),
+             ""]
+    if choice.built:
+        lines += ["", "def haap_model():", f'    """{model.name}: the shapes haap planned."""', *choice.body, ""]
+    lines += ["",
+              "def haap_plan():",
+              f"    config = {choice.config_fn}()  # trainer components (optimizer, data loader, loss) of torchtitan",
+              *set_model,
+              f"    config.training.local_batch_size = {local_batch(plan)}",
+              f"    config.training.global_batch_size = {plan.global_batch_size}",
+              f"    config.training.seq_len = {plan.seq_len}",
+              '    config.training.mixed_precision_param = "bfloat16"']
     if plan.pp > 1 or (model.is_moe and s.ep > 1):  # trainer.py:179-209: CUDA graphs refuse pp and EP dispatchers
         lines.append("    config.training.disable_cuda_graphs = True")
     lines += ["    config.parallelism = ParallelismConfig("]
@@ -282,7 +276,7 @@ def emit(plan: Plan, cluster, model: ModelSpec, training=None, version: str | No
     if version not in VERSIONS:
         raise EmitError(f"torchtitan engine version {version!r} is not emitted; use one of {', '.join(VERSIONS)}",
                         field="engine_version", value=version)
-    viol = plan_violations(plan, model)
+    viol = plan_violations(plan, model, version)
     if viol:
         raise EmitError("torchtitan cannot run this plan: " + "; ".join(v.message for v in viol))
     placement = place(plan, cluster)

@@ -199,8 +199,8 @@ class Estimator:
         group-pair table can hold, so presolve's objective equals ``estimate``): it is the GPU count of the
         smaller of the two node groups - exact when stages fill their groups, optimistic for stages much
         smaller than their group; under a runtime with blocking sends (runtime.py) at most B streams, one per
-        replica of micro-batch 1 at tp 1 (exact there, pessimistic for tp > 1 on both sides). Between islands the island link, shared by all senders, also bounds the
-        rate; latencies: NIC (+ island link)."""
+        replica of micro-batch 1 at tp 1 (exact there, pessimistic for tp > 1 on both sides). Between islands
+        the island link, shared by all senders, also bounds the rate; latencies: NIC (+ island link)."""
         streams = None
         if self.p2p_model == "per_gpu" and dp_a is not None and dp_b is not None:
             streams = min(tp_a * dp_a, tp_b * dp_b) * cp
@@ -208,7 +208,6 @@ class Estimator:
         return self._memo("p2p_time", key, lambda: self._p2p(group_a, group_b, samples_per_microbatch, streams))
 
     def _p2p(self, ga, gb, samples, streams) -> float:
-        hw_a, hw_b = self.hardware(*ga), self.hardware(*gb)
         # activations of B samples: 16-bit, or 4-byte in fp32 / tf32 training
         total = samples * self.training.seq_len * self.model.hidden * compute.act_bytes(self.training.precision)
         if streams is None:
@@ -218,6 +217,12 @@ class Estimator:
                 # 96-GPU group's GPUs as senders of a 16-replica stage: at most one stream per replica of
                 # tp 1 and micro-batch 1 (dp = B) - exact there; tp > 1 stages really split it further
                 streams = min(streams, samples)
+        return self.round_trip_s(ga, gb, total, streams)
+
+    def round_trip_s(self, ga: tuple[str, str], gb: tuple[str, str], total: float, streams: int) -> float:
+        """Seconds to send ``total`` bytes from group ``ga`` to ``gb`` and the same back over ``streams`` GPU
+        pairs (the p2p price of eq. T1's c_j; re-planning's migration uses half of it for one way)."""
+        hw_a, hw_b = self.hardware(*ga), self.hardware(*gb)
         link = self.cluster.island_link(ga[1], gb[1]) if ga[1] != gb[1] else None
         measured = pricing.p2p_round_trip_s(hw_a, hw_b, total, streams, link)  # None: no measured figure
         if measured is not None:

@@ -173,3 +173,37 @@ def plot_folder(folder: str | Path, sim: SimulationResult, memory_rows: Sequence
     with tempfile.TemporaryDirectory(prefix="haap-plots-") as scratch:
         files = plot_timeline(sim, Path(scratch) / "timeline") + plot_memory(memory_rows, Path(scratch) / "memory")
         return write_dir_atomic(folder, {f.name: f.read_bytes() for f in files}, flag=flag)
+
+
+def plot_pareto(points: Sequence[Mapping], measure: str, path_stem: str | Path, title: str | None = None) -> list[Path]:
+    """Time vs cost (or energy) frontier: one marker per point (``iteration_time_s`` and ``usd_per_iteration`` or
+    ``joules_per_token``), labelled with its GPUs. The frontier is monotone in the GPUs' rate ($/h, idle W);
+    the product with T, plotted here, need not be: its least point is the cost (energy) optimum."""
+    key, label = (("usd_per_iteration", "$ per iteration") if measure == "cost"
+                  else ("joules_per_token", "J per token"))
+    pts = sorted((p for p in points if p.get(key) is not None), key=lambda p: p["iteration_time_s"])
+    fig = Figure(figsize=(7.5, 4.5))
+    ax = fig.subplots()
+    xs, ys = [p["iteration_time_s"] for p in pts], [p[key] for p in pts]
+    ax.plot(xs, ys, "o:", color=COLORS["F"])
+    if pts:
+        low = min(pts, key=lambda p: p[key])
+        ax.plot([low["iteration_time_s"]], [low[key]], "o", color=COLORS["send_bwd"], label=f"least {label}")
+        ax.legend(loc="best", fontsize=8)
+    for p in pts:
+        ax.annotate(" + ".join(f"{n} {t}" for t, n in p.get("gpus", {}).items()), (p["iteration_time_s"], p[key]),
+                    fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel("iteration time, s")
+    ax.set_ylabel(label)
+    ax.set_title(title or f"time vs {measure}: each point the fastest plan within its budget")
+    ax.grid(alpha=0.3)
+    return _save(fig, path_stem)
+
+
+def pareto_folder(folder: str | Path, points: Sequence[Mapping], measure: str, flag: str = "--plot") -> list[Path]:
+    """pareto.{png,svg} into ``folder``, both or none (as ``plot_folder``)."""
+    from haap_milp.outputs import write_dir_atomic
+
+    with tempfile.TemporaryDirectory(prefix="haap-plots-") as scratch:
+        files = plot_pareto(points, measure, Path(scratch) / "pareto")
+        return write_dir_atomic(folder, {f.name: f.read_bytes() for f in files}, flag=flag)

@@ -8,13 +8,24 @@ from rich.table import Table
 from haap_milp.explain import bottleneck
 
 
-def plan_metrics(out) -> dict:
-    """Headline numbers of an outcome (None where there is no plan)."""
+def plan_metrics(out, prices=None) -> dict:
+    """Headline numbers of an outcome (None where there is no plan): time, throughput, and the cost and energy
+    of eqs. E1-E5 (``economics.plan_economics``; ``prices``: a ``PriceBook``, default the catalog's on-demand)."""
+    from haap_milp.catalog.prices import load_prices
+    from haap_milp.economics import plan_economics
+
     r, e = out.result, out.estimate
     d = {"iteration_time_s": r.objective_s, "tokens_per_s": None, "tflops_per_gpu": None, "mfu": None,
          "peak_memory_gib": None, "compute_bound_ratio": None, "explanation": r.message}
+    d.update(plan_economics(r.plan, e, prices or load_prices()))
+    d["gpu_pool"] = gpu_pool(out)
+    d["sensitivity"] = None
     if e is None:
         return d
+    if out.presolved is not None and out.raw_assignment is not None:
+        from haap_milp.robust import sensitivity
+
+        d["sensitivity"] = sensitivity(out.presolved.problem, out.raw_assignment)
     d.update(iteration_time_s=e.iteration_time_s, tokens_per_s=e.tokens_per_s, tflops_per_gpu=e.tflops_per_gpu,
              mfu=e.mfu, peak_memory_gib=e.peak_memory_gib)
     bound = out.estimator.compute_bound() if out.estimator is not None else None
@@ -22,6 +33,44 @@ def plan_metrics(out) -> dict:
         d["compute_bound_ratio"] = e.tokens_per_s / bound.tokens_per_s
     d["explanation"] = explanation(out) or r.message
     return d
+
+
+def gpu_pool(out) -> dict | None:
+    """The cluster as a pool (eq. G1 is <=): GPUs per type the plan uses, and how many there are."""
+    est = out.estimator
+    if est is None:
+        return None
+    pool = {}
+    for ng in est.cluster.node_groups:
+        row = pool.setdefault(ng.gpu.name, {"used": 0, "available": 0})
+        row["available"] += ng.num_gpus
+    plan = out.result.plan
+    for s in plan.stages if plan is not None else ():
+        pool.setdefault(s.gpu_type, {"used": 0, "available": 0})["used"] += s.num_gpus * plan.cp
+    return pool
+
+
+def economics_lines(m: dict, prices=None) -> list[str]:
+    """Cost, energy, pool and sensitivity lines of the report (eqs. E1-E5, R4)."""
+    lines = []
+    kind = m.get("price_kind", "on_demand")
+    if m.get("usd_per_iteration") is not None:
+        lines.append(f"cost        ${m['usd_per_hour']:,.2f}/h of GPUs used   ${m['usd_per_iteration']:.4g} per iteration"
+                     f"   ${m['usd_per_million_tokens']:.4g} per 1M tokens   ({kind} prices)")
+    elif m.get("gpu_pool"):
+        lines.append(f"cost        - (a GPU type has no {kind} price; give one with --prices FILE)")
+    if m.get("joules_per_token") is not None:
+        lines.append(f"energy      {m['average_power_w'] / 1e3:,.1f} kW average   {m['joules_per_token']:.4g} J per token"
+                     "   (board power: idle + (TDP - idle) x compute-busy share)")
+    if m.get("gpu_pool"):
+        lines.append("pool        " + ", ".join(f"{t} {r['used']}/{r['available']}" for t, r in m["gpu_pool"].items())
+                     + " GPUs used/available")
+    sens = m.get("sensitivity")
+    if sens:
+        top = max(sens, key=lambda r: r["elasticity"])
+        lines.append(f"sensitivity +1 % on stage {top['stage']}'s time moves T by {top['elasticity']:+.2f} % (the most; "
+                     "per stage in --json)")
+    return lines
 
 
 def explanation(out) -> str:
@@ -56,12 +105,12 @@ def _wide(console: Console) -> Console:
     return console if console.width >= 120 else Console(width=120, file=console.file, highlight=False)
 
 
-def solve_report(out, console: Console) -> None:
+def solve_report(out, console: Console, prices=None, objective: dict | None = None) -> None:
     r = out.result
     console = _wide(console)
     if r.plan is not None:
         console.print(stage_table(out))
-    m = plan_metrics(out)
+    m = plan_metrics(out, prices)
     lines = [f"status      {r.status.value}   solver {r.solver}   wall {r.wall_time_s:.2f} s"]
     if r.plan is not None:
         lines.append(f"iteration   {m['iteration_time_s']:.3f} s   tokens/s {m['tokens_per_s']:,.0f}   "
@@ -70,6 +119,9 @@ def solve_report(out, console: Console) -> None:
             lines.append(f"vs compute bound  {m['compute_bound_ratio']:.1%} of the cluster's calibrated peak throughput")
         lines.append(f"bound       {_fmt(r.bound_s, '.3f')} s   gap {_fmt(r.gap, '.2%')}   "
                      f"DP heuristic {_fmt(r.stats.get('dp_objective_s') if isinstance(r.stats.get('dp_objective_s'), float) else None, '.3f')} s")
+    if r.plan is not None:
+        lines += economics_lines(m)
+    lines += objective_lines(objective)
     s = r.stats
     lines.append(f"presolve    {s.get('options_enumerated', '-')} options -> {s.get('options_kept', '-')} kept, "
                  f"{s.get('variants_kept', '-')} micro-batch variants, <= {s.get('max_stages', '-')} stages, "
@@ -82,6 +134,27 @@ def solve_report(out, console: Console) -> None:
     for v in out.violations:
         lines.append(f"VIOLATION   {v}")
     console.print("\n".join(lines), highlight=False, markup=False)
+
+
+def objective_lines(doc: dict | None) -> list[str]:
+    """What --objective / --robust did (objectives.plan_for's block)."""
+    if not doc or doc.get("objective") == "time" and "robust_pct" not in doc and "points_searched" not in doc:
+        return []
+    if "robust_pct" in doc:
+        if "worst_case_iteration_time_s" not in doc:
+            return []
+        nom = doc.get("nominal_plan_worst_case_s")
+        return [f"robust      worst case {doc['worst_case_iteration_time_s']:.3f} s at +{doc['robust_pct']:g} % compute"
+                + (f"; the nominal plan's worst case {nom:.3f} s" if nom is not None else "")]
+    unit = {"cost": ("usd_per_iteration", "$", ".4g"), "energy": ("joules_per_iteration", "J ", ",.4g")}
+    head = f"objective   {doc['objective']}: {doc['points_searched']} frontier point(s), " + \
+        ("complete" if doc.get("frontier_complete") else "incomplete") + f" ({doc.get('stopped', '')})"
+    if doc["objective"] in unit:
+        key, sym, fmt = unit[doc["objective"]]
+        lb, gap = doc.get(f"{key}_lower_bound"), doc.get("objective_gap")
+        head += f"; best {sym}{format(doc[key], fmt)} per iteration, bound {'-' if lb is None else sym + format(lb, fmt)}" \
+                f", gap {'-' if gap is None else format(gap, '.2%')}"
+    return [head]
 
 
 def search_lines(pre) -> list[str]:
@@ -100,7 +173,8 @@ def search_lines(pre) -> list[str]:
 def compare_table(outs: dict, console: Console) -> None:
     console = _wide(console)
     t = Table(title="exact solvers vs heuristics (same presolved problem)")
-    for col in ("method", "status", "iteration s", "tokens/s", "MFU", "stages", "bound s", "gap", "wall s", "vs DP"):
+    for col in ("method", "status", "iteration s", "tokens/s", "MFU", "$/1M tok", "J/tok", "stages", "bound s", "gap",
+                "wall s", "vs DP"):
         t.add_column(col, justify="left" if col in ("method", "status") else "right")
     dp = outs.get("dp")
     dp_t = dp.result.objective_s if dp is not None else None
@@ -108,7 +182,8 @@ def compare_table(outs: dict, console: Console) -> None:
         r, m = o.result, plan_metrics(o)
         gain = f"{(dp_t / r.objective_s - 1):+.1%}" if dp_t and r.objective_s else "-"
         t.add_row(name, r.status.value, _fmt(r.objective_s, ".3f"), _fmt(m["tokens_per_s"], ",.0f"),
-                  _fmt(m["mfu"], ".1%"), str(r.plan.pp) if r.plan else "-", _fmt(r.bound_s, ".3f"),
+                  _fmt(m["mfu"], ".1%"), _fmt(m["usd_per_million_tokens"], ".4g"), _fmt(m["joules_per_token"], ".4g"),
+                  str(r.plan.pp) if r.plan else "-", _fmt(r.bound_s, ".3f"),
                   _fmt(r.gap, ".2%"), f"{r.wall_time_s:.2f}", gain)
     console.print(t)
     console.print("vs DP: throughput gain over the DP heuristic (DP time / method time - 1).", highlight=False)

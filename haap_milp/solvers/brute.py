@@ -1,6 +1,6 @@
 """Exhaustive oracle for tiny instances: every variant x stage count x option per stage x
 composition of L. Independent of the other solvers and of ``solvers.common``: it evaluates eqs.
-T1, M1, M2, G1, U1, U2 vectorised over all plans of one (variant, stage count), with the closed
+T1, M1, M2, G1, W1, U1, U2 vectorised over all plans of one (variant, stage count), with the closed
 forms of ``haap_milp.pipeline`` (stage memory, in-flight count, memory fit, BWD_SHARE, eq. T1's
 sum) and its own vectorised tau (eq. T2), and confirms the winner with
 ``problem.evaluate``/``violations``."""
@@ -91,13 +91,15 @@ def _best_of(problem: Problem, v: int, p: int):
 
 
 def _combo_ok(problem: Problem, combos: np.ndarray) -> np.ndarray:
-    """GPU counts per group (eq. G1) and the engine rules (eqs. U1, U2) of option tuples."""
+    """GPU counts per group (eq. G1), the budget (eq. W1) and the engine rules (eqs. U1, U2) of option tuples."""
     opts = problem.options
     grp = np.array([o.group for o in opts])[combos]
     gpus = np.array([o.num_gpus for o in opts])[combos]
     ok = np.ones(len(combos), bool)
     for g, cap in enumerate(problem.group_capacity):
         ok &= np.where(grp == g, gpus, 0).sum(axis=1) <= cap
+    if problem.budget is not None:  # eq. W1
+        ok &= np.asarray(problem.budget.weight, np.int64)[combos].sum(axis=1) <= problem.budget.limit
     if problem.uniform:
         sigs = sorted({o.signature for o in opts})
         sid = np.array([sigs.index(o.signature) for o in opts])[combos]

@@ -98,9 +98,20 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
             hi_i = mid
         else:
             lo_i = mid + 1
-    tau_lb = float(cand[lo_i])
+    tau_lb = max(float(cand[lo_i]), _budget_tau(problem, t))
     rest = _rest_bound(problem, t)
     return VariantBound(tau_lb, rest, (t.M - 1) * tau_lb + rest)
+
+
+def _budget_tau(problem: Problem, t: Tables) -> float:
+    """Eq. C2 as a bound on tau under a budget (eq. W1): sum_j w_j t_j <= B tau, and every plan has
+    sum_j w_j t_j >= L min_o w_o lt_o + min_o w_o ft_o + min_o w_o xt_o (0 without a budget)."""
+    b = problem.budget
+    if b is None or b.limit <= 0 or t.n == 0:
+        return 0.0
+    w, c = np.asarray(b.weight, float)[t.opts], t.coef
+    return float((t.L * (w * c["layer_time"]).min() + (w * c["first_time"]).min() + (w * c["last_time"]).min())
+                 / b.limit)
 
 
 def _rest_bound(problem: Problem, t: Tables) -> float:

@@ -118,7 +118,7 @@ def _acc(d: dict, terms: dict, scale: float = 1.0) -> None:
 
 
 def build_model(problem: Problem, t: Tables, tau_lb: float = 0.0) -> LinModel:
-    """Variables and rows of eqs. A1-A4, M3, D1, G1, G2, U1, U2, T1-T3, Z1, C1, S1 for one variant."""
+    """Variables and rows of eqs. A1-A4, M3, D1, G1, G2, W1, U1, U2, T1-T3, Z1, C1, C2, S1 for one variant."""
     m = LinModel(t)
     _slot_vars(m)
     _slot_rows(problem, m)
@@ -185,8 +185,21 @@ def _slot_rows(problem: Problem, m: LinModel) -> None:
     m.add(layers, t.L, t.L, label="A4 all layers")
     for g, row in gpu_rows.items():
         m.add(row, -INF, problem.group_capacity[g], label="G1 GPUs")
+    _budget_row(problem, m)
     _cg_cuts(problem, m)
     _rule_rows(problem, m)
+
+
+def _budget_row(problem: Problem, m: LinModel) -> None:
+    """Eq. W1: sum over used slots of the chosen option's integer weight <= limit (an ``exact`` row)."""
+    b = problem.budget
+    if b is None:
+        return
+    row: dict = {}
+    for k, opts in m.slots.items():
+        for i in opts:
+            _acc(row, m.x(k, i), float(b.weight[int(m.t.opts[i])]))
+    m.add(row, -INF, float(b.limit), label="W1 budget")
 
 
 def _cg_cuts(problem: Problem, m: LinModel) -> None:
@@ -248,6 +261,9 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
     m.tau = m.var("tau", max(0.0, tau_lb), tau_hi, integer=False)
     m.sigma = m.var("sigma", 0.0, INF, integer=False)
     cut: dict = {}
+    bcut: dict = {}  # eq. C2
+    b = problem.budget
+    bw = None if b is None or b.limit <= 0 else np.asarray(b.weight, float) / b.limit
     slot_t: dict = {}
     slot_s: dict = {}
     for k in range(1, t.p_max + 1):
@@ -271,17 +287,32 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
                 _acc(cut[g], {xf: c["first_time"][i] * t.gpus[i]})
             if k == 1:
                 _acc(cut[g], x, c["last_time"][i] * t.gpus[i])
+            if bw is not None:
+                _acc(bcut, tk_i(m, k, i, c), bw[int(t.opts[i])])
         m.tdef(tk, m.tau, label="T2 tau >= t_k")
         slot_s[k] = sk
         _acc(m.obj_time, tk)
         slot_t[k] = tk
     for g, row in cut.items():
         m.add({**row, m.tau: -float(problem.group_capacity[g])}, -INF, 0, kind="cut", label="C1 GPU-time")
+    if bcut:  # eq. C2: sum_j (w_j / B) t_j <= tau, since every t_j <= tau and sum_j w_j <= B (eq. W1)
+        m.add({**bcut, m.tau: -1.0}, -INF, 0, kind="cut", label="C2 budget-time")
     boundary = {k: _boundary(m, k, tau_hi) for k in range(1, t.p_max)}
     if problem.p2p_blocking:
         _blocking_rows(m, slot_t, boundary)
     _inflight_rows(m, slot_t, boundary)
     _sync_rows(m, slot_t, slot_s)
+
+
+def tk_i(m: LinModel, k: int, i: int, c: dict) -> dict:
+    """t of option i at slot k as {var: seconds}: n layers, the embedding when first, the head at slot 1."""
+    out = {m.nv[k, i]: c["layer_time"][i]}
+    xf = m.xf.get((k, i))
+    if xf is not None:
+        _acc(out, {xf: c["first_time"][i]})
+    if k == 1:
+        _acc(out, m.x(k, i), c["last_time"][i])
+    return out
 
 
 def _sync_rows(m: LinModel, slot_t: dict, slot_s: dict) -> None:

@@ -1,8 +1,9 @@
 """torchtitan config (haap) for torchtitan 0.3.0 (Python config registries: --module/--config): llama3-8b on h100-a100.
 
 Run: python -m torchtitan.train --module haap_torchtitan --config haap_plan  (this folder on PYTHONPATH;
-launch.sh does it). The model is torchtitan's registry flavor llama3 8B, equal to llama3-8b
-on every shape and architecture field (torchtitan/models/llama3/__init__.py:236-274).
+launch.sh does it).
+The model is torchtitan's registry flavor llama3 8B, equal to llama3-8b on
+every shape and architecture field (torchtitan/models/llama3/__init__.py:236-274).
 data_parallel_shard_degree = FSDP (shards weights and gradients too, beyond the plan's ZeRO-1 memory
 model); each stage's ranks are placed by rank_map.json / launch.sh.
 """

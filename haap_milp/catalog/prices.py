@@ -1,0 +1,142 @@
+"""Prices and board power per GPU type: the catalog's ``prices.yaml`` and a user's ``--prices FILE`` on top.
+
+File format (both)::
+
+    default_idle_fraction: 0.15          # optional: idle_w = fraction x tdp_w where a row gives no idle_w
+    gpus:
+      a100-80g: {on_demand_usd_per_gpu_hour: 2.0, spot_usd_per_gpu_hour: 1.1, idle_w: 60, tdp_w: 400}
+
+A user row replaces only the keys it gives. GPU names are looked up like everywhere else (aliases, case);
+a name the catalog does not know is kept as written (a GPU defined inline in a cluster YAML). The formulas
+that use these numbers live in ``haap_milp/economics.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from haap_milp.errors import HaapInputError
+
+PRICE_KINDS = ("on_demand", "spot")
+ROW_KEYS = ("on_demand_usd_per_gpu_hour", "spot_usd_per_gpu_hour", "idle_w", "tdp_w", "instance")
+TOP_KEYS = ("gpus", "default_idle_fraction", "date", "provider")
+
+
+@dataclass(frozen=True)
+class GpuRates:
+    """One GPU type: $ per GPU-hour (on demand, spot) and board power (W); None = not known."""
+
+    on_demand_usd_per_gpu_hour: float | None = None
+    spot_usd_per_gpu_hour: float | None = None
+    idle_w: float | None = None  # None: default_idle_fraction x tdp_w
+    tdp_w: float | None = None
+
+
+@dataclass(frozen=True)
+class PriceBook:
+    """What ``economics`` prices with: which price (``kind``), the rows, and where they came from."""
+
+    kind: str
+    gpus: dict[str, GpuRates]
+    default_idle_fraction: float
+    source: str
+
+    def usd_per_gpu_hour(self, gpu_type: str) -> float | None:
+        row = self.gpus.get(gpu_type)
+        return None if row is None else getattr(row, f"{self.kind}_usd_per_gpu_hour")
+
+    def tdp_w(self, gpu_type: str) -> float | None:
+        row = self.gpus.get(gpu_type)
+        return None if row is None else row.tdp_w
+
+    def idle_w(self, gpu_type: str) -> float | None:
+        row = self.gpus.get(gpu_type)
+        if row is None:
+            return None
+        if row.idle_w is not None:
+            return row.idle_w
+        return None if row.tdp_w is None else self.default_idle_fraction * row.tdp_w
+
+
+def _number(value: Any, where: str, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise HaapInputError(f"{name}: {where} = {value!r} must be a number >= 0 (or null for unknown)",
+                             field=where, value=value)
+    return float(value)
+
+
+def _rows(doc: Any, name: str) -> tuple[dict[str, dict], float | None]:
+    from haap_milp.catalog import data as cat
+
+    if not isinstance(doc, dict):
+        raise HaapInputError(f"{name}: a prices file is a mapping with a 'gpus' key, got {type(doc).__name__}",
+                             field="gpus")
+    extra = sorted(set(doc) - set(TOP_KEYS))
+    if extra:
+        raise HaapInputError(f"{name}: unknown key {extra[0]!r} (allowed: {', '.join(TOP_KEYS)})", field=extra[0])
+    frac = _number(doc.get("default_idle_fraction"), "default_idle_fraction", name)
+    if frac is not None and frac > 1:
+        raise HaapInputError(f"{name}: default_idle_fraction = {frac} must be at most 1", field="default_idle_fraction",
+                             value=frac)
+    gpus = doc.get("gpus") or {}
+    if not isinstance(gpus, dict):
+        raise HaapInputError(f"{name}: 'gpus' must map GPU names to rows, got {type(gpus).__name__}", field="gpus")
+    out: dict[str, dict] = {}
+    for gpu, row in gpus.items():
+        where = f"gpus.{gpu}"
+        if not isinstance(row, dict):
+            raise HaapInputError(f"{name}: {where} must be a mapping of {', '.join(ROW_KEYS)}", field=where)
+        bad = sorted(set(row) - set(ROW_KEYS))
+        if bad:
+            raise HaapInputError(f"{name}: unknown key {where}.{bad[0]} (allowed: {', '.join(ROW_KEYS)})",
+                                 field=f"{where}.{bad[0]}")
+        vals = {k: _number(row[k], f"{where}.{k}", name) for k in ROW_KEYS if k in row and k != "instance"}
+        out[cat.canonical("GPU", str(gpu)) or str(gpu)] = vals
+    return out, frac
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog_doc() -> dict:
+    return yaml.safe_load(resources.files("haap_milp.catalog").joinpath("prices.yaml").read_text(encoding="utf-8"))
+
+
+def load_prices(path: str | None = None, kind: str = "on_demand") -> PriceBook:
+    """The catalog's prices and power, with the rows of ``path`` (``--prices``) on top; ``kind``: ``--price``."""
+    if kind not in PRICE_KINDS:
+        raise HaapInputError(f"--price {kind!r}: choose one of {', '.join(PRICE_KINDS)}", field="--price", value=kind)
+    doc = _catalog_doc()
+    rows, frac = _rows(doc, "prices.yaml")
+    book = {g: GpuRates(**v) for g, v in rows.items()}
+    source = f"catalog: {doc.get('provider')} ({doc.get('date')})"
+    if path is not None:
+        from haap_milp.catalog.files import load_data
+
+        user, ufrac = _rows(load_data(path, "prices file"), f"prices file {str(path)!r}")
+        for g, v in user.items():
+            book[g] = replace(book.get(g, GpuRates()), **v)
+        frac = ufrac if ufrac is not None else frac
+        source = f"{path} over the {source}"
+    return PriceBook(kind, book, frac if frac is not None else 0.15, source)
+
+
+def prices_schema() -> dict:
+    """JSON schema of a --prices file (`haap-solve schema prices`)."""
+    num = {"type": ["number", "null"], "minimum": 0}
+    row = {"type": "object", "additionalProperties": False, "properties": {
+        "on_demand_usd_per_gpu_hour": {**num, "description": "$ per GPU-hour, on demand."},
+        "spot_usd_per_gpu_hour": {**num, "description": "$ per GPU-hour, spot (--price spot)."},
+        "idle_w": {**num, "description": "Board power when idle, W (default: default_idle_fraction x tdp_w)."},
+        "tdp_w": {**num, "description": "Board power at full load (datasheet TDP), W."},
+        "instance": {"type": "string", "description": "Where the price comes from (ignored)."}}}
+    return {"title": "prices", "type": "object", "additionalProperties": False, "properties": {
+        "gpus": {"type": "object", "additionalProperties": row, "description": "GPU type (catalog name or alias) -> row."},
+        "default_idle_fraction": {"type": "number", "minimum": 0, "maximum": 1},
+        "date": {"type": "string"}, "provider": {"type": "string"}}}

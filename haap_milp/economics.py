@@ -1,0 +1,129 @@
+"""Money and energy of a plan: the one home of eqs. E1-E6 (formulations/README.md, "Cost and energy").
+
+Notation: stage j uses g_j GPUs (tp * dp * cp) of type k_j; p_k $ per GPU-hour and idle_k, tdp_k W from the
+price book (``catalog/prices.py``); T the iteration time (s), M micro-batches, t_j the stage's fwd+bwd time of
+one micro-batch (s), N = global batch x sequence tokens per iteration::
+
+    R_usd   = sum_j g_j p_k                                       $ / hour of the GPUs the plan uses   (E1)
+    usd/it  = T R_usd / 3600,   usd per 1e6 tokens = usd/it / N * 1e6                              (E2)
+    u_j     = min(1, M t_j / T)           compute-busy share of the iteration (sync, optimizer left out)
+    P_j     = idle_k + (tdp_k - idle_k) u_j                       W per GPU of stage j             (E3)
+    E       = T sum_j g_j P_j = T R_idle + D,  R_idle = sum_j g_j idle_k,
+              D = sum_j g_j (tdp_k - idle_k) M t_j   (u_j <= 1 always under eq. T1: T >= M max t)  (E4)
+    J/token = E / N                                                                                (E5)
+
+GPUs of the cluster the plan leaves idle are not counted: the cluster is a pool to draw from (eq. G1 is
+``<=``), and what is not used is not rented. The linear rows the solvers see are eq. W1 (``problem.Budget``)
+with per-option integer weights (``option_weights``); eq. E6 is the lower bound of D used for the energy gap.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from haap_milp.catalog.prices import PriceBook
+from haap_milp.problem import Budget, Problem
+
+USD_UNIT = 1e-4  # $ per hour: one unit of the cost budget row (eq. W1); prices are rounded to it per GPU
+WATT_UNIT = 0.1  # W: one unit of the idle-power budget row; idle power is rounded to it per GPU
+MEASURES = ("cost", "energy")
+
+
+def stage_gpus(plan) -> list[int]:
+    """g_j: GPUs of each stage, context parallelism included."""
+    return [s.num_gpus * plan.cp for s in plan.stages]
+
+
+def missing(plan_types, book: PriceBook, measure: str) -> list[str]:
+    """GPU types without the number ``measure`` needs (a price of the book's kind, or a TDP)."""
+    get = book.usd_per_gpu_hour if measure == "cost" else book.tdp_w
+    return sorted({k for k in plan_types if get(k) is None})
+
+
+def usd_per_hour(plan, book: PriceBook) -> float | None:
+    """Eq. E1 (None when a GPU type of the plan has no price)."""
+    prices = [book.usd_per_gpu_hour(s.gpu_type) for s in plan.stages]
+    if any(p is None for p in prices):
+        return None
+    return float(sum(g * p for g, p in zip(stage_gpus(plan), prices)))
+
+
+def energy_parts(plan, stage_times_s: list[float], iteration_time_s: float, book: PriceBook):
+    """(R_idle W, D J, E J) of eq. E4, or None when a GPU type has no TDP."""
+    tdp = [book.tdp_w(s.gpu_type) for s in plan.stages]
+    if any(p is None for p in tdp):
+        return None
+    idle = [book.idle_w(s.gpu_type) for s in plan.stages]
+    g = stage_gpus(plan)
+    m, t_iter = plan.num_microbatches, iteration_time_s
+    r_idle = sum(gj * i for gj, i in zip(g, idle))
+    busy = [min(1.0, m * t / t_iter) if t_iter > 0 else 0.0 for t in stage_times_s]  # u_j of eq. E3
+    dyn = sum(gj * (p - i) * u * t_iter for gj, p, i, u in zip(g, tdp, idle, busy))
+    return r_idle, dyn, t_iter * r_idle + dyn
+
+
+def plan_economics(plan, estimate, book: PriceBook) -> dict:
+    """The JSON fields every plan reports (None where the price book has no number for a GPU type):
+    ``usd_per_hour``, ``usd_per_iteration``, ``usd_per_million_tokens``, ``average_power_w``,
+    ``joules_per_iteration``, ``joules_per_token`` (eqs. E1-E5) and ``price_kind``."""
+    out = dict.fromkeys(("usd_per_hour", "usd_per_iteration", "usd_per_million_tokens", "average_power_w",
+                         "joules_per_iteration", "joules_per_token"))
+    out["price_kind"] = book.kind
+    if plan is None or estimate is None:
+        return out
+    t_iter = float(estimate.iteration_time_s)
+    tokens = plan.global_batch_size * plan.seq_len
+    rate = usd_per_hour(plan, book)
+    if rate is not None:
+        usd = t_iter * rate / 3600.0
+        out.update(usd_per_hour=rate, usd_per_iteration=usd, usd_per_million_tokens=usd / tokens * 1e6)
+    parts = energy_parts(plan, [s.time_s for s in estimate.stages], t_iter, book)
+    if parts is not None:
+        energy = parts[2]
+        out.update(average_power_w=energy / t_iter if t_iter > 0 else None, joules_per_iteration=energy,
+                   joules_per_token=energy / tokens)
+    return out
+
+
+def option_weights(problem: Problem, group_types: list[str], book: PriceBook, measure: str) -> np.ndarray:
+    """Eq. W1's integer weight per option: its GPUs x (price in USD_UNIT, cost) or (idle W in WATT_UNIT,
+    energy). Rounded per GPU, so a plan's weight is exactly its GPUs' rounded rate. Raises KeyError naming
+    the GPU type without a number (callers check ``missing`` first)."""
+    per_gpu = []
+    for k in group_types:
+        v = book.usd_per_gpu_hour(k) / USD_UNIT if measure == "cost" else book.idle_w(k) / WATT_UNIT
+        per_gpu.append(round(v))
+    return np.array([o.num_gpus * per_gpu[o.group] for o in problem.options], np.int64)
+
+
+def budget(problem: Problem, weights: np.ndarray, limit: int, measure: str) -> Budget:
+    """Eq. W1 with the weights divided by their greatest common divisor (smaller coefficients for HiGHS;
+    floor(limit / gcd) keeps exactly the same plans)."""
+    g = int(np.gcd.reduce(weights[weights > 0])) if (weights > 0).any() else 1
+    return Budget(weights // g, int(limit // g), name=f"{measure} rate")
+
+
+def rate_of(weights: np.ndarray, options) -> int:
+    """A plan's eq. W1 left-hand side in the unweighted integer unit (USD_UNIT or WATT_UNIT)."""
+    return int(sum(int(weights[o]) for o in options))
+
+
+def dynamic_energy_lb(problem: Problem, group_types: list[str], book: PriceBook) -> float:
+    """Eq. E6: a lower bound (J) on D of eq. E4 over every plan of the problem. D = M sum_j g_j dP_j t_j and
+    t_j = n_j layer_time + extras, so D >= min over variants of M (L min_o g_o dP_o layer_time_o + min_o g_o
+    dP_o first_time_o + min_o g_o dP_o last_time_o) over the options the variant allows."""
+    dp = np.array([book.tdp_w(k) - book.idle_w(k) for k in group_types])
+    g = np.array([o.num_gpus for o in problem.options], float)
+    grp = np.array([o.group for o in problem.options], int)
+    best = math.inf
+    for v in problem.variants:
+        ok = np.asarray(v.allowed, bool)
+        if not ok.any():
+            continue
+        w = (g * dp[grp])[ok]
+        d = (problem.num_layers * (w * v.layer_time[ok]).min() + (w * v.first_time[ok]).min()
+             + (w * v.last_time[ok]).min())
+        best = min(best, v.num_microbatches * d)
+    return 0.0 if not math.isfinite(best) else float(best)

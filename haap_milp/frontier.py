@@ -1,0 +1,274 @@
+"""Time vs cost (or energy): the epsilon-constraint sweep over eq. W1, and the cost / energy objectives.
+
+Cost per iteration is T x R (eq. E2: time times the hourly rate of the GPUs used), bilinear in the plan, so it
+is not given to a solver as an objective. Instead (formulations/README.md, eqs. F1-F3)::
+
+    B_0 = the user's cap (or none);  step k: a_k = argmin T  s.t.  R <= B_k  (eq. W1),
+    B_{k+1} = min(R(a_k) - 1, floor((1 - delta) R(a_k)))                                           (eq. F1)
+
+Rates are integers (``economics.USD_UNIT`` / ``WATT_UNIT``). Every plan a with R(a) <= B_0 has a last step k
+with R(a) <= B_k; then R(a) >= B_{k+1} + 1 and T(a) >= L_k (the step's proven bound), so
+T(a) R(a) >= L_k (B_{k+1} + 1): min_k of that bounds the cost of every plan once the sweep has ended with an
+infeasible step (eq. F2). With delta = 0 (the pareto command's ``--step 0``) B_{k+1} + 1 = R(a_k) and the
+points are consecutive frontier points; delta > 0 skips rates within delta of the last one and costs at most
+delta of the bound. Stopped earlier (``max_points``, a time bound, no plan in time), the plans
+left have T >= L_K and R >= R_floor, which bounds them too (eq. F3). R_floor = max(min_o w_o, L min_o w_o / n_o)
+with n_o the most layers option o can hold (eq. M2 with one micro-batch in flight and no embedding or head):
+the stages' capacities must add up to L, the covering LP's bound. Energy
+(eq. E4: E = T R_idle + D) sweeps the idle power R_idle the same way and adds eq. E6's lower bound of D.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from haap_milp import economics
+from haap_milp.catalog.prices import PriceBook
+from haap_milp.deadline import Deadline, current, use
+from haap_milp.errors import HaapInputError
+from haap_milp.planner import Context, Outcome, orchestrate
+from haap_milp.specs import Status
+
+SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass
+class Point:
+    """One step of the sweep: the plan found under ``limit`` (units of the measure; None: no budget row)."""
+
+    outcome: Outcome
+    limit: int | None
+    rate: int  # the plan's eq. W1 left-hand side, in USD_UNIT or WATT_UNIT
+    iteration_time_s: float
+    bound_s: float | None  # proven lower bound of min T under this budget (None: none proven)
+    value: float  # $ per iteration (cost) or J per iteration (energy), eq. E2 / E4 from the estimate
+    lower: float | None  # eq. F2's term of this step: L_k (B_{k+1} + 1) (+ eq. E6 for energy)
+
+
+@dataclass
+class Frontier:
+    measure: str  # cost | energy
+    points: list[Point] = field(default_factory=list)
+    complete: bool = False  # the sweep ended with a proof that no cheaper plan exists
+    stopped: str = ""  # why it ended
+    lower_bound: float | None = None  # of the measure over every plan within the cap (eqs. F2, F3)
+
+    @property
+    def pareto(self) -> list[Point]:
+        """The non-dominated points (a point with a solver gap can be beaten by a later, cheaper one)."""
+        out: list[Point] = []
+        for p in sorted(self.points, key=lambda p: (p.iteration_time_s, p.rate)):
+            if not out or p.rate < out[-1].rate:
+                out.append(p)
+        return out
+
+    @property
+    def best(self) -> Point | None:
+        return min(self.points, key=lambda p: p.value) if self.points else None
+
+    @property
+    def gap(self) -> float | None:
+        b = self.best
+        if b is None or self.lower_bound is None or b.value <= 0:
+            return None
+        return max(0.0, (b.value - self.lower_bound) / b.value)
+
+
+def _unit(measure: str) -> float:
+    return economics.USD_UNIT / SECONDS_PER_HOUR if measure == "cost" else economics.WATT_UNIT
+
+
+def check_prices(ctx: Context, book: PriceBook, measure: str) -> list[str]:
+    """GPU types of the cluster in the search; a HaapInputError naming them when the book lacks a number."""
+    types = [g.gpu_type for g in ctx.presolved.groups]
+    gone = economics.missing(types, book, measure)
+    if gone:
+        what = f"a {book.kind} price" if measure == "cost" else "a board power (tdp_w)"
+        raise HaapInputError(f"--objective/pareto {measure}: {', '.join(gone)} has no {what} in the price book "
+                             f"({book.source}); give it in a --prices FILE (haap-solve schema prices)",
+                             field="--prices", value=gone)
+    return types
+
+
+def _with_budget(ctx: Context, weights: np.ndarray, limit: int | None, measure: str) -> Context:
+    prob = ctx.presolved.problem
+    if limit is None:
+        return ctx
+    b = economics.budget(prob, weights, limit, measure)
+    return replace(ctx, presolved=replace(ctx.presolved, problem=replace(prob, budget=b,
+                                                                         group_capacity=_capacity(prob, b))))
+
+
+def _capacity(prob, b) -> tuple[int, ...]:
+    """Eq. G1's capacities tightened by eq. W1: group g can give at most floor(B / least weight per GPU) GPUs
+    (the same plans, stronger bounds for every solver)."""
+    out = []
+    for g, cap in enumerate(prob.group_capacity):
+        per = [int(b.weight[i]) / o.num_gpus for i, o in enumerate(prob.options) if o.group == g]
+        low = min(per) if per else 0
+        out.append(min(cap, int(b.limit // low)) if low > 0 else cap)
+    return tuple(out)
+
+
+def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, cap: float | None = None,
+          max_time_s: float | None = None, stop_when_bounded: bool = False, step: float = 0.0,
+          deadline: Deadline | None = None) -> Frontier:
+    """The epsilon-constraint sweep (module docstring). ``cap``: the first budget in $/h (cost) or idle W
+    (energy); ``max_time_s``: the bound on T (--max-iteration-time, --min-tokens-per-s); ``stop_when_bounded``:
+    stop once no further point can beat the best one (the cost / energy objective; the pareto command goes on
+    to ``max_points``); ``step``: delta of eq. F1. ``deadline`` is shared by the points, each taking its share of what is left."""
+    if measure not in economics.MEASURES:
+        raise ValueError(measure)
+    types = check_prices(ctx, book, measure)
+    prob = ctx.presolved.problem
+    weights = economics.option_weights(prob, types, book, measure)
+    unit = _unit(measure)
+    d_lb = economics.dynamic_energy_lb(prob, types, book) if measure == "energy" else 0.0
+    floor = rate_floor(prob, weights)
+    limit = None if cap is None else math.floor(cap / (economics.USD_UNIT if measure == "cost"
+                                                        else economics.WATT_UNIT) + 1e-9)
+    fr = Frontier(measure)
+    dl = deadline or current()
+    last_bound: float | None = None
+    for k in range(max_points):
+        if limit is not None and limit < floor:
+            fr.complete, fr.stopped = True, "no plan is cheaper than the cheapest single stage"
+            break
+        share = dl.cap(dl.remaining() / (max_points - k)) if dl.limited else dl
+        bctx = _with_budget(ctx, weights, limit, measure)
+        hints = () if limit is None else _budget_hints(bctx, weights, limit, share)
+        out = orchestrate(bctx, [(ctx.options.solver, None)], deadline=share, hints=hints).outcomes[0]
+        r = out.result
+        if r.status == Status.INFEASIBLE:
+            fr.complete, fr.stopped = True, "proven: no plan under the next budget"
+            last_bound = None
+            break
+        if r.plan is None or out.raw_assignment is None or out.violations:
+            fr.stopped = f"no plan under the budget in time ({r.status.value})"
+            last_bound = r.bound_s
+            break
+        rate = economics.rate_of(weights, [s.option for s in out.raw_assignment.stages])
+        t_iter = float(out.estimate.iteration_time_s)
+        econ = economics.plan_economics(r.plan, out.estimate, book)
+        value = econ["usd_per_iteration"] if measure == "cost" else econ["joules_per_iteration"]
+        nxt = min(rate - 1, math.floor((1 - step) * rate))  # B_{k+1}, eq. F1
+        lower = None if r.bound_s is None else r.bound_s * (nxt + 1) * unit + d_lb
+        last_bound = r.bound_s
+        if max_time_s is not None and t_iter > max_time_s:
+            proven = r.bound_s is not None and r.bound_s > max_time_s
+            fr.complete = proven
+            fr.stopped = (f"the next plan takes {t_iter:.4g} s > the {max_time_s:.4g} s bound"
+                          + ("" if proven else " (not proven optimal: within its gap)"))
+            last_bound = None if proven else r.bound_s
+            break
+        fr.points.append(Point(out, limit, rate, t_iter, r.bound_s, value, lower))
+        limit = nxt
+        best = fr.best.value
+        if stop_when_bounded and r.bound_s is not None and r.bound_s * floor * unit + d_lb >= best:
+            fr.complete, fr.stopped = True, "no plan left can beat the best one (eq. F3)"
+            last_bound = None
+            break
+    else:
+        fr.stopped = f"--max-points {max_points} reached"
+    fr.lower_bound = _lower_bound(fr, last_bound, floor * unit, d_lb)
+    return fr
+
+
+MAX_HINT_CAPS = 4  # capacity vectors whose DP plans seed a budgeted solve
+HINT_SHARE = 0.25  # of a point's time for them
+
+
+def _budget_hints(bctx: Context, weights: np.ndarray, limit: int, share: Deadline) -> tuple:
+    """Warm starts for a budgeted solve: the DP heuristic (which ignores eq. W1) on whole-node capacity vectors
+    whose every plan is within the budget and that cannot take one more node; the DP on the budgeted problem
+    itself finds nothing when the cluster's fastest plan is over budget (measured: the 90 % budget of
+    llama3-8b x h100-a100-32 then ended at a 16 % gap in 10 s). Only plans within eq. W1 are kept."""
+    from haap_milp.planner import run_method
+    from haap_milp.problem import violations
+
+    pre = bctx.presolved
+    prob = pre.problem
+    per_gpu = [min((int(weights[i]) / o.num_gpus for i, o in enumerate(prob.options) if o.group == g), default=0.0)
+               for g in range(len(prob.groups))]
+    node = [max(grp.gpus_per_node, 1) for grp in pre.groups]
+    n_max = [cap // nd for cap, nd in zip(prob.group_capacity, node)]
+    vectors: list[tuple[int, ...]] = []
+
+    def fill(g: int, chosen: list[int], spent: float) -> None:
+        if len(vectors) > 20000:
+            return
+        if g == len(n_max):
+            maximal = all(c == n or spent + node[i] * per_gpu[i] > limit for i, (c, n) in enumerate(zip(chosen, n_max)))
+            if maximal and any(chosen):
+                vectors.append(tuple(chosen))
+            return
+        most = min(n_max[g], int((limit - spent) // (node[g] * per_gpu[g]))) if per_gpu[g] > 0 else n_max[g]
+        for c in (range(most, -1, -1) if g < len(n_max) - 1 else [most]):
+            fill(g + 1, [*chosen, c], spent + c * node[g] * per_gpu[g])
+
+    fill(0, [], 0.0)
+    vectors.sort(key=lambda v: -sum(c * nd * w for c, nd, w in zip(v, node, per_gpu)))
+    out = []
+    hint_dl = share.cap(HINT_SHARE * share.remaining()) if share.limited else share
+    for v in vectors[:MAX_HINT_CAPS]:
+        if hint_dl.expired():
+            break
+        caps = tuple(c * nd for c, nd in zip(v, node))
+        sub = replace(bctx, presolved=replace(pre, problem=replace(prob, group_capacity=caps, budget=None)))
+        with use(hint_dl):
+            raw, _ = run_method(sub, "dp")
+        if raw.assignment is not None and not violations(prob, raw.assignment):
+            out.append(raw)
+    return tuple(out)
+
+
+def rate_floor(problem, weights: np.ndarray) -> float:
+    """R_floor of eq. F3: no plan of the problem has a smaller eq. W1 left-hand side."""
+    from haap_milp.pipeline import memory_limit
+
+    cap = np.zeros(problem.num_options)
+    for v in problem.variants:
+        room = memory_limit(v.mem_capacity) - v.fixed_mem
+        n = np.floor(room / np.maximum(v.layer_static_mem + v.layer_act_mem, 1.0))
+        cap = np.maximum(cap, np.where(np.asarray(v.allowed, bool), np.minimum(n, problem.num_layers), 0))
+    ok = cap >= 1
+    if not ok.any():
+        return 0.0
+    w = weights[ok].astype(float)
+    return float(max(w.min(), problem.num_layers * (w / cap[ok]).min()))
+
+
+def _lower_bound(fr: Frontier, last_bound: float | None, floor_rate: float, d_lb: float) -> float | None:
+    """Eqs. F2, F3: the least cost (energy) any plan within the cap can have; None when a step proved nothing."""
+    terms = [p.lower for p in fr.points]
+    if any(t is None for t in terms):
+        return None
+    if not fr.complete:
+        if last_bound is None and fr.points:
+            last_bound = fr.points[-1].bound_s
+        if last_bound is None:
+            return None
+        terms.append(last_bound * floor_rate + d_lb)
+    return min(terms) if terms else None
+
+
+def time_bound(max_iteration_time_s: float | None, min_tokens_per_s: float | None, tokens_per_iteration: int):
+    """The bound on T from --max-iteration-time and --min-tokens-per-s (the tighter one; None: none)."""
+    bounds = [b for b in (max_iteration_time_s,
+                          None if not min_tokens_per_s else tokens_per_iteration / min_tokens_per_s) if b is not None]
+    return min(bounds) if bounds else None
+
+
+def point_document(p: Point, book: PriceBook) -> dict:
+    """One frontier point as JSON: the time, its proof, cost and energy (eqs. E1-E5), GPUs per type, the plan."""
+    r, e = p.outcome.result, p.outcome.estimate
+    gpus: dict[str, int] = {}
+    for s in r.plan.stages:
+        gpus[s.gpu_type] = gpus.get(s.gpu_type, 0) + s.num_gpus * r.plan.cp
+    econ = economics.plan_economics(r.plan, e, book)
+    return {"iteration_time_s": p.iteration_time_s, "bound_s": p.bound_s, "gap": r.gap,
+            "tokens_per_s": e.tokens_per_s, **{k: v for k, v in econ.items() if k != "price_kind"},
+            "gpus": gpus, "status": r.status.value, "plan": r.plan.model_dump(mode="json")}

@@ -1,0 +1,150 @@
+"""Re-planning after GPUs are lost or added (formulations/README.md, eqs. MG1-MG3).
+
+Given a plan and the cluster as it is now:
+
+* **new plan**: the time optimum on the new cluster (``planner``);
+* **degraded plan** (eq. MG3): the old plan minus the lost GPUs — in every (GPU type, island) that now has
+  fewer GPUs than the plan uses, stages give up data-parallel replicas (largest dp first, each to the next
+  smaller dp dividing the samples per micro-batch, B kept) until the group fits; it must then pass
+  ``check_plan`` (memory included) on the new cluster, else there is no degraded plan and the job must move;
+* **migration** (eqs. MG1, MG2): each decoder layer whose (GPU type, island, tp, dp) changes moves its whole
+  state once — weights and optimizer state, P_l x (w + o) bytes (``estimator.memory.param_bytes``: bf16
+  2 + 12 for Adam); gradients are recomputed, not moved. The bytes of each (old group -> new group) pair go
+  over that pair's link at the estimator's p2p price (``Estimator.round_trip_s`` / 2, streams = the fewer
+  GPUs of the two sides, measured networks included), the pairs one after another (no overlap assumed: an
+  upper estimate). Money: the migration time at the new plan's hourly rate (eq. E1). Layers whose old
+  group has no GPU left cannot be moved from live GPUs (``from_checkpoint``; not priced);
+* **payback** (eq. MG3): staying at T_deg vs pausing m s and running at T_new, equal after
+  t* = m T_deg / (T_deg - T_new) seconds of wall time (never, when T_new >= T_deg);
+* ``max_migration_s``: candidates whose migration takes longer are refused; the candidates are the new
+  optimum and the degraded plan (a migration-aware search is not implemented).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from haap_milp import economics, planner
+from haap_milp.catalog.prices import PriceBook
+from haap_milp.check import check_plan
+from haap_milp.deadline import Deadline
+from haap_milp.estimator import Estimator
+from haap_milp.estimator.memory import param_bytes
+from haap_milp.specs import ClusterSpec, ModelSpec, Plan, SolveOptions, TrainingSpec
+
+
+@dataclass
+class Migration:
+    bytes_moved: float = 0.0
+    time_s: float = 0.0
+    usd: float | None = None
+    pairs: list[dict] = field(default_factory=list)  # {"from", "to", "bytes", "time_s"}
+    from_checkpoint: list[int] = field(default_factory=list)  # layers whose old group has no GPU left
+
+
+@dataclass
+class Replan:
+    new: planner.Outcome
+    degraded: Plan | None
+    degraded_time_s: float | None
+    migration: Migration | None
+    payback_s: float | None
+    choice: str  # "migrate" | "stay" (degraded) | "none"
+    note: str = ""
+
+
+def _groups(cluster: ClusterSpec) -> dict[tuple[str, str], int]:
+    out: dict[tuple[str, str], int] = {}
+    for ng in cluster.node_groups:
+        out[(ng.gpu.name, ng.island)] = out.get((ng.gpu.name, ng.island), 0) + ng.num_gpus
+    return out
+
+
+def degrade(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+            est: Estimator) -> Plan | None:
+    """Eq. MG3's degraded plan (module docstring), or None when it cannot run on ``cluster``."""
+    caps = _groups(cluster)
+    b = plan.samples_per_microbatch
+    dps = [s.dp for s in plan.stages]
+    for key in {(s.gpu_type, s.island) for s in plan.stages}:
+        idx = [j for j, s in enumerate(plan.stages) if (s.gpu_type, s.island) == key]
+        while sum(plan.stages[j].tp * dps[j] for j in idx) * plan.cp > caps.get(key, 0):
+            j = max(idx, key=lambda j: (dps[j], -j))
+            smaller = [d for d in range(dps[j] - 1, 0, -1) if b % d == 0]
+            if not smaller:
+                return None
+            dps[j] = smaller[0]
+    stages = tuple(s.model_copy(update={"dp": d, "time_s": None, "memory_gib": None}) for s, d in zip(plan.stages, dps))
+    new = plan.model_copy(update={"stages": stages, "micro_batch_size": b // dps[0], "cluster": cluster.name})
+    return None if check_plan(new, model, cluster, training, estimator=est) else new
+
+
+def _placement(plan: Plan) -> list[tuple]:
+    """Per decoder layer: (GPU type, island, tp, dp, GPUs of its stage)."""
+    out = []
+    for s in plan.stages:
+        out += [(s.gpu_type, s.island, s.tp, s.dp, s.num_gpus * plan.cp)] * s.num_layers
+    return out
+
+
+def migration(old: Plan, new: Plan, model: ModelSpec, training: TrainingSpec, est: Estimator,
+              usd_per_hour: float | None) -> Migration:
+    """Eqs. MG1, MG2 (module docstring): bytes, seconds and dollars to move from ``old`` to ``new``."""
+    pb = param_bytes(training.precision, 0, 1, training.optimizer_state_bytes_per_param)
+    per_param = pb.weights + pb.optimizer  # whole-layer state, moved once (eq. MG1)
+    live = _groups(est.cluster)
+    pairs: dict[tuple, list[float]] = {}
+    mig = Migration()
+    for layer, (a, b) in enumerate(zip(_placement(old), _placement(new))):
+        if a[:4] == b[:4]:
+            continue
+        nbytes = model.layer_params(layer) * per_param
+        if live.get(a[:2], 0) == 0:
+            mig.from_checkpoint.append(layer)
+            continue
+        acc = pairs.setdefault((a[:2], b[:2]), [0.0, math.inf])
+        acc[0] += nbytes
+        acc[1] = min(acc[1], a[4], b[4], live[a[:2]])
+    for (src, dst), (nbytes, streams) in sorted(pairs.items()):
+        t = est.round_trip_s(src, dst, nbytes, max(int(streams), 1)) / 2  # one way (eq. MG2)
+        mig.pairs.append({"from": "@".join(src), "to": "@".join(dst), "bytes": nbytes, "time_s": t})
+        mig.bytes_moved += nbytes
+        mig.time_s += t
+    mig.usd = None if usd_per_hour is None else mig.time_s * usd_per_hour / 3600.0
+    return mig
+
+
+def payback_s(t_new: float, t_degraded: float | None, migration_s: float) -> float | None:
+    """Eq. MG3: wall seconds after which migrating has done more iterations than staying (0: must migrate)."""
+    if t_degraded is None:
+        return 0.0
+    if t_new >= t_degraded:
+        return None
+    return migration_s * t_degraded / (t_degraded - t_new)
+
+
+def replan(plan: Plan, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, options: SolveOptions,
+           book: PriceBook, max_migration_s: float | None = None, deadline: Deadline | None = None) -> Replan:
+    """The new optimum, the degraded plan, the migration between them and the payback (module docstring)."""
+    out = planner.solve(model, cluster, training, options, deadline=deadline)
+    est = out.estimator or Estimator(model, cluster, training)
+    deg = degrade(plan, model, cluster, training, est)
+    t_deg = est.estimate(deg).iteration_time_s if deg is not None else None
+    if out.result.plan is None:
+        return Replan(out, deg, t_deg, None, None, "stay" if deg is not None else "none",
+                      "no plan on the new cluster" + ("; the degraded plan still runs" if deg is not None else ""))
+    new = out.result.plan
+    mig = migration(plan, new, model, training, est, economics.usd_per_hour(new, book))
+    t_new = out.estimate.iteration_time_s
+    pay = payback_s(t_new, t_deg, mig.time_s)
+    choice, note = "migrate", ""
+    if max_migration_s is not None and mig.time_s > max_migration_s:
+        if deg is None:
+            choice, note = "none", (f"the migration takes {mig.time_s:.1f} s > --max-migration {max_migration_s:g} s "
+                                    "and the old plan cannot run degraded")
+        else:
+            choice, note = "stay", f"the migration takes {mig.time_s:.1f} s > --max-migration {max_migration_s:g} s"
+    elif deg is not None and pay is None:
+        choice, note = "stay", "the new plan is not faster than the degraded one"
+    return Replan(out, deg, t_deg, mig, pay, choice, note)

@@ -1,0 +1,141 @@
+"""Prices, power and the cost / energy metrics (eqs. E1-E5), the pool, and the commands that use them."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from haap_milp import economics
+from haap_milp.catalog.prices import load_prices
+from haap_milp.errors import HaapInputError
+from haap_milp.specs import Plan, StagePlan
+
+TINY = ["-m", "tests/data/models/tiny-4l.yaml", "-c", "h100-80g:2/2,a100-80g:2/2", "--gbs", "4", "--seq", "2048"]
+
+
+def test_catalog_prices_and_power():
+    book = load_prices()
+    assert book.usd_per_gpu_hour("a100-80g") == pytest.approx(40.9657 / 8, abs=1e-4)  # p4de.24xlarge / 8
+    assert book.usd_per_gpu_hour("h100-80g") == pytest.approx(98.32 / 8)
+    assert book.tdp_w("h100-80g") == 700 and book.idle_w("h100-80g") == pytest.approx(0.15 * 700)
+    assert load_prices(kind="spot").usd_per_gpu_hour("h100-80g") is None  # no list price: the user gives one
+
+
+def test_user_prices_override_only_what_they_give(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("gpus:\n  A100-80GB: {spot_usd_per_gpu_hour: 1.5, idle_w: 50}\n  my-gpu: {tdp_w: 100}\n")
+    book = load_prices(str(f), "spot")
+    assert book.usd_per_gpu_hour("a100-80g") == 1.5  # alias resolved
+    assert book.idle_w("a100-80g") == 50 and book.tdp_w("a100-80g") == 400  # tdp kept from the catalog
+    assert book.idle_w("my-gpu") == pytest.approx(15.0)  # a GPU the catalog does not know
+
+
+@pytest.mark.parametrize("text,field", [("gpus:\n  a100-80g: {tdp: 3}\n", "gpus.a100-80g.tdp"),
+                                        ("gpus:\n  a100-80g: {tdp_w: -3}\n", "gpus.a100-80g.tdp_w"),
+                                        ("price: 3\n", "price")])
+def test_bad_prices_file_names_the_field(tmp_path, text, field):
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    with pytest.raises(HaapInputError) as exc:
+        load_prices(str(f))
+    assert field in str(exc.value)
+
+
+class _Est:  # the two fields plan_economics reads from a PlanEstimate
+    def __init__(self, t, stage_times):
+        self.iteration_time_s = t
+        self.stages = [type("S", (), {"time_s": x})() for x in stage_times]
+
+
+def test_plan_economics_by_hand():
+    plan = Plan(model="m", stages=(StagePlan(first_layer=0, num_layers=2, gpu_type="h100-80g", tp=2, dp=2),
+                                   StagePlan(first_layer=2, num_layers=2, gpu_type="a100-80g", tp=1, dp=2)),
+                micro_batch_size=1, num_microbatches=8, global_batch_size=16, seq_len=1000)
+    book = load_prices()
+    got = economics.plan_economics(plan, _Est(10.0, [1.0, 0.5]), book)
+    rate = 4 * 12.29 + 2 * 5.1207
+    assert got["usd_per_hour"] == pytest.approx(rate)
+    assert got["usd_per_iteration"] == pytest.approx(10 * rate / 3600)
+    assert got["usd_per_million_tokens"] == pytest.approx(10 * rate / 3600 / 16000 * 1e6)
+    # eq. E3: u = M t / T = 0.8 and 0.4; P = idle + (tdp - idle) u per GPU
+    p_h, p_a = 105 + (700 - 105) * 0.8, 60 + (400 - 60) * 0.4
+    energy = 10 * (4 * p_h + 2 * p_a)
+    assert got["joules_per_iteration"] == pytest.approx(energy)
+    assert got["joules_per_token"] == pytest.approx(energy / 16000)
+    r_idle, dyn, e = economics.energy_parts(plan, [1.0, 0.5], 10.0, book)
+    assert e == pytest.approx(10 * r_idle + dyn) and r_idle == pytest.approx(4 * 105 + 2 * 60)  # eq. E4
+
+
+def test_solve_reports_cost_energy_pool_and_objective_cost(run_cli, tmp_path):
+    out = tmp_path / "plan.json"
+    code, stdout, err = run_cli(["solve", *TINY, "--objective", "cost", "--max-points", "6", "--step", "0",
+                                  "--gap", "0", "--json", str(out)])
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["objective"]["objective"] == "cost" and doc["objective"]["frontier_complete"]
+    assert doc["usd_per_iteration"] == pytest.approx(doc["objective"]["usd_per_iteration"])
+    assert doc["objective"]["objective_gap"] < 1e-3
+    assert doc["joules_per_token"] > 0 and doc["usd_per_million_tokens"] > 0
+    used = sum(r["used"] for r in doc["gpu_pool"].values())
+    assert used < sum(r["available"] for r in doc["gpu_pool"].values())  # the cheapest plan leaves GPUs idle
+    assert "cost " in stdout and "pool " in stdout and "objective   cost" in stdout
+    assert len(doc["sensitivity"]) == len(doc["plan"]["stages"])
+
+
+def test_solve_bounds_and_bad_flags(run_cli):
+    code, stdout, _ = run_cli(["solve", *TINY, "--max-cost-per-hour", "1", "--json", "-"])
+    doc = json.loads(stdout)
+    assert code == 0 and doc["status"] == "INFEASIBLE" and "1 $/h" in doc["message"]
+    code, stdout, _ = run_cli(["solve", *TINY, "--max-cost-per-hour", "20", "--json", "-"])
+    doc = json.loads(stdout)
+    assert doc["usd_per_hour"] <= 20 and doc["status"] == "OPTIMAL"
+    for args, flag in ((["--objective", "money"], "--objective"), (["--robust", "-5"], "--robust"),
+                       (["--objective", "energy", "--max-cost-per-hour", "9"], "--max-cost-per-hour"),
+                       (["--min-tokens-per-s", "0"], "--min-tokens-per-s")):
+        code, _, err = run_cli(["solve", *TINY, *args])
+        assert code == 2 and flag in err and "Traceback" not in err
+
+
+def test_pareto_json_is_a_monotone_list(run_cli, tmp_path):
+    code, stdout, err = run_cli(["pareto", *TINY, "--max-points", "4", "--step", "0", "--json",
+                                 "--plot", str(tmp_path / "fig")])
+    assert code == 0, err
+    pts = json.loads(stdout)
+    assert len(pts) >= 3
+    assert all(a["iteration_time_s"] < b["iteration_time_s"] for a, b in itertools.pairwise(pts))
+    assert all(a["usd_per_hour"] > b["usd_per_hour"] for a, b in itertools.pairwise(pts))
+    assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == ["pareto.png", "pareto.svg"]
+    code, stdout, _ = run_cli(["pareto", *TINY, "--measure", "energy", "--max-points", "2", "--json"])
+    assert code == 0 and all(p["joules_per_token"] > 0 for p in json.loads(stdout))
+
+
+def test_replan_after_losing_gpus(run_cli, tmp_path):
+    plan = tmp_path / "plan.json"
+    assert run_cli(["solve", *TINY, "--json", str(plan)])[0] == 0
+    code, stdout, err = run_cli(["replan", str(plan), "-c", "h100-80g:1/1,a100-80g:2/2", "--json", "-"])
+    assert code == 0, err
+    doc = json.loads(stdout)
+    r = doc["replan"]
+    assert doc["status"] in ("OPTIMAL", "FEASIBLE") and r["choice"] in ("migrate", "stay")
+    assert r["migration_time_s"] >= 0 and r["migration_usd"] >= 0
+    if r["migration_bytes"]:
+        assert r["migration_time_s"] > 0
+    code, _, err = run_cli(["replan", str(plan), "-c", "h100-80g:1/1", "--max-migration", "-1"])
+    assert code == 2 and "--max-migration" in err
+
+
+def test_estimate_reports_cost_and_energy(run_cli, tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("gpus:\n  h100-80g: {spot_usd_per_gpu_hour: 2.5}\n")
+    args = ["estimate", "-m", "tests/data/models/tiny-4l.yaml", "-c", "h100-80g:8", "--gbs", "8", "--seq", "2048",
+            "--pp", "2", "--dp", "4", "--json"]
+    code, stdout, err = run_cli([*args, "--prices", str(f), "--price", "spot"])
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert doc["price_kind"] == "spot" and doc["usd_per_hour"] == pytest.approx(8 * 2.5)
+    assert doc["usd_per_iteration"] == pytest.approx(doc["iteration_time_s"] * 20 / 3600)
+    assert doc["joules_per_token"] == pytest.approx(doc["joules_per_iteration"] / (8 * 2048))
+    code, _, err = run_cli([*args, "--price", "cheap"])
+    assert code == 2 and "--price" in err
