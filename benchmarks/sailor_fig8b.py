@@ -2,21 +2,25 @@
 
 For each row (32+96, 80+240, 128+384 GPUs) this script
   1. imports the measured network (Sailor's bandwidth JSON, tests/data/sailor_network/, MIT) with
-     `haap-solve network import`;
-  2. runs the issue's `haap-solve solve` command with the measured per-layer profiles
-     (tests/data/profiles/OPT-350, Metis format, MIT), fp32, the DeepSpeed runtime without ZeRO, uniform dp;
-  3. scores the published plans of that row with `haap-solve estimate --plan` on the same inputs, so that
-     haap's ranking of its own plan against them is visible;
-  4. repeats 2–3 without the profile (the analytic fp32 path) to compare the two predictions.
+     `haap-solve network import` - the issue's done-when command;
+  2. runs the issue's `haap-solve solve` command (default time limit unless --time-limit is given; its wall
+     time is recorded) with the measured per-layer profiles (tests/data/profiles/OPT-350, Metis format, MIT),
+     fp32, the DeepSpeed runtime without ZeRO, uniform dp;
+  3. scores the published plans of that row with `haap-solve estimate --plan` on the same inputs and ranks
+     them against haap's own plan by haap's predicted time;
+  4. repeats 2-3 without the profile (the analytic fp32 path) and re-scores each analytic plan with the
+     profile, for the analytic / profile ratio (the issue's goal: within 25 %);
+  5. re-prices each plan with per-replica p2p (`per_replica`), which presolve's group-pair table cannot hold.
 
-    python benchmarks/sailor_fig8b.py [--time-limit 60] [--out benchmarks/results/sailor_fig8b.md]
+    python benchmarks/sailor_fig8b.py [--time-limit S] [--out benchmarks/results/sailor_fig8b.md]
 
-Published plans (../shared/peers/sailor_fig8b/README.md; Sailor layer ids: 0 = embedding, 1–24 = decoder
+Published plans (../shared/peers/sailor_fig8b/README.md; Sailor layer ids: 0 = embedding, 1-24 = decoder
 blocks, 25 = head; haap counts decoder layers from 0 and charges the embedding to the first stage and the
 head to the last). Sailor's 32+96 plan mixes GPU types inside a stage (3 A100 tp1 replicas beside 24 V100
 tp4 replicas), which haap's plan format cannot express yet: it is listed, not scored. Sailor's 80+240 plan
-runs dp 20 with 52 micro-batches of 1 (1040 samples, its rounding of 1024/20); haap needs
-gbs = micro-batch × dp × M, so it is scored at gbs 1040 and its time scaled by 1024/1040.
+runs dp 20 with 52 micro-batches of 1: Sailor's simulator takes M = ceil(1024 / 20) = 52, i.e. 1040 samples
+per iteration; haap requires gbs = micro-batch x dp x M exactly (it rejects 1024 with dp 20), so the plan
+is scored at gbs 1040 and its time scaled by 1024/1040 (the time of 1024 samples at that plan's rate).
 
 The independent simulator that scores plans against real runs is kept outside the repository; the
 "published" throughputs below are Sailor's simulator's numbers as published.
@@ -30,6 +34,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,57 +46,53 @@ PROFILE_ARGS = ["--profile", str(PROFILE), "--profile-device", "A100=a100-40g", 
 
 # (label, A100 count, V100 count, published plans: (who, it/s, stages, micro-batch, gbs))
 # a stage: (first decoder layer, decoder layers, gpu type, tp, dp)
+SAILOR_7 = [(0, 2, "v100-16g", 4), (2, 3, "a100-40g", 1), (5, 4, "a100-40g", 1), (9, 4, "a100-40g", 1),
+            (13, 4, "a100-40g", 1), (17, 4, "v100-16g", 4), (21, 3, "v100-16g", 4)]
 ROWS = [
     ("32+96", 32, 96, [
         ("Metis (bugs fixed)", 0.190, [(0, 4, "v100-16g", 1, 32), (4, 4, "v100-16g", 1, 32),
                                         (8, 4, "v100-16g", 1, 32), (12, 12, "a100-40g", 1, 32)], 1, 1024),
         ("Sailor", 0.170, None, 2, 1024),  # mixed types inside stage 0: not expressible
     ]),
-    ("80+240", 80, 240, [
-        ("Sailor", 0.361, [(0, 2, "v100-16g", 4, 20), (2, 3, "a100-40g", 1, 20), (5, 4, "a100-40g", 1, 20),
-                           (9, 4, "a100-40g", 1, 20), (13, 4, "a100-40g", 1, 20), (17, 4, "v100-16g", 4, 20),
-                           (21, 3, "v100-16g", 4, 20)], 1, 1040),
-    ]),
-    ("128+384", 128, 384, [
-        ("Sailor", 0.523, [(0, 2, "v100-16g", 4, 32), (2, 3, "a100-40g", 1, 32), (5, 4, "a100-40g", 1, 32),
-                           (9, 4, "a100-40g", 1, 32), (13, 4, "a100-40g", 1, 32), (17, 4, "v100-16g", 4, 32),
-                           (21, 3, "v100-16g", 4, 32)], 1, 1024),
-    ]),
+    ("80+240", 80, 240, [("Sailor", 0.361, [(*s, 20) for s in SAILOR_7], 1, 1040)]),
+    ("128+384", 128, 384, [("Sailor", 0.523, [(*s, 32) for s in SAILOR_7], 1, 1024)]),
 ]
 
 
-def run(args: list[str]) -> tuple[int, str]:
+def run(args: list[str]) -> tuple[int, str, float]:
+    t0 = time.perf_counter()
     proc = subprocess.run([EXE, *args], capture_output=True, text=True, check=False)
-    return proc.returncode, proc.stdout + proc.stderr
+    return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - t0
 
 
-def plan_file(tmp: Path, name: str, cluster: str, stages, mbs: int, gbs: int) -> Path:
+def plan_doc(cluster: str, stages, mbs: int, gbs: int) -> dict:
     dp = stages[0][4]
-    plan = {"model": "opt-350m", "cluster": cluster, "micro_batch_size": mbs, "global_batch_size": gbs,
+    return {"model": "opt-350m", "cluster": cluster, "micro_batch_size": mbs, "global_batch_size": gbs,
             "num_microbatches": gbs // (mbs * dp), "seq_len": 2048, "precision": "fp32",
+            "distributed_optimizer": False,  # the plan's own flag wins over --no-dist-opt in `estimate --plan`
             "stages": [{"first_layer": f, "num_layers": n, "gpu_type": g, "island": "main", "tp": tp, "dp": d}
                        for f, n, g, tp, d in stages]}
-    path = tmp / f"{name}.json"
+
+
+def estimate(plan: dict, path: Path, net: Path, with_profile: bool) -> tuple[dict | None, str]:
     path.write_text(json.dumps({"plan": plan}))
-    return path
-
-
-def estimate(plan: Path, net: Path, gbs: int, with_profile: bool) -> tuple[float | None, str]:
-    code, out = run(["estimate", "--plan", str(plan), "--network", str(net), "--gbs", str(gbs), "--seq", "2048",
-                     *RUNTIME, *(PROFILE_ARGS if with_profile else []), "--json"])
+    code, out, _ = run(["estimate", "--plan", str(path), "--network", str(net), "--gbs", str(plan["global_batch_size"]),
+                        "--seq", "2048", *RUNTIME, *(PROFILE_ARGS if with_profile else []), "--json"])
     if code != 0:
         return None, " ".join(out.split())[-300:]
-    return json.loads(out)["iteration_time_s"], ""
+    return json.loads(out), ""
 
 
-def solve(cluster: str, net: Path, time_limit: float, with_profile: bool, tmp: Path) -> dict:
-    out_json = tmp / f"solve-{with_profile}-{cluster.replace(',', '_').replace('/', '_')}.json"
-    code, out = run(["solve", "-m", "opt-350m", "-c", cluster, "--network", str(net), "--gbs", "1024", "--seq",
-                     "2048", *RUNTIME, "--uniform", "dp", *(PROFILE_ARGS if with_profile else []),
-                     "--time-limit", str(time_limit), "--json", str(out_json)])
+def solve(cluster: str, net: Path, time_limit: float | None, with_profile: bool, tmp: Path) -> dict:
+    out_json = tmp / f"solve-{with_profile}-{cluster.replace(',', '_').replace('/', '_').replace(':', '_')}.json"
+    limit = [] if time_limit is None else ["--time-limit", str(time_limit)]
+    code, out, wall = run(["solve", "-m", "opt-350m", "-c", cluster, "--network", str(net), "--gbs", "1024", "--seq",
+                           "2048", *RUNTIME, "--uniform", "dp", *(PROFILE_ARGS if with_profile else []), *limit,
+                           "--json", str(out_json)])
     if code != 0 or not out_json.exists():
-        return {"error": " ".join(out.split())[-400:]}
+        return {"error": " ".join(out.split())[-400:], "wall_s": wall}
     doc = json.loads(out_json.read_text())
+    doc["wall_s"] = wall
     return doc
 
 
@@ -102,62 +103,97 @@ def describe(plan: dict) -> str:
     return f"{len(st)} stages, mbs {plan['micro_batch_size']}, M {plan['num_microbatches']}: " + "; ".join(parts)
 
 
+def per_replica(plan: dict, net: Path) -> float:
+    """Profile-based time (1024 samples) with every boundary priced per replica (p2p_model "per_gpu": streams =
+    min(tp x dp) of the two stages, at their real message size) instead of presolve's per-group-pair table, which
+    under DeepSpeed's blocking sends counts at most one stream per sample of the micro-batch (exact for tp 1 at
+    micro-batch 1; pessimistic between two tp > 1 stages, optimistic for micro-batches > 1)."""
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.estimator import Estimator
+    from haap_milp.estimator.profile_format import load_profiles
+    from haap_milp.network.merge import apply_network_option
+    from haap_milp.specs import Plan, TrainingSpec
+
+    cluster = apply_network_option(load_cluster(plan["cluster"]), net)
+    tr = TrainingSpec(global_batch_size=plan["global_batch_size"], seq_len=2048, precision="fp32", engine="deepspeed",
+                      distributed_optimizer=False, recompute_modes=("none",))
+    prof = load_profiles([PROFILE], {"A100": "a100-40g", "V100": "v100-16g"}, "fp32")
+    p = Plan.model_validate({**plan, "distributed_optimizer": False})
+    pe = Estimator(load_model("opt-350m"), cluster, tr, profile=prof, p2p_model="per_gpu").estimate(p)
+    return pe.iteration_time_s * 1024 / p.global_batch_size
+
+
+def row_lines(label: str, na: int, nv: int, published, net: Path, time_limit: float | None, tmp: Path) -> list[str]:
+    cluster = f"a100-40g:{na}/4,v100-16g:{nv}/4"
+    lines = [f"## {label} ({cluster})", "",
+             ("| plan | published it/s | haap time (profile) | haap it/s (profile) | haap rank | haap time (analytic) "
+              "| analytic / profile | per-replica p2p (profile) |"), "|---|---|---|---|---|---|---|---|"]
+    rows = []  # (name, published it/s, profile time, analytic time, per-replica time)
+    for with_profile in (True, False):
+        doc = solve(cluster, net, time_limit, with_profile, tmp)
+        key = "profile" if with_profile else "analytic"
+        if "error" in doc:
+            rows.append((f"haap solve ({key}) error after {doc['wall_s']:.0f} s: {doc['error']}", None, None, None, None))
+            continue
+        plan = doc["plan"]
+        name = (f"haap solve ({key}, {doc['status']}, gap {doc.get('gap') or 0:.3f}, {doc['wall_s']:.0f} s) — "
+                f"{describe(plan)}")
+        other, _ = estimate(plan, tmp / f"{key}-{label}.json", net, not with_profile)
+        t_prof = doc["iteration_time_s"] if with_profile else (other or {}).get("iteration_time_s")
+        t_an = (other or {}).get("iteration_time_s") if with_profile else doc["iteration_time_s"]
+        rows.append((name, None, t_prof, t_an, per_replica(plan, net)))
+    for who, its, stages, mbs, gbs in published:
+        if stages is None:
+            rows.append((f"{who} (mixed GPU types in one stage: not expressible yet)", its, None, None, None))
+            continue
+        plan = plan_doc(cluster, stages, mbs, gbs)
+        scale = 1024 / gbs
+        e_p, err = estimate(plan, tmp / f"pub-{label}-{who[:5]}.json", net, True)
+        e_a, _ = estimate(plan, tmp / f"pub-{label}-{who[:5]}-a.json", net, False)
+        name = who + (f" (scored at gbs {gbs}, M {plan['num_microbatches']}, time x 1024/{gbs})" if gbs != 1024 else "")
+        if e_p is None:
+            rows.append((f"{name}: error {err}", its, None, None, None))
+            continue
+        rows.append((name, its, e_p["iteration_time_s"] * scale,
+                     e_a["iteration_time_s"] * scale if e_a else None, per_replica(plan, net)))
+    ranked = sorted((r[2], i) for i, r in enumerate(rows) if r[2] is not None)
+    rank = {i: k + 1 for k, (_, i) in enumerate(ranked)}
+
+    def f(x, fmt="{:.3f}"):
+        return "" if x is None else fmt.format(x)
+
+    for i, (name, its, tp_, ta_, wi) in enumerate(rows):
+        lines.append(f"| {name} | {f(its, '{}')} | {f(tp_)} | {f(None if tp_ is None else 1 / tp_)} | "
+                     f"{rank.get(i, '')} | {f(ta_)} | {f(None if ta_ is None or tp_ is None else ta_ / tp_, '{:.2f}')} "
+                     f"| {f(wi)} |")
+    return [*lines, ""]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--time-limit", type=float, default=None, help="solve's --time-limit (default: solve's own)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sailor_fig8b.md")
     args = ap.parse_args()
     lines = ["# Sailor Fig. 8b rows planned from measurements", "",
              "Produced by `python benchmarks/sailor_fig8b.py` (see its docstring for the inputs). Times are haap's",
              "predictions in seconds per iteration of 1024 samples; it/s = 1 / time. 'published' is the throughput",
-             "Sailor's simulator gives the published plan.", ""]
+             "Sailor's simulator gives the published plan. 'haap rank' orders the plans of the row by haap's",
+             "profile-based time. 'analytic / profile': the same plan priced without the profile over with it",
+             "(for haap's analytic plan: its own time over its profile re-score). 'per-replica p2p': the",
+             "profile-based time with each boundary priced from the two stages' own replicas instead of presolve's",
+             "group-pair table (see the script's `per_replica`). DeepSpeed's sends block their stages (eq. T2b).",
+             "Sailor's 80+240 plan runs dp 20 with M = ceil(1024/20) = 52 micro-batches of 1 (1040 samples); haap",
+             "requires gbs = mbs x dp x M exactly, so it is scored at gbs 1040 and its time scaled by 1024/1040.", ""]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         net = tmp / "net.yaml"
-        code, out = run(["network", "import", "--format", "sailor", str(NET_SRC), "--zone", "us-central1-a", "-o",
-                         str(net)])
+        code, out, _ = run(["network", "import", "--format", "sailor", str(NET_SRC), "--zone", "us-central1-a", "-o",
+                            str(net)])
         if code != 0:
             print(out)
             return 1
         for label, na, nv, published in ROWS:
-            cluster = f"a100-40g:{na}/4,v100-16g:{nv}/4"
-            header = ("| plan | published it/s | haap time (profile) | haap it/s (profile) | haap time (analytic) "
-                      "| analytic / profile |")
-            lines += [f"## {label} ({cluster})", "", header, "|---|---|---|---|---|---|"]
-            for with_profile in (True, False):
-                doc = solve(cluster, net, args.time_limit, with_profile, tmp)
-                key = "profile" if with_profile else "analytic"
-                if "error" in doc:
-                    lines.append(f"| haap solve ({key}) | | error: {doc['error']} | | | |")
-                    continue
-                t = doc["iteration_time_s"]
-                plan = doc["plan"]
-                prof_t = None
-                if not with_profile:  # the analytic plan, re-scored with the profile for the ratio
-                    pf = tmp / f"analytic-{label}.json"
-                    pf.write_text(json.dumps(doc))
-                    prof_t, _ = estimate(pf, net, 1024, True)
-                lines.append(f"| haap solve ({key}, {doc['status']}, gap {doc.get('gap')}) — {describe(plan)} | | "
-                             + (f"{t:.3f} | {1 / t:.3f} | | |" if with_profile else
-                                f"{prof_t if prof_t is None else f'{prof_t:.3f}'} | "
-                                f"{'' if prof_t is None else f'{1 / prof_t:.3f}'} | {t:.3f} | "
-                                f"{'' if prof_t is None else f'{t / prof_t:.2f}'} |"))
-            for who, its, stages, mbs, gbs in published:
-                if stages is None:
-                    lines.append(f"| {who} (mixed GPU types in one stage: not expressible yet) | {its} | | | | |")
-                    continue
-                pf = plan_file(tmp, f"{label}-{who.split()[0]}", cluster, stages, mbs, gbs)
-                scale = 1024 / gbs
-                tp_, err = estimate(pf, net, gbs, True)
-                ta_, _ = estimate(pf, net, gbs, False)
-                if tp_ is None:
-                    lines.append(f"| {who} | {its} | error: {err} | | | |")
-                    continue
-                tp_ *= scale
-                ta_ = ta_ * scale if ta_ is not None else None
-                lines.append(f"| {who} | {its} | {tp_:.3f} | {1 / tp_:.3f} | "
-                             f"{'' if ta_ is None else f'{ta_:.3f}'} | {'' if ta_ is None else f'{ta_ / tp_:.2f}'} |")
-            lines.append("")
+            lines += row_lines(label, na, nv, published, net, args.time_limit, tmp)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

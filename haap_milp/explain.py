@@ -114,11 +114,16 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
     where = " + ".join(f"{r.count} x {group_labels[r.group]} tp{r.tp} at {r.samples} samples" for r in o.mix) \
         if o.mix else group_labels[o.group]  # a mixed stage: its replica types (eq. H1)
     parts = [(f"stage {j} ({where}) is the slowest at {t[j] * 1e3:.1f} ms per micro-batch")]
-    tau = steady_period(t, c, var.num_microbatches)
+    tau = steady_period(t, c, var.num_microbatches, blocking=problem.p2p_blocking)
     if c and max(c) / 2 >= tau * (1 - TIME_RTOL) and max(c) / 2 > t[j]:  # the link term of eq. T2 binds
         k = int(np.argmax(c))
         parts = [(f"the link between stages {k} and {k + 1} ({c[k] * 1e3:.1f} ms per micro-batch, both "
                   f"directions) is slower than every stage")]
+    elif tau > t[j] * (1 + 1e-6) and tau > steady_period(t, c, var.num_microbatches) * (1 + 1e-9):
+        edge = [0.0, *c, 0.0]
+        k = max(range(len(t)), key=lambda i: edge[i] + t[i] + edge[i + 1])
+        parts.append(f"stage {k}'s blocking sends and receives (both round trips of its boundaries, "
+                     f"{(edge[k] + edge[k + 1]) * 1e3:.1f} ms) stretch the period to {tau * 1e3:.1f} ms (eq. T2b)")
     elif tau > t[j] * (1 + 1e-6):
         parts.append(f"the 1F1B round trip through later stages and links stretches the period to "
                      f"{tau * 1e3:.1f} ms (eq. T2)")

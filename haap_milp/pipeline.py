@@ -15,6 +15,7 @@ Notation (seconds, bytes; stage j = 0 .. P-1 in pipeline order, M micro-batches)
 
     T     = (M - 1) * tau + sum_j t_j + sum_j c_j + sigma                                 (eq. T1)
     tau   = max(max_j t_j, max_j c_j / 2, max_{j: P-j < M} (sum_{k>=j} t_k + c_k) / (P-j))  (eq. T2)
+            [blocking p2p: also max_j (c_{j-1} + t_j + c_j), c_{-1} = c_{P-1} = 0]            (eq. T2b)
     sigma = max_j (s_j - BWD_SHARE * sum_{k<j} t_k)                                        (eq. T3)
     mem_j = fixed + n_j * (static + a_j * act) [+ first/last extras]  with a_j in flight   (eqs. M1, M2)
 
@@ -61,11 +62,18 @@ def exposed_sync(t: Sequence[float], s: Sequence[float], bwd_share: float = BWD_
     return out
 
 
-def steady_period(t: Sequence[float], c: Sequence[float], num_microbatches: int, schedule: str = "1f1b") -> float:
+def steady_period(t: Sequence[float], c: Sequence[float], num_microbatches: int, schedule: str = "1f1b",
+                  blocking: bool = False) -> float:
     """tau of eq. T2: stage times t (P values), boundary times c (P-1 values). GPipe keeps every
-    micro-batch in flight, so it never waits for a round trip: only the stage and link terms."""
+    micro-batch in flight, so it never waits for a round trip: only the stage and link terms.
+    ``blocking`` (eq. T2b; runtimes whose pipeline sends and receives run in the stage's own instruction
+    stream, DeepSpeed's PipelineEngine): each micro-batch a stage also takes part in both round trips of
+    its boundaries, so tau >= c_{j-1} + t_j + c_j."""
     p = len(t)
     tau = max(max(t), max(c, default=0.0) / 2)
+    if blocking:
+        for j in range(p):
+            tau = max(tau, (c[j - 1] if j > 0 else 0.0) + t[j] + (c[j] if j < p - 1 else 0.0))
     if schedule == "gpipe":
         return tau
     suffix = 0.0  # sum_{k>=j} t_k + sum_{j<=k<P-1} c_k, built from the last stage backwards
@@ -85,7 +93,7 @@ def compose_iteration_time(num_microbatches: int, tau, sum_t, sum_c, sigma):
 
 
 def iteration_time(t: Sequence[float], c: Sequence[float], s: Sequence[float], num_microbatches: int,
-                   schedule: str = "1f1b", vpp: int = 1, c_wrap: float = 0.0) -> float:
+                   schedule: str = "1f1b", vpp: int = 1, c_wrap: float = 0.0, blocking: bool = False) -> float:
     """Iteration time T (seconds) of a schedule.
 
     1F1B and GPipe: eq. T1 with tau of eq. T2 (GPipe: no round-trip term) and sigma of eq. T3 (no
@@ -101,7 +109,7 @@ def iteration_time(t: Sequence[float], c: Sequence[float], s: Sequence[float], n
     if schedule == "interleaved" and vpp > 1:
         steady = max([*t, *(vpp * x for x in c), vpp * c_wrap])
         return (m - 1 / vpp) * steady + sum(t) / vpp + sum(c) + max(s)
-    tau = steady_period(t, c, m, schedule)
+    tau = steady_period(t, c, m, schedule, blocking)
     sigma = exposed_sync(t, s) if len(s) else 0.0
     return compose_iteration_time(m, tau, sum(t), sum(c), sigma)
 

@@ -178,6 +178,7 @@ class Problem:
     variants: tuple[Variant, ...]
     uniform: bool = False  # eq. U1
     same_tp_first_last: bool = False  # eq. U2
+    p2p_blocking: bool = False  # eq. T2b: pipeline sends block their stages (the runtime's, estimator/runtime.py)
     budget: Budget | None = None  # eq. W1 (None: no budget row)
     stats: dict = field(default_factory=dict, compare=False)  # presolve statistics
 
@@ -254,7 +255,7 @@ def evaluate(problem: Problem, a: Assignment) -> float:
     """Iteration time T of eq. T1 (seconds, ``pipeline.iteration_time`` under 1F1B). Does not check feasibility."""
     v = problem.variants[a.variant]
     t, c, s = stage_times(problem, a), boundary_times(problem, a), sync_times(problem, a)
-    return iteration_time(t, c, s, v.num_microbatches)
+    return iteration_time(t, c, s, v.num_microbatches, blocking=problem.p2p_blocking)
 
 
 def violations(problem: Problem, a: Assignment) -> list[str]:

@@ -47,13 +47,14 @@ def sensitivity(problem: Problem, a: Assignment) -> list[dict]:
     """Eq. R4 per stage: ``{"stage", "dT_dt", "elasticity"}`` (s per s; % of T per % of t_j)."""
     t, c, s = stage_times(problem, a), boundary_times(problem, a), sync_times(problem, a)
     m = problem.variants[a.variant].num_microbatches
-    base = iteration_time(t, c, s, m)
+    blocking = problem.p2p_blocking  # eq. T2b under runtimes whose sends block (as evaluate)
+    base = iteration_time(t, c, s, m, blocking=blocking)
     out = []
     for j, tj in enumerate(t):
         h = STEP * max(tj, 1e-12)
         up = list(t)
         up[j] = tj + h
-        d = (iteration_time(up, c, s, m) - base) / h
+        d = (iteration_time(up, c, s, m, blocking=blocking) - base) / h
         out.append({"stage": j, "dT_dt": d, "elasticity": d * tj / base if base > 0 else 0.0})
     return out
 

@@ -38,7 +38,7 @@ def test_fp32_v100_gemm_time_is_flops_over_the_cuda_core_peak():
     gpu = load_gpu("v100-16g")
     p = Estimator(OPT, load_cluster("v100-16g:8"), TrainingSpec()).calibration.params(gpu)
     g = Gemm(8192, 8192, 8192)  # compute bound
-    expected = 2 * 8192**3 / (15.7e12 * p.gemm_eff("fp32")) + p.kernel_latency_s
+    expected = 2 * 8192**3 / (15.7e12 * compute.SIMT_SGEMM_EFF) + p.kernel_latency_s  # SIMT SGEMM, not tensor cores
     assert compute.gemm_time_s(g, gpu, p, "fp32") == pytest.approx(expected)
 
 

@@ -13,6 +13,7 @@ MPICH" (2005) - ring all-reduce 2(n-1)/n·M/B + 2(n-1)·a, reduce-scatter / all-
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # collective kinds: bandwidth factor f in f·(n-1)/n·M/B
@@ -89,3 +90,28 @@ def all_to_all(n: int, span: int, gpus_per_node: int, nvlink: Link, nic_per_gpu:
 def p2p(link: Link) -> Cost:
     """One point-to-point transfer."""
     return Cost(1.0 / link.bytes_per_s, link.latency_s)
+
+
+def ring_measured(kind: str, n: int, link_at: Callable[[float], Link], lo_bytes: float, hi_bytes: float) -> Cost:
+    """Flat ring of n ranks whose link depends on the message size (a measured curve): each of the f·(n-1)
+    steps sends one chunk of M/n bytes, so T(M) = f·(n-1)·(M/n / bw(M/n) + latency) (Thakur et al. 2005; Sailor's
+    ``estimate_ar_time`` is the same sum). T is not linear in M where bw grows with the chunk, so the returned
+    ``Cost`` is the secant through M = ``lo_bytes`` and M = ``hi_bytes`` (callers: one decoder layer's gradient
+    and one bucket): exact at both, the slope of a full bucket beyond it, and its intercept (>= 0 while bw grows
+    with the size) is the per-collective start-up the caller charges once per stage."""
+    if n <= 1:
+        return ZERO
+    f = FACTOR[kind]
+
+    def total(m: float) -> float:
+        link = link_at(m / n)
+        return f * (n - 1) * (m / n / link.bytes_per_s + link.latency_s)
+
+    hi = max(hi_bytes, 1.0)
+    lo = min(max(lo_bytes, 1.0), hi)
+    t_lo, t_hi = total(lo), total(hi)
+    if hi - lo < 1e-9 * hi:  # one point: a line through the origin's start-up
+        link = link_at(hi / n)
+        return Cost(f * (n - 1) / n / link.bytes_per_s, f * (n - 1) * link.latency_s)
+    slope = (t_hi - t_lo) / (hi - lo)
+    return Cost(slope, max(0.0, t_lo - slope * lo))

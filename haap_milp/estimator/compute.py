@@ -41,6 +41,22 @@ def peak_flops(gpu: GPUSpec, precision: str) -> float:
     return (gpu.peak_tflops(precision) or 0.0) * 1e12
 
 
+#: Efficiency of fp32 GEMMs on CUDA cores (SIMT SGEMM; V100, T4 - GPUs without TF32). The calibrated
+#: ``gemm_eff_16`` is a tensor-core figure (operand staging, tile quantisation at 16-bit); SIMT SGEMM is
+#: register-blocked FMA work that cuBLAS runs near its peak: Jia et al., "Dissecting the NVIDIA Volta GPU
+#: Architecture via Microbenchmarking" (2018), sec. 6 - cuBLAS SGEMM on V100 about 14 of its 15.7 TFLOP/s.
+#: Checked, not fitted, against the measured OPT-350M V100 profile (tests/test_fp32_pricing.py).
+SIMT_SGEMM_EFF = 0.85
+
+
+def gemm_rate(gpu: GPUSpec, p: GpuParams, precision: str) -> float:
+    """Achievable FLOP/s of the GEMM units ``precision`` runs on: tensor cores at the calibrated efficiency,
+    or CUDA cores at ``SIMT_SGEMM_EFF`` when fp32 has no TF32 units to run on."""
+    if precision == "fp32" and not gpu.tf32_tflops:
+        return peak_flops(gpu, precision) * SIMT_SGEMM_EFF
+    return peak_flops(gpu, precision) * p.gemm_eff(precision)
+
+
 def hbm_bytes_per_s(gpu: GPUSpec, p: GpuParams) -> float:
     return gpu.hbm_bandwidth_gbps * 1e9 * p.hbm_eff
 
@@ -49,7 +65,7 @@ def gemm_time_s(g: Gemm, gpu: GPUSpec, p: GpuParams, precision: str) -> float:
     """One (grouped) GEMM: roofline of compute and HBM traffic, plus one kernel's fixed cost."""
     in_bytes = 1 if precision == "fp8" else act_bytes(precision)
     traffic = g.count * (in_bytes * (g.m * g.k + g.k * g.n) + act_bytes(precision) * g.m * g.n)
-    compute = g.flops / (peak_flops(gpu, precision) * p.gemm_eff(precision))
+    compute = g.flops / gemm_rate(gpu, p, precision)
     return max(compute, traffic / hbm_bytes_per_s(gpu, p)) + p.kernel_latency_s
 
 
@@ -72,8 +88,13 @@ def attention_fwd_bwd_s(flops_fwd: float, gpu: GPUSpec, p: GpuParams, precision:
 def attention_unfused_fwd_bwd_s(tokens: float, seq: float, heads: float, dim_head: int, gpu: GPUSpec, p: GpuParams,
                                 precision: str, dropout: bool) -> tuple[float, float]:
     """Unfused attention of ``heads`` local heads (2021 Megatron): batched GEMMs QK^T [s,dh]x[dh,s] and AV
-    [s,s]x[s,dh] per (sequence, head) over the full square, plus the fused scale-mask-softmax (read + write
-    2 B per score) and dropout on the scores (read 2, write 2 + 1-byte mask); backward twice the traffic."""
+    [s,s]x[s,dh] per (sequence, head) over the full square, then the softmax chain on the scores, and dropout
+    on them (read a, write a + 1-byte mask; backward read a + mask, write a).
+
+    16-bit: the fused scale-mask-softmax kernel (read + write a per score; backward twice the traffic).
+    fp32 / tf32: no fused kernel (Megatron's FusedScaleMaskSoftmax fuses 16-bit inputs only; HF attention is
+    unfused too), so scale, mask and softmax are three torch kernels of read + write a each in the forward;
+    the backward runs softmax's (read y and dy, write dx: 3a), the mask's and the scale's (2a each)."""
     seqs = tokens / seq * heads
     prec = precision if precision in ("fp16", "fp32", "tf32") else "bf16"
     a = act_bytes(precision)
@@ -81,8 +102,13 @@ def attention_unfused_fwd_bwd_s(tokens: float, seq: float, heads: float, dim_hea
     f1, b1 = gemm_fwd_bwd_s(qk, gpu, p, prec)
     f2, b2 = gemm_fwd_bwd_s(av, gpu, p, prec)
     scores = seqs * seq * seq
-    traffic = scores * (2 * a + (2 * a + 1 if dropout else 0))
-    return f1 + f2 + memory_bound_s(traffic, 2, gpu, p), b1 + b2 + memory_bound_s(2 * traffic, 2, gpu, p)
+    drop = 2 * a + 1 if dropout else 0.0
+    if prec in ("fp32", "tf32"):
+        fwd_b, bwd_b, fwd_k, bwd_k = 6 * a + drop, 7 * a + drop, 3 + dropout, 3 + dropout
+    else:
+        fwd_b, bwd_b, fwd_k, bwd_k = 2 * a + drop, 2 * (2 * a + drop), 2, 2
+    return (f1 + f2 + memory_bound_s(scores * fwd_b, fwd_k, gpu, p),
+            b1 + b2 + memory_bound_s(scores * bwd_b, bwd_k, gpu, p))
 
 
 

@@ -10,9 +10,8 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from haap_milp.errors import HaapInputError
-from haap_milp.estimator import comm, compute, costs, hardware, memory, mixed
+from haap_milp.estimator import comm, compute, costs, hardware, memory, mixed, runtime
 from haap_milp.estimator.calibration import Calibration, load_calibration
-from haap_milp.estimator.compute import peak_flops
 from haap_milp.estimator.flops import model_flops_per_sample
 from haap_milp.estimator.kernels import MODERN, Implementation
 from haap_milp.estimator.override import apply_profile
@@ -206,8 +205,9 @@ class Estimator:
         min(tp_a·dp_a, tp_b·dp_b)·cp, exact for the plan. ``"group"`` (default; what problem.py's
         group-pair table can hold, so presolve's objective equals ``estimate``): it is the GPU count of the
         smaller of the two node groups - exact when stages fill their groups, optimistic for stages much
-        smaller than their group. Between islands the island link, shared by all senders, also bounds the
-        rate; latencies: NIC (+ island link)."""
+        smaller than their group; under a runtime with blocking sends (runtime.py) at most B streams, one per
+        replica of micro-batch 1 at tp 1 (exact there, pessimistic for tp > 1 on both sides). Between islands
+        the island link, shared by all senders, also bounds the rate; latencies: NIC (+ island link)."""
         streams = None
         if self.p2p_model == "per_gpu" and dp_a is not None and dp_b is not None:
             streams = min(tp_a * dp_a, tp_b * dp_b) * cp
@@ -219,6 +219,11 @@ class Estimator:
         total = samples * self.training.seq_len * self.model.hidden * compute.act_bytes(self.training.precision)
         if streams is None:
             streams = min(self._group_gpus(ga), self._group_gpus(gb))
+            if self.p2p_blocking:
+                # blocking sends put c_j into the period (eq. T2b), so the group table must not count a
+                # 96-GPU group's GPUs as senders of a 16-replica stage: at most one stream per replica of
+                # tp 1 and micro-batch 1 (dp = B) - exact there; tp > 1 stages really split it further
+                streams = min(streams, samples)
         return self.round_trip_s(ga, gb, total, streams)
 
     def round_trip_s(self, ga: tuple[str, str], gb: tuple[str, str], total: float, streams: int) -> float:
@@ -235,6 +240,11 @@ class Estimator:
             rate = min(rate, link.bandwidth_gbps * 1e9 * min(hw_a.params.nic_eff, hw_b.params.nic_eff))
             lat += link.latency_us * 1e-6
         return 2.0 * comm.p2p(comm.Link(rate, lat)).time(total)
+
+    @property
+    def p2p_blocking(self) -> bool:
+        """Whether the runtime's pipeline sends block their stages (runtime.py; pipeline.py eq. T2b)."""
+        return runtime.resolve(self.training).p2p_blocking
 
     def _group_gpus(self, group: tuple[str, str]) -> int:
         return sum(g.num_gpus for g in hardware.node_groups(self.cluster, group[0], group[1]))
@@ -262,7 +272,7 @@ class Estimator:
         per_type: dict[str, float] = {}
         for name, count in self.cluster.gpus_per_type.items():
             gpu = self.cluster.gpu(name)
-            rate = peak_flops(gpu, prec) * self.calibration.params(gpu).gemm_eff(prec)
+            rate = compute.gemm_rate(gpu, self.calibration.params(gpu), prec)
             per_type[name] = count * rate / 1e12
         total = sum(per_type.values()) * 1e12
         per_sample = model_flops_per_sample(self.model, self.training.seq_len)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from haap_milp.estimator import comm, compute, flops, layers, memory, runtime
 from haap_milp.estimator.calibration import Calibration
 from haap_milp.estimator.hardware import Hardware
 from haap_milp.estimator.kernels import Implementation
 from haap_milp.estimator.results import StageCost
+from haap_milp.network import pricing
 from haap_milp.specs import ModelSpec, TrainingSpec
 
 
@@ -48,10 +49,17 @@ def grad_bytes(precision: str) -> float:
 
 
 def _dp_collective(kind: str, grp: ParamGroup, hw: Hardware, element_bytes: float,
-                   bucket_bytes: float | None = None) -> comm.Cost:
-    """A DP collective of this group on its links (measured network: at one bucket, hardware.dp_links)."""
-    return comm.group_collective(kind, grp.n, grp.span, hw.gpus_per_node,
-                                 *hw.dp_links(kind, grp.n, grp.span, element_bytes, bucket_bytes))
+                   bucket_bytes: float | None = None, ring_bytes: tuple[float, float] | None = None) -> comm.Cost:
+    """A DP collective of this group on its links (measured network: at one bucket, hardware.dp_links).
+    ``ring_bytes`` = (lo, hi) given (runtime ``ring``, DeepSpeed): a flat ring of per-GPU streams instead,
+    priced at its real chunk sizes: the secant between a collective of lo bytes and one of min(hi, bucket)."""
+    if ring_bytes is None:
+        return comm.group_collective(kind, grp.n, grp.span, hw.gpus_per_node,
+                                     *hw.dp_links(kind, grp.n, grp.span, element_bytes, bucket_bytes))
+    bucket = bucket_bytes or (pricing.dp_bucket_bytes(hw.network, grp.n, element_bytes) if hw.network
+                              else pricing.MEGATRON_BUCKET_ELEMENTS * element_bytes)
+    return comm.ring_measured(kind, grp.n, lambda chunk: hw.ring_step_link(chunk, grp.n, grp.span, kind),
+                              ring_bytes[0], min(ring_bytes[1], bucket))
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,8 @@ class Sync:
     per_microbatch_s: float = 0.0
 
 
-def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, cal: Calibration) -> Sync:
+def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, cal: Calibration,
+               ring_params: tuple[float, float] | None = None) -> Sync:
     """The runtime's DP synchronisation of these parameters (estimator/runtime.py presets).
 
     ZeRO 0: one all-reduce of the gradients; ZeRO 1/2 (Megatron's distributed optimizer): reduce-scatter of
@@ -75,7 +84,9 @@ def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, c
     ZeRO 3 (FSDP): all-gather of the parameters before each forward and backward and reduce-scatter of the
     gradients, per micro-batch (ZeRO sec. 5.3, 1.5x plain DP's volume). An overlapped collective shows only
     the calibrated exposed share (1 - dp_overlap); one that is not overlapped is fully exposed (DeepSpeed's
-    pipeline engine reduces after the last backward)."""
+    pipeline engine reduces after the last backward). A ``ring`` runtime prices each collective as a flat
+    ring (comm.ring_measured), secant between the per-GPU parameter counts ``ring_params`` (``ring_range``;
+    default: this call's largest group at both ends)."""
     rt = runtime.resolve(training)
     prec = training.precision
     hid = cal.globals.dp_overlap
@@ -83,14 +94,21 @@ def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, c
     w = g = o = 0.0
     comm_s = exposed = opt_s = lat = per_mb = 0.0
     default = rt.grad_overlap and rt.param_overlap and rt.zero_stage <= 1 and rt.bucket_bytes is None
+    largest = max((x.params for x in groups), default=0.0)
+    lo_p, hi_p = ring_params if ring_params is not None else (largest, largest)
+
+    def ring_ends(element_bytes: float) -> tuple[float, float] | None:  # secant ends, bytes (None: hierarchical)
+        return (lo_p * element_bytes, hi_p * element_bytes) if rt.ring else None
+
     for grp in groups:
         bpp = memory.param_bytes(prec, rt.zero_stage, grp.n, training.optimizer_state_bytes_per_param)
         w, g, o = w + grp.params * bpp.weights, g + grp.params * bpp.grads, o + grp.params * bpp.optimizer
         gb = grp.params * grad_bytes(prec)
         if grp.n > 1:
             if rt.zero_stage >= 1:
-                rs = _dp_collective("reduce_scatter", grp, hw, grad_bytes(prec), rt.bucket_bytes)
-                ag = _dp_collective("all_gather", grp, hw, pb, rt.bucket_bytes)
+                rs = _dp_collective("reduce_scatter", grp, hw, grad_bytes(prec), rt.bucket_bytes,
+                                    ring_ends(grad_bytes(prec)))
+                ag = _dp_collective("all_gather", grp, hw, pb, rt.bucket_bytes, ring_ends(pb))
                 rs_s, ag_s = rs.per_byte_s * gb, ag.per_byte_s * grp.params * pb
                 if rt.zero_stage >= 3:  # per micro-batch: gather for forward and for backward, reduce-scatter
                     raw = rs_s + 2 * ag_s
@@ -107,7 +125,7 @@ def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, c
                     lat = max(lat, ((1 - hid) * rs.latency_s if rt.grad_overlap else rs.latency_s)
                               + ((1 - hid) * ag.latency_s if rt.param_overlap else ag.latency_s))
             else:
-                ar = _dp_collective("all_reduce", grp, hw, grad_bytes(prec), rt.bucket_bytes)
+                ar = _dp_collective("all_reduce", grp, hw, grad_bytes(prec), rt.bucket_bytes, ring_ends(grad_bytes(prec)))
                 comm_s += ar.per_byte_s * gb
                 if default:
                     lat = max(lat, ar.latency_s)
@@ -121,6 +139,14 @@ def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, c
     return Sync(memory.ParamBytes(w, g, o), comm_s, exposed, opt_s, lat, per_mb)
 
 
+def ring_range(model: ModelSpec, tp: int) -> tuple[float, float]:
+    """Per-GPU parameters between which a stage's ring all-reduce is priced (comm.ring_measured's secant):
+    one decoder layer (the smallest stage) to half the decoder stack (a large stage; beyond one bucket the
+    bucket's own chunk size holds). Exact at both ends; in between the secant errs by a few percent."""
+    layer = memory.dense_layer_params_per_gpu(model, tp)
+    return layer, max(layer, layer * model.num_layers / 2)
+
+
 def static_and_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, cal: Calibration
                     ) -> tuple[memory.ParamBytes, float, float, float]:
     """(bytes held per GPU by kind, raw DP comm s, optimizer step s, exposed DP latency s): ``param_sync``."""
@@ -128,9 +154,17 @@ def static_and_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSp
     return s.held, s.comm_s, s.opt_s, s.lat_s
 
 
+def _runtime_cal(training: TrainingSpec, cal: Calibration) -> Calibration:
+    """The calibration as the runtime sees it: no hidden TP share where the runtime does not overlap TP
+    (runtime.py ``tp_overlap``; the fitted share is Megatron-Core/TE's)."""
+    if runtime.resolve(training).tp_overlap or cal.globals.tp_overlap == 0.0:
+        return cal
+    return replace(cal, globals=replace(cal.globals, tp_overlap=0.0))
+
+
 def _assemble(passes: layers.Passes, recompute: str, sync: Sync, act: float, fl: flops.LayerFlops,
-              cal: Calibration) -> StageCost:
-    comp, tp_s, ep_s, cp_s = layers.exposed(passes, recompute, cal)
+              cal: Calibration, training: TrainingSpec) -> StageCost:
+    comp, tp_s, ep_s, cp_s = layers.exposed(passes, recompute, _runtime_cal(training, cal))
     held = sync.held
     return StageCost(
         time_s=comp + tp_s + ep_s + cp_s + sync.per_microbatch_s, compute_s=comp, tp_comm_s=tp_s, ep_comm_s=ep_s,
@@ -163,11 +197,11 @@ def decoder_cost(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, trai
     """One decoder layer (dense or MoE) on one GPU of the stage, one micro-batch of B samples."""
     seq, b = training.seq_len, c.micro_batch
     sp = training.sequence_parallel and c.tp > 1
-    sync = param_sync(layer_groups(model, moe, c), hw, training, cal)
+    sync = param_sync(layer_groups(model, moe, c), hw, training, cal, ring_range(model, c.tp))
     act = memory.layer_activation_bytes(model, moe, b, seq, c.tp, sp, c.recompute, c.cp, c.etp, impl,
                                         compute.act_bytes(training.precision))
     kind = flops.moe_layer_flops if moe else flops.dense_layer_flops
-    return _assemble(passes, c.recompute, sync, act, kind(model, c.samples * seq, seq), cal)
+    return _assemble(passes, c.recompute, sync, act, kind(model, c.samples * seq, seq), cal, training)
 
 
 def embedding_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec,
@@ -176,9 +210,9 @@ def embedding_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: Tra
     seq, b = training.seq_len, c.micro_batch
     passes = layers.embedding_passes(model, hw, b * seq / c.cp, c.tp, training.precision)
     groups = [ParamGroup(model.embedding_params / c.tp, c.dp * c.cp, c.tp)]
-    sync = param_sync(groups, hw, training, cal)
+    sync = param_sync(groups, hw, training, cal, ring_range(model, c.tp))
     act = memory.embedding_activation_bytes(b, seq, c.cp)
-    return _assemble(passes, "none", sync, act, flops.LayerFlops(0.0, 0.0), cal)
+    return _assemble(passes, "none", sync, act, flops.LayerFlops(0.0, 0.0), cal, training)
 
 
 def head_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec,
@@ -189,12 +223,12 @@ def head_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: Training
     sp = training.sequence_parallel and c.tp > 1
     passes = layers.head_passes(model, hw, training.precision, b * seq / c.cp, c.tp, sp)
     groups = [ParamGroup(model.vocab_size * model.hidden / c.tp + model.hidden, c.dp * c.cp, c.tp)]
-    sync = param_sync(groups, hw, training, cal)
+    sync = param_sync(groups, hw, training, cal, ring_range(model, c.tp))
     act = memory.head_activation_bytes(model, b, seq, c.tp, c.cp, impl)
-    return _assemble(passes, "none", sync, act, flops.head_flops(model, c.samples * seq), cal)
+    return _assemble(passes, "none", sync, act, flops.head_flops(model, c.samples * seq), cal, training)
 
 
 def dp_latency_s(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec, cal: Calibration) -> float:
     """Latency part of a stage's DP sync (once per stage: the bucketed collectives' start-up), exposed share.
     Uses the non-expert DP group only, so it depends on (gpu, island, tp, dp, cp) and not on ep."""
-    return param_sync(layer_groups(model, False, c), hw, training, cal).lat_s
+    return param_sync(layer_groups(model, False, c), hw, training, cal, ring_range(model, c.tp)).lat_s

@@ -56,6 +56,18 @@ class Hardware:
         return (self.intra(size, r, kind),
                 pricing.node_link(inter, self.gpus_per_node, size, self.nic_node, kind))
 
+    def ring_step_link(self, chunk_bytes: float, n: int, span: int, kind: str = "all_reduce") -> Link:
+        """The link of one step of a flat ring over n ranks spaced span apart (DeepSpeed's DP all-reduce):
+        inside a node when the ring fits in one, else one GPU's stream to the next node while the span rings
+        of a tensor-parallel group cross the node's NIC at once (pricing.ring_senders)."""
+        if n * span <= self.gpus_per_node:
+            return self.intra(chunk_bytes, n, kind)
+        k = pricing.ring_senders(span, self.gpus_per_node)
+        if self.network is None:
+            return self.nic_gpu  # datasheet: this GPU's share of the node's NICs
+        links = pricing.links_of(self.network, "inter_node", (self.gpu.name,), self.group.island)
+        return pricing.per_gpu_link(links, k, chunk_bytes, self.nic_gpu, kind)
+
 
 def node_groups(cluster: ClusterSpec, gpu_type: str, island: str | None) -> list[NodeGroup]:
     groups = [g for g in cluster.node_groups if g.gpu.name == gpu_type and (island is None or g.island == island)]

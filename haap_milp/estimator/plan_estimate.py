@@ -42,6 +42,8 @@ class Estimator(Protocol):
     def usable_memory_bytes(self, gpu_type: str) -> float: ...
     def p2p_time(self, *args: Any, **kw: Any) -> float: ...
     def mixed_costs(self, *args: Any, **kw: Any) -> Any: ...
+    @property
+    def p2p_blocking(self) -> bool: ...
 
 
 def check_plan(est: Estimator, plan: Plan) -> None:
@@ -120,7 +122,7 @@ def estimate_plan(est: Estimator, plan: Plan) -> PlanEstimate:
     c = [_boundary(est, plan, j, j + 1) for j in range(p - 1)]
     wrap = _boundary(est, plan, p - 1, 0) if p > 1 else 0.0  # the link interleaving (and the simulator) uses
     c_wrap = wrap if (sched == "interleaved" and v > 1) else 0.0
-    it = schedule.iteration_time(sched, t, c, sync, m, v, c_wrap)
+    it = schedule.iteration_time(sched, t, c, sync, m, v, c_wrap, est.p2p_blocking)
     return _finish(est, plan, it, totals, mems, inflight, t, c, sync, wrap)
 
 

@@ -12,9 +12,19 @@ A ``TrainingSpec`` names an ``engine`` and may override any of its presets; ``re
 * **deepspeed** - the PipelineEngine (``deepspeed/runtime/pipe/engine.py``): the ``ReduceGrads``
   instruction of ``TrainSchedule`` runs after the last backward of the iteration, so the data-parallel
   all-reduce of the gradients is fully exposed (ZeRO stage 0/1; ``overlap_comm`` defaults to False for ZeRO
-  1/2: ``deepspeed/runtime/zero/config.py``); buckets of ``reduce_bucket_size`` = 5e8 elements. ZeRO-1
-  shards the optimizer state, ZeRO-2 also the gradients (reduce-scatter instead of all-reduce); the updated
-  parameters are all-gathered after the step, exposed. ``--no-dist-opt`` = ZeRO stage 0, plain data parallel.
+  1/2: ``deepspeed/runtime/zero/config.py``); buckets of ``MEMORY_OPT_ALLREDUCE_SIZE`` = 5e8 elements
+  (``allreduce_gradients(bucket_size=...)`` -> ``allreduce_no_retain(numel_per_bucket=...)``: a count of
+  elements; Sailor's planner reads it as 5e8 bytes - ``--grad-bucket 5e8`` prices that). Each bucket is one
+  NCCL all-reduce over the stage's replicas, priced as a flat **ring** (``ring``: comm.ring_measured): every
+  step sends one chunk (bucket / dp) from a GPU to the next replica over one GPU's stream, the tp rings of a
+  tensor-parallel group crossing the VM's NIC together (network/pricing.py: that many concurrent senders).
+  Tensor-parallel all-reduces are not overlapped either (``tp_overlap`` off: Megatron-DeepSpeed's row/column
+  parallel layers reduce synchronously inside autograd; the calibrated hidden share is Megatron-Core/TE's
+  ``--tp-comm-overlap``). Pipeline sends and receives block the stage (``p2p_blocking``: the engine's
+  ``SendActivation`` / ``RecvActivation`` / ``SendGrad`` / ``RecvGrad`` instructions call the synchronous
+  ``p2p.send`` / ``p2p.recv`` in the stage's own instruction stream, ``deepspeed/runtime/pipe/p2p.py``), so
+  a stage's period holds both round trips of its boundaries (pipeline.py eq. T2b). ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients (reduce-scatter instead of all-reduce); the
+  updated parameters are all-gathered after the step, exposed. ``--no-dist-opt`` = ZeRO stage 0, plain DP.
 * **fsdp** - PyTorch FSDP ``FULL_SHARD`` (= ZeRO-3, Rajbhandari et al. SC'20 sec. 5): weights, gradients
   and optimizer state sharded over dp; each layer's parameters all-gathered before its forward and again
   before its backward, gradients reduce-scattered after it; ``forward_prefetch`` / ``BACKWARD_PRE`` prefetch
@@ -38,12 +48,14 @@ DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 #: param-gather overlap, bucket elements (None: Megatron's rule), what it is). README table is this.
 PRESETS: dict[str, dict] = {
     "megatron": {"zero": (0, 1), "grad_overlap": True, "param_overlap": True, "bucket_elements": None,
-                 "what": "Megatron-Core DDP, overlap_grad_reduce + overlap_param_gather; dist-opt = ZeRO-1"},
+                 "ring": False, "tp_overlap": True,
+                 "p2p_blocking": False, "what": "Megatron-Core DDP, overlap_grad_reduce + overlap_param_gather; dist-opt = ZeRO-1"},
     "deepspeed": {"zero": (0, 1), "grad_overlap": False, "param_overlap": False,
-                  "bucket_elements": DEEPSPEED_BUCKET_ELEMENTS,
+                  "bucket_elements": DEEPSPEED_BUCKET_ELEMENTS, "ring": True,
+                  "tp_overlap": False, "p2p_blocking": True,
                   "what": "PipelineEngine: gradient all-reduce after the last backward (ReduceGrads), exposed"},
-    "fsdp": {"zero": (0, 3), "grad_overlap": True, "param_overlap": True, "bucket_elements": None,
-             "what": "FSDP FULL_SHARD (ZeRO-3): per-layer all-gather fwd + bwd, reduce-scatter, prefetched"},
+    "fsdp": {"zero": (0, 3), "grad_overlap": True, "param_overlap": True, "bucket_elements": None, "ring": False,
+             "tp_overlap": True, "p2p_blocking": False, "what": "FSDP FULL_SHARD (ZeRO-3): per-layer all-gather fwd + bwd, reduce-scatter, prefetched"},
 }
 
 
@@ -56,6 +68,9 @@ class Runtime:
     grad_overlap: bool  # gradient reduction overlapped with backward (calibrated hidden share)
     param_overlap: bool  # parameter all-gather overlapped with compute
     bucket_bytes: float | None  # gradient bucket, bytes (None: Megatron's rule / the measured network's)
+    ring: bool = False  # DP collectives as one flat ring of per-GPU streams (DeepSpeed), else hierarchical
+    tp_overlap: bool = True  # TP collectives partly hidden behind GEMMs (the calibrated share), else exposed
+    p2p_blocking: bool = False  # pipeline sends/receives block the stage (pipeline.py eq. T2b), else overlapped
 
     @property
     def shards_optimizer(self) -> bool:
@@ -76,11 +91,12 @@ def resolve(t: TrainingSpec) -> Runtime:
     bucket = t.grad_bucket_bytes
     if bucket is None and pre["bucket_elements"] is not None:
         bucket = pre["bucket_elements"] * (4.0 if t.precision != "fp16" else 2.0)
-    return Runtime(t.engine, zero, grad, param, bucket)
+    return Runtime(t.engine, zero, grad, param, bucket, pre["ring"], pre["tp_overlap"], pre["p2p_blocking"])
 
 
 def describe(t: TrainingSpec) -> dict:
     """What ``estimate`` and ``solve`` print about the runtime."""
     r = resolve(t)
     return {"engine": r.engine, "zero_stage": r.zero_stage, "grad_reduce_overlap": r.grad_overlap,
-            "param_gather_overlap": r.param_overlap, "grad_bucket_bytes": r.bucket_bytes}
+            "param_gather_overlap": r.param_overlap, "grad_bucket_bytes": r.bucket_bytes,
+            "dp_collective": "ring" if r.ring else "hierarchical", "p2p_blocking": r.p2p_blocking}

@@ -16,6 +16,6 @@ __all__ = ["inflight", "iteration_time"]
 
 
 def iteration_time(schedule: str, t: list[float], c: list[float], s: list[float], m: int, vpp: int = 1,
-                   c_wrap: float = 0.0) -> float:
-    """Iteration time of the schedule (``pipeline.iteration_time``)."""
-    return pipeline.iteration_time(t, c, s, m, schedule, vpp, c_wrap)
+                   c_wrap: float = 0.0, blocking: bool = False) -> float:
+    """Iteration time of the schedule (``pipeline.iteration_time``; ``blocking``: eq. T2b)."""
+    return pipeline.iteration_time(t, c, s, m, schedule, vpp, c_wrap, blocking)

@@ -20,7 +20,7 @@ as measured; otherwise min(k x a gpu_stream figure, a node_nic figure): the stre
 NICs are full (the stream figure with the most senders <= k; the node figure with the fewest senders >= k,
 or the most senders when none has as many). One GPU then gets aggregate / k. DP collectives and the CP ring
 run on every GPU of a stage at once (k = GPUs per node); a pipeline p2p has min(streams, GPUs per node)
-senders per node.
+senders per node; a flat DP ring (DeepSpeed) has ``ring_senders`` = tp: one stream leaves the node per ring.
 """
 
 from __future__ import annotations
@@ -109,6 +109,14 @@ def intra_link(links: tuple[MeasuredLink, ...], n: int, message_bytes: float, fa
     if lk.per == "node_nic":
         bw /= lk.senders
     return Link(bw * 1e9, lk.latency_us * 1e-6)
+
+
+def ring_senders(span: int, gpus_per_node: int) -> int:
+    """GPUs of one node sending across its NIC at each step of a flat DP ring whose ranks are ``span`` GPUs
+    apart (span = tp): the replicas a node holds are consecutive in the ring (DeepSpeed's and Megatron's rank
+    order put the dp index just outside tp), so each ring leaves the node once; the node holds ``span`` such
+    rings (one per tensor-parallel rank), which step together."""
+    return max(1, min(span, gpus_per_node))
 
 
 def dp_bucket_bytes(net: MeasuredNetwork, dp: int, element_bytes: float) -> float:

@@ -87,7 +87,7 @@ class _State:
 def _steady(problem: Problem, a: Assignment) -> float:
     """tau of eq. T2 for the assignment."""
     m = problem.variants[a.variant].num_microbatches
-    return steady_period(stage_times(problem, a), boundary_times(problem, a), m)
+    return steady_period(stage_times(problem, a), boundary_times(problem, a), m, blocking=problem.p2p_blocking)
 
 
 def _worst_tau(t: Tables) -> float:

@@ -300,6 +300,8 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
     if bcut:  # eq. C2: sum_j (w_j / B) t_j <= tau, since every t_j <= tau and sum_j w_j <= B (eq. W1)
         m.add({**bcut, m.tau: -1.0}, -INF, 0, kind="cut", label="C2 budget-time")
     boundary = {k: _boundary(m, k, tau_hi) for k in range(1, t.p_max)}
+    if problem.p2p_blocking:
+        _blocking_rows(m, slot_t, boundary)
     _inflight_rows(m, slot_t, boundary)
     _sync_rows(m, slot_t, slot_s)
 
@@ -324,6 +326,19 @@ def _sync_rows(m: LinModel, slot_t: dict, slot_s: dict) -> None:
         _acc(row, before, -BWD_SHARE)
         m.tdef(row, m.sigma, label="T3 sigma >= s_k - beta*before")
         _acc(before, slot_t.get(k, {}))
+
+
+def _blocking_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
+    """Eq. T2b: tau >= c_{j-1} + t_j + c_j when pipeline sends block their stages. Slot k's links are
+    boundary k (to the earlier slot k+1) and boundary k-1 (to the later slot k-1); unused ones add nothing."""
+    for k in range(1, m.t.p_max + 1):
+        row = dict(slot_t.get(k, {}))
+        const = 0.0
+        for b in (k, k - 1):
+            terms, c0 = boundary.get(b, ({}, 0.0))
+            _acc(row, terms)
+            const += c0
+        m.tdef(row, m.tau, const=const, label="T2b tau >= c_{j-1} + t_j + c_j")
 
 
 def _inflight_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:

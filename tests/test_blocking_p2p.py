@@ -1,0 +1,70 @@
+"""Eq. T2b: runtimes whose pipeline sends and receives block their stages (DeepSpeed's PipelineEngine) add
+tau >= c_{j-1} + t_j + c_j; every solver and the estimator price it alike."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from synthetic import random_problem
+
+from haap_milp import pipeline
+from haap_milp.problem import evaluate, violations
+from haap_milp.solvers import get_solver
+from haap_milp.specs import SolveOptions
+
+EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=2, seed=0)
+
+
+def test_blocking_period_by_hand():
+    t, c = [10.0, 12.0, 9.0], [3.0, 4.0]
+    assert pipeline.steady_period(t, c, 8) == pytest.approx(38 / 3)  # overlapped: the 1F1B round trip of stage 0
+    assert pipeline.steady_period(t, c, 8, blocking=True) == 3.0 + 12.0 + 4.0  # the middle stage's two round trips
+    assert pipeline.steady_period([5.0, 1.0], [7.0], 8, blocking=True) == 12.0  # an end stage: one boundary
+    assert pipeline.steady_period([5.0], [], 8, blocking=True) == 5.0
+    m = 8
+    sigma = pipeline.exposed_sync(t, [1.0, 1.0, 1.0])
+    assert pipeline.iteration_time(t, c, [1.0, 1.0, 1.0], m, blocking=True) == pytest.approx(
+        (m - 1) * 19.0 + sum(t) + sum(c) + sigma)
+
+
+def _blocking(problem, scale: float):
+    """The same problem with sends blocking and p2p prices scaled so that eq. T2b binds in some plans."""
+    return replace(problem, p2p_blocking=True,
+                   variants=tuple(replace(v, p2p_time=np.asarray(v.p2p_time) * scale) for v in problem.variants))
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1.0, 20.0, 200.0]))
+def test_exact_solvers_match_brute_force_with_blocking_sends(seed, scale):
+    problem = _blocking(random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=4, max_options=4), scale)
+    brute = get_solver("brute")(problem, EXACT)
+    for name in ("cpsat", "milp"):
+        res = get_solver(name)(problem, EXACT)
+        assert res.status == brute.status, (name, res.status, brute.status, res.message)
+        if brute.status != "OPTIMAL":
+            continue
+        assert violations(problem, res.assignment) == []
+        assert res.objective_s == pytest.approx(evaluate(problem, res.assignment), rel=1e-3)
+        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
+        assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol
+    if brute.status == "OPTIMAL":  # the oracle's vectorised eq. T2b equals evaluate's scalar one
+        assert brute.objective_s == pytest.approx(evaluate(problem, brute.assignment), rel=1e-12)
+
+
+def test_explanation_names_the_blocking_sends():
+    from haap_milp import explain
+
+    problem = _blocking(random_problem(0, num_layers=6, max_stages=4, max_options=4), 200.0)
+    res = get_solver("brute")(problem, EXACT)
+    text = explain.bottleneck(problem, res.assignment, problem.groups)
+    assert "blocking sends and receives" in text and "eq. T2b" in text
+    plain = replace(problem, p2p_blocking=False)
+    assert "eq. T2b" not in explain.bottleneck(plain, res.assignment, plain.groups)
