@@ -15,7 +15,7 @@ Notation (seconds, bytes; stage j = 0 .. P-1 in pipeline order, M micro-batches)
 
     T     = (M - 1) * tau + sum_j t_j + sum_j c_j + sigma                                 (eq. T1)
     tau   = max(max_j t_j, max_j c_j / 2, max_{j: P-j < M} (sum_{k>=j} t_k + c_k) / (P-j))  (eq. T2)
-            [blocking p2p: also max_j (c_{j-1} + t_j + c_j), c_{-1} = c_{P-1} = 0]            (eq. T2b)
+            [blocking p2p: also max_j (t_j + (c_{j-1} + c_j) / 2), c_{-1} = c_{P-1} = 0]      (eq. T2b)
     sigma = max_j (s_j - BWD_SHARE * sum_{k<j} t_k)                                        (eq. T3)
     mem_j = fixed + n_j * (static + a_j * act) [+ first/last extras]  with a_j in flight   (eqs. M1, M2)
 
@@ -28,6 +28,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 GIB = 2**30  # bytes per GiB (binary: HBM sold as "80 GB" is an 80 GiB part)
+
+# Eq. T2b: the share of a boundary's round trip c_j (activation forward + gradient backward) that a stage's
+# own instruction stream spends when sends block it: one way of each adjacent boundary, its own sends (the
+# activation to j+1, the gradient to j-1); the receives are its neighbours' sends. This is the rule of
+# Sailor's runtime simulator (SOSP'25, sailor/Planner/simulations/runtime_simulator.py,
+# estimate_p2p_pipeline_times: a middle stage's straggler term is its compute plus one activation send
+# and one gradient send), which its authors validated against real DeepSpeed runs on the Fig. 8b cluster.
+SEND_SHARE = 0.5
 
 # Relative tolerances shared across modules.
 MEM_RTOL = 1e-9  # a stage fits when mem <= capacity * (1 + MEM_RTOL) (problem.violations, tables, estimator, check)
@@ -66,14 +74,14 @@ def steady_period(t: Sequence[float], c: Sequence[float], num_microbatches: int,
                   blocking: bool = False) -> float:
     """tau of eq. T2: stage times t (P values), boundary times c (P-1 values). GPipe keeps every
     micro-batch in flight, so it never waits for a round trip: only the stage and link terms.
-    ``blocking`` (eq. T2b; runtimes whose pipeline sends and receives run in the stage's own instruction
-    stream, DeepSpeed's PipelineEngine): each micro-batch a stage also takes part in both round trips of
-    its boundaries, so tau >= c_{j-1} + t_j + c_j."""
+    ``blocking`` (eq. T2b; runtimes whose pipeline sends run in the stage's own instruction stream,
+    DeepSpeed's PipelineEngine): each micro-batch a stage also spends its own sends, the activation to
+    stage j+1 and the gradient to stage j-1, one way each: tau >= t_j + SEND_SHARE * (c_{j-1} + c_j)."""
     p = len(t)
     tau = max(max(t), max(c, default=0.0) / 2)
     if blocking:
         for j in range(p):
-            tau = max(tau, (c[j - 1] if j > 0 else 0.0) + t[j] + (c[j] if j < p - 1 else 0.0))
+            tau = max(tau, t[j] + SEND_SHARE * ((c[j - 1] if j > 0 else 0.0) + (c[j] if j < p - 1 else 0.0)))
     if schedule == "gpipe":
         return tau
     suffix = 0.0  # sum_{k>=j} t_k + sum_{j<=k<P-1} c_k, built from the last stage backwards

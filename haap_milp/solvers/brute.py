@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from haap_milp.pipeline import BWD_SHARE, compose_iteration_time, fits_memory, inflight_1f1b, stage_memory
+from haap_milp.pipeline import BWD_SHARE, SEND_SHARE, compose_iteration_time, fits_memory, inflight_1f1b, stage_memory
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 
 MAX_PLANS = 3_000_000  # refuse (ERROR) above this many (option tuple, composition) pairs
@@ -76,9 +76,9 @@ def _best_of(problem: Problem, v: int, p: int):
     q = (p - np.arange(p)).astype(float)  # P - j micro-batches in flight at stage j
     waits = q < var.num_microbatches  # only stages with more micro-batches than that wait (eq. T2)
     steady = np.maximum(steady, np.where(waits, suffix / q, 0.0).max(axis=2))  # eq. T2, in-flight term
-    if problem.p2p_blocking and p > 1:  # eq. T2b: c_{j-1} + t_j + c_j
+    if problem.p2p_blocking and p > 1:  # eq. T2b: t_j + SEND_SHARE (c_{j-1} + c_j)
         c_prev = np.concatenate([np.zeros(c.shape[:2] + (1,)), c], axis=2)  # [T, 1, p]: c_{j-1}, 0 for j = 0
-        steady = np.maximum(steady, (c_prev + t + c_pad).max(axis=2))
+        steady = np.maximum(steady, (t + SEND_SHARE * (c_prev + c_pad)).max(axis=2))
     before = np.cumsum(t, axis=2) - t  # sum_{k<j} t_k
     sigma = (s - BWD_SHARE * before).max(axis=2)  # eq. T3
     obj = compose_iteration_time(var.num_microbatches, steady, t.sum(axis=2), c.sum(axis=2), sigma)  # eq. T1

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from haap_milp.pipeline import BWD_SHARE, TIME_RTOL
+from haap_milp.pipeline import BWD_SHARE, SEND_SHARE, TIME_RTOL
 from haap_milp.problem import Assignment, Problem, Stage
 from haap_milp.solvers.common.slot_bounds import Tables
 
@@ -329,16 +329,17 @@ def _sync_rows(m: LinModel, slot_t: dict, slot_s: dict) -> None:
 
 
 def _blocking_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
-    """Eq. T2b: tau >= c_{j-1} + t_j + c_j when pipeline sends block their stages. Slot k's links are
-    boundary k (to the earlier slot k+1) and boundary k-1 (to the later slot k-1); unused ones add nothing."""
+    """Eq. T2b: tau >= t_j + SEND_SHARE (c_{j-1} + c_j) when pipeline sends block their stages. Slot k's
+    links are boundary k (to the earlier slot k+1) and boundary k-1 (to the later slot k-1); unused ones add
+    nothing."""
     for k in range(1, m.t.p_max + 1):
         row = dict(slot_t.get(k, {}))
         const = 0.0
         for b in (k, k - 1):
             terms, c0 = boundary.get(b, ({}, 0.0))
-            _acc(row, terms)
-            const += c0
-        m.tdef(row, m.tau, const=const, label="T2b tau >= c_{j-1} + t_j + c_j")
+            _acc(row, {v: SEND_SHARE * x for v, x in terms.items()})
+            const += SEND_SHARE * c0
+        m.tdef(row, m.tau, const=const, label="T2b tau >= t_j + (c_{j-1} + c_j) / 2")
 
 
 def _inflight_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
