@@ -83,7 +83,7 @@ def _stage_memory(est: Estimator, plan: Plan, j: int, parts: tuple, a: float) ->
            "optimizer": n * layer.optimizer_bytes, "activations": n * a * layer.act_bytes,
            "overhead": est.stage_fixed_bytes(s.gpu_type, s.tp, dp=s.dp, recompute=s.recompute,
                                              samples_per_microbatch=plan.samples_per_microbatch, cp=plan.cp,
-                                             etp=s.etp)}
+                                             etp=s.etp, ep=s.ep)}
     for extra in (first, last):
         if extra is not None:
             out["weights"] += extra.weights_bytes
