@@ -10,7 +10,8 @@ each source reports, converted as measured.py states), minimised by Nelder-Mead 
 
 * per family (Ampere: a100-80g + a100-40g rows, one shared set; Hopper: h100-80g): asymptotic GEMM
   efficiency at 16-bit (and fp8 on Hopper), flash-attention efficiency, per-kernel fixed cost,
-  MoE per-layer fixed cost (Hopper, the only family with MoE rows);
+  MoE per-layer fixed cost, grouped-GEMM efficiency and its expert-shape half point (tokens per expert)
+  (Hopper, the only family with MoE rows);
 * global: hidden fractions of TP, DP and EP communication;
 * memory (closed-form least squares, measured_runs.fit_frag_fraction): the allocator fragmentation as a
   share of the largest allocation, on the torchtitan peak-memory rows that map onto haap's recomputation.
