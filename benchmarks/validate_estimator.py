@@ -73,13 +73,14 @@ def loo_section(loo: dict | None) -> list[str]:
     if not loo:
         return ["", "## Leave-one-out", "", "Not run yet: `python benchmarks/validate_estimator.py --loo`.", ""]
     rows = loo["rows"]
+    start = ("the packaged calibration (which saw the row: a one-step approximation of LOO that can understate "
+             "the out-of-sample error)") if loo.get("warm") else "the priors"
     lines = ["", "## Leave-one-out (time)", "",
-             f"Each complete row predicted by a calibration fitted without it ({loo['rounds']} round(s) of "
-             f"calibrate.py's block fit, started from "
-             f"{'the packaged calibration (which saw the row: a one-step approximation of LOO that can understate the out-of-sample error)' if loo.get('warm') else 'the priors'}"
-             f"; rows in calibrate.OUTLIERS are never fitted, so their LOO error is their "
-             f"plain error). Run {loo['date']} ({loo['minutes']:.0f} min). Targets (issue #12): MAPE <= "
-             f"{TARGETS['dense']:.0f} % dense, <= {TARGETS['moe']:.0f} % MoE, no row beyond 25 %.", "",
+             (f"Each complete row predicted by a calibration fitted without it ({loo['rounds']} round(s) of "
+              f"calibrate.py's block fit, started from {start}; rows in calibrate.OUTLIERS are never fitted, so "
+              f"their LOO error is their plain error). Run {loo['date']} ({loo['minutes']:.0f} min). Targets "
+              f"(issue #12): MAPE <= "
+             f"{TARGETS['dense']:.0f} % dense, <= {TARGETS['moe']:.0f} % MoE, no row beyond 25 %."), "",
              "| group | rows | LOO MAPE % | max abs % | rows > 25 % |", "|---|---|---|---|---|"]
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     loo = json.loads(LOO.read_text(encoding="utf-8")) if LOO.exists() else None
     if args.loo:
         t0 = time.perf_counter()
-        loo = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        loo = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                "rounds": args.rounds, "warm": args.warm, "rows": loo_rows(args.rounds, args.warm)}
         loo["minutes"] = (time.perf_counter() - t0) / 60
         LOO.write_text(json.dumps(loo, indent=1) + "\n", encoding="utf-8")

@@ -101,7 +101,7 @@ def expected_nodes_hit(experts: int, nodes: int, top_k: int) -> float:
     if nodes <= 1:
         return 1.0
     per_node = experts / nodes
-    miss = math.comb(int(round(experts - per_node)), top_k) / math.comb(experts, top_k) if top_k <= experts else 0.0
+    miss = math.comb(round(experts - per_node), top_k) / math.comb(experts, top_k) if top_k <= experts else 0.0
     return nodes * (1.0 - miss)
 
 

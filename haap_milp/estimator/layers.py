@@ -183,12 +183,12 @@ def layer_passes(model: ModelSpec, moe: bool, hw: Hardware, precision: str, toke
     else:
         m_f, m_b, tp_m = _mlp_block(model, hw, precision, tokens, tp, sp, model.ffn_hidden)
         ep_f = 0.0
-    sel, sel_ep = _selective_fwd_s(model, moe, hw, precision, tokens, tp, sp, ep, etp, impl, attn, m_f)
+    sel, sel_ep = _selective_fwd_s(model, moe, hw, precision, tokens, tp, sp, etp, impl, attn, m_f)
     return Passes(a_f + m_f, a_b + m_b, attn, tp_a + tp_m, ep_f, cp_f, cp_b, sel, sel_ep)
 
 
 def _selective_fwd_s(model: ModelSpec, moe: bool, hw: Hardware, precision: str, tokens: float, tp: int, sp: bool,
-                     ep: int, etp: int, impl: Implementation, attn_fwd: float, mlp_fwd: float) -> tuple[float, float]:
+                     etp: int, impl: Implementation, attn_fwd: float, mlp_fwd: float) -> tuple[float, float]:
     """(seconds, EP exchanges) that selective recompute repeats in the backward, per Megatron-Core module in
     ``impl.recompute_modules`` (memory.layer_activation_bytes drops the matching activations): core_attn the
     core attention; layernorm the two norms (read h, write h each); mlp a dense layer's MLP; moe the whole
@@ -196,7 +196,7 @@ def _selective_fwd_s(model: ModelSpec, moe: bool, hw: Hardware, precision: str, 
     experts' activation (read up·f, write f per token-expert pair); shared_experts the shared MLP."""
     A, h = compute.act_bytes(precision), model.hidden
     rep = tokens / tp if sp else tokens
-    t, ep_again = 0.0, 0.0
+    t = 0.0
     if impl.recomputes("core_attn"):
         t += attn_fwd
     if impl.recomputes("layernorm"):
@@ -212,7 +212,7 @@ def _selective_fwd_s(model: ModelSpec, moe: bool, hw: Hardware, precision: str, 
     if model.num_shared_experts and impl.recomputes("shared_experts"):
         t += _mlp_block(model, hw, precision, tokens, tp, sp, model.shared_ffn, model.num_shared_experts,
                         norm=False)[0]
-    return t, ep_again
+    return t, 0.0
 
 
 def embedding_passes(model: ModelSpec, hw: Hardware, tokens: float, tp: int, precision: str = "bf16") -> Passes:

@@ -103,10 +103,6 @@ def _expert_parts(model: ModelSpec, tokens: float, tp: int, etp: int, impl: Impl
     return kept + act_out + tokens / tp * model.num_experts * 4.0, act_out
 
 
-def _expert_bytes(model: ModelSpec, tokens: float, tp: int, etp: int, a: float = A) -> float:
-    return _expert_parts(model, tokens, tp, etp, MODERN, a)[0]
-
-
 def gemm_input_bytes(precision: str) -> float:
     """Bytes per element of an activation kept as the input of a GEMM for its weight gradient: Transformer
     Engine's fp8 recipes save the quantized input (1 byte; TE Linear / LayerNormLinear keep the fp8 copy they
