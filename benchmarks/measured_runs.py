@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,12 +132,48 @@ def _precision(text: str | None) -> str:
     return "fp8" if "fp8" in t else "fp16" if t.startswith("fp16") else "bf16"
 
 
+# the module names sources write inside "selective (...)" -> Megatron-Core --recompute-modules names
+MODULE_ALIASES = {"norm": "layernorm", "layernorm": "layernorm", "act": "moe_act", "moe_act": "moe_act",
+                  "moe": "moe", "mlp": "mlp", "shared_expert": "shared_experts", "shared_experts": "shared_experts",
+                  "core_attn": "core_attn", "mla_up_proj": "mla_up_proj"}
+
+
 def _recompute(run: Run) -> str:
     r = run.row.get("recompute")
     if r is None:
         run.assumptions.append("recompute=none (not stated)")
         return "none"
     return "full" if r.startswith("full") else "selective" if r.startswith("selective") else "none"
+
+
+def recompute_modules(text: str | None) -> tuple[str, ...] | None:
+    """'selective (norm, act)' -> ('layernorm', 'moe_act'); None where the row names no modules (Megatron's
+    default set, core_attn, applies) or a module this table does not know."""
+    m = re.search(r"\(([^)]*)\)", text or "")
+    if m is None:
+        return None
+    names = [MODULE_ALIASES.get(n.strip().lower()) for n in m[1].split(",")]
+    return tuple(sorted(set(names))) if all(names) else None
+
+
+def stack(row: dict[str, Any]) -> str:
+    """Software-stack family of a row (for the validation breakdown): megatron-2021/22 (Megatron-LM / DeepSpeed
+    before Megatron-Core), megatron-core (NeMo, Megatron-Bridge, Megatron-Core), torchtitan, llm-foundry,
+    maxtext, other."""
+    f = (row.get("framework") or "").lower()
+    if "megatron-lm (" in f or "deepspeed" in f:
+        return "megatron-2021/22"
+    for key, name in (("torchtitan", "torchtitan"), ("llm-foundry", "llm-foundry"), ("maxtext", "maxtext")):
+        if key in f:
+            return name
+    return "megatron-core" if any(k in f for k in ("nemo", "megatron")) else "other"
+
+
+def dispatcher(row: dict[str, Any]) -> str:
+    """The MoE token dispatcher a row names (framework/notes text): DeepEP / HybridEP -> flex, A2A -> alltoall;
+    else Megatron-Core's default, alltoall."""
+    text = f"{row.get('framework') or ''} {row.get('notes') or ''}".lower()
+    return "flex" if ("deepep" in text or "hybridep" in text) else "alltoall"
 
 
 def _measured_time(run: Run, model: ModelSpec) -> None:
@@ -218,6 +254,11 @@ def to_run(row: dict[str, Any]) -> Run:
     run.plan, run.training = built
     if "2021" in (row.get("framework") or "") or row["id"].startswith("mtnlg"):
         run.impl = MEGATRON_2021  # pre-flash-attention Megatron, GPT-3-style dropout
+    modules = recompute_modules(row.get("recompute"))
+    if modules:
+        run.impl = replace(run.impl, recompute_modules=modules)
+    if run.model.is_moe:
+        run.impl = replace(run.impl, moe_dispatcher=dispatcher(row))
     if row.get("recompute") is None and not row["id"].startswith(NVIDIA_RECIPES):
         run.complete = False  # only NVIDIA's published recipes document "no recompute unless listed"
     return run
@@ -260,12 +301,14 @@ def error_pct(predicted: float, measured: float) -> float:
 
 
 def fsdp_memory_bytes(model: ModelSpec, training: TrainingSpec, tp: int, shards: int, micro_batch: int,
-                      recompute: str, cp: int = 1, impl: Implementation = MODERN, overhead_bytes: float = 0.0) -> float:
+                      recompute: str, cp: int = 1, impl: Implementation = MODERN, overhead_bytes: float = 0.0,
+                      frag_fraction: float = 0.0) -> float:
     """Peak memory per GPU of a PyTorch FSDP (ZeRO-3) run without pipeline: sharded fp32 master
     parameters, fp32 gradients and Adam m, v (4 + 4 + 8 bytes per parameter over ``shards``); the current
     and the prefetched layer unsharded in bf16, with the current layer's unsharded gradient (2·2 + 4 bytes
     per layer parameter); activations of every layer for one micro-batch, the input ids and the output
-    layer + loss (memory.py); plus the framework overhead."""
+    layer + loss (memory.py); plus the framework overhead and the allocator fragmentation (a share of the
+    largest allocation, memory.fragmentation_bytes)."""
     from haap_milp.estimator import memory
 
     sp = training.sequence_parallel and tp > 1
@@ -276,7 +319,49 @@ def fsdp_memory_bytes(model: ModelSpec, training: TrainingSpec, tp: int, shards:
     act = model.num_layers * memory.layer_activation_bytes(*args) + memory.recompute_working_bytes(*args)
     act += memory.embedding_activation_bytes(micro_batch, model.seq_len, cp)
     act += memory.head_activation_bytes(model, micro_batch, model.seq_len, tp, cp, impl)
-    return static + act + overhead_bytes
+    big = memory.largest_allocation_bytes(model, micro_batch, model.seq_len, tp, cp, 1, impl, head=True)
+    return static + act + overhead_bytes + memory.fragmentation_bytes(big, frag_fraction)
+
+
+@dataclass
+class MemoryCase:
+    """A published peak and haap's prediction without fragmentation (``base``) plus the largest allocation."""
+
+    id: str
+    measured: float  # bytes
+    base: float  # predicted bytes, frag_fraction = 0
+    largest: float  # bytes
+    mapped: bool  # the run's recomputation maps onto haap's (full activation checkpointing)
+
+    def predicted(self, frag_fraction: float) -> float:
+        return self.base + frag_fraction * self.largest
+
+
+def memory_cases(rows: list[dict[str, Any]], overhead_bytes: float) -> list[MemoryCase]:
+    """The torchtitan FSDP peak-memory rows. Only full activation checkpointing maps onto haap's recompute
+    modes (torchtitan's 'selective' is op-level SAC, not Megatron's selective): those are ``mapped``."""
+    from haap_milp.estimator import memory
+    from haap_milp.estimator.kernels import TORCH_EAGER_LOSS
+
+    out = []
+    for row, model, measured in memory_rows(rows):
+        tp, cp = row.get("tp") or 1, row.get("cp") or 1
+        rec = "full" if row["recompute"].startswith("full") else "selective"
+        training = TrainingSpec(global_batch_size=row["global_batch"], seq_len=model.seq_len, sequence_parallel=True)
+        base = fsdp_memory_bytes(model, training, tp, row["num_gpus"] // tp, row["micro_batch"], rec, cp,
+                                 TORCH_EAGER_LOSS, overhead_bytes)
+        big = memory.largest_allocation_bytes(model, row["micro_batch"], model.seq_len, tp, cp, 1, TORCH_EAGER_LOSS,
+                                              head=True)
+        out.append(MemoryCase(row["id"], measured, base, big, rec == "full"))
+    return out
+
+
+def fit_frag_fraction(cases: list[MemoryCase], exclude: str | None = None) -> float:
+    """Least squares of the mapped rows' shortfall (measured - base) on their largest allocation, in [0, 4]."""
+    use = [c for c in cases if c.mapped and c.id != exclude]
+    den = sum(c.largest**2 for c in use)
+    k = sum((c.measured - c.base) * c.largest for c in use) / den if den else 0.0
+    return min(4.0, max(0.0, k))
 
 
 def memory_rows(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], ModelSpec, float]]:

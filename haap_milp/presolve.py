@@ -381,7 +381,7 @@ def _option_costs(est, groups, o: Option, b: int):
     lc = est.layer_cost(*args, island=g.island)
     fc, lastc = est.first_stage_extra(*args, island=g.island), est.last_stage_extra(*args, island=g.island)
     # full recompute adds the transient activations of the layer being recomputed
-    fixed = est.stage_fixed_bytes(g.gpu_type, o.tp, dp=o.dp, recompute=o.recompute, samples_per_microbatch=b)
+    fixed = est.stage_fixed_bytes(g.gpu_type, o.tp, dp=o.dp, recompute=o.recompute, samples_per_microbatch=b, ep=o.ep)
     return (lc, fc, lastc, fixed, est.usable_memory_bytes(g.gpu_type),
             est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp, ep=o.ep))
 

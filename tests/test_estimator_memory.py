@@ -50,7 +50,8 @@ def test_stage_memory_follows_eq_m2_and_1f1b_inflight():
     pe = est.estimate(plan)
     args = ("h100-80g", 8, 2, 1, 1, "none", 2)
     lc, fc, xc = est.layer_cost(*args), est.first_stage_extra(*args), est.last_stage_extra(*args)
-    fixed = est.stage_fixed_bytes("h100-80g", 8)
+    # the once-per-stage transients of a micro-batch (here: allocator fragmentation) are part of the fixed bytes
+    fixed = est.stage_fixed_bytes("h100-80g", 8, dp=2, samples_per_microbatch=plan.samples_per_microbatch)
     for j, s in enumerate(pe.stages):
         a = min(4 - j, plan.num_microbatches)
         want = fixed + 20 * (lc.static_bytes + a * lc.act_bytes)
@@ -87,7 +88,7 @@ def test_more_memory_never_makes_a_plan_infeasible(tp, pp, mbs, rec, small):
 
 def test_full_recompute_adds_the_recomputed_layer_once_per_stage():
     est = Estimator(LLAMA_70B, cluster(nodes=8), training(64, 4096))
-    base = est.stage_fixed_bytes("h100-80g", 8)
+    base = est.stage_fixed_bytes("h100-80g", 8, dp=2, recompute="none", samples_per_microbatch=2)  # + fragmentation
     full = est.stage_fixed_bytes("h100-80g", 8, dp=2, recompute="full", samples_per_microbatch=2)
     none = est.layer_cost("h100-80g", 8, 2, 1, 1, "none", 2).act_bytes
     assert full - base == pytest.approx(none)
@@ -95,8 +96,8 @@ def test_full_recompute_adds_the_recomputed_layer_once_per_stage():
 
 def test_torchtitan_full_checkpointing_rows_within_tolerance():
     """torchtitan H100 memory rows whose config maps onto ours (full activation checkpointing; its
-    'selective' is op-level SAC, which haap does not model). Tolerance: -25% .. +10% (allocator
-    fragmentation and framework buffers are not modelled, so the model under-predicts)."""
+    'selective' is op-level SAC, which haap does not model), with the packaged allocator-fragmentation share
+    (calibration.json, fitted on these rows): within 15 % (issue #12)."""
     gib = 2**30
     cal = load_calibration()
     checked = 0
@@ -106,7 +107,7 @@ def test_torchtitan_full_checkpointing_rows_within_tolerance():
         tp, cp = row.get("tp") or 1, row.get("cp") or 1
         tr = TrainingSpec(global_batch_size=row["global_batch"], seq_len=model.seq_len, sequence_parallel=True)
         pred = fsdp_memory_bytes(model, tr, tp, row["num_gpus"] // tp, row["micro_batch"], "full", cp,
-                                 TORCH_EAGER_LOSS, cal.globals.overhead_gib * gib)
-        assert -0.25 <= pred / measured - 1 <= 0.10, (row["id"], pred / gib, measured / gib)
+                                 TORCH_EAGER_LOSS, cal.globals.overhead_gib * gib, cal.globals.frag_fraction)
+        assert abs(pred / measured - 1) <= 0.15, (row["id"], pred / gib, measured / gib)
         checked += 1
     assert checked == 3

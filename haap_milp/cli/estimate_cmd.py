@@ -7,6 +7,7 @@ paragraph starting "DOES NOT FIT" with the stage, the GiB needed and the GiB usa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -48,6 +49,7 @@ from haap_milp.cli.runtime_opts import (
 )
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator, PlanEstimate, load_calibration
+from haap_milp.estimator.kernels import MODERN, MOE_DISPATCHERS, Implementation, parse_recompute_modules
 from haap_milp.estimator.runtime import describe as describe_runtime
 from haap_milp.explain import estimate_bottleneck
 from haap_milp.network.merge import apply_network_option
@@ -116,6 +118,7 @@ def estimate_document(pe: PlanEstimate, est: Estimator, plan: Plan) -> dict[str,
     doc["micro_batches"] = plan.num_microbatches
     doc["seq_len"], doc["global_batch_size"], doc["precision"] = plan.seq_len, plan.global_batch_size, plan.precision
     doc["runtime"] = describe_runtime(est.training)
+    doc["recompute_modules"], doc["moe_dispatcher"] = list(est.impl.recompute_modules), est.impl.moe_dispatcher
     return doc
 
 
@@ -147,6 +150,20 @@ def _table(pe: PlanEstimate, plan: Plan, training: TrainingSpec) -> None:
     for note in pe.notes:
         console.print(f"note: {note}", highlight=False)
     console.print(f"why: {estimate_bottleneck(pe, plan)}", highlight=False, markup=False)
+
+
+def _implementation(recompute_modules: str | None, moe_dispatcher: str | None) -> Implementation:
+    """The engine's kernel choices from --recompute-modules and --moe-dispatcher (estimator/kernels.py)."""
+    impl = MODERN
+    if recompute_modules is not None:
+        impl = replace(impl, recompute_modules=parse_recompute_modules(recompute_modules))
+    if moe_dispatcher is not None:
+        if moe_dispatcher not in MOE_DISPATCHERS:
+            raise HaapInputError(f"--moe-dispatcher {moe_dispatcher!r} must be one of {', '.join(MOE_DISPATCHERS)} "
+                                 "(Megatron-Core --moe-token-dispatcher-type; flex = DeepEP).", field="moe_dispatcher",
+                                 value=moe_dispatcher)
+        impl = replace(impl, moe_dispatcher=moe_dispatcher)
+    return impl
 
 
 def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs, seq, precision, sp, dist_opt,
@@ -190,6 +207,12 @@ def estimate(
     mbs: Annotated[int, Opt("--mbs", help="Micro-batch per replica.")] = 1,
     vpp: Annotated[int, Opt("--vpp", help="Virtual stages per stage (interleaved 1F1B).")] = 1,
     recompute: Annotated[str, Opt("--recompute", help="none | selective | full.")] = "none",
+    recompute_modules: Annotated[str | None, Opt("--recompute-modules", help="What selective recompute "
+                                                 "recomputes, Megatron-Core names, comma-separated: core_attn, "
+                                                 "layernorm, mlp, moe, moe_act, shared_experts, mla_up_proj "
+                                                 "(default core_attn). Implies --recompute selective.")] = None,
+    moe_dispatcher: Annotated[str | None, Opt("--moe-dispatcher", help="MoE token dispatcher: alltoall "
+                                              "(default), allgather, flex (DeepEP).")] = None,
     sp: Annotated[bool | None, Opt("--sp/--no-sp", help="Sequence parallelism (with tp > 1; default on).")] = None,
     dist_opt: Annotated[bool | None, Opt("--dist-opt/--no-dist-opt", help="Distributed optimizer (ZeRO-1; default "
                                          "on); --no-dist-opt: plain data parallel.")] = None,
@@ -223,16 +246,23 @@ def estimate(
     m, c, training, p = _resolve(plan, model, cluster, gbs, seq, precision, sp, dist_opt, memory_headroom,
                                  training_file, rt)
     c = apply_network_option(c, network)
+    impl = _implementation(recompute_modules, moe_dispatcher)
     if p is None:
         if recompute not in ("none", "selective", "full"):
             raise HaapInputError(f"--recompute {recompute!r} must be none, selective or full.", field="recompute")
+        if recompute_modules is not None:
+            if recompute == "full":
+                raise HaapInputError("--recompute-modules names what selective recompute recomputes; it cannot go "
+                                     "with --recompute full (Megatron-Core: --recompute-granularity selective).",
+                                     field="recompute_modules", value=recompute_modules)
+            recompute = "selective"
         _check_uniform(m, c, training.global_batch_size, tp, pp, dp, mbs, cp, ep, vpp)
         p = uniform_plan(m, c, training, tp, pp, dp, mbs, vpp, recompute, ep, etp, cp)
     # the checker's rules (GPUs, layers, divisibility); memory is reported below with the full estimate
     enforce_plan(p, m, c, training, what=f"plan file {plan!r}" if plan else "the plan of these flags", memory=False)
     cal = load_calibration(calibration) if calibration else None
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
-    est = Estimator(m, c, training, cal, prof)
+    est = Estimator(m, c, training, cal, prof, impl=impl)
     pe = est.estimate(p)  # a stage the profile does not cover: one paragraph, exit 2 (estimator.override)
     warn_priced_by_fallback(unmeasured_stages(prof, p))
     from haap_milp.economics import plan_economics

@@ -47,6 +47,12 @@ PRIOR_SOURCES = {
     "token counts, permutation index build): fitted on the MoE rows",
     "grouped_gemm_eff": "efficiency of the grouped expert GEMMs (incl. residual routing imbalance) relative to "
     "dense GEMMs of the same shape: fitted on the MoE rows",
+    "grouped_m_half": "tokens per expert at which the grouped expert GEMMs run at half their asymptotic "
+    "efficiency (tile / wave quantization and per-expert prologue; compute.grouped_gemm_fwd_bwd_s): fitted on "
+    "the MoE rows (Hopper), 0 (no shape effect) where no MoE rows exist",
+    "frag_fraction": "caching-allocator fragmentation as a share of the largest single allocation "
+    "(memory.fragmentation_bytes): least squares on the torchtitan peak-memory rows whose recomputation maps "
+    "onto haap's (benchmarks/calibrate.py); 0 without a fit",
     "overhead_gib": "CUDA context + NCCL communicator buffers + cuBLAS/TE workspaces + allocator "
     "fragmentation reserve; 3.0 GiB (PyTorch CUDA context ~0.5-1 GiB; NCCL buffers ~0.5-1 GiB "
     "(NCCL_BUFFSIZE 4 MiB x channels x peers); caching-allocator fragmentation 5-15% per the "
@@ -68,6 +74,7 @@ class GpuParams:
     nic_eff: float = 0.85
     moe_latency_s: float = 0.0  # fixed cost per MoE layer and pass (router top-k, dropless token-count sync, permute)
     grouped_gemm_eff: float = 1.0  # grouped expert GEMMs (+ routing imbalance) relative to dense GEMMs
+    grouped_m_half: float = 0.0  # tokens per expert at which the grouped GEMMs' shape factor m/(m + m_half) is 1/2
     source: str = "prior"  # fitted | prior | derived from <gpu> (<rule>)
 
     def gemm_eff(self, precision: str) -> float:
@@ -83,6 +90,7 @@ class GlobalParams:
     ep_overlap: float = 0.0
     intra_latency_s: float = 1e-6  # per ring step on NVLink
     overhead_gib: float = 3.0  # framework + allocator reserve per GPU
+    frag_fraction: float = 0.0  # allocator fragmentation as a share of the largest allocation (memory.py)
 
 
 @dataclass(frozen=True)
@@ -148,8 +156,8 @@ def _from_dict(data: dict[str, Any]) -> Calibration:
     return Calibration(gpus=gpus, globals=glob, meta=meta, balance=balance)
 
 
-_RANGES = {"kernel_latency_s": (0.0, 1.0), "moe_latency_s": (0.0, 1.0), "intra_latency_s": (0.0, 1.0),
-           "overhead_gib": (0.0, 1024.0), "machine_balance": (0.0, 1e6)}  # else an efficiency/fraction: [0, 1]
+_RANGES = {"grouped_m_half": (0.0, 1e6), "kernel_latency_s": (0.0, 1.0), "moe_latency_s": (0.0, 1.0), "intra_latency_s": (0.0, 1.0),
+           "overhead_gib": (0.0, 1024.0), "frag_fraction": (0.0, 4.0), "machine_balance": (0.0, 1e6)}  # else an efficiency/fraction: [0, 1]
 
 
 def validate_calibration_data(data: Any, name: str) -> dict[str, Any]:

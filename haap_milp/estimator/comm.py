@@ -115,3 +115,44 @@ def ring_measured(kind: str, n: int, link_at: Callable[[float], Link], lo_bytes:
         return Cost(f * (n - 1) / n / link.bytes_per_s, f * (n - 1) * link.latency_s)
     slope = (t_hi - t_lo) / (hi - lo)
     return Cost(slope, max(0.0, t_lo - slope * lo))
+
+
+# ---------------------------------------------------------------- MoE token dispatch (expert parallelism)
+
+
+def expected_nodes_hit(experts: int, nodes: int, top_k: int) -> float:
+    """Expected number of distinct nodes holding a token's top_k experts when the E experts are spread evenly
+    over ``nodes`` nodes and routing is balanced (uniform over k-subsets):
+    N·(1 - C(E - E/N, k) / C(E, k))."""
+    if nodes <= 1:
+        return 1.0
+    per_node = experts / nodes
+    miss = math.comb(round(experts - per_node), top_k) / math.comb(experts, top_k) if top_k <= experts else 0.0
+    return nodes * (1.0 - miss)
+
+
+def node_dedup_all_to_all(n: int, span: int, gpus_per_node: int, nvlink: Link, nic_per_gpu: Link, experts: int,
+                          top_k: int) -> Cost:
+    """Dispatch (or combine) of M bytes per rank = its top_k copies of each token, DeepEP-style (Megatron-Core
+    ``--moe-token-dispatcher-type flex``; DeepSeek-V3 technical report sec. 3.2.2): a token crosses the network
+    once per distinct remote node holding one of its experts (to the same-index GPU there, which forwards it
+    over NVLink), not once per expert. NIC bytes: M·(nodes hit remotely)/k; NVLink bytes: the copies for
+    other GPUs of the node, (n_local - 1)/n of M, plus the forwarding of what arrives, as many again.
+    Both run concurrently; the slower counts."""
+    if n <= 1:
+        return ZERO
+    local = max(1, min(n, gpus_per_node // max(span, 1)))
+    nodes = max(1, math.ceil(n / local))
+    if nodes <= 1:
+        return all_to_all(n, span, gpus_per_node, nvlink, nic_per_gpu)
+    hit = expected_nodes_hit(experts, nodes, top_k)
+    remote = hit * (nodes - 1) / nodes / top_k  # share of M that crosses the NIC
+    local_share = (local - 1) / n + remote  # intra-node copies + forwarding of what arrived
+    per_byte = max(local_share / nvlink.bytes_per_s, remote / nic_per_gpu.bytes_per_s)
+    return Cost(per_byte, nic_per_gpu.latency_s)
+
+
+def all_gather_dispatch(n: int, span: int, gpus_per_node: int, nvlink: Link, nic_node: Link) -> Cost:
+    """Megatron-Core ``allgather`` dispatcher: the hidden states are all-gathered over the tp x ep group and
+    the expert outputs reduce-scattered back (the per-byte cost of one of them, M = this rank's tokens)."""
+    return group_collective("all_gather", n, span, gpus_per_node, nvlink, nic_node)

@@ -77,6 +77,20 @@ def gemm_fwd_bwd_s(g: Gemm, gpu: GPUSpec, p: GpuParams, precision: str) -> tuple
     return fwd, dgrad + wgrad
 
 
+def grouped_gemm_fwd_bwd_s(g: Gemm, gpu: GPUSpec, p: GpuParams, precision: str) -> tuple[float, float]:
+    """Routed-expert GEMMs: ``g.count`` local experts of ``g.m`` tokens each. Transformer Engine's GroupedLinear
+    (Megatron-Core TEGroupedMLP) runs one cuBLAS GEMM per expert, so each pays the fixed kernel cost; the
+    roofline part runs at the dense efficiency x ``grouped_gemm_eff`` (routing residue) x m / (m + m_half):
+    few tokens per expert leave the last tile wave and the prologue/epilogue a larger share (NVIDIA Matrix
+    Multiplication Background guide ch. 3, tile and wave quantization), ``grouped_m_half`` (fitted) is the
+    tokens per expert at which that factor is one half."""
+    one = Gemm(g.m, g.n, g.k, 1.0)
+    f, b = gemm_fwd_bwd_s(one, gpu, p, precision)  # each includes its kernels' fixed cost (1 fwd, 2 bwd)
+    eff = p.grouped_gemm_eff * g.m / (g.m + p.grouped_m_half) if g.m > 0 else p.grouped_gemm_eff
+    lat = p.kernel_latency_s
+    return g.count * ((f - lat) / eff + lat), g.count * ((b - 2 * lat) / eff + 2 * lat)
+
+
 def attention_fwd_bwd_s(flops_fwd: float, gpu: GPUSpec, p: GpuParams, precision: str) -> tuple[float, float]:
     """Flash attention at the fitted efficiency of the 16-bit peak (fp8 recipes keep attention in bf16)."""
     peak = peak_flops(gpu, "fp16" if precision == "fp16" else "bf16") or peak_flops(gpu, "fp16")

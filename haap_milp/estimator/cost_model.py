@@ -150,25 +150,36 @@ class Estimator:
         return self._memo("last_stage_extra", key, run)
 
     def stage_fixed_bytes(self, gpu_type: str, tp: int, *, dp: int = 1, recompute: str = "none",
-                          samples_per_microbatch: int | None = None, cp: int = 1, etp: int = 1) -> float:
-        """Per-stage memory independent of its layer count: framework + allocator reserve per GPU (CUDA
-        context, NCCL buffers, workspaces, fragmentation: ``GlobalParams.overhead_gib``, source in
-        calibration.PRIOR_SOURCES['overhead_gib']) and, with full recompute and ``samples_per_microbatch``
-        given, the transient activations of the layer being recomputed (memory.recompute_working_bytes)."""
-        key = (gpu_type, tp, dp, recompute, samples_per_microbatch, cp, etp)
+                          samples_per_microbatch: int | None = None, cp: int = 1, etp: int = 1, ep: int = 1) -> float:
+        """Per-stage memory independent of its layer count: framework reserve per GPU (CUDA context, NCCL
+        buffers, workspaces: ``GlobalParams.overhead_gib``, source in calibration.PRIOR_SOURCES['overhead_gib'])
+        and, with ``samples_per_microbatch`` given, the once-per-stage transients (``_transient_bytes``:
+        recomputed layer, MoE dispatch buffers - ``ep`` matters only to the allgather dispatcher - and
+        allocator fragmentation)."""
+        key = (gpu_type, tp, dp, recompute, samples_per_microbatch, cp, etp, ep)
 
         def run() -> float:
             self.hardware(gpu_type)  # validates the type
             fixed = self.calibration.globals.overhead_gib * GIB
-            if recompute == "full" and samples_per_microbatch:
-                b = samples_per_microbatch / dp
-                sp = self.training.sequence_parallel and tp > 1
-                moe = self.moe_fraction > 0
-                fixed += memory.recompute_working_bytes(self.model, moe, b, self.training.seq_len, tp, sp, recompute,
-                                                        cp, etp, self.impl, compute.act_bytes(self.training.precision))
+            if samples_per_microbatch:
+                fixed += self._transient_bytes(tp, dp, recompute, samples_per_microbatch, cp, etp, ep)
             return fixed
 
         return self._memo("stage_fixed_bytes", key, run)
+
+    def _transient_bytes(self, tp: int, dp: int, recompute: str, samples: int, cp: int, etp: int,
+                         ep: int = 1) -> float:
+        """Once-per-stage transients of one micro-batch: the recomputed layer's activations, the MoE dispatch
+        buffers, and allocator fragmentation (memory.py)."""
+        b, seq, impl = samples / dp, self.training.seq_len, self.impl
+        sp = self.training.sequence_parallel and tp > 1
+        a = compute.act_bytes(self.training.precision)
+        moe = self.moe_fraction > 0
+        g = memory.gemm_input_bytes(self.training.precision)
+        out = memory.recompute_working_bytes(self.model, moe, b, seq, tp, sp, recompute, cp, etp, impl, a, g)
+        out += memory.dispatcher_buffer_bytes(self.model, b, seq, tp, ep, cp, impl, a)
+        big = memory.largest_allocation_bytes(self.model, b, seq, tp, cp, etp, impl, a)
+        return out + memory.fragmentation_bytes(big, self.calibration.globals.frag_fraction)
 
     def stage_fixed_sync_s(self, gpu_type: str, island: str | None, tp: int, dp: int, *, cp: int = 1,
                            ep: int = 1, etp: int = 1) -> float:

@@ -199,7 +199,8 @@ def decoder_cost(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, trai
     sp = training.sequence_parallel and c.tp > 1
     sync = param_sync(layer_groups(model, moe, c), hw, training, cal, ring_range(model, c.tp))
     act = memory.layer_activation_bytes(model, moe, b, seq, c.tp, sp, c.recompute, c.cp, c.etp, impl,
-                                        compute.act_bytes(training.precision))
+                                        compute.act_bytes(training.precision),
+                                        memory.gemm_input_bytes(training.precision))
     kind = flops.moe_layer_flops if moe else flops.dense_layer_flops
     return _assemble(passes, c.recompute, sync, act, kind(model, c.samples * seq, seq), cal, training)
 

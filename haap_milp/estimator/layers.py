@@ -32,14 +32,21 @@ class Passes:
     ep_fwd_s: float  # EP all-to-all (+ expert-TP gathers) of one forward pass (backward: the same)
     cp_fwd_s: float  # exposed context-parallel KV exchange, forward
     cp_bwd_s: float  # exposed context-parallel exchange, backward
+    selective_fwd_s: float | None = None  # what selective recompute repeats (None: the core attention)
+    selective_ep: float = 0.0  # EP exchanges selective recompute repeats (1: the whole MoE layer is recomputed)
 
     def compute_s(self, recompute: str) -> float:
-        extra = {"none": 0.0, "selective": self.attn_fwd_s, "full": self.fwd_s}[recompute]
+        sel = self.attn_fwd_s if self.selective_fwd_s is None else self.selective_fwd_s
+        extra = {"none": 0.0, "selective": sel, "full": self.fwd_s}[recompute]
         return self.fwd_s + self.bwd_s + extra
 
     def passes(self, recompute: str) -> float:
         """How many times the forward communication runs: fwd + bwd (+ recomputed fwd)."""
         return 3.0 if recompute == "full" else 2.0
+
+    def ep_passes(self, recompute: str) -> float:
+        """How many times the EP exchange runs (a recomputed MoE layer dispatches and combines again)."""
+        return self.passes(recompute) + (self.selective_ep if recompute == "selective" else 0.0)
 
 
 def _gemms_time(gemms: list[Gemm], hw: Hardware, precision: str) -> tuple[float, float]:
@@ -110,7 +117,7 @@ def _mlp_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp
 
 
 def _moe_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp: int, sp: bool, ep: int,
-               etp: int) -> tuple[float, float, float, float]:
+               etp: int, impl: Implementation = MODERN) -> tuple[float, float, float, float]:
     """(fwd, bwd, tp_fwd, ep_fwd): router, routed experts (grouped GEMM, balanced routing), shared experts.
 
     Tokens reach the dispatcher sequence-sharded (tokens/tp per GPU, Megatron-Core MoE with SP); each GPU
@@ -124,9 +131,11 @@ def _moe_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp
     router = [Gemm(rep, E, h)]
     experts = [Gemm(pairs / local, up * f, h, local), Gemm(pairs / local, h, f, local)]
     r_f, r_b = _gemms_time(router, hw, precision)
-    x_f, x_b = _gemms_time(experts, hw, precision)
-    ge = hw.params.grouped_gemm_eff  # grouped expert GEMMs relative to dense GEMMs of the same shape
-    g_f, g_b = r_f + x_f / ge, r_b + x_b / ge
+    x_f = x_b = 0.0
+    for g in experts:  # grouped expert GEMMs, priced by expert shape (compute.grouped_gemm_fwd_bwd_s)
+        f_, b_ = compute.grouped_gemm_fwd_bwd_s(g, hw.gpu, hw.params, precision)
+        x_f, x_b = x_f + f_, x_b + b_
+    g_f, g_b = r_f + x_f, r_b + x_b
     gemms = router + experts
     act = (3 if model.activation == "swiglu" else 2) * pairs * f
     # norm + residual, router softmax/top-k (fp32 logits), permute + unpermute (read + write pairs·h twice)
@@ -138,15 +147,28 @@ def _moe_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp
         s_f, s_b, tp_f = _mlp_block(model, hw, precision, tokens, tp, sp, model.shared_ffn, model.num_shared_experts,
                                     norm=False)
         fwd, bwd = fwd + s_f, bwd + s_b
-    return fwd, bwd, tp_f, _ep_exchange(hw, tokens / tp * model.top_k * h * A, ep, etp, pairs * h * A)
+    return fwd, bwd, tp_f, _ep_exchange(hw, tokens / tp * model.top_k * h * A, ep, etp, pairs * h * A, model, tp,
+                                        impl)
 
 
-def _ep_exchange(hw: Hardware, dispatch_bytes: float, ep: int, etp: int, gathered_bytes: float) -> float:
-    """Dispatch + combine all-to-all over ep ranks spaced etp apart (+ all-gather / reduce-scatter of the
-    routed tokens over etp when experts are tensor-parallel)."""
-    a2a = comm.all_to_all(ep, etp, hw.gpus_per_node, hw.intra(dispatch_bytes, ep, "alltoall"),
-                          hw.nic_gpu_at(dispatch_bytes, "alltoall"))
-    t = 2 * a2a.time(dispatch_bytes)
+def _ep_exchange(hw: Hardware, dispatch_bytes: float, ep: int, etp: int, gathered_bytes: float,
+                 model: ModelSpec | None = None, tp: int = 1, impl: Implementation = MODERN) -> float:
+    """Dispatch + combine over ep ranks spaced etp apart (+ all-gather / reduce-scatter of the routed tokens
+    over etp when experts are tensor-parallel), by ``impl.moe_dispatcher``: alltoall (each token-expert pair
+    travels; the default), flex (DeepEP: one network copy per remote node hit, comm.node_dedup_all_to_all),
+    allgather (every rank gathers the tp x ep group's tokens; ``dispatch_bytes / top_k`` per rank)."""
+    kind = impl.moe_dispatcher if model is not None else "alltoall"
+    nvlink, nic = hw.intra(dispatch_bytes, ep, "alltoall"), hw.nic_gpu_at(dispatch_bytes, "alltoall")
+    if kind == "flex":
+        a2a = comm.node_dedup_all_to_all(ep, etp, hw.gpus_per_node, nvlink, nic, model.num_experts, model.top_k)
+        t = 2 * a2a.time(dispatch_bytes)
+    elif kind == "allgather":
+        tokens_bytes = dispatch_bytes / model.top_k  # this rank's tokens, once each
+        ag = comm.all_gather_dispatch(tp * ep, 1, hw.gpus_per_node, hw.nvlink, hw.nic_node)
+        t = 2 * ag.time(tokens_bytes * tp * ep)
+    else:
+        a2a = comm.all_to_all(ep, etp, hw.gpus_per_node, nvlink, nic)
+        t = 2 * a2a.time(dispatch_bytes)
     if etp > 1:
         t += 2 * comm.ring("all_gather", etp, hw.intra(gathered_bytes, etp, "all_gather")).time(gathered_bytes)
     return t
@@ -157,11 +179,40 @@ def layer_passes(model: ModelSpec, moe: bool, hw: Hardware, precision: str, toke
     """All raw times of one decoder layer on one rank (``tokens`` = per-replica micro-batch x seq / cp)."""
     a_f, a_b, attn, tp_a, cp_f, cp_b = _attention_block(model, hw, precision, tokens, seq, tp, sp, cp, impl)
     if moe:
-        m_f, m_b, tp_m, ep_f = _moe_block(model, hw, precision, tokens, tp, sp, ep, etp)
+        m_f, m_b, tp_m, ep_f = _moe_block(model, hw, precision, tokens, tp, sp, ep, etp, impl)
     else:
         m_f, m_b, tp_m = _mlp_block(model, hw, precision, tokens, tp, sp, model.ffn_hidden)
         ep_f = 0.0
-    return Passes(a_f + m_f, a_b + m_b, attn, tp_a + tp_m, ep_f, cp_f, cp_b)
+    sel, sel_ep = _selective_fwd_s(model, moe, hw, precision, tokens, tp, sp, etp, impl, attn, m_f)
+    return Passes(a_f + m_f, a_b + m_b, attn, tp_a + tp_m, ep_f, cp_f, cp_b, sel, sel_ep)
+
+
+def _selective_fwd_s(model: ModelSpec, moe: bool, hw: Hardware, precision: str, tokens: float, tp: int, sp: bool,
+                     etp: int, impl: Implementation, attn_fwd: float, mlp_fwd: float) -> tuple[float, float]:
+    """(seconds, EP exchanges) that selective recompute repeats in the backward, per Megatron-Core module in
+    ``impl.recompute_modules`` (memory.layer_activation_bytes drops the matching activations): core_attn the
+    core attention; layernorm the two norms (read h, write h each); mlp a dense layer's MLP; moe the whole
+    MoE block (router, permutation, experts, shared experts) and its dispatch + combine; moe_act the
+    experts' activation (read up·f, write f per token-expert pair); shared_experts the shared MLP."""
+    A, h = compute.act_bytes(precision), model.hidden
+    rep = tokens / tp if sp else tokens
+    t = 0.0
+    if impl.recomputes("core_attn"):
+        t += attn_fwd
+    if impl.recomputes("layernorm"):
+        t += compute.memory_bound_s(A * rep * 2 * h * 2, 2, hw.gpu, hw.params)
+    if not moe:
+        return t + (mlp_fwd if impl.recomputes("mlp") else 0.0), 0.0
+    if impl.recomputes("moe"):
+        return t + mlp_fwd, 1.0
+    if impl.recomputes("moe_act"):
+        pairs, f = tokens * model.top_k * etp / tp, model.expert_ffn / etp
+        up = 2 if model.activation == "swiglu" else 1
+        t += compute.memory_bound_s(A * pairs * (up + 1) * f, 1, hw.gpu, hw.params)
+    if model.num_shared_experts and impl.recomputes("shared_experts"):
+        t += _mlp_block(model, hw, precision, tokens, tp, sp, model.shared_ffn, model.num_shared_experts,
+                        norm=False)[0]
+    return t, 0.0
 
 
 def embedding_passes(model: ModelSpec, hw: Hardware, tokens: float, tp: int, precision: str = "bf16") -> Passes:
@@ -192,4 +243,4 @@ def exposed(passes: Passes, recompute: str, cal: Calibration) -> tuple[float, fl
     n = passes.passes(recompute)
     cp = passes.cp_fwd_s + passes.cp_bwd_s + (passes.cp_fwd_s if recompute == "full" else 0.0)
     return (passes.compute_s(recompute), (1 - g.tp_overlap) * n * passes.tp_fwd_s,
-            (1 - g.ep_overlap) * n * passes.ep_fwd_s, cp)
+            (1 - g.ep_overlap) * passes.ep_passes(recompute) * passes.ep_fwd_s, cp)

@@ -62,12 +62,13 @@ def param_bytes(precision: str, zero_stage: int, dp: int, optimizer_state_bytes:
 
 
 def _attention_parts(model: ModelSpec, tokens: float, seq: float, impl: Implementation,
-                     a: float = A) -> tuple[float, float, float]:
-    """(replicated, sharded, score-path) bytes of the attention block + its norm, for ``tokens`` tokens."""
+                     a: float = A, g: float = A) -> tuple[float, float, float]:
+    """(replicated, sharded, score-path) bytes of the attention block + its norm, for ``tokens`` tokens;
+    ``g``: bytes per element of a saved GEMM input (``gemm_input_bytes``)."""
     h = model.hidden
     q, kv = model.num_heads * model.dim_head, model.kv_heads * model.dim_head
-    replicated = tokens * (a * h * 2 + (h if impl.dropout else 0))  # norm in, norm out (= QKV in), mask
-    sharded = tokens * a * (q + 2 * kv) + tokens * a * q  # Q, K, V for QK^T / AV; attention out (proj in)
+    replicated = tokens * (a * h + g * h + (h if impl.dropout else 0))  # norm in, norm out (= QKV in), mask
+    sharded = tokens * a * (q + 2 * kv) + tokens * g * q  # Q, K, V for QK^T / AV; attention out (proj in)
     if impl.flash_attention:
         scores = tokens * model.num_heads * 4.0  # fp32 log-sum-exp per head
     else:  # softmax out (2) + dropout mask (1) + dropout out (2) per score (Korthikanti: 5·a·s²·b)
@@ -75,46 +76,81 @@ def _attention_parts(model: ModelSpec, tokens: float, seq: float, impl: Implemen
     return replicated, sharded, scores
 
 
-def _mlp_parts(model: ModelSpec, tokens: float, ffn: float, impl: Implementation, a: float = A) -> tuple[float, float]:
-    """(replicated, sharded) bytes of a dense MLP block + its norm: norm in, fc1 in, fc1 out, act out."""
+def _mlp_parts(model: ModelSpec, tokens: float, ffn: float, impl: Implementation, a: float = A,
+               g: float = A) -> tuple[float, float]:
+    """(replicated, sharded) bytes of a dense MLP block + its norm: norm in, fc1 in, fc1 out, act out (fc1 in
+    and act out are GEMM inputs: ``g`` bytes)."""
     h = model.hidden
     up = 2 if model.activation == "swiglu" else 1
-    replicated = tokens * (a * h * 2 + (h if impl.dropout else 0))
-    sharded = tokens * a * (up * ffn + ffn)
+    replicated = tokens * (a * h + g * h + (h if impl.dropout else 0))
+    sharded = tokens * (a * up * ffn + g * ffn)
     return replicated, sharded
 
 
-def _expert_bytes(model: ModelSpec, tokens: float, tp: int, etp: int, a: float = A) -> float:
-    """Routed-expert activations per GPU (balanced routing): each GPU processes tokens·top_k·etp/tp
-    token-expert pairs of ffn/etp width: permuted input, fc1 out, act out, expert output (for the
-    combine backward); plus fp32 router logits of its tokens."""
+def _expert_parts(model: ModelSpec, tokens: float, tp: int, etp: int, impl: Implementation,
+                  a: float = A, g: float = A) -> tuple[float, float]:
+    """(kept by the experts, of which the activation output) bytes of the routed experts on one GPU (balanced
+    routing): each GPU processes tokens·top_k·etp/tp token-expert pairs of ffn/etp width and keeps the
+    permuted input (fc1's input), fc1 out, act out (fc2's input) and the expert output (for the combine's
+    backward); plus fp32 router logits of its tokens. Megatron-Core's dispatchers all keep these (the
+    permutation is an index gather whose backward needs no input); their transient buffers are
+    ``dispatcher_buffer_bytes``."""
     up = 2 if model.activation == "swiglu" else 1
     pairs = tokens * model.top_k * etp / tp
     f = model.expert_ffn / etp
-    return pairs * a * (2 * model.hidden + up * f + f) + tokens / tp * model.num_experts * 4.0
+    act_out = pairs * g * f  # fc2's input
+    kept = pairs * (g * model.hidden + a * model.hidden + a * up * f)  # fc1 in, expert out, fc1 out
+    return kept + act_out + tokens / tp * model.num_experts * 4.0, act_out
+
+
+def gemm_input_bytes(precision: str) -> float:
+    """Bytes per element of an activation kept as the input of a GEMM for its weight gradient: Transformer
+    Engine's fp8 recipes save the quantized input (1 byte; TE Linear / LayerNormLinear keep the fp8 copy they
+    computed with, not the bf16 one), fp32 / tf32 training 4, else 2."""
+    return 1.0 if precision == "fp8" else 4.0 if precision in ("fp32", "tf32") else float(A)
 
 
 def layer_activation_bytes(
     model: ModelSpec, moe: bool, micro_batch: float, seq: int, tp: int, sp: bool, recompute: str,
-    cp: int = 1, etp: int = 1, impl: Implementation = MODERN, a: float = A,
+    cp: int = 1, etp: int = 1, impl: Implementation = MODERN, a: float = A, g: float | None = None,
 ) -> float:
     """Bytes one GPU keeps for one decoder layer and one in-flight micro-batch (see module doc); ``a``: bytes
-    per activation element (2; 4 in fp32 / tf32 training)."""
+    per activation element (2; 4 in fp32 / tf32 training); ``g``: per saved GEMM-input element (None: ``a``;
+    ``gemm_input_bytes``). ``recompute="selective"`` drops what
+    ``impl.recompute_modules`` recomputes (Megatron-Core semantics: a checkpointed module keeps only its
+    input, which its caller keeps anyway): core_attn the s² score path (flash attention stores none);
+    layernorm the two norm outputs (QKV input, MLP/router input); mlp a dense MLP's inner activations;
+    moe the whole routed-expert part and the shared experts; moe_act the experts' activation output;
+    shared_experts the shared experts' inner activations; mla_up_proj nothing (MLA is not modelled)."""
     tokens = micro_batch * seq / cp
+    g = a if g is None else g
     rep_div = tp if (sp and tp > 1) else 1
     if recompute == "full":
         return a * model.hidden * tokens / rep_div
-    rep_a, sh_a, scores = _attention_parts(model, tokens, seq, impl, a)
-    if recompute == "selective" and not impl.flash_attention:
+    sel = recompute == "selective"
+    drop_norm = sel and impl.recomputes("layernorm")
+    norm_out = tokens * g * model.hidden if drop_norm else 0.0  # a norm output that feeds a GEMM
+    rep_a, sh_a, scores = _attention_parts(model, tokens, seq, impl, a, g)
+    rep_a -= norm_out
+    if sel and impl.recomputes("core_attn") and not impl.flash_attention:
         scores = 0.0
     if not moe:
-        rep_m, sh_m = _mlp_parts(model, tokens, model.ffn_hidden, impl, a)
-        return (rep_a + rep_m) / rep_div + (sh_a + sh_m + scores) / tp
-    rep_m = tokens * a * model.hidden * 2  # norm in + router/expert input (norm out)
+        rep_m, sh_m = _mlp_parts(model, tokens, model.ffn_hidden, impl, a, g)
+        if sel and impl.recomputes("mlp"):
+            sh_m = 0.0
+        return (rep_a + rep_m - norm_out) / rep_div + (sh_a + sh_m + scores) / tp
+    # norm in + router/dispatcher input (norm out, 16-bit: the router and the dispatch are not fp8)
+    rep_m = tokens * a * model.hidden * (1 if drop_norm else 2)
     shared = 0.0
-    if model.num_shared_experts:
-        shared = _mlp_parts(model, tokens, model.shared_ffn * model.num_shared_experts, impl, a)[1] / tp
-    return (rep_a + rep_m) / rep_div + (sh_a + scores) / tp + shared + _expert_bytes(model, tokens, tp, etp, a)
+    whole_moe = sel and impl.recomputes("moe")
+    if model.num_shared_experts and not (whole_moe or (sel and impl.recomputes("shared_experts"))):
+        shared = _mlp_parts(model, tokens, model.shared_ffn * model.num_shared_experts, impl, a, g)[1] / tp
+    experts, act_out = _expert_parts(model, tokens, tp, etp, impl, a, g)
+    if whole_moe:
+        experts = 0.0
+    elif sel and impl.recomputes("moe_act"):
+        experts -= act_out
+    return (rep_a + rep_m) / rep_div + (sh_a + scores) / tp + shared + experts
 
 
 def embedding_activation_bytes(micro_batch: float, seq: int, cp: int = 1) -> float:
@@ -132,13 +168,55 @@ def head_activation_bytes(model: ModelSpec, micro_batch: float, seq: int, tp: in
 
 def recompute_working_bytes(model: ModelSpec, moe: bool, micro_batch: float, seq: int, tp: int, sp: bool,
                             recompute: str, cp: int = 1, etp: int = 1, impl: Implementation = MODERN,
-                            a: float = A) -> float:
-    """Transient peak of recomputation: during the backward of a fully recomputed layer its complete
-    activations exist again for one micro-batch (selective recompute: only the s² score path, which flash
-    attention never stores). Charged once per stage."""
-    if recompute != "full":
+                            a: float = A, g: float | None = None) -> float:
+    """Transient peak of recomputation: during the backward of a recomputed layer what it dropped exists
+    again for one micro-batch (full: the complete activations; selective: what its modules dropped, e.g.
+    the s² score path or a MoE layer's expert activations). Charged once per stage."""
+    if recompute == "none":
         return 0.0
-    return layer_activation_bytes(model, moe, micro_batch, seq, tp, sp, "none", cp, etp, impl, a)
+    args = (model, moe, micro_batch, seq, tp, sp)
+    full = layer_activation_bytes(*args, "none", cp, etp, impl, a, g)
+    if recompute == "full":
+        return full
+    return full - layer_activation_bytes(*args, recompute, cp, etp, impl, a, g)
+
+
+def dispatcher_buffer_bytes(model: ModelSpec, micro_batch: float, seq: int, tp: int, ep: int, cp: int = 1,
+                            impl: Implementation = MODERN, a: float = A) -> float:
+    """Transient MoE dispatch buffers of one micro-batch on one GPU, by ``impl.moe_dispatcher`` (Megatron-Core
+    token_dispatcher.py): alltoall and flex keep a second copy of this GPU's routed tokens while they are sent
+    (the permuted send buffer beside the received one; DeepEP's preallocated NVLink/RDMA buffers are part of the
+    fixed overhead); allgather gathers the hidden states of the whole tp x ep group before the local
+    permutation (tokens·ep rows of h). Charged once per stage (one MoE layer dispatches at a time)."""
+    if not model.is_moe:
+        return 0.0
+    tokens = micro_batch * seq / cp
+    if impl.moe_dispatcher == "allgather":
+        return tokens * ep * model.hidden * a
+    return tokens / tp * model.top_k * model.hidden * a
+
+
+def largest_allocation_bytes(model: ModelSpec, micro_batch: float, seq: int, tp: int, cp: int = 1, etp: int = 1,
+                             impl: Implementation = MODERN, a: float = A, head: bool = False) -> float:
+    """The largest single tensor of one micro-batch on one GPU: a dense MLP's fc1 output (tokens x up·ffn/tp),
+    a MoE layer's expert fc1 output (tokens·top_k·etp/tp x up·ffn/etp), and with ``head`` the loss's fp32
+    logits (tokens x V/tp x 4 bytes)."""
+    tokens = micro_batch * seq / cp
+    up = 2 if model.activation == "swiglu" else 1
+    big = tokens * up * model.ffn_hidden / tp * a if model.num_moe_layers < model.num_layers else 0.0
+    if model.is_moe:
+        big = max(big, tokens * model.top_k * etp / tp * up * model.expert_ffn / etp * a)
+    if head:
+        big = max(big, tokens * model.vocab_size / tp * 4.0)
+    return big
+
+
+def fragmentation_bytes(largest_bytes: float, fraction: float) -> float:
+    """Caching-allocator fragmentation: memory reserved but not allocated at the peak, taken as a fitted share
+    (``GlobalParams.frag_fraction``) of the largest allocation - a freed large block split for smaller tensors
+    cannot serve the next large request, so the allocator maps a new segment of about that size (PyTorch CUDA
+    caching allocator notes; fitted on torchtitan's published peaks, benchmarks/calibrate.py)."""
+    return fraction * largest_bytes
 
 
 # ------------------------------------------------------------------ parameters per GPU

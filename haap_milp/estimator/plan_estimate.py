@@ -92,7 +92,7 @@ def _stage_memory(est: Estimator, plan: Plan, j: int, parts: tuple, a: float) ->
     n = s.num_layers
     fixed = est.mixed_costs(replica_keys(s), s.ep, s.recompute, cp=plan.cp).fixed_bytes if s.replicas else \
         est.stage_fixed_bytes(s.gpu_type, s.tp, dp=s.dp, recompute=s.recompute,
-                              samples_per_microbatch=plan.samples_per_microbatch, cp=plan.cp, etp=s.etp)
+                              samples_per_microbatch=plan.samples_per_microbatch, cp=plan.cp, etp=s.etp, ep=s.ep)
     out = {"weights": n * layer.weights_bytes, "grads": n * layer.grads_bytes,
            "optimizer": n * layer.optimizer_bytes, "activations": n * a * layer.act_bytes, "overhead": fixed}
     for extra in (first, last):
