@@ -1,0 +1,115 @@
+"""haap's estimate vs the Sailor-simulator re-implementation (benchmarks/sailor_sim.py), term by term.
+
+For each plan (the published plans of benchmarks/sailor_fig8b.py's ROWS, plus any haap plan JSON given with
+--plans) it prices the plan with `haap-solve estimate --plan` (profile, fp32, DeepSpeed, measured network) and
+with sailor_sim, and splits both iteration times into the same four parts:
+
+    haap (eq. T1):   (M-1) tau            + sum_j t_j  + sum_j c_j           + sigma (exposed DP sync, eq. T3)
+    Sailor:          (M-1) max_s(comp+p2p) + sum_s comp + sum_s p2p (sends)   + max_s update + max_s sync
+
+plus the per-stage inputs (stage time t_j vs comp_s, haap's one-way boundary c_j / 2 vs Sailor's sends, DP sync
+s_j vs Sailor's per-stage sync). haap's times are for the plan's own gbs (1026 / 1040 for Sailor's 32+96 /
+80+240 plans); Sailor-sim's for 1024 samples with M = ceil(1024 / (mbs x dp)), i.e. the same M.
+
+    python benchmarks/sailor_sim_terms.py [--plans a.json b.json ...] [--out benchmarks/results/sailor_sim_terms.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sailor_fig8b as fig  # noqa: E402
+import sailor_sim  # noqa: E402
+
+from haap_milp.pipeline import exposed_sync, steady_period  # noqa: E402
+
+
+def haap_terms(est: dict) -> dict:
+    t = [s["time_s"] for s in est["stages"]]
+    c = list(est["boundary_s"])
+    s = [s["breakdown"]["sync_s"] for s in est["stages"]]
+    M = est["micro_batches"]
+    tau = steady_period(t, c, M, est.get("schedule", "1f1b"), blocking=est["runtime"].get("p2p_blocking", False))
+    sigma = exposed_sync(t, s)
+    return {"M": M, "t": t, "c": c, "s": s, "tau": tau, "steady": (M - 1) * tau, "sum_t": sum(t), "sum_c": sum(c),
+            "sigma": sigma, "total": est["iteration_time_s"]}
+
+
+def fmt(xs, k=4):
+    return "[" + ", ".join(f"{x:.{k}f}" for x in xs) + "]"
+
+
+def compare(name: str, plan: dict, net: Path, tmp: Path) -> list[str]:
+    est, err = fig.estimate(plan, tmp / "p.json", net, True)
+    b = sailor_sim.score(plan)
+    if est is None:
+        return [f"### {name}", "", f"haap estimate failed: {err}", ""]
+    h = haap_terms(est)
+    straggler = b.straggler
+    st = b.terms()
+    lines = [f"### {name}", "", f"{fig.describe(plan)}", "",
+             "| term | haap | Sailor-sim | haap − Sailor |", "|---|---|---|---|"]
+    rows = [("M", h["M"], b.M),
+            ("steady period (tau / straggler), s", h["tau"], straggler),
+            ("(M−1) × period, s", h["steady"], st["(M-1) x straggler"]),
+            ("Σ stage compute, s", h["sum_t"], st["sum comp"]),
+            ("Σ p2p (haap Σ c_j round trips; Sailor Σ per-stage sends), s", h["sum_c"], st["sum p2p"]),
+            ("update (optimizer step), s", 0.0, st["update"]),
+            ("DP sync (haap exposed σ; Sailor max_s sync), s", h["sigma"], st["sync"]),
+            ("iteration, s", h["total"], b.iteration_s),
+            ("it/s", 1 / h["total"], b.its)]
+    for label, x, y in rows:
+        if label == "M":
+            lines.append(f"| {label} | {x} | {y} | |")
+        else:
+            lines.append(f"| {label} | {x:.4f} | {y:.4f} | {x - y:+.4f} |")
+    lines += ["", f"* stage compute t_j (haap) {fmt(h['t'])} vs comp_s (Sailor) {fmt(b.comp)}",
+              f"* haap boundary round trip c_j {fmt(h['c'])}; Sailor per-stage sends p2p_s {fmt(b.p2p)}",
+              f"* haap period candidates t_j + ½(c_(j−1) + c_j) "
+              f"{fmt([t + 0.5 * ((h['c'][j - 1] if j else 0) + (h['c'][j] if j < len(h['c']) else 0)) for j, t in enumerate(h['t'])])}"
+              f" vs Sailor comp_s + p2p_s {fmt([x + y for x, y in zip(b.comp, b.p2p)])}",
+              f"* DP sync per stage s_j (haap) {fmt(h['s'], 3)} vs Sailor {fmt(b.sync_per_stage, 3)}; Sailor update "
+              f"per stage {fmt(b.update)}", ""]
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plans", type=Path, nargs="*", default=[], help="haap plan JSONs ({'plan': ...} or the plan)")
+    ap.add_argument("--out", type=Path, default=fig.ROOT / "benchmarks" / "results" / "sailor_sim_terms.md")
+    args = ap.parse_args()
+    lines = ["# haap's estimate vs Sailor-sim, term by term", "",
+             "Produced by `python benchmarks/sailor_sim_terms.py` (see its docstring). haap: profile-based",
+             "`haap-solve estimate --plan` (fp32, DeepSpeed, measured network; time for the plan's own gbs).",
+             "Sailor-sim: `benchmarks/sailor_sim.py` at gbs 1024 (same M).", ""]
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        net = tmp / "net.yaml"
+        code, out, _ = fig.run(["network", "import", "--format", "sailor", str(fig.NET_SRC), "--zone",
+                                "us-central1-a", "-o", str(net)])
+        if code != 0:
+            print(out)
+            return 1
+        for label, na, nv, published in fig.ROWS:
+            cluster = f"a100-40g:{na}/4,v100-16g:{nv}/4"
+            lines += [f"## {label} ({cluster})", ""]
+            for who, its, stages, mbs, gbs in published:
+                lines += compare(f"{who} (published {its} it/s)", fig.plan_doc(cluster, stages, mbs, gbs), net, tmp)
+            for p in args.plans:
+                doc = json.loads(p.read_text())
+                plan = doc.get("plan", doc)
+                if plan["cluster"] == cluster:
+                    lines += compare(f"haap plan {p.stem}", plan, net, tmp)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
