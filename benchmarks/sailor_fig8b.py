@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sailor_sim  # noqa: E402
+import sailor_sim
 
 ROOT = Path(__file__).resolve().parent.parent
 NET_SRC = ROOT / "tests" / "data" / "sailor_network" / "multizone_bandwidths_het.json"

@@ -128,7 +128,7 @@ def ar_time_with_buckets(x: float, workers: int, coef: list[float], bucket: floa
     """runtime_simulator.get_ar_time_with_buckets: DeepSpeed's buckets, one after another."""
     t, rem = 0.0, x
     while rem > 0:
-        b = bucket if rem > bucket else rem
+        b = min(rem, bucket)
         t += ar_time(b, workers, coef)
         rem -= b
     return t

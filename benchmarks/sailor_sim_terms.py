@@ -25,11 +25,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sailor_fig8b as fig  # noqa: E402
-import sailor_sim  # noqa: E402
+import sailor_fig8b as fig
+import sailor_sim
 
-from haap_milp.pipeline import exposed_sync, steady_period  # noqa: E402
-
+from haap_milp.pipeline import exposed_sync, steady_period
 
 FORMULAS = [
     "Where the two formulas differ (haap file / function vs Sailor's `runtime_simulator.py`):", "",
@@ -103,13 +102,14 @@ def compare(name: str, plan: dict, net: Path, tmp: Path) -> list[str]:
             lines.append(f"| {label} | {x} | {y} | |")
         else:
             lines.append(f"| {label} | {x:.4f} | {y:.4f} | {x - y:+.4f} |")
+    period = [t + 0.5 * ((h["c"][j - 1] if j else 0) + (h["c"][j] if j < len(h["c"]) else 0))
+              for j, t in enumerate(h["t"])]
     lines += ["", f"* stage compute t_j (haap) {fmt(h['t'])} vs comp_s (Sailor) {fmt(b.comp)}",
               f"* haap boundary round trip c_j {fmt(h['c'])}; Sailor per-stage sends p2p_s {fmt(b.p2p)}",
-              f"* haap period candidates t_j + ½(c_(j−1) + c_j) "
-              f"{fmt([t + 0.5 * ((h['c'][j - 1] if j else 0) + (h['c'][j] if j < len(h['c']) else 0)) for j, t in enumerate(h['t'])])}"
-              f" vs Sailor comp_s + p2p_s {fmt([x + y for x, y in zip(b.comp, b.p2p)])}",
-              f"* DP sync per stage s_j (haap) {fmt(h['s'], 3)} vs Sailor {fmt(b.sync_per_stage, 3)}; Sailor update "
-              f"per stage {fmt(b.update)}", ""]
+              (f"* haap period candidates t_j + ½(c_(j−1) + c_j) {fmt(period)}"
+               f" vs Sailor comp_s + p2p_s {fmt([x + y for x, y in zip(b.comp, b.p2p)])}"),
+              (f"* DP sync per stage s_j (haap) {fmt(h['s'], 3)} vs Sailor {fmt(b.sync_per_stage, 3)}; Sailor update "
+               f"per stage {fmt(b.update)}"), ""]
     return lines
 
 

@@ -44,7 +44,7 @@ def test_published_fig8b_throughputs(plan, published, M):
 
 def test_layer_mapping_covers_embedding_and_head():
     stages, _ = ss.stages_from_plan(MIXED_32)
-    assert stages[0].layers == list(range(0, 13)) and stages[1].layers == list(range(13, 26))
+    assert stages[0].layers == list(range(13)) and stages[1].layers == list(range(13, 26))
     assert [g for g, _ in stages[0].replicas].count("V100-16") == 24
 
 
