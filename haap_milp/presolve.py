@@ -229,14 +229,19 @@ def build(
             variant_opts[b] = allowed
     variants, bounds = [], {}
     ends = mixed_stages.endpoint_members(groups, pairs)
-    priced = {b: _price_variant(est, model, training, groups, opts, b, ids, uniform, ends)
-              for b, ids in variant_opts.items()}
-    for b, (var, lb) in priced.items():
+    if est.p2p_per_replica:  # eq. P1: one dp per variant, so the p2p table can price each replica's stream
+        variant_opts = {(b, dp): [i for i in ids if opts[i].dp == dp]
+                        for b, ids in variant_opts.items() for dp in sorted({opts[i].dp for i in ids})}
+    else:
+        variant_opts = {(b, None): ids for b, ids in variant_opts.items()}
+    priced = {(b, dp): _price_variant(est, model, training, groups, opts, b, ids, uniform, ends, dp)
+              for (b, dp), ids in variant_opts.items()}
+    for (b, _dp), (var, lb) in priced.items():
         if var.allowed.any():
             bounds[len(variants)] = lb
             variants.append(var)
         else:
-            dropped.append(f"B={b} samples per micro-batch: no option holds one layer")
+            dropped.append(f"B={b} samples per micro-batch" + (f", dp {_dp}" if _dp else "") + ": no option holds one layer")
     max_stages = _max_stages(model, groups, options, variants, opts)
     if caps.max_stages_when_tied is not None and model.tied_embeddings:
         max_stages = min(max_stages, caps.max_stages_when_tied)  # e.g. torchtitan cannot tie first and last stage
@@ -387,8 +392,8 @@ def _option_costs(est, groups, o: Option, b: int):
 
 
 def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = False,
-                   ends: list[tuple[int, ...]] | None = None) -> tuple[Variant, float]:
-    """Cost arrays for one micro-batch choice and its eq. B1 lower bound."""
+                   ends: list[tuple[int, ...]] | None = None, dp: int | None = None) -> tuple[Variant, float]:
+    """Cost arrays for one micro-batch choice (and, under eq. P1, one dp) and its eq. B1 lower bound."""
     n = len(opts)
     z = lambda: np.zeros(n)
     a = {k: z() for k in ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "cap", "sf", "sl", "s1", "sL")}
@@ -417,7 +422,7 @@ def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = F
     for x in range(G):
         for y in range(G):
             ga, gb = (groups[x].gpu_type, groups[x].island), (groups[y].gpu_type, groups[y].island)
-            p2p[x, y] = est.p2p_time(ga, gb, b)
+            p2p[x, y] = est.p2p_time(ga, gb, b, dp_a=dp, dp_b=dp)
     for x, xs in enumerate(ends):  # eq. H5: a mixed endpoint's boundary is its slowest group pair
         for y, ys in enumerate(ends):
             if x >= G or y >= G:

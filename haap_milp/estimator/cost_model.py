@@ -222,6 +222,8 @@ class Estimator:
         streams = None
         if self.p2p_model == "per_gpu" and dp_a is not None and dp_b is not None:
             streams = min(tp_a * dp_a, tp_b * dp_b) * cp
+        elif self.p2p_per_replica and dp_a is not None and dp_a == dp_b:
+            streams = dp_a * cp  # eq. P1: one stream per replica pair, B / dp samples each
         key = (group_a, group_b, samples_per_microbatch, streams)
         return self._memo("p2p_time", key, lambda: self._p2p(group_a, group_b, samples_per_microbatch, streams))
 
@@ -251,6 +253,18 @@ class Estimator:
             rate = min(rate, link.bandwidth_gbps * 1e9 * min(hw_a.params.nic_eff, hw_b.params.nic_eff))
             lat += link.latency_us * 1e-6
         return 2.0 * comm.p2p(comm.Link(rate, lat)).time(total)
+
+    @property
+    def p2p_per_replica(self) -> bool:
+        """Eq. P1: under a runtime whose sends block (DeepSpeed) and with every stage at the same dp
+        (``--uniform dp``), replica r of stage j sends its own B/dp samples to replica r of stage j+1 over one
+        GPU's stream (DeepSpeed's PipelineEngine pairs the dp ranks of neighbouring stages one to one; Sailor's
+        simulator prices each replica's send alike). The boundary is then priced per replica, with the stage's
+        dp known: presolve splits each micro-batch variant by dp (one dp per variant) so its table holds it.
+        tp > 1 replicas are priced as one stream (their tp GPUs really split the message: pessimistic there).
+        Otherwise the group-pair model (``p2p_time``'s docstring) applies."""
+        t = self.training
+        return self.p2p_blocking and bool({"dp", "mbs"} & set(t.uniform))
 
     @property
     def p2p_blocking(self) -> bool:

@@ -143,7 +143,11 @@ def _boundary(est: Estimator, plan: Plan, a: int, b: int) -> float:
     """c_j: with the default group-level p2p model this is exactly presolve's p2p_time[g_a][g_b]; a mixed
     stage's boundary is its slowest type pair (eq. H5)."""
     sa, sb = plan.stages[a], plan.stages[b]
-    return mixed.boundary_s(est, _ends(sa), _ends(sb), plan.samples_per_microbatch, cp=plan.cp)
+    ea, eb = _ends(sa), _ends(sb)
+    if est.p2p_per_replica and sa.dp == sb.dp:  # eq. P1: per replica pair, at the stages' common dp
+        ea = tuple((g, isl, tp, sa.dp) for g, isl, tp, _ in ea)
+        eb = tuple((g, isl, tp, sb.dp) for g, isl, tp, _ in eb)
+    return mixed.boundary_s(est, ea, eb, plan.samples_per_microbatch, cp=plan.cp)
 
 
 def _finish(est: Estimator, plan: Plan, it: float, totals: list[StageCost], mems: list[dict[str, float]],
