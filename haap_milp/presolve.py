@@ -389,20 +389,24 @@ def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: 
     """Drop outclassed options: i is outclassed by j when both have the same group, tp and dp (so the
     same GPUs and the same rules), the same uniform signature when the problem is uniform (eq. U1: under a
     uniform target or ``--uniform`` another group may only be able to match i's signature), and
-    j is no worse in every time, memory and sync coefficient and better in one, so i can never be needed."""
+    j is no worse in every time, memory and sync coefficient and better in one, so i can never be needed.
+
+    Outclassing is a strict partial order, so the options kept are exactly those no allowed option outclasses
+    (a maximal outclasser is never dropped): one comparison matrix per (group, tp, dp[, signature]) block,
+    [n, n, 13] booleans (measured: MoE x 3 types x 2 islands, 10-24 s as a Python double loop, 0.1 s here)."""
     keys = ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "sl", "s1", "sL")
     out = allowed.copy()
-    idx = np.flatnonzero(allowed)
-    for i in idx:
-        for j in idx:
-            if i == j or not out[j]:
-                continue
-            oi, oj = opts[i], opts[j]
-            if (oi.group, oi.tp, oi.dp) != (oj.group, oj.tp, oj.dp) or (uniform and oi.signature != oj.signature):
-                continue
-            if all(a[k][j] <= a[k][i] for k in keys) and any(a[k][j] < a[k][i] for k in keys):
-                out[i] = False
-                break
+    blocks: dict = {}
+    for i in np.flatnonzero(allowed).tolist():
+        o = opts[i]
+        blocks.setdefault((o.group, o.tp, o.dp, o.signature if uniform else None), []).append(i)
+    for idx in blocks.values():
+        if len(idx) < 2:
+            continue
+        c = np.stack([np.asarray(a[k], float)[idx] for k in keys], axis=1)  # [n, keys]
+        le = (c[:, None, :] <= c[None, :, :]).all(axis=2)  # le[j, i]: j no worse than i everywhere
+        lt = (c[:, None, :] < c[None, :, :]).any(axis=2)  # lt[j, i]: j better than i somewhere
+        out[np.asarray(idx)[(le & lt).any(axis=0)]] = False
     return out
 
 
