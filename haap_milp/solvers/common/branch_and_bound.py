@@ -30,6 +30,7 @@ from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables
+from haap_milp.solvers.common.stage_dp import node_bound
 
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left
@@ -39,6 +40,7 @@ INITIAL_SPLIT = 4  # intervals per variant before the search starts
 # presolved llama3-70b instances (1024 and 4096 GPUs x 3 types) a 0.25 share cost 2 s and left the
 # 4096-GPU gap at 7.4 % instead of 1.5 %; on the synthetic instances it found better plans sometimes
 PRIMAL_SHARE = 0.0
+USE_STAGE_DP = True  # eq. N4 before the LP of eq. N2
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 
 
@@ -56,6 +58,15 @@ class VariantResult:
 
 SolveNode = Callable[[Problem, LinModel, VariantBound, "float | None", float, "Assignment | None", object],
                      VariantResult]
+
+
+_SEQ = itertools.count()
+
+
+def _push(heap, bound, v, a, b, tries, plo, phi, mu=None) -> None:
+    """A node (bound, variant, a, b, tries, P_lo, P_hi, seq, mu): ``seq`` keeps the heap from comparing the
+    multipliers ``mu`` of eq. N4 (inherited by the children as their warm start)."""
+    heapq.heappush(heap, (bound, v, a, b, tries, plo, phi, next(_SEQ), mu))
 
 
 @dataclass
@@ -154,11 +165,12 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floor
         if st.inc is not None and M > 1:
             hi = min(hi, (st.inc_obj - b.rest_lb) / (M - 1))  # eq. X1
         if M == 1 or hi <= b.tau_lb:
-            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30))
+            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30, next(_SEQ), None))
             continue
         edges = [b.tau_lb + (hi - b.tau_lb) * i / INITIAL_SPLIT for i in range(INITIAL_SPLIT + 1)]
         for lo, up in itertools.pairwise(edges):
-            heap.append((max((M - 1) * lo + b.rest_lb, floors.get(v, -math.inf)), v, lo, up, 0, 0, 1 << 30))
+            heap.append((max((M - 1) * lo + b.rest_lb, floors.get(v, -math.inf)), v, lo, up, 0, 0, 1 << 30,
+                         next(_SEQ), None))
     heapq.heapify(heap)
     return heap
 
@@ -196,7 +208,7 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
 
 def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
     """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
-    bound, v, a, b, tries, plo, phi = node
+    bound, v, a, b, tries, plo, phi, _, mu = node
     st.nodes += 1
     M = problem.variants[v].num_microbatches
     if cutoff is not None and M > 1:
@@ -207,6 +219,17 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     if t.p_min == 0 or t.p_min > t.p_max:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
+    if tries == 0 and USE_STAGE_DP:  # eq. N4: the Lagrangian stage DP, before any model is built
+        nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu)
+        mu = nb.mu
+        st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
+        if nb.plan is not None and not violations(problem, nb.plan):  # the DP leaves the engine rules out
+            st.offer(problem, nb.plan, f"{name} stage DP")
+        cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
+        bound = max(bound, nb.bound_s - 1e-9 * abs(nb.bound_s) if math.isfinite(nb.bound_s) else nb.bound_s)
+        if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
+            st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
+            return
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
     small = len(lm.names) <= SMALL_MODEL
     if not small and tries == 0:
@@ -217,15 +240,15 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
         if M > 1 and b - a > _split_width(options, a):
-            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max)
+            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu)
             return
         if t.p_max > t.p_min:  # then on the number of stages
             mid = (t.p_min + t.p_max) // 2
-            heapq.heappush(heap, (bound, v, a, b, 0, t.p_min, mid))
-            heapq.heappush(heap, (bound, v, a, b, 0, mid + 1, t.p_max))
+            _push(heap, bound, v, a, b, 0, t.p_min, mid, mu)
+            _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu)
             return
-    _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound), (bound, v, a, b, tries, plo, phi),
-            cutoff, deadline, name, solve_node)
+    _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
+            (bound, v, a, b, tries, plo, phi, None, mu), cutoff, deadline, name, solve_node)
 
 
 def _split_width(options, a: float) -> float:
@@ -233,14 +256,14 @@ def _split_width(options, a: float) -> float:
     return max(options.relative_gap, 2e-3) * a / 2
 
 
-def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int) -> None:
+def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=None) -> None:
     mid = (a + b) / 2 if b <= 4 * a or a <= 0 else math.sqrt(a * b)
-    heapq.heappush(heap, (max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi))
-    heapq.heappush(heap, (max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi))
+    _push(heap, max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi, mu)
+    _push(heap, max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi, mu)
 
 
 def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node):
-    bound, v, a, b, tries, plo, phi = node
+    bound, v, a, b, tries, plo, phi, _, mu = node
     left = deadline - time.perf_counter()
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
@@ -254,7 +277,7 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     if res.status == "OPTIMAL":
         st.closed.append(min(nbound, cutoff) if cutoff is not None else nbound)
         return
-    heapq.heappush(heap, (nbound, v, a, b, tries + 1, plo, phi))  # not finished: again later with more time
+    _push(heap, nbound, v, a, b, tries + 1, plo, phi, mu)  # not finished: again later with more time
 
 
 def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) -> RawResult:

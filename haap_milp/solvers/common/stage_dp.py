@@ -1,0 +1,210 @@
+"""Lower bound of a (variant, tau interval) node by a DP over the pipeline's stages (eq. N4,
+formulations/README.md), with the GPU counts moved into the objective by Lagrange multipliers.
+
+At a fixed steady period the objective T = (M - 1) tau + sum t + sum c + sigma (eq. T1) splits: a node
+has tau >= a, and every plan of it with t_j <= b (the tables' layer bounds, eq. X1) pays
+
+    T >= (M - 1) a + sum_j t_j + sum_j c_j + s_0          (sigma >= s_0, eq. T3)
+
+The right side is a sum over stages and links, so the least of it over all pipelines is a shortest path:
+slots k = 1 .. P from the end (k = 1 the last stage), state (layers held by slots 1..k, group of slot k),
+a stage at slot k with option i and n layers in [lo, U] (memory at its slot, eqs. M2, D1, X1), a link
+p2p[g, h] from the earlier stage's group to the later one's (none slower than 2b, eq. T2). Only the GPU
+rows (G1) couple the stages; with multipliers mu_g >= 0 (s per GPU) for them,
+
+    LB(mu) = (M - 1) a + min_path [ sum_j (t_j + mu . gpus_j) + sum_j c_j + s_0 ] - mu . cap
+
+is a lower bound on every plan of the node for every mu >= 0 (weak duality); the in-flight rows of eq.
+T2, sigma's later terms and the engine rules (U1, U2) are left out, which only lowers it. ``usage[i]`` is
+what option i takes of each group, so an option whose replicas draw from several groups needs no change
+here. mu is improved by projected subgradient steps (one group: bisection), warm-started from the parent
+node. A path that fits every group's GPUs is a plan (it is offered as an incumbent once checked).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from haap_milp.pipeline import TIME_RTOL
+from haap_milp.problem import Assignment, Problem, Stage
+from haap_milp.solvers.common.slot_bounds import Tables
+
+INF = math.inf
+MAX_STEPS = 24  # DP evaluations per node (each ~1-10 ms: slots x (options x layers) numpy work)
+
+
+@dataclass
+class PathResult:
+    """One DP evaluation: the least Lagrangian path cost (s, before subtracting mu . cap), its GPUs per
+    group and the path itself (slot P first)."""
+
+    cost: float
+    used: np.ndarray  # [G]
+    stages: tuple[tuple[int, int], ...]  # (local option, layers) in pipeline order
+
+
+@dataclass
+class NodeBound:
+    bound_s: float  # lower bound on T over the node (inf: no plan)
+    mu: np.ndarray  # multipliers reached (warm start for the children)
+    plan: Assignment | None = None  # a path within every group's GPUs (memory, GPUs and tau <= b hold)
+    steps: int = 0
+
+
+def usage_matrix(problem: Problem, t: Tables) -> np.ndarray:
+    """[n, G] GPUs of each group that local option i uses (one group per option today)."""
+    use = np.zeros((t.n, len(problem.groups)))
+    use[np.arange(t.n), t.group] = t.gpus
+    return use
+
+
+def _stage_cost(t: Tables, k: int, first: bool, last: bool, mu_cost: np.ndarray) -> np.ndarray:
+    """[n, L+1] cost of option i holding n layers at slot k (inf where memory, eq. D1 or X1 forbid it):
+    t_j plus the Lagrangian GPU price, plus s_0 (the first stage's sync) when ``first``."""
+    c, L = t.coef, t.L
+    n = np.arange(L + 1, dtype=float)[None, :]
+    per = c["layer_time"] + (c["sync_per_layer"] if first else 0.0)
+    const = mu_cost.copy()
+    if first:
+        const += c["first_time"] + c["sync_fixed"] + c["sync_first"]
+    if last:
+        const += c["last_time"] + (c["sync_last"] if first else 0.0)
+    lo, up = (t.lof, t.Uf) if first else (t.lo, t.U)
+    lo_k, up_k = np.maximum(lo[k - 1], 1)[:, None], up[k - 1][:, None]
+    cost = n * per[:, None] + const[:, None]
+    return np.where((n >= lo_k) & (n <= up_k), cost, INF)
+
+
+def _per_group(t: Tables, cost: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """Least cost per (group, n) and the local option reaching it: [G, L+1] each."""
+    best = np.full((G, t.L + 1), INF)
+    arg = np.zeros((G, t.L + 1), np.int64)
+    for g in range(G):
+        idx = np.flatnonzero(t.group == g)
+        if len(idx):
+            sub = cost[idx]
+            j = sub.argmin(axis=0)
+            best[g] = sub[j, np.arange(t.L + 1)]
+            arg[g] = idx[j]
+    return best, arg
+
+
+def evaluate_path(problem: Problem, t: Tables, usage: np.ndarray, mu: np.ndarray, b: float,
+                  p_lo: int, p_hi: int) -> PathResult | None:
+    """The least Lagrangian path over stage counts P in [p_lo, p_hi] (None: no path)."""
+    L, G = t.L, len(problem.groups)
+    link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p, INF)  # [g earlier, h later]
+    mu_cost = usage @ mu
+    lidx = np.arange(L + 1)
+    conv_idx = lidx[:, None] - lidx[None, :]  # [l, n] -> l - n
+    conv_ok = conv_idx >= 0
+    conv_idx = np.where(conv_ok, conv_idx, 0)
+    F = None  # [G, L+1]: slots 1..k-1 non-first, slot k-1 in group g, l layers held
+    trace = []  # per slot k: (argI [G, L+1], argN [G, L+1], argH [G, L+1] or None)
+    best = (INF, None)
+    for k in range(1, min(p_hi, t.p_max) + 1):
+        if F is not None:  # H[g, m]: the best later part when slot k is in group g
+            Hgh = F[None, :, :] + link[:, :, None]  # [g, h, m]
+            argH = Hgh.argmin(axis=1)
+            H = np.take_along_axis(Hgh, argH[:, None, :], axis=1)[:, 0, :]
+        else:
+            H, argH = None, None
+        if k >= max(p_lo, t.p_min):  # the first stage at slot k (P = k)
+            fc = _stage_cost(t, k, True, k == 1, mu_cost)  # [n_opt, L+1]
+            rest = np.zeros((t.n, L + 1)) + INF
+            if H is None:
+                rest[:, L] = 0.0
+            else:
+                rest = H[t.group][:, L - lidx]  # layers left for slots 1..k-1
+                rest[:, L] = INF  # they hold at least one layer each
+            tot = fc + rest
+            flat = int(np.argmin(tot))
+            if tot.flat[flat] < best[0]:
+                best = (float(tot.flat[flat]), (k, *divmod(flat, L + 1), argH))
+        if k >= min(p_hi, t.p_max):
+            break
+        cb, argI = _per_group(t, _stage_cost(t, k, False, k == 1, mu_cost), G)  # [G, L+1]
+        if H is None:
+            F, argN = cb, np.broadcast_to(lidx, (G, L + 1)).copy()
+        else:
+            tens = np.where(conv_ok[None], cb[:, None, :] + H[:, conv_idx], INF)  # [g, l, n]: n at slot k
+            argN = tens.argmin(axis=2)
+            F = np.take_along_axis(tens, argN[:, :, None], axis=2)[:, :, 0]
+        trace.append((argI, argN, argH))
+    if not math.isfinite(best[0]):
+        return None
+    return _backtrack(t, usage, best, trace)
+
+
+def _backtrack(t: Tables, usage: np.ndarray, best, trace) -> PathResult:
+    cost, (P, i, n, argH) = best
+    stages = [(int(i), int(n))]
+    used = usage[i].copy()
+    left, g = t.L - n, int(t.group[i])
+    for k in range(P - 1, 0, -1):
+        h = int(argH[g, left])
+        argI, argN, argH = trace[k - 1]
+        n_k = int(argN[h, left])
+        i_k = int(argI[h, n_k])
+        stages.append((i_k, n_k))
+        used += usage[i_k]
+        left, g = left - n_k, h
+    assert left == 0, "the DP path does not hold every layer"
+    return PathResult(cost, used, tuple(stages))
+
+
+def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi: int,
+               cutoff: float | None, mu0: np.ndarray | None = None) -> NodeBound:
+    """Eq. N4: the best Lagrangian bound found in MAX_STEPS DP evaluations (stops once it reaches
+    ``cutoff``)."""
+    G = len(problem.groups)
+    cap = np.asarray(problem.group_capacity, float)
+    usage = usage_matrix(problem, t)
+    base = (t.M - 1) * a
+    mu = np.zeros(G) if mu0 is None else np.maximum(mu0, 0.0)
+    active = np.unique(t.group)
+    best = NodeBound(-INF, mu.copy())
+    lo_mu, hi_mu = 0.0, INF  # bisection bracket (one group)
+    for step in range(1, MAX_STEPS + 1):
+        res = evaluate_path(problem, t, usage, mu, b, p_lo, p_hi)
+        if res is None:
+            return NodeBound(INF, mu, None, step)
+        val = base + res.cost - float(mu @ cap)
+        if val > best.bound_s:
+            best = NodeBound(val, mu.copy(), best.plan, step)
+        sub = res.used - cap  # subgradient of LB at mu
+        if np.all(sub <= 0):
+            best.plan = best.plan or _assignment(t, res)
+        if cutoff is not None and best.bound_s >= cutoff:
+            break
+        grad = np.where((mu > 0) | (sub > 0), sub, 0.0)  # projected on mu >= 0
+        if not np.any(grad):
+            break  # mu is optimal: the relaxation's least path fits (complementary slackness)
+        if len(active) == 1:
+            g = int(active[0])
+            if sub[g] > 0:
+                lo_mu = mu[g]
+            else:
+                hi_mu = mu[g]
+            if math.isinf(hi_mu):
+                mu[g] = max(2 * mu[g], _mu_scale(t, cap))
+            else:
+                mu[g] = (lo_mu + hi_mu) / 2
+            continue
+        target = cutoff if cutoff is not None else abs(best.bound_s) * 1.05 + 1e-9
+        gap = max(target - val, 1e-6 * abs(target))
+        mu = np.maximum(0.0, mu + gap / float(grad @ grad) * grad)
+    best.steps = step
+    return best
+
+
+def _mu_scale(t: Tables, cap: np.ndarray) -> float:
+    """A first multiplier (s per GPU): one layer's time at the slowest option spread over one stage's GPUs."""
+    return float(t.coef["layer_time"].max() / max(1.0, float(t.gpus.min())))
+
+
+def _assignment(t: Tables, res: PathResult) -> Assignment:
+    return Assignment(t.v, tuple(Stage(int(t.opts[i]), n) for i, n in res.stages))
