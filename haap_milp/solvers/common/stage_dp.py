@@ -34,6 +34,7 @@ from haap_milp.solvers.common.slot_bounds import Tables
 
 INF = math.inf
 MAX_STEPS = 24  # DP evaluations per node (each ~1-10 ms: slots x (options x layers) numpy work)
+MU_RTOL = 1e-3  # one group: bisection on mu stops when the bracket is this narrow (relative)
 
 
 @dataclass
@@ -61,82 +62,95 @@ def usage_matrix(problem: Problem, t: Tables) -> np.ndarray:
     return use
 
 
-def _stage_cost(t: Tables, k: int, first: bool, last: bool, mu_cost: np.ndarray) -> np.ndarray:
-    """[n, L+1] cost of option i holding n layers at slot k (inf where memory, eq. D1 or X1 forbid it):
-    t_j plus the Lagrangian GPU price, plus s_0 (the first stage's sync) when ``first``."""
-    c, L = t.coef, t.L
-    n = np.arange(L + 1, dtype=float)[None, :]
-    per = c["layer_time"] + (c["sync_per_layer"] if first else 0.0)
-    const = mu_cost.copy()
-    if first:
-        const += c["first_time"] + c["sync_fixed"] + c["sync_first"]
-    if last:
-        const += c["last_time"] + (c["sync_last"] if first else 0.0)
-    lo, up = (t.lof, t.Uf) if first else (t.lo, t.U)
-    lo_k, up_k = np.maximum(lo[k - 1], 1)[:, None], up[k - 1][:, None]
-    cost = n * per[:, None] + const[:, None]
-    return np.where((n >= lo_k) & (n <= up_k), cost, INF)
+class PathDP:
+    """The node's stage costs without the multipliers, built once per node ([n, L+1] per slot: the time
+    terms of a stage of n layers, inf where memory, eq. D1, X1 or the GPUs the other stages need forbid
+    it); ``run(mu)`` is one DP evaluation."""
 
+    def __init__(self, problem: Problem, t: Tables, b: float, p_lo: int, p_hi: int):
+        self.t, self.L, self.G = t, t.L, len(problem.groups)
+        self.usage = usage_matrix(problem, t)
+        self.link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p, INF)  # [g earlier, h later]
+        self.p_first = max(p_lo, t.p_min)
+        self.k_max = min(p_hi, t.p_max)
+        self.members = [np.flatnonzero(t.group == g) for g in range(self.G)]
+        cap = np.asarray(problem.group_capacity, float)
+        # GPUs the other stages take at least from the stage's own group: k others (slots 1..k-1 and one
+        # earlier, or P - 1 of them for the first stage), each of dmin GPUs, less what other groups hold
+        self._dmin, self._cap, self._other = float(t.gpus.min()), cap[t.group], cap.sum() - cap[t.group]
+        self.nonfirst = {k: self._base(k, False) for k in range(1, self.k_max)}
+        self.first = {k: self._base(k, True) for k in range(self.p_first, self.k_max + 1)}
 
-def _per_group(t: Tables, cost: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
-    """Least cost per (group, n) and the local option reaching it: [G, L+1] each."""
-    best = np.full((G, t.L + 1), INF)
-    arg = np.zeros((G, t.L + 1), np.int64)
-    for g in range(G):
-        idx = np.flatnonzero(t.group == g)
-        if len(idx):
-            sub = cost[idx]
-            j = sub.argmin(axis=0)
-            best[g] = sub[j, np.arange(t.L + 1)]
-            arg[g] = idx[j]
-    return best, arg
+    def _base(self, k: int, first: bool) -> np.ndarray:
+        t, c, L = self.t, self.t.coef, self.L
+        n = np.arange(L + 1, dtype=float)[None, :]
+        per = c["layer_time"] + (c["sync_per_layer"] if first else 0.0)
+        const = np.zeros(t.n)
+        if first:
+            const += c["first_time"] + c["sync_fixed"] + c["sync_first"]
+        if k == 1:
+            const += c["last_time"] + (c["sync_last"] if first else 0.0)
+        lo, up = (t.lof, t.Uf) if first else (t.lo, t.U)
+        others = (k - 1 if first else k) * self._dmin
+        fits = t.gpus + np.maximum(0.0, others - self._other) <= self._cap
+        ok = (n >= np.maximum(lo[k - 1], 1)[:, None]) & (n <= up[k - 1][:, None]) & fits[:, None]
+        return np.where(ok, n * per[:, None] + const[:, None], INF)
 
+    def _per_group(self, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Least cost per (group, n) and the local option reaching it: [G, L+1] each."""
+        best = np.full((self.G, self.L + 1), INF)
+        arg = np.zeros((self.G, self.L + 1), np.int64)
+        cols = np.arange(self.L + 1)
+        for g, idx in enumerate(self.members):
+            if len(idx):
+                sub = cost[idx] if len(idx) < self.t.n else cost
+                j = sub.argmin(axis=0)
+                best[g] = sub[j, cols]
+                arg[g] = idx[j]
+        return best, arg
 
-def evaluate_path(problem: Problem, t: Tables, usage: np.ndarray, mu: np.ndarray, b: float,
-                  p_lo: int, p_hi: int) -> PathResult | None:
-    """The least Lagrangian path over stage counts P in [p_lo, p_hi] (None: no path)."""
-    L, G = t.L, len(problem.groups)
-    link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p, INF)  # [g earlier, h later]
-    mu_cost = usage @ mu
-    lidx = np.arange(L + 1)
-    conv_idx = lidx[:, None] - lidx[None, :]  # [l, n] -> l - n
-    conv_ok = conv_idx >= 0
-    conv_idx = np.where(conv_ok, conv_idx, 0)
-    F = None  # [G, L+1]: slots 1..k-1 non-first, slot k-1 in group g, l layers held
-    trace = []  # per slot k: (argI [G, L+1], argN [G, L+1], argH [G, L+1] or None)
-    best = (INF, None)
-    for k in range(1, min(p_hi, t.p_max) + 1):
-        if F is not None:  # H[g, m]: the best later part when slot k is in group g
-            Hgh = F[None, :, :] + link[:, :, None]  # [g, h, m]
-            argH = Hgh.argmin(axis=1)
-            H = np.take_along_axis(Hgh, argH[:, None, :], axis=1)[:, 0, :]
-        else:
-            H, argH = None, None
-        if k >= max(p_lo, t.p_min):  # the first stage at slot k (P = k)
-            fc = _stage_cost(t, k, True, k == 1, mu_cost)  # [n_opt, L+1]
-            rest = np.zeros((t.n, L + 1)) + INF
-            if H is None:
-                rest[:, L] = 0.0
+    def run(self, mu: np.ndarray) -> PathResult | None:
+        """The least Lagrangian path over the node's stage counts (None: no path)."""
+        t, L, G, link = self.t, self.L, self.G, self.link
+        mu_cost = (self.usage @ mu)[:, None]
+        lidx = np.arange(L + 1)
+        conv_idx = lidx[:, None] - lidx[None, :]  # [l, n] -> l - n
+        conv_ok = conv_idx >= 0
+        conv_idx = np.where(conv_ok, conv_idx, 0)
+        F = None  # [G, L+1]: slots 1..k-1 non-first, slot k-1 in group g, l layers held
+        trace = []  # per slot k: (argI [G, L+1], argN [G, L+1], argH [G, L+1] or None)
+        best = (INF, None)
+        for k in range(1, self.k_max + 1):
+            if F is not None:  # H[g, m]: the best later part when slot k is in group g
+                Hgh = F[None, :, :] + link[:, :, None]  # [g, h, m]
+                argH = Hgh.argmin(axis=1)
+                H = np.take_along_axis(Hgh, argH[:, None, :], axis=1)[:, 0, :]
             else:
-                rest = H[t.group][:, L - lidx]  # layers left for slots 1..k-1
-                rest[:, L] = INF  # they hold at least one layer each
-            tot = fc + rest
-            flat = int(np.argmin(tot))
-            if tot.flat[flat] < best[0]:
-                best = (float(tot.flat[flat]), (k, *divmod(flat, L + 1), argH))
-        if k >= min(p_hi, t.p_max):
-            break
-        cb, argI = _per_group(t, _stage_cost(t, k, False, k == 1, mu_cost), G)  # [G, L+1]
-        if H is None:
-            F, argN = cb, np.broadcast_to(lidx, (G, L + 1)).copy()
-        else:
-            tens = np.where(conv_ok[None], cb[:, None, :] + H[:, conv_idx], INF)  # [g, l, n]: n at slot k
-            argN = tens.argmin(axis=2)
-            F = np.take_along_axis(tens, argN[:, :, None], axis=2)[:, :, 0]
-        trace.append((argI, argN, argH))
-    if not math.isfinite(best[0]):
-        return None
-    return _backtrack(t, usage, best, trace)
+                H, argH = None, None
+            if k in self.first:  # the first stage at slot k (P = k)
+                if H is None:
+                    rest = np.full(L + 1, INF)
+                    rest[L] = 0.0
+                    rest = rest[None, :]
+                else:
+                    rest = H[t.group][:, L - lidx]  # layers left for slots 1..k-1 (none left: inf)
+                tot = self.first[k] + mu_cost + rest
+                flat = int(np.argmin(tot))
+                if tot.flat[flat] < best[0]:
+                    best = (float(tot.flat[flat]), (k, *divmod(flat, L + 1), argH))
+            if k >= self.k_max:
+                break
+            cb, argI = self._per_group(self.nonfirst[k] + mu_cost)  # [G, L+1]
+            if H is None:
+                F, argN = cb, np.broadcast_to(lidx, (G, L + 1)).copy()
+            else:
+                tens = np.where(conv_ok[None], cb[:, None, :] + H[:, conv_idx], INF)  # [g, l, n]: n at slot k
+                argN = tens.argmin(axis=2)
+                F = np.take_along_axis(tens, argN[:, :, None], axis=2)[:, :, 0]
+            trace.append((argI, argN, argH))
+        if not math.isfinite(best[0]):
+            return None
+        return _backtrack(t, self.usage, best, trace)
 
 
 def _backtrack(t: Tables, usage: np.ndarray, best, trace) -> PathResult:
@@ -162,14 +176,14 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
     ``cutoff``)."""
     G = len(problem.groups)
     cap = np.asarray(problem.group_capacity, float)
-    usage = usage_matrix(problem, t)
+    dp = PathDP(problem, t, b, p_lo, p_hi)
     base = (t.M - 1) * a
     mu = np.zeros(G) if mu0 is None else np.maximum(mu0, 0.0)
     active = np.unique(t.group)
     best = NodeBound(-INF, mu.copy())
     lo_mu, hi_mu = 0.0, INF  # bisection bracket (one group)
     for step in range(1, MAX_STEPS + 1):
-        res = evaluate_path(problem, t, usage, mu, b, p_lo, p_hi)
+        res = dp.run(mu)
         if res is None:
             return NodeBound(INF, mu, None, step)
         val = base + res.cost - float(mu @ cap)
@@ -191,6 +205,8 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
                 hi_mu = mu[g]
             if math.isinf(hi_mu):
                 mu[g] = max(2 * mu[g], _mu_scale(t, cap))
+            elif hi_mu - lo_mu <= MU_RTOL * hi_mu:
+                break  # bracketed: the concave dual's maximum lies between, within MU_RTOL
             else:
                 mu[g] = (lo_mu + hi_mu) / 2
             continue
