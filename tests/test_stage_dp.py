@@ -7,6 +7,7 @@ import pathlib
 import sys
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from synthetic import random_problem
@@ -16,7 +17,9 @@ from haap_milp.solvers import get_solver
 from haap_milp.solvers.common.bounds import variant_bound
 from haap_milp.solvers.common.branch_and_bound import _steady, _worst_tau
 from haap_milp.solvers.common.slot_bounds import build_tables
-from haap_milp.solvers.common.stage_dp import node_bound
+from haap_milp.solvers.common import capacity_dp
+from haap_milp.solvers.common.capacity_dp import capacity_bound
+from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 from haap_milp.specs import SolveOptions
 
 EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=1, seed=0)
@@ -36,13 +39,17 @@ def _partition_bound(problem, v: int, cuts: int, rng) -> float:
         if t.p_min == 0:
             continue  # no plan of this variant has every stage within b
         nb = node_bound(problem, t, float(a), float(b), t.p_min, t.p_max, None, rng.uniform(0, 1e-3, len(problem.groups)))
-        out = min(out, nb.bound_s)
-        if nb.plan is not None:  # a path within every group's GPUs is a feasible plan (its tau may be below a)
-            assert violations(problem, nb.plan) == []
+        s = int(rng.integers(0, len(problem.groups)))  # eq. N5 with any group in the state is a bound too
+        cb, plan = capacity_bound(problem, PathDP(problem, t, float(b), t.p_min, t.p_max), float(a), nb.mu, s)
+        out = min(out, max(nb.bound_s, cb))
+        for p in (nb.plan, plan):  # a path within every group's GPUs is a feasible plan (its tau may be below a)
+            assert p is None or violations(problem, p) == []
     return out
 
 
-def test_node_bounds_never_exceed_the_optimum_and_close_in_on_it():
+@pytest.mark.parametrize("rmax", [capacity_dp.RMAX, 2])  # 2: the floor-rounded capacity units of eq. N5
+def test_node_bounds_never_exceed_the_optimum_and_close_in_on_it(rmax, monkeypatch):
+    monkeypatch.setattr(capacity_dp, "RMAX", rmax)
     rng = np.random.default_rng(3)
     tight = 0
     checked = 0

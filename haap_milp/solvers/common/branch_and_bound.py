@@ -19,6 +19,8 @@ import logging
 import math
 import time
 from collections.abc import Callable
+
+import numpy as np
 from dataclasses import dataclass, field
 
 from haap_milp.deadline import current
@@ -30,7 +32,8 @@ from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables
-from haap_milp.solvers.common.stage_dp import node_bound
+from haap_milp.solvers.common.capacity_dp import capacity_bound
+from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left
@@ -219,14 +222,9 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     if t.p_min == 0 or t.p_min > t.p_max:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
-    if tries == 0 and USE_STAGE_DP:  # eq. N4: the Lagrangian stage DP, before any model is built
-        nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu)
-        mu = nb.mu
-        st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
-        if nb.plan is not None and not violations(problem, nb.plan):  # the DP leaves the engine rules out
-            st.offer(problem, nb.plan, f"{name} stage DP")
+    if tries == 0 and USE_STAGE_DP:  # eqs. N4, N5: the stage DPs, before any model is built
+        bound, mu = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name)
         cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
-        bound = max(bound, nb.bound_s - 1e-9 * abs(nb.bound_s) if math.isfinite(nb.bound_s) else nb.bound_s)
         if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
@@ -249,6 +247,33 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             return
     _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
             (bound, v, a, b, tries, plo, phi, None, mu), cutoff, deadline, name, solve_node)
+
+
+def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name):
+    """Eq. N4 (Lagrangian stage DP), then, when its least path overfills a group and the node survives,
+    eq. N5 (that group's GPUs in the DP's state). Paths that fit are offered as incumbents."""
+    dp = PathDP(problem, t, b, t.p_min, t.p_max)
+    nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu, dp)
+    st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
+    plans = [nb.plan]
+    bound = max(bound, _safe(nb.bound_s))
+    cap = np.asarray(problem.group_capacity, float)
+    if math.isfinite(bound) and (cutoff is None or bound < cutoff) and nb.used is not None \
+            and np.any(nb.used > cap):
+        over = nb.used / cap
+        cb, plan = capacity_bound(problem, dp, a, nb.mu, int(over.argmax()))
+        st.stats["capacity_dp"] = st.stats.get("capacity_dp", 0) + 1
+        bound = max(bound, _safe(cb))
+        plans.append(plan)
+    for plan in plans:
+        if plan is not None and not violations(problem, plan):  # the DPs leave the engine rules out
+            st.offer(problem, plan, f"{name} stage DP")
+    return bound, nb.mu
+
+
+def _safe(x: float) -> float:
+    """A DP bound less its float noise (sums of up to ~100 terms)."""
+    return x - 1e-9 * abs(x) if math.isfinite(x) else x
 
 
 def _split_width(options, a: float) -> float:

@@ -53,6 +53,7 @@ class NodeBound:
     mu: np.ndarray  # multipliers reached (warm start for the children)
     plan: Assignment | None = None  # a path within every group's GPUs (memory, GPUs and tau <= b hold)
     steps: int = 0
+    used: np.ndarray | None = None  # GPUs per group of the least path at ``mu``
 
 
 def usage_matrix(problem: Problem, t: Tables) -> np.ndarray:
@@ -171,12 +172,12 @@ def _backtrack(t: Tables, usage: np.ndarray, best, trace) -> PathResult:
 
 
 def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi: int,
-               cutoff: float | None, mu0: np.ndarray | None = None) -> NodeBound:
+               cutoff: float | None, mu0: np.ndarray | None = None, dp: PathDP | None = None) -> NodeBound:
     """Eq. N4: the best Lagrangian bound found in MAX_STEPS DP evaluations (stops once it reaches
-    ``cutoff``)."""
+    ``cutoff``); ``dp``: the node's PathDP when the caller has built it."""
     G = len(problem.groups)
     cap = np.asarray(problem.group_capacity, float)
-    dp = PathDP(problem, t, b, p_lo, p_hi)
+    dp = dp or PathDP(problem, t, b, p_lo, p_hi)
     base = (t.M - 1) * a
     mu = np.zeros(G) if mu0 is None else np.maximum(mu0, 0.0)
     active = np.unique(t.group)
@@ -188,7 +189,7 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
             return NodeBound(INF, mu, None, step)
         val = base + res.cost - float(mu @ cap)
         if val > best.bound_s:
-            best = NodeBound(val, mu.copy(), best.plan, step)
+            best = NodeBound(val, mu.copy(), best.plan, step, res.used)
         sub = res.used - cap  # subgradient of LB at mu
         if np.all(sub <= 0):
             best.plan = best.plan or _assignment(t, res)
