@@ -43,6 +43,9 @@ INITIAL_SPLIT = 4  # intervals per variant before the search starts
 # presolved llama3-70b instances (1024 and 4096 GPUs x 3 types) a 0.25 share cost 2 s and left the
 # 4096-GPU gap at 7.4 % instead of 1.5 %; on the synthetic instances it found better plans sometimes
 PRIMAL_SHARE = 0.0
+# candidate plans of the local search on each new incumbent: the stage DPs offer many (measured: 10,000 moves
+# took 2 s on a 1278-option MoE problem, 200 us each)
+OFFER_MOVES = 2_000
 USE_STAGE_DP = True  # eq. N4 before the LP of eq. N2
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 
@@ -93,7 +96,7 @@ class _State:
             return
         obj = evaluate(problem, a)
         if obj < self.inc_obj:
-            a = polish(problem, a)  # eq. LS1 (a move budget), then the form the models accept (eqs. D1, S1)
+            a = polish(problem, a, OFFER_MOVES)  # eq. LS1 (a move budget), then the form the models accept (eqs. D1, S1)
             a = canonical(problem, build_tables(problem, a.variant), a)
             self.inc, self.inc_obj = a, evaluate(problem, a)
 
@@ -228,6 +231,9 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
+        if M > 1 and b - a > _split_width(options, a):  # the DPs stand in for the LP while tau is wide
+            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu)
+            return
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
     small = len(lm.names) <= SMALL_MODEL
     if not small and tries == 0:
@@ -250,23 +256,37 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
 
 
 def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name):
-    """Eq. N4 (Lagrangian stage DP), then, when its least path overfills a group and the node survives,
-    eq. N5 (that group's GPUs in the DP's state). Paths that fit are offered as incumbents."""
-    dp = PathDP(problem, t, b, t.p_min, t.p_max)
+    """The node's bound by the stage DPs: under eq. U1 the least over the uniform signatures (one DP each, the
+    paths kept to that signature), else one. Their fitting paths are offered as incumbents."""
+    sigs = np.unique(t.sig).tolist() if problem.uniform else [None]
+    best, best_mu = math.inf, mu
+    for sig in sigs:
+        keep = None if sig is None else t.sig == sig
+        val, mu_s = _dp_bound(problem, st, PathDP(problem, t, b, t.p_min, t.p_max, keep), a, b, cutoff, mu, name)
+        if val < best:
+            best, best_mu = val, mu_s
+    return max(bound, best), best_mu
+
+
+def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name):
+    """Eq. N4 (Lagrangian stage DP), then, while the node survives,
+    eq. N5 with each group in the DP's state in turn (the most overfilled first)."""
+    t = dp.t
     nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu, dp)
     st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
     plans = [nb.plan]
-    bound = max(bound, _safe(nb.bound_s))
+    bound = _safe(nb.bound_s)
     cap = np.asarray(problem.group_capacity, float)
-    if math.isfinite(bound) and (cutoff is None or bound < cutoff) and nb.used is not None \
-            and np.any(nb.used > cap):
-        over = nb.used / cap
-        cb, plan = capacity_bound(problem, dp, a, nb.mu, int(over.argmax()))
+    over = nb.used / cap if nb.used is not None else np.zeros(len(cap))
+    for s in np.argsort(-over, kind="stable").tolist():
+        if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
+            break
+        cb, plan = capacity_bound(problem, dp, a, nb.mu, s)
         st.stats["capacity_dp"] = st.stats.get("capacity_dp", 0) + 1
         bound = max(bound, _safe(cb))
         plans.append(plan)
     for plan in plans:
-        if plan is not None and not violations(problem, plan):  # the DPs leave the engine rules out
+        if plan is not None and not violations(problem, plan):  # the DPs leave U2 out
             st.offer(problem, plan, f"{name} stage DP")
     return bound, nb.mu
 

@@ -33,7 +33,7 @@ from haap_milp.problem import Assignment, Problem, Stage
 from haap_milp.solvers.common.slot_bounds import Tables
 
 INF = math.inf
-MAX_STEPS = 24  # DP evaluations per node (each ~1-10 ms: slots x (options x layers) numpy work)
+MAX_STEPS = 16  # DP evaluations per node (each ~1-10 ms: slots x (options x layers) numpy work)
 MU_RTOL = 1e-3  # one group: bisection on mu stops when the bracket is this narrow (relative)
 
 
@@ -68,8 +68,10 @@ class PathDP:
     terms of a stage of n layers, inf where memory, eq. D1, X1 or the GPUs the other stages need forbid
     it); ``run(mu)`` is one DP evaluation."""
 
-    def __init__(self, problem: Problem, t: Tables, b: float, p_lo: int, p_hi: int):
+    def __init__(self, problem: Problem, t: Tables, b: float, p_lo: int, p_hi: int, keep: np.ndarray | None = None):
+        """``keep``: the local options the paths may use (one uniform signature under eq. U1; default all)."""
         self.t, self.L, self.G = t, t.L, len(problem.groups)
+        self.keep = np.ones(t.n, bool) if keep is None else keep
         self.usage = usage_matrix(problem, t)
         self.link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p, INF)  # [g earlier, h later]
         self.p_first = max(p_lo, t.p_min)
@@ -94,7 +96,7 @@ class PathDP:
         lo, up = (t.lof, t.Uf) if first else (t.lo, t.U)
         others = (k - 1 if first else k) * self._dmin
         fits = t.gpus + np.maximum(0.0, others - self._other) <= self._cap
-        ok = (n >= np.maximum(lo[k - 1], 1)[:, None]) & (n <= up[k - 1][:, None]) & fits[:, None]
+        ok = (n >= np.maximum(lo[k - 1], 1)[:, None]) & (n <= up[k - 1][:, None]) & (fits & self.keep)[:, None]
         return np.where(ok, n * per[:, None] + const[:, None], INF)
 
     def _per_group(self, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
