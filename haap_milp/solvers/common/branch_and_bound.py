@@ -270,7 +270,7 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
 
 def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name):
     """Eq. N4 (Lagrangian stage DP), then, while the node survives,
-    eq. N5 with each group in the DP's state in turn (the most overfilled first)."""
+    eq. N5 with each group the Lagrangian path overfills in the DP's state in turn (the most overfilled first)."""
     t = dp.t
     nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu, dp)
     st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
@@ -279,8 +279,8 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name):
     cap = np.asarray(problem.group_capacity, float)
     over = nb.used / cap if nb.used is not None else np.zeros(len(cap))
     for s in np.argsort(-over, kind="stable").tolist():
-        if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
-            break
+        if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff):
+            break  # (measured: a group that fits adds little and costs 0.1 s a DP on 1278 MoE options)
         cb, plan = capacity_bound(problem, dp, a, nb.mu, s)
         st.stats["capacity_dp"] = st.stats.get("capacity_dp", 0) + 1
         bound = max(bound, _safe(cb))

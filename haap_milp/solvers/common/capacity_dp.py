@@ -22,13 +22,13 @@ from haap_milp.solvers.common.stage_dp import INF, PathDP
 RMAX = 64  # most capacity units in the state (cost ~ slots x weights x L x n_max x RMAX)
 
 
-def _units(d: np.ndarray, cap: int) -> tuple[np.ndarray, int]:
-    """Weights w = floor(d / q) and capacity R = floor(cap / q) of the state group."""
+def _units(d: np.ndarray, cap: int) -> tuple[np.ndarray, int, int]:
+    """Weights w = floor(d / q), capacity R = floor(cap / q) and the unit q of the state group."""
     sizes = [int(x) for x in d if x > 0]
     q = reduce(math.gcd, sizes, 0) or 1
     if cap // q > RMAX:
         q = -(-cap // RMAX)
-    return (d // q).astype(np.int64), cap // q
+    return (d // q).astype(np.int64), cap // q, q
 
 
 def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s: int) -> tuple[float, Assignment | None]:
@@ -36,10 +36,11 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s: in
     groups priced by ``mu``; and the least path as a plan when it fits every group's GPUs."""
     t, L, G = dp.t, dp.L, dp.G
     cap = np.asarray(problem.group_capacity, float)
-    w, R = _units(dp.usage[:, s], int(cap[s]))
+    w, R, q = _units(dp.usage[:, s], int(cap[s]))  # per option
+    w_row = (dp.row_usage[:, s] // q).astype(np.int64)  # per footprint row (its options' own w)
     mu_o = np.where(np.arange(G) == s, 0.0, np.maximum(mu, 0.0))
-    mu_cost = (dp.usage @ mu_o)[:, None]
-    keys = sorted({(int(t.group[i]), int(w[i])) for i in range(t.n) if w[i] <= R})
+    mu_cost = (dp.row_usage @ mu_o)[:, None]
+    keys = sorted({(int(g), int(x)) for g, x in zip(dp.row_group, w_row) if x <= R})
     F, trace, best = None, [], (INF, None)
     for k in range(1, dp.k_max + 1):
         H = argH = None
@@ -48,10 +49,12 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s: in
             argH = Hgh.argmin(axis=1)
             H = np.take_along_axis(Hgh, argH[:, None], axis=1)[:, 0]
         if k in dp.first:
-            best = min(best, _first(dp, k, dp.first[k] + mu_cost, H, argH, w, R), key=lambda x: x[0])
+            cost, opt = dp.first[k]
+            best = min(best, _first(dp, k, cost + mu_cost, opt, H, argH, w_row, R), key=lambda x: x[0])
         if k >= dp.k_max:
             break
-        F, step = _slot(dp, dp.nonfirst[k] + mu_cost, H, keys, w, R)
+        cost, opt = dp.nonfirst[k]
+        F, step = _slot(dp, cost + mu_cost, opt, H, keys, w_row, R)
         trace.append((*step, argH))
     if not math.isfinite(best[0]):
         return INF, None
@@ -59,39 +62,41 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s: in
     return (t.M - 1) * a + best[0] - float(mu_o @ cap), plan
 
 
-def _first(dp: PathDP, k: int, cost: np.ndarray, H, argH, w: np.ndarray, R: int):
-    """(least total, (k, option, layers, units left for the later slots, argH)) with the first stage at k."""
-    t, L = dp.t, dp.L
+def _first(dp: PathDP, k: int, cost: np.ndarray, opt: np.ndarray, H, argH, w: np.ndarray, R: int):
+    """(least total, (k, option, layers, units used by the later slots, argH)) with the first stage at k;
+    ``cost``, ``opt``, ``w`` per footprint row."""
+    L = dp.L
     if H is None:
         tot = np.where(w <= R, cost[:, L], INF)
         i = int(np.argmin(tot))
-        return float(tot[i]), (k, i, L, 0, None)
+        return float(tot[i]), (k, int(opt[i, L]), L, 0, None)
     pre = np.minimum.accumulate(H, axis=2)  # [g, m, r]: least over units <= r
     room = np.clip(R - w, -1, R)  # units the later slots may take (-1: the stage alone is too large)
-    rest = pre[t.group[:, None], (L - np.arange(L + 1))[None, :], np.maximum(room, 0)[:, None]]
+    rest = pre[dp.row_group[:, None], (L - np.arange(L + 1))[None, :], np.maximum(room, 0)[:, None]]
     rest = np.where(room[:, None] >= 0, rest, INF)
     tot = cost + rest  # rest[i, n]: H[g_i, L - n, <= room_i]
     flat = int(np.argmin(tot))
     i, n = divmod(flat, L + 1)
     if not math.isfinite(tot[i, n]):
         return INF, None
-    r = int(np.argmin(H[t.group[i], L - n, : room[i] + 1]))
-    return float(tot[i, n]), (k, i, n, r, argH)
+    r = int(np.argmin(H[dp.row_group[i], L - n, : room[i] + 1]))
+    return float(tot[i, n]), (k, int(opt[i, n]), n, r, argH)
 
 
-def _slot(dp: PathDP, cost: np.ndarray, H, keys, w: np.ndarray, R: int):
-    """F at slot k (non-first) and its choices (argN, argI) per (g, l, r)."""
-    t, L, G = dp.t, dp.L, dp.G
+def _slot(dp: PathDP, cost: np.ndarray, opt: np.ndarray, H, keys, w: np.ndarray, R: int):
+    """F at slot k (non-first) and its choices (argN, argI: layers and option) per (g, l, r); ``cost``,
+    ``opt``, ``w`` per footprint row."""
+    L, G = dp.L, dp.G
     F = np.full((G, L + 1, R + 1), INF)
     argN = np.zeros((G, L + 1, R + 1), np.int64)
     argI = np.zeros((G, L + 1, R + 1), np.int64)
     lidx = np.arange(L + 1)
     for g, wv in keys:
-        members = np.flatnonzero((t.group == g) & (w == wv))
+        members = np.flatnonzero((dp.row_group == g) & (w == wv))
         sub = cost[members]
         j = sub.argmin(axis=0)
         best_n = sub[j, lidx]  # [L+1]
-        opt_n = members[j]
+        opt_n = opt[members[j], lidx]  # the option holding n layers
         ns = np.flatnonzero(np.isfinite(best_n))
         if not len(ns):
             continue

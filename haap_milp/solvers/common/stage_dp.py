@@ -76,13 +76,31 @@ class PathDP:
         self.link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p, INF)  # [g earlier, h later]
         self.p_first = max(p_lo, t.p_min)
         self.k_max = min(p_hi, t.p_max)
-        self.members = [np.flatnonzero(t.group == g) for g in range(self.G)]
+        # options with the same footprint (group, GPUs taken of each group) pay the same multipliers, so per slot
+        # and layer count the DP needs only the cheapest of them: one row per footprint, and which option it is
+        # (measured: 1278 MoE options, 48 footprints)
+        foot = np.column_stack([t.group, self.usage])
+        _, self._row_of = np.unique(foot, axis=0, return_inverse=True)
+        self._row_of = self._row_of.reshape(-1)
+        self._order = np.argsort(self._row_of, kind="stable")
+        self._starts = np.flatnonzero(np.r_[True, np.diff(self._row_of[self._order]) != 0])
+        first_of_row = self._order[self._starts]
+        self.row_usage, self.row_group = self.usage[first_of_row], t.group[first_of_row]
+        self.members = [np.flatnonzero(self.row_group == g) for g in range(self.G)]
         cap = np.asarray(problem.group_capacity, float)
         # GPUs the other stages take at least from the stage's own group: k others (slots 1..k-1 and one
         # earlier, or P - 1 of them for the first stage), each of dmin GPUs, less what other groups hold
         self._dmin, self._cap, self._other = float(t.gpus.min()), cap[t.group], cap.sum() - cap[t.group]
-        self.nonfirst = {k: self._base(k, False) for k in range(1, self.k_max)}
-        self.first = {k: self._base(k, True) for k in range(self.p_first, self.k_max + 1)}
+        # per slot k: ([rows, L+1] least cost, [rows, L+1] the option reaching it)
+        self.nonfirst = {k: self._rows(self._base(k, False)) for k in range(1, self.k_max)}
+        self.first = {k: self._rows(self._base(k, True)) for k in range(self.p_first, self.k_max + 1)}
+
+    def _rows(self, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """[n, L+1] per option -> ([rows, L+1] least per footprint, [rows, L+1] option reaching it)."""
+        srt = cost[self._order]
+        least = np.minimum.reduceat(srt, self._starts, axis=0)
+        pos = np.where(srt == least[self._row_of[self._order]], np.arange(len(srt))[:, None], len(srt))
+        return least, self._order[np.minimum.reduceat(pos, self._starts, axis=0)]
 
     def _base(self, k: int, first: bool) -> np.ndarray:
         t, c, L = self.t, self.t.coef, self.L
@@ -99,23 +117,23 @@ class PathDP:
         ok = (n >= np.maximum(lo[k - 1], 1)[:, None]) & (n <= up[k - 1][:, None]) & (fits & self.keep)[:, None]
         return np.where(ok, n * per[:, None] + const[:, None], INF)
 
-    def _per_group(self, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Least cost per (group, n) and the local option reaching it: [G, L+1] each."""
+    def _per_group(self, cost: np.ndarray, opt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Least cost per (group, n) over rows and the option reaching it: [G, L+1] each."""
         best = np.full((self.G, self.L + 1), INF)
         arg = np.zeros((self.G, self.L + 1), np.int64)
         cols = np.arange(self.L + 1)
         for g, idx in enumerate(self.members):
             if len(idx):
-                sub = cost[idx] if len(idx) < self.t.n else cost
+                sub = cost[idx]
                 j = sub.argmin(axis=0)
                 best[g] = sub[j, cols]
-                arg[g] = idx[j]
+                arg[g] = opt[idx[j], cols]
         return best, arg
 
     def run(self, mu: np.ndarray) -> PathResult | None:
         """The least Lagrangian path over the node's stage counts (None: no path)."""
-        t, L, G, link = self.t, self.L, self.G, self.link
-        mu_cost = (self.usage @ mu)[:, None]
+        L, G, link = self.L, self.G, self.link
+        mu_cost = (self.row_usage @ mu)[:, None]
         lidx = np.arange(L + 1)
         conv_idx = lidx[:, None] - lidx[None, :]  # [l, n] -> l - n
         conv_ok = conv_idx >= 0
@@ -136,14 +154,17 @@ class PathDP:
                     rest[L] = 0.0
                     rest = rest[None, :]
                 else:
-                    rest = H[t.group][:, L - lidx]  # layers left for slots 1..k-1 (none left: inf)
-                tot = self.first[k] + mu_cost + rest
+                    rest = H[self.row_group][:, L - lidx]  # layers left for slots 1..k-1 (none left: inf)
+                cost, opt = self.first[k]
+                tot = cost + mu_cost + rest
                 flat = int(np.argmin(tot))
                 if tot.flat[flat] < best[0]:
-                    best = (float(tot.flat[flat]), (k, *divmod(flat, L + 1), argH))
+                    row, n = divmod(flat, L + 1)
+                    best = (float(tot.flat[flat]), (k, int(opt[row, n]), n, argH))
             if k >= self.k_max:
                 break
-            cb, argI = self._per_group(self.nonfirst[k] + mu_cost)  # [G, L+1]
+            cost, opt = self.nonfirst[k]
+            cb, argI = self._per_group(cost + mu_cost, opt)  # [G, L+1]
             if H is None:
                 F, argN = cb, np.broadcast_to(lidx, (G, L + 1)).copy()
             else:
@@ -153,7 +174,7 @@ class PathDP:
             trace.append((argI, argN, argH))
         if not math.isfinite(best[0]):
             return None
-        return _backtrack(t, self.usage, best, trace)
+        return _backtrack(self.t, self.usage, best, trace)
 
 
 def _backtrack(t: Tables, usage: np.ndarray, best, trace) -> PathResult:
