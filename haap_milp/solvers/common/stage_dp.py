@@ -33,7 +33,7 @@ from haap_milp.problem import Assignment, Problem, Stage
 from haap_milp.solvers.common.slot_bounds import Tables
 
 INF = math.inf
-MAX_STEPS = 16  # DP evaluations per node (each ~1-10 ms: slots x (options x layers) numpy work)
+MAX_STEPS = 12  # DP evaluations per node (each 1-10 ms); warm-started from the parent's multipliers
 MU_RTOL = 1e-3  # one group: bisection on mu stops when the bracket is this narrow (relative)
 
 
