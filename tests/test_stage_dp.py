@@ -17,7 +17,7 @@ from haap_milp.solvers import get_solver
 from haap_milp.solvers.common.bounds import variant_bound
 from haap_milp.solvers.common.branch_and_bound import _steady, _worst_tau
 from haap_milp.solvers.common.slot_bounds import build_tables
-from haap_milp.solvers.common import capacity_dp
+from haap_milp.solvers.common import capacity_dp, stage_dp
 from haap_milp.solvers.common.capacity_dp import capacity_bound
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 from haap_milp.specs import SolveOptions
@@ -50,6 +50,7 @@ def _partition_bound(problem, v: int, cuts: int, rng) -> float:
 @pytest.mark.parametrize("rmax", [capacity_dp.RMAX, 2])  # 2: the floor-rounded capacity units of eq. N5
 def test_node_bounds_never_exceed_the_optimum_and_close_in_on_it(rmax, monkeypatch):
     monkeypatch.setattr(capacity_dp, "RMAX", rmax)
+    monkeypatch.setattr(stage_dp, "MAX_STEPS", 40)  # the relaxation's strength, not the search's step budget
     rng = np.random.default_rng(3)
     tight = 0
     checked = 0
