@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import pathlib
 import sys
@@ -14,11 +15,11 @@ from synthetic import random_problem
 
 from haap_milp.problem import violations
 from haap_milp.solvers import get_solver
+from haap_milp.solvers.common import capacity_dp, stage_dp
 from haap_milp.solvers.common.bounds import variant_bound
 from haap_milp.solvers.common.branch_and_bound import _steady, _worst_tau
-from haap_milp.solvers.common.slot_bounds import build_tables
-from haap_milp.solvers.common import capacity_dp, stage_dp
 from haap_milp.solvers.common.capacity_dp import capacity_bound
+from haap_milp.solvers.common.slot_bounds import build_tables
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 from haap_milp.specs import SolveOptions
 
@@ -34,7 +35,7 @@ def _partition_bound(problem, v: int, cuts: int, rng) -> float:
     bot, top = vb.tau_lb, max(_worst_tau(t0), vb.tau_lb) * 1.01  # eq. B2's tau bound, as the search's roots
     edges = np.sort(np.concatenate([[bot, top], rng.uniform(bot, top, cuts - 1)]))
     out = math.inf
-    for a, b in zip(edges[:-1], edges[1:]):
+    for a, b in itertools.pairwise(edges):
         t = build_tables(problem, v, float(b))
         if t.p_min == 0:
             continue  # no plan of this variant has every stage within b

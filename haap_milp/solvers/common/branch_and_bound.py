@@ -19,20 +19,20 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
-from dataclasses import dataclass, field
 
 from haap_milp.deadline import current
 from haap_milp.pipeline import TIME_RTOL, steady_period
 from haap_milp.problem import Assignment, Problem, RawResult, boundary_times, evaluate, stage_times, violations
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
+from haap_milp.solvers.common.capacity_dp import capacity_bound
 from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables
-from haap_milp.solvers.common.capacity_dp import capacity_bound
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 
 log = logging.getLogger(__name__)

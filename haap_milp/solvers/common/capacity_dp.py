@@ -34,7 +34,7 @@ def _units(d: np.ndarray, cap: int) -> tuple[np.ndarray, int, int]:
 def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s: int) -> tuple[float, Assignment | None]:
     """Lower bound on T over the node of ``dp`` (inf: no plan) with group ``s`` in the state and the other
     groups priced by ``mu``; and the least path as a plan when it fits every group's GPUs."""
-    t, L, G = dp.t, dp.L, dp.G
+    t, G = dp.t, dp.G
     cap = np.asarray(problem.group_capacity, float)
     w, R, q = _units(dp.usage[:, s], int(cap[s]))  # per option
     w_row = (dp.row_usage[:, s] // q).astype(np.int64)  # per footprint row (its options' own w)

@@ -162,10 +162,11 @@ def _memory_part(problem: Problem, v: int) -> dict:
         lo = np.maximum(1, masked.max(axis=1) + 1)
         masked_f = np.where(D[None, :, :], Uf_mem[:, :, None], 0)
         lof = np.maximum(1, masked_f.max(axis=1) + 1)
-    out = dict(v=v, M=var.num_microbatches, L=L, K=K, opts=opts,
-               group=np.array([o.group for o in op], np.int64), gpus=np.array([o.num_gpus for o in op], np.int64),
-               tp=np.array([o.tp for o in op], np.int64), sig=np.array([sigs.index(o.signature) for o in op], np.int64),
-               coef=coef, p2p=np.asarray(var.p2p_time, float), U_mem=U_mem, Uf_mem=Uf_mem, lo=lo, lof=lof, dom=D)
+    out = {"v": v, "M": var.num_microbatches, "L": L, "K": K, "opts": opts,
+           "group": np.array([o.group for o in op], np.int64), "gpus": np.array([o.num_gpus for o in op], np.int64),
+           "tp": np.array([o.tp for o in op], np.int64), "sig": np.array([sigs.index(o.signature) for o in op], np.int64),
+           "coef": coef, "p2p": np.asarray(var.p2p_time, float), "U_mem": U_mem, "Uf_mem": Uf_mem, "lo": lo, "lof": lof,
+           "dom": D}
     _MEMO["variants"][v] = out
     return out
 

@@ -15,9 +15,10 @@ rows (G1) couple the stages; with multipliers mu_g >= 0 (s per GPU) for them,
     LB(mu) = (M - 1) a + min_path [ sum_j (t_j + mu . gpus_j) + sum_j c_j + s_0 ] - mu . cap
 
 is a lower bound on every plan of the node for every mu >= 0 (weak duality); the in-flight rows of eq.
-T2, sigma's later terms and the engine rules (U1, U2) are left out, which only lowers it. ``usage[i]`` is
-what option i takes of each group, so an option whose replicas draw from several groups needs no change
-here. mu is improved by projected subgradient steps (one group: bisection), warm-started from the parent
+T2, sigma's later terms and the engine rule U2 are left out, which only lowers it (U1: one DP per
+signature, by the caller). ``usage[i]`` is what option i takes of each group: the multipliers price that
+row, so an option whose replicas draw from several groups is priced right; the link's group and the
+stage-size filter still read the option's one group (``Tables.group``). mu is improved by projected subgradient steps (one group: bisection), warm-started from the parent
 node. A path that fits every group's GPUs is a plan (it is offered as an incumbent once checked).
 """
 
