@@ -232,7 +232,8 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
-        if not LP_WHILE_WIDE and M > 1 and b - a > _split_width(options, a):  # the DPs stand in for the LP
+        wide = M > 1 and b - a > _split_width(options, a)
+        if not LP_WHILE_WIDE and wide and _slot_pairs(t) * 2 > SMALL_MODEL:  # the DPs stand in for the LP
             _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu)
             return
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
@@ -290,6 +291,12 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name):
         if plan is not None and not violations(problem, plan):  # the DPs leave U2 out
             st.offer(problem, plan, f"{name} stage DP")
     return bound, nb.mu
+
+
+def _slot_pairs(t: Tables) -> int:
+    """(slot, option) pairs with variables in the node's model (each has n and xn or xf, eq. M3): a model of
+    at most SMALL_MODEL variables goes to the engine whole instead of being split."""
+    return sum(int(np.count_nonzero(t.nonfirst_ok(k) | t.first_ok(k))) for k in range(1, t.p_max + 1))
 
 
 def _safe(x: float) -> float:
