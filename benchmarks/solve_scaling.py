@@ -131,7 +131,7 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float] | None:
 
 
 def _key(r: dict) -> tuple:
-    return (r["kind"], r["model"], int(r["gpus"]), int(r["types"]), int(r["islands"]), r["profile"])
+    return (r["kind"], r["model"], int(r["gpus"]), int(r["types"]), int(r["islands"]), r["profile"] or "")
 
 
 def summarize(rows: list[dict], limits) -> tuple[list[dict], dict]:
@@ -202,24 +202,39 @@ in G.
 """
 
 
-def write_md(lines: list[dict], fits: dict, limits, path: Path, note: str) -> None:
+def _before(path: Path | None, limit: float) -> dict:
+    """_key -> "status gap %" of an earlier run's csv at ``limit`` (or its largest limit run for that instance)."""
+    if path is None:
+        return {}
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    out: dict = {}
+    for r in sorted(rows, key=lambda r: float(r["limit_s"])):
+        if float(r["limit_s"]) <= limit:
+            out[_key(r)] = f"{r['status']} {r['gap_pct']}%"
+    return out
+
+
+def write_md(lines: list[dict], fits: dict, limits, path: Path, note: str, before: dict | None = None) -> None:
     head = ["model", "GPUs", "types", "islands", "profile"] + [f"T={lim:g} s: wall, status, gap" for lim in limits]
+    head += ["time to 1 %"] + ([f"before, T={max(limits):g} s"] if before else [])
     out = ["# Solve scaling, end to end (issue 11)", "", note, "",
-           "| " + " | ".join(head + ["time to 1 %"]) + " |", "|" + "---|" * (len(head) + 1)]
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for ln in lines:
         cells = [ln["model"], str(ln["gpus"]), str(ln["types"]), str(ln["islands"]), ln["profile"] or "-"]
         for lim in limits:
             c = ln[f"T{lim:g}"]
             cells.append("-" if c is None else f"{float(c[0]):.1f} s {c[1]} {'' if c[2] in (None, '') else c[2]}%")
         cells.append("> max limit" if ln["t1pct"] is None else f"{float(ln['t1pct']):.1f} s")
+        if before:
+            cells.append(before.get(_key(ln), "-"))
         out.append("| " + " | ".join(cells) + " |")
     out += ["", f"Instances that reached 1 %: {fits['n']} of {len(lines)}."]
     if fits["n"] < 2 * len(fits["series"]) + 3:
         out += ["", ("Too few instances reached 1 % for a growth law worth the name: the fit below is over "
                 f"{fits['n']} points ({', '.join(sorted(fits['series']))}); the others stopped at the largest "
-                "limit with the gap shown. Where the time goes on the slow rows: presolve (not cut by the "
-                "deadline) takes 5-16 s on MoE x 3 types x 2 islands at this load (presolve._drop_outclassed "
-                "and solvers/common/tables.build_tables, profiled), so those rows overrun T.")]
+                "limit with the gap shown. Where the time goes and what bounds the search: "
+                "formulations/README.md, \"Search\" (eqs. N4, N5).")]
     if fits["all"]:
         a, b = fits["all"]
         out += [(f"Fitted growth of the time to 1 % over all of them: t = {a:.3g} s x G^{b:.2f} (log-log least "
@@ -240,6 +255,8 @@ def main(argv=None) -> int:
     ap.add_argument("--limits", type=float, nargs="+", default=LIMITS)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--from-csv", action="store_true", help="rewrite the md and plot from the csv in --out")
+    ap.add_argument("--before", type=Path, help="an earlier run's csv: its result at the largest limit is shown "
+                    "next to each instance (before/after a change)")
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(run_one(json.loads(args.one))))
@@ -282,7 +299,7 @@ def report(rows: list[dict], limits, args) -> int:
             f"{THREADS} threads; wall = the whole process (start-up, imports, presolve, heuristics, exact search, "
             f"check, document). A run that proves <= 1 % stops early, so larger limits are skipped for it. "
             f"1-min load average during the runs {min(loads):.1f}-{max(loads):.1f} (a shared 2-core machine).")
-    write_md(lines, fits, limits, args.out / "solve_scaling.md", note)
+    write_md(lines, fits, limits, args.out / "solve_scaling.md", note, _before(args.before, max(limits)))
     plot(fits, args.out / "solve_scaling_time_to_1pct.png")
     print(f"wrote {args.out / 'solve_scaling.md'}")
     return 0

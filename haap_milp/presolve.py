@@ -443,21 +443,24 @@ def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: 
     """Drop outclassed options: i is outclassed by j when both have the same group, tp and dp (so the
     same GPUs and the same rules), the same uniform signature when the problem is uniform (eq. U1: under a
     uniform target or ``--uniform`` another group may only be able to match i's signature), and
-    j is no worse in every time, memory and sync coefficient and better in one, so i can never be needed."""
+    j is no worse in every time, memory and sync coefficient and better in one, so i can never be needed.
+
+    Outclassing is a strict partial order, so the options kept are exactly those no allowed option outclasses
+    (a maximal outclasser is never dropped): one comparison matrix per (group, tp, dp[, signature]) block,
+    [n, n, 13] booleans (measured: MoE x 3 types x 2 islands, 10-24 s as a Python double loop, 0.1 s here)."""
     keys = ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "sl", "s1", "sL")
     out = allowed.copy()
-    classes: dict[tuple, list[int]] = {}  # only options with the same GPUs (and signature) are compared
-    for i in np.flatnonzero(allowed):
+    blocks: dict = {}
+    for i in np.flatnonzero(allowed).tolist():
         o = opts[i]
-        classes.setdefault((_gpus_key(o), o.signature if uniform else ()), []).append(int(i))
-    for idx in classes.values():
-        for i in idx:
-            for j in idx:
-                if i == j or not out[j]:
-                    continue
-                if all(a[k][j] <= a[k][i] for k in keys) and any(a[k][j] < a[k][i] for k in keys):
-                    out[i] = False
-                    break
+        blocks.setdefault((_gpus_key(o), o.signature if uniform else None), []).append(i)  # same GPUs only
+    for idx in blocks.values():
+        if len(idx) < 2:
+            continue
+        c = np.stack([np.asarray(a[k], float)[idx] for k in keys], axis=1)  # [n, keys]
+        le = (c[:, None, :] <= c[None, :, :]).all(axis=2)  # le[j, i]: j no worse than i everywhere
+        lt = (c[:, None, :] < c[None, :, :]).any(axis=2)  # lt[j, i]: j better than i somewhere
+        out[np.asarray(idx)[(le & lt).any(axis=0)]] = False
     return out
 
 

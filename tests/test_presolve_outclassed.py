@@ -42,3 +42,34 @@ def test_a_fixed_micro_batch_that_cannot_divide_the_batch_is_refused_up_front(ru
                             "3"])
     assert code == 2 and "the fixed micro-batch (3) must divide the global batch (64)" in err, err
     assert "{" not in err  # one paragraph in words, not the options dumped
+
+
+def _reference(opts, allowed, a, uniform=False):
+    """The rule as first written (a double loop in index order): the vectorised form must keep the same set."""
+    out = allowed.copy()
+    idx = np.flatnonzero(allowed)
+    for i in idx:
+        for j in idx:
+            if i == j or not out[j]:
+                continue
+            oi, oj = opts[i], opts[j]
+            if (oi.group, oi.tp, oi.dp) != (oj.group, oj.tp, oj.dp) or (uniform and oi.signature != oj.signature):
+                continue
+            if all(a[k][j] <= a[k][i] for k in KEYS) and any(a[k][j] < a[k][i] for k in KEYS):
+                out[i] = False
+                break
+    return out
+
+
+def test_vectorised_rule_keeps_what_the_double_loop_keeps():
+    rng = np.random.default_rng(7)
+    for trial in range(30):
+        n = int(rng.integers(2, 40))
+        opts = [Option(group=int(rng.integers(0, 2)), tp=int(rng.choice([1, 2])), dp=int(rng.choice([1, 2])),
+                       ep=int(rng.choice([1, 2])), recompute=str(rng.choice(["none", "full"]))) for _ in range(n)]
+        # few distinct values so that ties and chains of outclassing are common
+        a = {k: rng.integers(0, 3, n).astype(float) for k in KEYS}
+        allowed = rng.random(n) < 0.85
+        for uniform in (False, True):
+            got = _drop_outclassed(opts, allowed, a, uniform)
+            assert got.tolist() == _reference(opts, allowed, a, uniform).tolist(), (trial, uniform)

@@ -21,15 +21,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from haap_milp.deadline import current
 from haap_milp.pipeline import TIME_RTOL, steady_period
 from haap_milp.problem import Assignment, Problem, RawResult, boundary_times, evaluate, stage_times, violations
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
+from haap_milp.solvers.common.capacity_dp import capacity_bound
 from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables
+from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left
@@ -39,6 +43,15 @@ INITIAL_SPLIT = 4  # intervals per variant before the search starts
 # presolved llama3-70b instances (1024 and 4096 GPUs x 3 types) a 0.25 share cost 2 s and left the
 # 4096-GPU gap at 7.4 % instead of 1.5 %; on the synthetic instances it found better plans sometimes
 PRIMAL_SHARE = 0.0
+# candidate plans of the local search on each new incumbent: the stage DPs offer many (measured: 10,000 moves
+# took 2 s on a 1278-option MoE problem, 200 us each)
+OFFER_MOVES = 2_000
+USE_STAGE_DP = True
+# the stage DPs stop for the rest of a search after this many nodes without a prune or a better plan from them
+# (measured: llama3-8b on 32 A100-80 + 32 A100-40, 1 thread, 24 nodes: OPTIMAL in 2.5 s without them, 4.2 s with;
+# the LP pruned every node there)
+DP_TRIAL = 8
+LP_WHILE_WIDE = True  # measured: off, the default bench grid fell from 21 to 7 of 43 proven at 10 s (see formulations)
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 
 
@@ -58,6 +71,15 @@ SolveNode = Callable[[Problem, LinModel, VariantBound, "float | None", float, "A
                      VariantResult]
 
 
+_SEQ = itertools.count()
+
+
+def _push(heap, bound, v, a, b, tries, plo, phi, mu=None) -> None:
+    """A node (bound, variant, a, b, tries, P_lo, P_hi, seq, mu): ``seq`` keeps the heap from comparing the
+    multipliers ``mu`` of eq. N4 (inherited by the children as their warm start)."""
+    heapq.heappush(heap, (bound, v, a, b, tries, plo, phi, next(_SEQ), mu))
+
+
 @dataclass
 class _State:
     inc: Assignment | None = None
@@ -68,6 +90,8 @@ class _State:
     tol_s: float = 0.0
     nodes: int = 0
     engine_calls: int = 0
+    dp_calls: int = 0  # nodes the stage DPs ran on
+    dp_wins: int = 0  # of them: pruned by the DPs, or a better incumbent from their paths
 
     def offer(self, problem: Problem, a: Assignment | None, who: str) -> None:
         if a is None:
@@ -79,7 +103,7 @@ class _State:
             return
         obj = evaluate(problem, a)
         if obj < self.inc_obj:
-            a = polish(problem, a)  # eq. LS1 (a move budget), then the form the models accept (eqs. D1, S1)
+            a = polish(problem, a, OFFER_MOVES)  # eq. LS1 (a move budget), then the form the models accept (eqs. D1, S1)
             a = canonical(problem, build_tables(problem, a.variant), a)
             self.inc, self.inc_obj = a, evaluate(problem, a)
 
@@ -154,11 +178,12 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floor
         if st.inc is not None and M > 1:
             hi = min(hi, (st.inc_obj - b.rest_lb) / (M - 1))  # eq. X1
         if M == 1 or hi <= b.tau_lb:
-            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30))
+            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30, next(_SEQ), None))
             continue
         edges = [b.tau_lb + (hi - b.tau_lb) * i / INITIAL_SPLIT for i in range(INITIAL_SPLIT + 1)]
         for lo, up in itertools.pairwise(edges):
-            heap.append((max((M - 1) * lo + b.rest_lb, floors.get(v, -math.inf)), v, lo, up, 0, 0, 1 << 30))
+            heap.append((max((M - 1) * lo + b.rest_lb, floors.get(v, -math.inf)), v, lo, up, 0, 0, 1 << 30,
+                         next(_SEQ), None))
     heapq.heapify(heap)
     return heap
 
@@ -196,7 +221,7 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
 
 def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
     """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
-    bound, v, a, b, tries, plo, phi = node
+    bound, v, a, b, tries, plo, phi, _, mu = node
     st.nodes += 1
     M = problem.variants[v].num_microbatches
     if cutoff is not None and M > 1:
@@ -207,6 +232,23 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     if t.p_min == 0 or t.p_min > t.p_max:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
+    # eqs. N4, N5; the DPs index capacities by the option's endpoint, so a node with mixed options (endpoints
+    # >= G, eq. H5) goes without them (the LP and the engine bound it, as before the DPs)
+    mixed = bool((t.group >= len(problem.groups)).any())
+    if tries == 0 and USE_STAGE_DP and not mixed and (st.dp_calls < DP_TRIAL or st.dp_wins > 0):
+        st.dp_calls += 1
+        before = st.inc_obj
+        bound, mu = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name)
+        st.dp_wins += st.inc_obj < before
+        cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
+        if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
+            st.dp_wins += 1
+            st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
+            return
+        wide = M > 1 and b - a > _split_width(options, a)
+        if not LP_WHILE_WIDE and wide and _slot_pairs(t) * 2 > SMALL_MODEL:  # the DPs stand in for the LP
+            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu)
+            return
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
     small = len(lm.names) <= SMALL_MODEL
     if not small and tries == 0:
@@ -217,15 +259,62 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
         if M > 1 and b - a > _split_width(options, a):
-            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max)
+            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu)
             return
         if t.p_max > t.p_min:  # then on the number of stages
             mid = (t.p_min + t.p_max) // 2
-            heapq.heappush(heap, (bound, v, a, b, 0, t.p_min, mid))
-            heapq.heappush(heap, (bound, v, a, b, 0, mid + 1, t.p_max))
+            _push(heap, bound, v, a, b, 0, t.p_min, mid, mu)
+            _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu)
             return
-    _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound), (bound, v, a, b, tries, plo, phi),
-            cutoff, deadline, name, solve_node)
+    _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
+            (bound, v, a, b, tries, plo, phi, None, mu), cutoff, deadline, name, solve_node)
+
+
+def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name):
+    """The node's bound by the stage DPs: under eq. U1 the least over the uniform signatures (one DP each, the
+    paths kept to that signature), else one. Their fitting paths are offered as incumbents."""
+    sigs = np.unique(t.sig).tolist() if problem.uniform else [None]
+    best, best_mu = math.inf, mu
+    for sig in sigs:
+        keep = None if sig is None else t.sig == sig
+        val, mu_s = _dp_bound(problem, st, PathDP(problem, t, b, t.p_min, t.p_max, keep), a, b, cutoff, mu, name)
+        if val < best:
+            best, best_mu = val, mu_s
+    return max(bound, best), best_mu
+
+
+def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name):
+    """Eq. N4 (Lagrangian stage DP), then, while the node survives,
+    eq. N5 with each group the Lagrangian path overfills in the DP's state in turn (the most overfilled first)."""
+    t = dp.t
+    nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu, dp)
+    st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
+    plans = [nb.plan]
+    bound = _safe(nb.bound_s)
+    cap = np.asarray(problem.group_capacity, float)
+    over = nb.used / cap if nb.used is not None else np.zeros(len(cap))
+    for s in np.argsort(-over, kind="stable").tolist():
+        if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff):
+            break  # (measured: a group that fits adds little and costs 0.1 s a DP on 1278 MoE options)
+        cb, plan = capacity_bound(problem, dp, a, nb.mu, s)
+        st.stats["capacity_dp"] = st.stats.get("capacity_dp", 0) + 1
+        bound = max(bound, _safe(cb))
+        plans.append(plan)
+    for plan in plans:
+        if plan is not None and not violations(problem, plan):  # the DPs leave U2 out
+            st.offer(problem, plan, f"{name} stage DP")
+    return bound, nb.mu
+
+
+def _slot_pairs(t: Tables) -> int:
+    """(slot, option) pairs with variables in the node's model (each has n and xn or xf, eq. M3): a model of
+    at most SMALL_MODEL variables goes to the engine whole instead of being split."""
+    return sum(int(np.count_nonzero(t.nonfirst_ok(k) | t.first_ok(k))) for k in range(1, t.p_max + 1))
+
+
+def _safe(x: float) -> float:
+    """A DP bound less its float noise (sums of up to ~100 terms)."""
+    return x - 1e-9 * abs(x) if math.isfinite(x) else x
 
 
 def _split_width(options, a: float) -> float:
@@ -233,14 +322,14 @@ def _split_width(options, a: float) -> float:
     return max(options.relative_gap, 2e-3) * a / 2
 
 
-def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int) -> None:
+def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=None) -> None:
     mid = (a + b) / 2 if b <= 4 * a or a <= 0 else math.sqrt(a * b)
-    heapq.heappush(heap, (max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi))
-    heapq.heappush(heap, (max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi))
+    _push(heap, max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi, mu)
+    _push(heap, max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi, mu)
 
 
 def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node):
-    bound, v, a, b, tries, plo, phi = node
+    bound, v, a, b, tries, plo, phi, _, mu = node
     left = deadline - time.perf_counter()
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
@@ -254,7 +343,7 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     if res.status == "OPTIMAL":
         st.closed.append(min(nbound, cutoff) if cutoff is not None else nbound)
         return
-    heapq.heappush(heap, (nbound, v, a, b, tries + 1, plo, phi))  # not finished: again later with more time
+    _push(heap, nbound, v, a, b, tries + 1, plo, phi, mu)  # not finished: again later with more time
 
 
 def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) -> RawResult:

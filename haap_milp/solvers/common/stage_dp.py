@@ -1,0 +1,251 @@
+"""Lower bound of a (variant, tau interval) node by a DP over the pipeline's stages (eq. N4,
+formulations/README.md), with the GPU counts moved into the objective by Lagrange multipliers.
+
+At a fixed steady period the objective T = (M - 1) tau + sum t + sum c + sigma (eq. T1) splits: a node
+has tau >= a, and every plan of it with t_j <= b (the tables' layer bounds, eq. X1) pays
+
+    T >= (M - 1) a + sum_j t_j + sum_j c_j + s_0          (sigma >= s_0, eq. T3)
+
+The right side is a sum over stages and links, so the least of it over all pipelines is a shortest path:
+slots k = 1 .. P from the end (k = 1 the last stage), state (layers held by slots 1..k, group of slot k),
+a stage at slot k with option i and n layers in [lo, U] (memory at its slot, eqs. M2, D1, X1), a link
+p2p[g, h] from the earlier stage's group to the later one's (none slower than 2b, eq. T2). Only the GPU
+rows (G1) couple the stages; with multipliers mu_g >= 0 (s per GPU) for them,
+
+    LB(mu) = (M - 1) a + min_path [ sum_j (t_j + mu . gpus_j) + sum_j c_j + s_0 ] - mu . cap
+
+is a lower bound on every plan of the node for every mu >= 0 (weak duality); the in-flight rows of eq.
+T2, sigma's later terms and the engine rule U2 are left out, which only lowers it (U1: one DP per
+signature, by the caller). ``usage[i]`` is what option i takes of each group: the multipliers price that
+row, so an option whose replicas draw from several groups is priced right; the link's group and the
+stage-size filter still read the option's one group (``Tables.group``). mu is improved by projected subgradient steps (one group: bisection), warm-started from the parent
+node. A path that fits every group's GPUs is a plan (it is offered as an incumbent once checked).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from haap_milp.pipeline import TIME_RTOL
+from haap_milp.problem import Assignment, Problem, Stage
+from haap_milp.solvers.common.slot_bounds import Tables
+
+INF = math.inf
+MAX_STEPS = 12  # DP evaluations per node (each 1-10 ms); warm-started from the parent's multipliers
+MU_RTOL = 1e-3  # one group: bisection on mu stops when the bracket is this narrow (relative)
+
+
+@dataclass
+class PathResult:
+    """One DP evaluation: the least Lagrangian path cost (s, before subtracting mu . cap), its GPUs per
+    group and the path itself (slot P first)."""
+
+    cost: float
+    used: np.ndarray  # [G]
+    stages: tuple[tuple[int, int], ...]  # (local option, layers) in pipeline order
+
+
+@dataclass
+class NodeBound:
+    bound_s: float  # lower bound on T over the node (inf: no plan)
+    mu: np.ndarray  # multipliers reached (warm start for the children)
+    plan: Assignment | None = None  # a path within every group's GPUs (memory, GPUs and tau <= b hold)
+    steps: int = 0
+    used: np.ndarray | None = None  # GPUs per group of the least path at ``mu``
+
+
+def usage_matrix(problem: Problem, t: Tables) -> np.ndarray:
+    """[n, G] GPUs of each group that local option i uses (one group per option today)."""
+    use = np.zeros((t.n, len(problem.groups)))
+    use[np.arange(t.n), t.group] = t.gpus
+    return use
+
+
+class PathDP:
+    """The node's stage costs without the multipliers, built once per node ([n, L+1] per slot: the time
+    terms of a stage of n layers, inf where memory, eq. D1, X1 or the GPUs the other stages need forbid
+    it); ``run(mu)`` is one DP evaluation."""
+
+    def __init__(self, problem: Problem, t: Tables, b: float, p_lo: int, p_hi: int, keep: np.ndarray | None = None):
+        """``keep``: the local options the paths may use (one uniform signature under eq. U1; default all)."""
+        self.t, self.L, self.G = t, t.L, len(problem.groups)
+        self.keep = np.ones(t.n, bool) if keep is None else keep
+        self.usage = usage_matrix(problem, t)
+        self.link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p, INF)  # [g earlier, h later]
+        self.p_first = max(p_lo, t.p_min)
+        self.k_max = min(p_hi, t.p_max)
+        # options with the same footprint (group, GPUs taken of each group) pay the same multipliers, so per slot
+        # and layer count the DP needs only the cheapest of them: one row per footprint, and which option it is
+        # (measured: 1278 MoE options, 48 footprints)
+        foot = np.column_stack([t.group, self.usage])
+        _, self._row_of = np.unique(foot, axis=0, return_inverse=True)
+        self._row_of = self._row_of.reshape(-1)
+        self._order = np.argsort(self._row_of, kind="stable")
+        self._starts = np.flatnonzero(np.r_[True, np.diff(self._row_of[self._order]) != 0])
+        first_of_row = self._order[self._starts]
+        self.row_usage, self.row_group = self.usage[first_of_row], t.group[first_of_row]
+        self.members = [np.flatnonzero(self.row_group == g) for g in range(self.G)]
+        cap = np.asarray(problem.group_capacity, float)
+        # GPUs the other stages take at least from the stage's own group: k others (slots 1..k-1 and one
+        # earlier, or P - 1 of them for the first stage), each of dmin GPUs, less what other groups hold
+        self._dmin, self._cap, self._other = float(t.gpus.min()), cap[t.group], cap.sum() - cap[t.group]
+        # per slot k: ([rows, L+1] least cost, [rows, L+1] the option reaching it)
+        self.nonfirst = {k: self._rows(self._base(k, False)) for k in range(1, self.k_max)}
+        self.first = {k: self._rows(self._base(k, True)) for k in range(self.p_first, self.k_max + 1)}
+
+    def _rows(self, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """[n, L+1] per option -> ([rows, L+1] least per footprint, [rows, L+1] option reaching it)."""
+        srt = cost[self._order]
+        least = np.minimum.reduceat(srt, self._starts, axis=0)
+        pos = np.where(srt == least[self._row_of[self._order]], np.arange(len(srt))[:, None], len(srt))
+        return least, self._order[np.minimum.reduceat(pos, self._starts, axis=0)]
+
+    def _base(self, k: int, first: bool) -> np.ndarray:
+        t, c, L = self.t, self.t.coef, self.L
+        n = np.arange(L + 1, dtype=float)[None, :]
+        per = c["layer_time"] + (c["sync_per_layer"] if first else 0.0)
+        const = np.zeros(t.n)
+        if first:
+            const += c["first_time"] + c["sync_fixed"] + c["sync_first"]
+        if k == 1:
+            const += c["last_time"] + (c["sync_last"] if first else 0.0)
+        lo, up = (t.lof, t.Uf) if first else (t.lo, t.U)
+        others = (k - 1 if first else k) * self._dmin
+        fits = t.gpus + np.maximum(0.0, others - self._other) <= self._cap
+        ok = (n >= np.maximum(lo[k - 1], 1)[:, None]) & (n <= up[k - 1][:, None]) & (fits & self.keep)[:, None]
+        return np.where(ok, n * per[:, None] + const[:, None], INF)
+
+    def _per_group(self, cost: np.ndarray, opt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Least cost per (group, n) over rows and the option reaching it: [G, L+1] each."""
+        best = np.full((self.G, self.L + 1), INF)
+        arg = np.zeros((self.G, self.L + 1), np.int64)
+        cols = np.arange(self.L + 1)
+        for g, idx in enumerate(self.members):
+            if len(idx):
+                sub = cost[idx]
+                j = sub.argmin(axis=0)
+                best[g] = sub[j, cols]
+                arg[g] = opt[idx[j], cols]
+        return best, arg
+
+    def run(self, mu: np.ndarray) -> PathResult | None:
+        """The least Lagrangian path over the node's stage counts (None: no path)."""
+        L, G, link = self.L, self.G, self.link
+        mu_cost = (self.row_usage @ mu)[:, None]
+        lidx = np.arange(L + 1)
+        conv_idx = lidx[:, None] - lidx[None, :]  # [l, n] -> l - n
+        conv_ok = conv_idx >= 0
+        conv_idx = np.where(conv_ok, conv_idx, 0)
+        F = None  # [G, L+1]: slots 1..k-1 non-first, slot k-1 in group g, l layers held
+        trace = []  # per slot k: (argI [G, L+1], argN [G, L+1], argH [G, L+1] or None)
+        best = (INF, None)
+        for k in range(1, self.k_max + 1):
+            if F is not None:  # H[g, m]: the best later part when slot k is in group g
+                Hgh = F[None, :, :] + link[:, :, None]  # [g, h, m]
+                argH = Hgh.argmin(axis=1)
+                H = np.take_along_axis(Hgh, argH[:, None, :], axis=1)[:, 0, :]
+            else:
+                H, argH = None, None
+            if k in self.first:  # the first stage at slot k (P = k)
+                if H is None:
+                    rest = np.full(L + 1, INF)
+                    rest[L] = 0.0
+                    rest = rest[None, :]
+                else:
+                    rest = H[self.row_group][:, L - lidx]  # layers left for slots 1..k-1 (none left: inf)
+                cost, opt = self.first[k]
+                tot = cost + mu_cost + rest
+                flat = int(np.argmin(tot))
+                if tot.flat[flat] < best[0]:
+                    row, n = divmod(flat, L + 1)
+                    best = (float(tot.flat[flat]), (k, int(opt[row, n]), n, argH))
+            if k >= self.k_max:
+                break
+            cost, opt = self.nonfirst[k]
+            cb, argI = self._per_group(cost + mu_cost, opt)  # [G, L+1]
+            if H is None:
+                F, argN = cb, np.broadcast_to(lidx, (G, L + 1)).copy()
+            else:
+                tens = np.where(conv_ok[None], cb[:, None, :] + H[:, conv_idx], INF)  # [g, l, n]: n at slot k
+                argN = tens.argmin(axis=2)
+                F = np.take_along_axis(tens, argN[:, :, None], axis=2)[:, :, 0]
+            trace.append((argI, argN, argH))
+        if not math.isfinite(best[0]):
+            return None
+        return _backtrack(self.t, self.usage, best, trace)
+
+
+def _backtrack(t: Tables, usage: np.ndarray, best, trace) -> PathResult:
+    cost, (P, i, n, argH) = best
+    stages = [(int(i), int(n))]
+    used = usage[i].copy()
+    left, g = t.L - n, int(t.group[i])
+    for k in range(P - 1, 0, -1):
+        h = int(argH[g, left])
+        argI, argN, argH = trace[k - 1]
+        n_k = int(argN[h, left])
+        i_k = int(argI[h, n_k])
+        stages.append((i_k, n_k))
+        used += usage[i_k]
+        left, g = left - n_k, h
+    assert left == 0, "the DP path does not hold every layer"
+    return PathResult(cost, used, tuple(stages))
+
+
+def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi: int,
+               cutoff: float | None, mu0: np.ndarray | None = None, dp: PathDP | None = None) -> NodeBound:
+    """Eq. N4: the best Lagrangian bound found in MAX_STEPS DP evaluations (stops once it reaches
+    ``cutoff``); ``dp``: the node's PathDP when the caller has built it."""
+    G = len(problem.groups)
+    cap = np.asarray(problem.group_capacity, float)
+    dp = dp or PathDP(problem, t, b, p_lo, p_hi)
+    base = (t.M - 1) * a
+    mu = np.zeros(G) if mu0 is None else np.maximum(mu0, 0.0)
+    active = np.unique(t.group)
+    best = NodeBound(-INF, mu.copy())
+    lo_mu, hi_mu = 0.0, INF  # bisection bracket (one group)
+    for step in range(1, MAX_STEPS + 1):
+        res = dp.run(mu)
+        if res is None:
+            return NodeBound(INF, mu, None, step)
+        val = base + res.cost - float(mu @ cap)
+        if val > best.bound_s:
+            best = NodeBound(val, mu.copy(), best.plan, step, res.used)
+        sub = res.used - cap  # subgradient of LB at mu
+        if np.all(sub <= 0):
+            best.plan = best.plan or _assignment(t, res)
+        if cutoff is not None and best.bound_s >= cutoff:
+            break
+        grad = np.where((mu > 0) | (sub > 0), sub, 0.0)  # projected on mu >= 0
+        if not np.any(grad):
+            break  # mu is optimal: the relaxation's least path fits (complementary slackness)
+        if len(active) == 1:
+            g = int(active[0])
+            if sub[g] > 0:
+                lo_mu = mu[g]
+            else:
+                hi_mu = mu[g]
+            if math.isinf(hi_mu):
+                mu[g] = max(2 * mu[g], _mu_scale(t, cap))
+            elif hi_mu - lo_mu <= MU_RTOL * hi_mu:
+                break  # bracketed: the concave dual's maximum lies between, within MU_RTOL
+            else:
+                mu[g] = (lo_mu + hi_mu) / 2
+            continue
+        target = cutoff if cutoff is not None else abs(best.bound_s) * 1.05 + 1e-9
+        gap = max(target - val, 1e-6 * abs(target))
+        mu = np.maximum(0.0, mu + gap / float(grad @ grad) * grad)
+    best.steps = step
+    return best
+
+
+def _mu_scale(t: Tables, cap: np.ndarray) -> float:
+    """A first multiplier (s per GPU): one layer's time at the slowest option spread over one stage's GPUs."""
+    return float(t.coef["layer_time"].max() / max(1.0, float(t.gpus.min())))
+
+
+def _assignment(t: Tables, res: PathResult) -> Assignment:
+    return Assignment(t.v, tuple(Stage(int(t.opts[i]), n) for i, n in res.stages))
