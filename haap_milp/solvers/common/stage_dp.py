@@ -74,7 +74,8 @@ class PathDP:
         self.t, self.L, self.G = t, t.L, len(problem.groups)
         self.keep = np.ones(t.n, bool) if keep is None else keep
         self.usage = usage_matrix(problem, t)
-        self.link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p, INF)  # [g earlier, h later]
+        p2p = t.p2p[:self.G, :self.G]  # group endpoints only: nodes with mixed endpoints skip the DPs (caller)
+        self.link = np.where(p2p / 2 <= b * (1 + TIME_RTOL), p2p, INF)  # [g earlier, h later]
         self.p_first = max(p_lo, t.p_min)
         self.k_max = min(p_hi, t.p_max)
         # options with the same footprint (group, GPUs taken of each group) pay the same multipliers, so per slot
