@@ -15,8 +15,9 @@ Notation (seconds, bytes; stage j = 0 .. P-1 in pipeline order, M micro-batches)
 
     T     = (M - 1) * tau + sum_j t_j + sum_j c_j + sigma                                 (eq. T1)
     tau   = max(max_j t_j, max_j c_j / 2, max_{j: P-j < M} (sum_{k>=j} t_k + c_k) / (P-j))  (eq. T2)
-            [blocking p2p: also max_j (t_j + (c_{j-1} + c_j) / 2), c_{-1} = c_{P-1} = 0]      (eq. T2b)
-    sigma = max_j (s_j - BWD_SHARE * sum_{k<j} t_k)                                        (eq. T3)
+            [blocking p2p: also max_j (t_j + e_j (c_{j-1} + c_j)), c_{-1} = c_{P-1} = 0,
+             e_j = 1 at the two end stages, 1/2 between]                                  (eq. T2b)
+    sigma = max_j (s_j - beta * sum_{k<j} t_k), beta = BWD_SHARE (0 under blocking p2p)     (eq. T3)
     mem_j = fixed + n_j * (static + a_j * act) [+ first/last extras]  with a_j in flight   (eqs. M1, M2)
 
 The float operations of each formula happen in the order ``problem.evaluate`` has always used; every
@@ -36,6 +37,10 @@ GIB = 2**30  # bytes per GiB (binary: HBM sold as "80 GB" is an 80 GiB part)
 # estimate_p2p_pipeline_times: a middle stage's straggler term is its compute plus one activation send
 # and one gradient send), which its authors validated against real DeepSpeed runs on the Fig. 8b cluster.
 SEND_SHARE = 0.5
+# ... and an end stage (first or last, P >= 2), whose sends and receives all go to its one neighbour, the
+# whole round trip of its boundary: the same simulator charges the last stage two gradient sends and the first
+# stage two activation sends (for P >= 4; one for P <= 3, where haap is pessimistic by half a boundary).
+END_SEND_SHARE = 1.0
 
 # Relative tolerances shared across modules.
 MEM_RTOL = 1e-9  # a stage fits when mem <= capacity * (1 + MEM_RTOL) (problem.violations, tables, estimator, check)
@@ -57,6 +62,15 @@ def bwd_share(recompute: str) -> float:
     share, so sigma (which subtracts ``share * sum_{k<j} t_k``) is never under-estimated, and a constant
     keeps eq. T3 linear for the MILP/CP-SAT models."""
     return BWD_SHARE_FULL_RECOMPUTE if recompute == "full" else BWD_SHARE
+
+
+def sync_share(blocking: bool) -> float:
+    """beta of eq. T3: how much of the earlier stages' time a stage's DP sync may overlap. Under the blocking
+    PipelineEngine runtime (DeepSpeed) every stage reduces its gradients after the pipeline flush, nothing
+    overlapped: ``TrainSchedule`` ends with ReduceTiedGrads (a collective of the first and the last stage for
+    tied embeddings) then ReduceGrads, and the measured runtime of Sailor's Fig. 8b cluster overlaps nothing
+    (its validated simulator adds the largest stage's sync after the pipeline). Elsewhere BWD_SHARE."""
+    return 0.0 if blocking else BWD_SHARE
 
 
 def exposed_sync(t: Sequence[float], s: Sequence[float], bwd_share: float = BWD_SHARE) -> float:
@@ -81,7 +95,8 @@ def steady_period(t: Sequence[float], c: Sequence[float], num_microbatches: int,
     tau = max(max(t), max(c, default=0.0) / 2)
     if blocking:
         for j in range(p):
-            tau = max(tau, t[j] + SEND_SHARE * ((c[j - 1] if j > 0 else 0.0) + (c[j] if j < p - 1 else 0.0)))
+            share = END_SEND_SHARE if j in (0, p - 1) else SEND_SHARE
+            tau = max(tau, t[j] + share * ((c[j - 1] if j > 0 else 0.0) + (c[j] if j < p - 1 else 0.0)))
     if schedule == "gpipe":
         return tau
     suffix = 0.0  # sum_{k>=j} t_k + sum_{j<=k<P-1} c_k, built from the last stage backwards
@@ -118,7 +133,7 @@ def iteration_time(t: Sequence[float], c: Sequence[float], s: Sequence[float], n
         steady = max([*t, *(vpp * x for x in c), vpp * c_wrap])
         return (m - 1 / vpp) * steady + sum(t) / vpp + sum(c) + max(s)
     tau = steady_period(t, c, m, schedule, blocking)
-    sigma = exposed_sync(t, s) if len(s) else 0.0
+    sigma = exposed_sync(t, s, sync_share(blocking)) if len(s) else 0.0
     return compose_iteration_time(m, tau, sum(t), sum(c), sigma)
 
 

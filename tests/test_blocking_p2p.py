@@ -1,5 +1,6 @@
 """Eq. T2b: runtimes whose pipeline sends and receives block their stages (DeepSpeed's PipelineEngine) add
-tau >= t_j + (c_{j-1} + c_j) / 2 (a stage's own sends, one way each); every solver and the estimator price it alike."""
+tau >= t_j + (c_{j-1} + c_j) / 2 (a middle stage's own sends, one way each; an end stage: its boundary's
+round trip), and the DP sync waits for the pipeline flush (eq. T3 with beta = 0); every solver and the estimator price it alike."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def test_blocking_period_by_hand():
     assert pipeline.steady_period(t, c, 8) == pytest.approx(38 / 3)  # overlapped: the 1F1B round trip of stage 0
     # the middle stage: its compute + its activation send (half of c_1) + its gradient send (half of c_0)
     assert pipeline.steady_period(t, c, 8, blocking=True) == 12.0 + (3.0 + 4.0) / 2
-    assert pipeline.steady_period([5.0, 1.0], [7.0], 8, blocking=True) == 5.0 + 3.5  # an end stage: one boundary
+    # an end stage pays its one boundary's whole round trip
+    assert pipeline.steady_period([5.0, 1.0], [7.0], 8, blocking=True) == 5.0 + 7.0
+    assert pipeline.steady_period([1.0, 12.0, 1.0], [9.0, 2.0], 8, blocking=True) == 12.0 + 5.5
     assert pipeline.steady_period([5.0], [], 8, blocking=True) == 5.0
     m = 8
     sigma = pipeline.exposed_sync(t, [1.0, 1.0, 1.0])
@@ -69,3 +72,13 @@ def test_explanation_names_the_blocking_sends():
     assert "blocking sends and receives" in text and "eq. T2b" in text
     plain = replace(problem, p2p_blocking=False)
     assert "eq. T2b" not in explain.bottleneck(plain, res.assignment, plain.groups)
+
+
+def test_sync_waits_for_the_flush_under_blocking_runtimes():
+    """Eq. T3 with beta = 0 under the blocking runtime: a late stage's big sync is not hidden behind the
+    earlier stages' backward (it is under overlapping runtimes, beta = BWD_SHARE)."""
+    t, c, s = [10.0, 12.0, 9.0], [0.0, 0.0], [1.0, 1.0, 20.0]
+    assert pipeline.exposed_sync(t, s) == pytest.approx(20.0 - pipeline.BWD_SHARE * 22.0)
+    free = pipeline.iteration_time(t, c, s, 4)
+    blocked = pipeline.iteration_time(t, c, s, 4, blocking=True)
+    assert blocked - free == pytest.approx(pipeline.BWD_SHARE * 22.0)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from haap_milp.pipeline import BWD_SHARE, SEND_SHARE, TIME_RTOL
+from haap_milp.pipeline import BWD_SHARE, END_SEND_SHARE, SEND_SHARE, TIME_RTOL, sync_share
 from haap_milp.problem import Assignment, Problem, Stage
 from haap_milp.solvers.common.slot_bounds import Tables
 
@@ -303,7 +303,7 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
     if problem.p2p_blocking:
         _blocking_rows(m, slot_t, boundary)
     _inflight_rows(m, slot_t, boundary)
-    _sync_rows(m, slot_t, slot_s)
+    _sync_rows(m, slot_t, slot_s, sync_share(problem.p2p_blocking))
 
 
 def tk_i(m: LinModel, k: int, i: int, c: dict) -> dict:
@@ -317,13 +317,13 @@ def tk_i(m: LinModel, k: int, i: int, c: dict) -> dict:
     return out
 
 
-def _sync_rows(m: LinModel, slot_t: dict, slot_s: dict) -> None:
+def _sync_rows(m: LinModel, slot_t: dict, slot_s: dict, beta: float = BWD_SHARE) -> None:
     """Eq. T3: sigma >= s_k - beta * (time of the slots before k in the pipeline, i.e. k' > k):
     a later stage starts its DP sync as soon as its own last backward ends."""
     before: dict = {}
     for k in range(m.t.p_max, 0, -1):
         row = dict(slot_s.get(k, {}))
-        _acc(row, before, -BWD_SHARE)
+        _acc(row, before, -beta)
         m.tdef(row, m.sigma, label="T3 sigma >= s_k - beta*before")
         _acc(before, slot_t.get(k, {}))
 
@@ -332,14 +332,26 @@ def _blocking_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
     """Eq. T2b: tau >= t_j + SEND_SHARE (c_{j-1} + c_j) when pipeline sends block their stages. Slot k's
     links are boundary k (to the earlier slot k+1) and boundary k-1 (to the later slot k-1); unused ones add
     nothing."""
+    c_max = float(np.max(m.t.p2p)) if m.t.p2p.size else 0.0
     for k in range(1, m.t.p_max + 1):
         row = dict(slot_t.get(k, {}))
         const = 0.0
         for b in (k, k - 1):
             terms, c0 = boundary.get(b, ({}, 0.0))
-            _acc(row, {v: SEND_SHARE * x for v, x in terms.items()})
-            const += SEND_SHARE * c0
-        m.tdef(row, m.tau, const=const, label="T2b tau >= t_j + (c_{j-1} + c_j) / 2")
+            share = END_SEND_SHARE if k == 1 else SEND_SHARE  # slot 1 is the last stage: its round trip
+            _acc(row, {v: share * x for v, x in terms.items()})
+            const += share * c0
+        m.tdef(row, m.tau, const=const, label="T2b tau >= t_j + e_j (c_{j-1} + c_j)")
+        first = {xf: 1.0 for (kk, _i), xf in m.xf.items() if kk == k}
+        later, c0 = boundary.get(k - 1, ({}, 0.0))
+        if k > 1 and first and (later or c0):
+            # the first stage (slot k with a first-position option; boundary k is then unused) pays its whole
+            # round trip: the extra (END - SEND) c_{k-1}, released by c_max when slot k is not first (big-M)
+            extra = END_SEND_SHARE - SEND_SHARE
+            row2 = dict(row)
+            _acc(row2, {v: extra * x for v, x in later.items()})
+            _acc(row2, first, extra * c_max)
+            m.tdef(row2, m.tau, const=const + extra * c0 - extra * c_max, label="T2b first stage")
 
 
 def _inflight_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
