@@ -23,7 +23,9 @@ A ``TrainingSpec`` names an ``engine`` and may override any of its presets; ``re
   ``--tp-comm-overlap``). Pipeline sends and receives block the stage (``p2p_blocking``: the engine's
   ``SendActivation`` / ``RecvActivation`` / ``SendGrad`` / ``RecvGrad`` instructions call the synchronous
   ``p2p.send`` / ``p2p.recv`` in the stage's own instruction stream, ``deepspeed/runtime/pipe/p2p.py``), so
-  a stage's period holds both round trips of its boundaries (pipeline.py eq. T2b). ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients (reduce-scatter instead of all-reduce); the
+  a stage's period holds its own sends (pipeline.py eq. T2b: one way of each boundary, an end stage its
+  boundary's round trip), and every stage reduces its gradients after the pipeline flush (eq. T3, beta = 0:
+  ReduceTiedGrads then ReduceGrads end ``TrainSchedule``). ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients (reduce-scatter instead of all-reduce); the
   updated parameters are all-gathered after the step, exposed. ``--no-dist-opt`` = ZeRO stage 0, plain DP.
 * **fsdp** - PyTorch FSDP ``FULL_SHARD`` (= ZeRO-3, Rajbhandari et al. SC'20 sec. 5): weights, gradients
   and optimizer state sharded over dp; each layer's parameters all-gathered before its forward and again
