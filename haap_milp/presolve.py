@@ -229,7 +229,7 @@ def build(
             variant_opts[b] = allowed
     variants, bounds = [], {}
     ends = mixed_stages.endpoint_members(groups, pairs)
-    if est.p2p_per_replica:  # eq. P1: one dp per variant, so the p2p table can price each replica's stream
+    if est.p2p_per_replica:  # eq. Q1: one dp per variant, so the p2p table can price each replica's stream
         variant_opts = {(b, dp): [i for i in ids if opts[i].dp == dp]
                         for b, ids in variant_opts.items() for dp in sorted({opts[i].dp for i in ids})}
     else:
@@ -393,7 +393,7 @@ def _option_costs(est, groups, o: Option, b: int):
 
 def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = False,
                    ends: list[tuple[int, ...]] | None = None, dp: int | None = None) -> tuple[Variant, float]:
-    """Cost arrays for one micro-batch choice (and, under eq. P1, one dp) and its eq. B1 lower bound."""
+    """Cost arrays for one micro-batch choice (and, under eq. Q1, one dp) and its eq. B1 lower bound."""
     n = len(opts)
     z = lambda: np.zeros(n)
     a = {k: z() for k in ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "cap", "sf", "sl", "s1", "sL")}

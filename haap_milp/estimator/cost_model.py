@@ -223,7 +223,7 @@ class Estimator:
         if self.p2p_model == "per_gpu" and dp_a is not None and dp_b is not None:
             streams = min(tp_a * dp_a, tp_b * dp_b) * cp
         elif self.p2p_per_replica and dp_a is not None and dp_a == dp_b:
-            streams = dp_a * cp  # eq. P1: one stream per replica pair, B / dp samples each
+            streams = dp_a * cp  # eq. Q1: one stream per replica pair, B / dp samples each
         key = (group_a, group_b, samples_per_microbatch, streams)
         return self._memo("p2p_time", key, lambda: self._p2p(group_a, group_b, samples_per_microbatch, streams))
 
@@ -256,7 +256,7 @@ class Estimator:
 
     @property
     def p2p_per_replica(self) -> bool:
-        """Eq. P1: under a runtime whose sends block (DeepSpeed) and with every stage at the same dp
+        """Eq. Q1: under a runtime whose sends block (DeepSpeed) and with every stage at the same dp
         (``--uniform dp``), replica r of stage j sends its own B/dp samples to replica r of stage j+1 over one
         GPU's stream (DeepSpeed's PipelineEngine pairs the dp ranks of neighbouring stages one to one; Sailor's
         simulator prices each replica's send alike). The boundary is then priced per replica, with the stage's

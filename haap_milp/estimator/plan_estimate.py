@@ -144,7 +144,7 @@ def _boundary(est: Estimator, plan: Plan, a: int, b: int) -> float:
     stage's boundary is its slowest type pair (eq. H5)."""
     sa, sb = plan.stages[a], plan.stages[b]
     ea, eb = _ends(sa), _ends(sb)
-    if est.p2p_per_replica and sa.dp == sb.dp:  # eq. P1: per replica pair, at the stages' common dp
+    if est.p2p_per_replica and sa.dp == sb.dp:  # eq. Q1: per replica pair, at the stages' common dp
         ea = tuple((g, isl, tp, sa.dp) for g, isl, tp, _ in ea)
         eb = tuple((g, isl, tp, sb.dp) for g, isl, tp, _ in eb)
     return mixed.boundary_s(est, ea, eb, plan.samples_per_microbatch, cp=plan.cp)
