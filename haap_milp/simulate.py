@@ -107,10 +107,10 @@ def split_stage_time(stage_s: float, bwd_fraction: float = BWD_SHARE) -> tuple[f
 
 
 def closed_form_iteration_s(stage_s: Sequence[float], p2p_s: Sequence[float], sync_s: Sequence[float],
-                            num_microbatches: int, schedule: str = "1f1b") -> float:
+                            num_microbatches: int, schedule: str = "1f1b", blocking: bool = False) -> float:
     """Eqs. T1-T3 (what the planner optimises): ``pipeline.iteration_time`` (full-duplex links; GPipe:
-    no round-trip term; no sync times: sigma = 0)."""
-    return iteration_time(list(stage_s), list(p2p_s), list(sync_s), num_microbatches, schedule)
+    no round-trip term; no sync times: sigma = 0; ``blocking``: eq. T2b and beta = 0)."""
+    return iteration_time(list(stage_s), list(p2p_s), list(sync_s), num_microbatches, schedule, blocking=blocking)
 
 
 def link_free_iteration_s(stage_s: Sequence[float], p2p_s: Sequence[float], sync_s: Sequence[float],
@@ -215,13 +215,16 @@ def _check_inputs(fwd_s, bwd_s, p2p_s, sync_s, m, schedule, vpp, wrap_p2p_s) -> 
 def simulate(fwd_s: Sequence[float], bwd_s: Sequence[float], p2p_s: Sequence[float] = (),
              sync_s: Sequence[float] | None = None, num_microbatches: int = 1, schedule: str = "1f1b",
              vpp: int = 1, wrap_p2p_s: float | None = None, duplex: Literal["full", "half"] = "full",
-             stage_labels: Sequence[str] = ()) -> SimulationResult:
+             stage_labels: Sequence[str] = (), blocking: bool = False) -> SimulationResult:
     """Replay one iteration.
 
     ``fwd_s[j]``/``bwd_s[j]``: stage j's forward/backward time of one micro-batch over all its layers
     (with ``vpp`` chunks each chunk takes 1/vpp of it). ``p2p_s[j]``: boundary j -> j+1, activation
     plus gradient of one micro-batch (the ``c_j`` of eq. T1). ``wrap_p2p_s``: the last -> first stage
     link interleaving uses (default: the slowest boundary). ``sync_s[j]``: exposed DP sync.
+    ``blocking`` (the DeepSpeed runtime, eqs. T2b and T3 with beta = 0): a send occupies its sender's stream
+    until it is delivered, an end stage's receive occupies the end stage's stream too (its one neighbour's
+    sends and its own share that stream), and every stage's DP sync starts after the pipeline flush.
     """
     p, m = len(fwd_s), num_microbatches
     _check_inputs(fwd_s, bwd_s, p2p_s, sync_s, m, schedule, vpp, wrap_p2p_s)
@@ -229,20 +232,22 @@ def simulate(fwd_s: Sequence[float], bwd_s: Sequence[float], p2p_s: Sequence[flo
     wrap = (max(p2p_s) if p2p_s else 0.0) if wrap_p2p_s is None else wrap_p2p_s
     orders = [op_order(schedule, j, p, m, vpp) for j in range(p)]
     state = _Replay(p, m, vpp, [f / vpp for f in fwd_s], [b / vpp for b in bwd_s], list(p2p_s), wrap, duplex)
+    state.blocking = blocking and schedule != "interleaved"
     state.run(orders)
     compute_end = [max((e.end_s for e in state.events if e.stage == j and e.kind in "FB"), default=0.0)
                    for j in range(p)]
+    sync_start = [max(compute_end)] * p if blocking else compute_end  # eq. T3, beta = 0: after the flush
     events = list(state.events)
     for j in range(p):
         if sync[j] > 0:
-            events.append(Event("sync", j, -1, 0, compute_end[j], compute_end[j] + sync[j]))
-    total = max([compute_end[j] + sync[j] for j in range(p)] + [e.end_s for e in events])
+            events.append(Event("sync", j, -1, 0, sync_start[j], sync_start[j] + sync[j]))
+    total = max([sync_start[j] + sync[j] for j in range(p)] + [e.end_s for e in events])
     busy = [sum(e.end_s - e.start_s for e in state.events if e.stage == j and e.kind in "FB") for j in range(p)]
     stage_s = [f + b for f, b in zip(fwd_s, bwd_s)]
     safe = total if total > 0 else 1.0
     return SimulationResult(
         schedule=schedule, num_stages=p, num_microbatches=m, vpp=vpp, iteration_time_s=total,
-        closed_form_s=closed_form_iteration_s(stage_s, p2p_s, sync, m, schedule),
+        closed_form_s=closed_form_iteration_s(stage_s, p2p_s, sync, m, schedule, blocking),
         busy_fraction=tuple(b / safe for b in busy),
         bubble_fraction=tuple(max(0.0, 1.0 - (b + s) / safe) for b, s in zip(busy, sync)),
         sync_fraction=tuple(s / safe for s in sync),
@@ -266,6 +271,9 @@ class _Replay:
         self.events: list[Event] = []
         self.inflight = [0] * p
         self.peak = [0] * p
+        self.blocking = False
+        self.free: list[float] = [0.0] * p  # when each stage's stream is next free
+        self.pending = [0] * p  # blocking: sends a stage has issued and not yet delivered
 
     def _link_key(self, t: _Transfer) -> str:
         a, b = sorted((t.src, t.dst))
@@ -284,6 +292,8 @@ class _Replay:
         """Queue the transfer that feeds virtual stage ``v`` (F: from v-1; B: from v+1)."""
         src_v = v - 1 if kind == "F" else v + 1
         src, dst = src_v % self.p, v % self.p
+        if self.blocking:
+            self.pending[src] += 1
         lo = min(src, dst)
         wrap = abs(src - dst) != 1 or self.p == 1
         dur = (self.wrap if wrap else self.p2p[lo]) / 2.0
@@ -292,20 +302,26 @@ class _Replay:
         q.append(t)
         q.sort(key=lambda x: (x.request_s, x.kind != "send_fwd"))
 
+    def _blocks_receiver(self, t: _Transfer) -> bool:
+        """Blocking runtime: an end stage's stream also carries what it receives."""
+        return self.blocking and self.p > 1 and t.dst in (0, self.p - 1)
+
     def run(self, orders: list[list[tuple[str, int, int]]]) -> None:
         nxt = [0] * self.p
-        free = [0.0] * self.p
+        free = self.free
         last_v = self.p * self.vpp - 1
         while True:
             best: tuple[float, int, object] | None = None
             for j in range(self.p):
-                if nxt[j] < len(orders[j]):
+                if nxt[j] < len(orders[j]) and not self.pending[j]:
                     r = self._ready(j, orders[j][nxt[j]])
                     if r is not None and (best is None or max(r, free[j]) < best[0]):
                         best = (max(r, free[j]), 0, j)
             for key, q in self.queues.items():
                 if q:
                     start = max(q[0].request_s, self.link_free.get(key, 0.0))
+                    if self._blocks_receiver(q[0]):
+                        start = max(start, free[q[0].dst])
                     if best is None or start < best[0]:
                         best = (start, 1, key)
             if best is None:
@@ -314,6 +330,11 @@ class _Replay:
             if what == 1:
                 t = self.queues[who].pop(0)
                 self.link_free[who] = start + t.duration_s
+                if self.blocking:  # the sender waits for delivery; an end stage's receive holds its stream
+                    self.pending[t.src] -= 1
+                    free[t.src] = max(free[t.src], start + t.duration_s)
+                    if self._blocks_receiver(t):
+                        free[t.dst] = max(free[t.dst], start + t.duration_s)
                 self.arrival[("F" if t.kind == "send_fwd" else "B", t.mb, t.vstage)] = start + t.duration_s
                 self.events.append(Event(t.kind, t.src, t.mb, t.vstage // self.p, start, start + t.duration_s,
                                          f"{t.src}->{t.dst}"))
@@ -381,4 +402,5 @@ def simulate_plan(plan, estimator, duplex: Literal["full", "half"] = "full",
     schedule = plan.schedule if plan.vpp > 1 or plan.schedule != "interleaved" else "1f1b"
     return simulate(list(fwd), list(bwd), c, s, num_microbatches=plan.num_microbatches, schedule=schedule,
                     vpp=plan.vpp, wrap_p2p_s=wrap, duplex=duplex,
-                    stage_labels=[stage_label(j, st) for j, st in enumerate(plan.stages)])
+                    stage_labels=[stage_label(j, st) for j, st in enumerate(plan.stages)],
+                    blocking=bool(getattr(estimator, "p2p_blocking", False)))
