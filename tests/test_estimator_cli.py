@@ -95,6 +95,9 @@ def test_plan_file_forms(run_cli, tmp_path):
     code, out2, _ = run_cli(["estimate", "--plan", str(bare), "--model", "llama3-8b", "--cluster", "h100-a100-32",
                              "--json"])
     assert json.loads(out2)["iteration_time_s"] == pytest.approx(doc["iteration_time_s"])
+    # an explicit --no-dist-opt re-prices the plan (ZeRO-0: the whole optimizer state on every replica)
+    code, out3, _ = run_cli(["estimate", "--plan", str(full), "--no-dist-opt", "--json"])
+    assert max(s["memory_gib"] for s in json.loads(out3)["stages"]) > max(s["memory_gib"] for s in doc["stages"])
 
 
 def test_profile_option(run_cli):

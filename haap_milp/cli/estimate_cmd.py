@@ -169,7 +169,8 @@ def _implementation(recompute_modules: str | None, moe_dispatcher: str | None) -
 def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs, seq, precision, sp, dist_opt,
              headroom: str | None = None, training_file: str | None = None, runtime: RuntimeFlags | None = None):
     """(model, cluster, training, plan or None). Training: defaults (the same as ``solve``: seq 4096, gbs 512)
-    < the plan file's training < --training FILE < flags; a plan's batch, sequence, precision and flags win."""
+    < the plan file's training < --training FILE < flags; a plan's batch, sequence, precision and flags win,
+    except ``--dist-opt/--no-dist-opt`` given explicitly, which re-prices the plan with or without it."""
     fraction = parse_headroom(headroom) if headroom is not None else None
     rt = runtime or RuntimeFlags(dist_opt=dist_opt)
     if plan_path:
@@ -180,6 +181,8 @@ def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs,
             raise HaapInputError(f"plan file {plan_path!r} does not hold the {'model' if m is None else 'cluster'}; "
                                  "pass --model and --cluster.", field="model" if m is None else "cluster")
         p = pf.plan
+        if dist_opt is not None and dist_opt != p.distributed_optimizer:  # the flag wins over the plan file's
+            p = p.model_copy(update={"distributed_optimizer": dist_opt})
         start = pf.training.model_dump() if pf.training else {}
         tr = build_training(training_file, {"memory_headroom_fraction": fraction}, rt, start)
         tr = tr.model_copy(update={"global_batch_size": p.global_batch_size, "seq_len": p.seq_len,
