@@ -31,16 +31,20 @@ WATT_UNIT = 0.1  # W: one unit of the idle-power budget row; idle power is round
 MEASURES = ("cost", "energy")
 
 
-def stage_gpus(plan) -> list[int]:
-    """g_j: GPUs of each stage, context parallelism included."""
-    return [s.num_gpus * plan.cp for s in plan.stages]
-
-
 def stage_type_gpus(plan) -> list[list[tuple[str, int]]]:
     """Per stage, (GPU type, GPUs) of each of its replica types (one pair for a single-type stage; a mixed
     stage, eq. H1, one per replica type), context parallelism included."""
     return [[(r.gpu_type, r.tp * r.count * plan.cp) for r in s.replicas] if s.replicas
             else [(s.gpu_type, s.num_gpus * plan.cp)] for s in plan.stages]
+
+
+def gpus_by_type(plan) -> dict[str, int]:
+    """GPUs the plan uses per GPU type (a mixed stage's replica types counted apart)."""
+    out: dict[str, int] = {}
+    for stage in stage_type_gpus(plan):
+        for k, n in stage:
+            out[k] = out.get(k, 0) + n
+    return out
 
 
 def missing(plan_types, book: PriceBook, measure: str) -> list[str]:

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from haap_milp.parallel_rules import tp_allowed
-from haap_milp.pipeline import END_SEND_SHARE, GIB, SEND_SHARE, TIME_RTOL, steady_period
+from haap_milp.pipeline import END_SEND_SHARE, GIB, TIME_RTOL, send_shares, steady_period
 from haap_milp.problem import Assignment, Problem, boundary_times, stage_memory, stage_times, sync_times
 
 
@@ -122,7 +122,7 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
     elif tau > t[j] * (1 + 1e-6) and tau > steady_period(t, c, var.num_microbatches) * (1 + 1e-9):
         edge = [0.0, *c, 0.0]
         p = len(t)
-        share = [END_SEND_SHARE if i in (0, p - 1) else SEND_SHARE for i in range(p)]
+        share = send_shares(p)
         k = max(range(p), key=lambda i: t[i] + share[i] * (edge[i] + edge[i + 1]))
         what = "its boundary's round trip" if share[k] == END_SEND_SHARE else "one way of each boundary"
         parts.append(f"stage {k}'s blocking sends ({what}, {share[k] * (edge[k] + edge[k + 1]) * 1e3:.1f} ms) "

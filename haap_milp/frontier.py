@@ -266,10 +266,7 @@ def time_bound(max_iteration_time_s: float | None, min_tokens_per_s: float | Non
 def point_document(p: Point, book: PriceBook) -> dict:
     """One frontier point as JSON: the time, its proof, cost and energy (eqs. E1-E5), GPUs per type, the plan."""
     r, e = p.outcome.result, p.outcome.estimate
-    gpus: dict[str, int] = {}
-    for stage in economics.stage_type_gpus(r.plan):
-        for k, n in stage:
-            gpus[k] = gpus.get(k, 0) + n
+    gpus = economics.gpus_by_type(r.plan)
     econ = economics.plan_economics(r.plan, e, book)
     return {"iteration_time_s": p.iteration_time_s, "bound_s": p.bound_s, "gap": r.gap,
             "tokens_per_s": e.tokens_per_s, **{k: v for k, v in econ.items() if k != "price_kind"},

@@ -64,6 +64,11 @@ def bwd_share(recompute: str) -> float:
     return BWD_SHARE_FULL_RECOMPUTE if recompute == "full" else BWD_SHARE
 
 
+def send_shares(p: int) -> list[float]:
+    """Eq. T2b's e_j per stage of a P-stage pipeline: END_SEND_SHARE at the two end stages, SEND_SHARE between."""
+    return [END_SEND_SHARE if j in (0, p - 1) else SEND_SHARE for j in range(p)]
+
+
 def sync_share(blocking: bool) -> float:
     """beta of eq. T3: how much of the earlier stages' time a stage's DP sync may overlap. Under the blocking
     PipelineEngine runtime (DeepSpeed) every stage reduces its gradients after the pipeline flush, nothing
@@ -94,8 +99,7 @@ def steady_period(t: Sequence[float], c: Sequence[float], num_microbatches: int,
     p = len(t)
     tau = max(max(t), max(c, default=0.0) / 2)
     if blocking:
-        for j in range(p):
-            share = END_SEND_SHARE if j in (0, p - 1) else SEND_SHARE
+        for j, share in enumerate(send_shares(p)):
             tau = max(tau, t[j] + share * ((c[j - 1] if j > 0 else 0.0) + (c[j] if j < p - 1 else 0.0)))
     if schedule == "gpipe":
         return tau

@@ -31,7 +31,7 @@ import numpy as np
 
 from haap_milp import mixed_stages
 from haap_milp.errors import HaapInputError
-from haap_milp.estimator import Estimator, runtime
+from haap_milp.estimator import Estimator
 from haap_milp.estimator.override import FALLBACK_FLAG, WHY, coverage, may_price
 from haap_milp.parallel_rules import ep_divides_experts, ep_fits_grid, tp_allowed
 from haap_milp.pipeline import GIB
@@ -254,7 +254,7 @@ def build(
         variants=tuple(variants),
         uniform=uniform,
         same_tp_first_last=same_tp,
-        p2p_blocking=runtime.resolve(training).p2p_blocking,
+        p2p_blocking=est.p2p_blocking,
     )
     kept = sum(int(v.allowed.sum()) for v in variants)
     stats = {

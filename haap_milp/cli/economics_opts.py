@@ -48,9 +48,10 @@ def goal_from_flags(objective: str, max_cost: float | None, min_tps: float | Non
     finite(step, "--step", lo=0, hi=0.9)
     if not 1 <= max_points <= 1000:
         finite(float(max_points), "--max-points", lo=1, hi=1000)
-    bounds = [b for b in (max_time, None if min_tps is None else tokens_per_iteration / min_tps) if b is not None]
-    goal = Goal(objective, max_cost, min(bounds) if bounds else None, None if robust is None else robust / 100,
-                max_points, step)
+    from haap_milp.frontier import time_bound
+
+    goal = Goal(objective, max_cost, time_bound(max_time, min_tps, tokens_per_iteration),
+                None if robust is None else robust / 100, max_points, step)
     from haap_milp.objectives import validate
 
     validate(goal)

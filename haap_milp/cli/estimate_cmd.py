@@ -272,7 +272,7 @@ def estimate(
 
     econ = plan_economics(p, pe, price_book(prices, price))  # eqs. E1-E5
     if as_json:
-        print_json({**estimate_document(pe, est, p), **econ, "explanation": estimate_bottleneck(pe)})
+        print_json({**estimate_document(pe, est, p), **econ, "explanation": estimate_bottleneck(pe, p)})
     else:
         _table(pe, p, est.training)
         from haap_milp.report.tables import economics_lines

@@ -44,6 +44,7 @@ class Estimator:
                  calibration: Calibration | None = None, profile: Profile | None = None, *,
                  impl: Implementation = MODERN, p2p_model: str = "group"):
         self.model, self.cluster, self.training = model, cluster, training
+        self.runtime = runtime.resolve(training)  # fixed per estimator (with_training makes a new one)
         if training.precision in FP32_PRECISIONS and impl.flash_attention:
             # FlashAttention runs in fp16/bf16 only (Dao-AILab/flash-attention README); fp32 training takes the
             # unfused path (s x s scores stored, batched GEMMs at the fp32 / tf32 rate)
@@ -269,7 +270,7 @@ class Estimator:
     @property
     def p2p_blocking(self) -> bool:
         """Whether the runtime's pipeline sends block their stages (runtime.py; pipeline.py eq. T2b)."""
-        return runtime.resolve(self.training).p2p_blocking
+        return self.runtime.p2p_blocking
 
     def _group_gpus(self, group: tuple[str, str]) -> int:
         return sum(g.num_gpus for g in hardware.node_groups(self.cluster, group[0], group[1]))

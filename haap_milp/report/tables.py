@@ -45,12 +45,14 @@ def gpu_pool(out) -> dict | None:
         row = pool.setdefault(ng.gpu.name, {"used": 0, "available": 0})
         row["available"] += ng.num_gpus
     plan = out.result.plan
-    for s in plan.stages if plan is not None else ():
-        pool.setdefault(s.gpu_type, {"used": 0, "available": 0})["used"] += s.num_gpus * plan.cp
+    from haap_milp.economics import gpus_by_type
+
+    for k, n in (gpus_by_type(plan) if plan is not None else {}).items():
+        pool.setdefault(k, {"used": 0, "available": 0})["used"] += n  # a mixed stage: per replica type
     return pool
 
 
-def economics_lines(m: dict, prices=None) -> list[str]:
+def economics_lines(m: dict) -> list[str]:
     """Cost, energy, pool and sensitivity lines of the report (eqs. E1-E5, R4)."""
     lines = []
     kind = m.get("price_kind", "on_demand")
@@ -67,7 +69,9 @@ def economics_lines(m: dict, prices=None) -> list[str]:
                      + " GPUs used/available")
     sens = m.get("sensitivity")
     if sens:
-        top = max(sens, key=lambda r: r["elasticity"])
+        from haap_milp.robust import most_sensitive
+
+        top = most_sensitive(sens)
         lines.append(f"sensitivity +1 % on stage {top['stage']}'s time moves T by {top['elasticity']:+.2f} % (the most; "
                      "per stage in --json)")
     return lines

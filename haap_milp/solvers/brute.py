@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from haap_milp.pipeline import END_SEND_SHARE, SEND_SHARE, compose_iteration_time, fits_memory, inflight_1f1b, stage_memory, sync_share
+from haap_milp.pipeline import compose_iteration_time, fits_memory, inflight_1f1b, send_shares, stage_memory, sync_share
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 
 MAX_PLANS = 3_000_000  # refuse (ERROR) above this many (option tuple, composition) pairs
@@ -78,8 +78,7 @@ def _best_of(problem: Problem, v: int, p: int):
     steady = np.maximum(steady, np.where(waits, suffix / q, 0.0).max(axis=2))  # eq. T2, in-flight term
     if problem.p2p_blocking and p > 1:  # eq. T2b: t_j + SEND_SHARE (c_{j-1} + c_j)
         c_prev = np.concatenate([np.zeros(c.shape[:2] + (1,)), c], axis=2)  # [T, 1, p]: c_{j-1}, 0 for j = 0
-        share = np.full(p, SEND_SHARE)
-        share[[0, -1]] = END_SEND_SHARE  # the end stages: their one boundary's round trip
+        share = np.array(send_shares(p))  # the end stages: their one boundary's round trip
         steady = np.maximum(steady, (t + share * (c_prev + c_pad)).max(axis=2))
     before = np.cumsum(t, axis=2) - t  # sum_{k<j} t_k
     sigma = (s - sync_share(problem.p2p_blocking) * before).max(axis=2)  # eq. T3

@@ -51,7 +51,8 @@ USE_STAGE_DP = True
 # (measured: llama3-8b on 32 A100-80 + 32 A100-40, 1 thread, 24 nodes: OPTIMAL in 2.5 s without them, 4.2 s with;
 # the LP pruned every node there)
 DP_TRIAL = 8
-LP_WHILE_WIDE = True  # measured: off, the default bench grid fell from 21 to 7 of 43 proven at 10 s (see formulations)
+# the LP bound runs at every node, wide tau intervals included (measured: skipping it there while the DPs stood in,
+# the default bench grid fell from 21 to 7 of 43 proven at 10 s; formulations/README.md)
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 
 
@@ -245,10 +246,6 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             st.dp_wins += 1
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
-        wide = M > 1 and b - a > _split_width(options, a)
-        if not LP_WHILE_WIDE and wide and _slot_pairs(t) * 2 > SMALL_MODEL:  # the DPs stand in for the LP
-            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu)
-            return
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
     small = len(lm.names) <= SMALL_MODEL
     if not small and tries == 0:
@@ -304,12 +301,6 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name):
         if plan is not None and not violations(problem, plan):  # the DPs leave U2 out
             st.offer(problem, plan, f"{name} stage DP")
     return bound, nb.mu
-
-
-def _slot_pairs(t: Tables) -> int:
-    """(slot, option) pairs with variables in the node's model (each has n and xn or xf, eq. M3): a model of
-    at most SMALL_MODEL variables goes to the engine whole instead of being split."""
-    return sum(int(np.count_nonzero(t.nonfirst_ok(k) | t.first_ok(k))) for k in range(1, t.p_max + 1))
 
 
 def _safe(x: float) -> float:

@@ -336,13 +336,13 @@ def _blocking_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
     for k in range(1, m.t.p_max + 1):
         row = dict(slot_t.get(k, {}))
         const = 0.0
+        share = END_SEND_SHARE if k == 1 else SEND_SHARE  # slot 1 is the last stage: its round trip
         for b in (k, k - 1):
             terms, c0 = boundary.get(b, ({}, 0.0))
-            share = END_SEND_SHARE if k == 1 else SEND_SHARE  # slot 1 is the last stage: its round trip
             _acc(row, {v: share * x for v, x in terms.items()})
             const += share * c0
         m.tdef(row, m.tau, const=const, label="T2b tau >= t_j + e_j (c_{j-1} + c_j)")
-        first = {xf: 1.0 for (kk, _i), xf in m.xf.items() if kk == k}
+        first = {m.xf[k, i]: 1.0 for i in m.slots.get(k, ()) if (k, i) in m.xf}
         later, c0 = boundary.get(k - 1, ({}, 0.0))
         if k > 1 and first and (later or c0):
             # the first stage (slot k with a first-position option; boundary k is then unused) pays its whole

@@ -57,13 +57,6 @@ class NodeBound:
     used: np.ndarray | None = None  # GPUs per group of the least path at ``mu``
 
 
-def usage_matrix(problem: Problem, t: Tables) -> np.ndarray:
-    """[n, G] GPUs of each group that local option i uses (one group per option today)."""
-    use = np.zeros((t.n, len(problem.groups)))
-    use[np.arange(t.n), t.group] = t.gpus
-    return use
-
-
 class PathDP:
     """The node's stage costs without the multipliers, built once per node ([n, L+1] per slot: the time
     terms of a stage of n layers, inf where memory, eq. D1, X1 or the GPUs the other stages need forbid
@@ -73,7 +66,7 @@ class PathDP:
         """``keep``: the local options the paths may use (one uniform signature under eq. U1; default all)."""
         self.t, self.L, self.G = t, t.L, len(problem.groups)
         self.keep = np.ones(t.n, bool) if keep is None else keep
-        self.usage = usage_matrix(problem, t)
+        self.usage = t.use.astype(float)  # [n, G] GPUs of each group (slot_bounds' usage matrix)
         p2p = t.p2p[:self.G, :self.G]  # group endpoints only: nodes with mixed endpoints skip the DPs (caller)
         self.link = np.where(p2p / 2 <= b * (1 + TIME_RTOL), p2p, INF)  # [g earlier, h later]
         self.p_first = max(p_lo, t.p_min)
