@@ -20,6 +20,7 @@ with per-option integer weights (``option_weights``); eq. E6 is the lower bound 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -123,15 +124,18 @@ def rate_of(weights: np.ndarray, options) -> int:
     return int(sum(int(weights[o]) for o in options))
 
 
-def dynamic_energy_lb(problem: Problem, group_types: list[str], book: PriceBook) -> float:
+def dynamic_energy_lb(problem: Problem, group_types: list[str], book: PriceBook, weights: np.ndarray | None = None,
+                      limit: int | None = None) -> float:
     """Eq. E6: a lower bound (J) on D of eq. E4 over every plan of the problem. D = M sum_j g_j dP_j t_j and
     t_j = n_j layer_time + extras, so D >= min over variants of M (L min_o g_o dP_o layer_time_o + min_o g_o
-    dP_o first_time_o + min_o g_o dP_o last_time_o) over the options the variant allows."""
-    dp = np.array([book.tdp_w(k) - book.idle_w(k) for k in group_types])
-    gdp = np.array([sum(n * dp[g] for g, n in o.usage) for o in problem.options], float)  # sum_g g_o,g dP_g
+    dP_o first_time_o + min_o g_o dP_o last_time_o) over the options the variant allows. With eq. W1's
+    ``weights`` and ``limit`` (eq. E6b): only options with w_o <= limit can be in a plan within the budget,
+    so the minima run over those (never below the unbudgeted bound)."""
+    gdp = dynamic_rate(problem, group_types, book)
+    within = np.ones(len(problem.options), bool) if weights is None or limit is None else np.asarray(weights) <= limit
     best = math.inf
     for v in problem.variants:
-        ok = np.asarray(v.allowed, bool)
+        ok = np.asarray(v.allowed, bool) & within
         if not ok.any():
             continue
         w = gdp[ok]
@@ -139,3 +143,23 @@ def dynamic_energy_lb(problem: Problem, group_types: list[str], book: PriceBook)
              + (w * v.last_time[ok]).min())
         best = min(best, v.num_microbatches * d)
     return 0.0 if not math.isfinite(best) else float(best)
+
+
+def dynamic_rate(problem: Problem, group_types: list[str], book: PriceBook) -> np.ndarray:
+    """rho_o = sum_g g_o,g (tdp_g - idle_g) per option (W): D of eq. E4 is M sum_j rho_j t_j."""
+    dp = np.array([book.tdp_w(k) - book.idle_w(k) for k in group_types])
+    return np.array([sum(n * dp[g] for g, n in o.usage) for o in problem.options], float)
+
+
+def inflated_problem(problem: Problem, group_types: list[str], book: PriceBook, r_lo_w: float) -> Problem:
+    """Eq. E7: the Problem whose stage-time arrays of option o are scaled by 1 + rho_o / R_lo (R_lo in W).
+
+    Its iteration time T' satisfies T'(a) <= T(a) + D(a) / R_lo for every plan a: T1's tau rows have
+    coefficients in [0, 1] and sigma does not grow with t, so dT/dt_j <= M, and the scaled t_j grow by
+    rho_j t_j / R_lo, in sum D / (M R_lo). Hence every plan with R_idle(a) >= R_lo has
+    E(a) = T R_idle + D >= R_lo (T + D / R_lo) >= R_lo T'(a): R_lo times a lower bound of min T' under the
+    budget row bounds the energy of every plan of the band [R_lo, B] (eq. F2E)."""
+    k = 1.0 + dynamic_rate(problem, group_types, book) / r_lo_w
+    return replace(problem, variants=tuple(
+        replace(v, layer_time=v.layer_time * k, first_time=v.first_time * k, last_time=v.last_time * k)
+        for v in problem.variants))

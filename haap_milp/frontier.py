@@ -55,6 +55,7 @@ class Frontier:
     complete: bool = False  # the sweep ended with a proof that no cheaper plan exists
     stopped: str = ""  # why it ended
     lower_bound: float | None = None  # of the measure over every plan within the cap (eqs. F2, F3)
+    candidates: list[Point] = field(default_factory=list)  # energy objective: eq. E7's plans (not frontier points)
 
     @property
     def pareto(self) -> list[Point]:
@@ -67,7 +68,8 @@ class Frontier:
 
     @property
     def best(self) -> Point | None:
-        return min(self.points, key=lambda p: p.value) if self.points else None
+        every = self.points + self.candidates
+        return min(every, key=lambda p: p.value) if every else None
 
     @property
     def gap(self) -> float | None:
@@ -127,7 +129,12 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
     prob = ctx.presolved.problem
     weights = economics.option_weights(prob, types, book, measure)
     unit = _unit(measure)
-    d_lb = economics.dynamic_energy_lb(prob, types, book) if measure == "energy" else 0.0
+    energy = measure == "energy"
+    refine = energy and stop_when_bounded  # the energy objective (not the pareto command's frontier)
+
+    def d_lb_within(lim):  # eq. E6 (E6b under a budget): the least D of the plans whose rate is <= lim
+        return economics.dynamic_energy_lb(prob, types, book, weights, lim) if energy else 0.0
+    d_lb = d_lb_within(None)
     floor = rate_floor(prob, weights)
     limit = None if cap is None else math.floor(cap / (economics.USD_UNIT if measure == "cost"
                                                         else economics.WATT_UNIT) + 1e-9)
@@ -138,7 +145,8 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
         if limit is not None and limit < floor:
             fr.complete, fr.stopped = True, "no plan is cheaper than the cheapest single stage"
             break
-        share = dl.cap(dl.remaining() / (max_points - k)) if dl.limited else dl
+        slot = dl.remaining() / (max_points - k)
+        share = dl.cap(slot * (1 - REFINE_SHARE if refine else 1)) if dl.limited else dl
         bctx = _with_budget(ctx, weights, limit, measure)
         hints = () if limit is None else _budget_hints(bctx, weights, limit, share)
         out = orchestrate(bctx, [(ctx.options.solver, None)], deadline=share, hints=hints).outcomes[0]
@@ -156,7 +164,14 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
         econ = economics.plan_economics(r.plan, out.estimate, book)
         value = econ["usd_per_iteration"] if measure == "cost" else econ["joules_per_iteration"]
         nxt = min(rate - 1, math.floor((1 - step) * rate))  # B_{k+1}, eq. F1
-        lower = None if r.bound_s is None else r.bound_s * (nxt + 1) * unit + d_lb
+        lower = None if r.bound_s is None else r.bound_s * (nxt + 1) * unit + d_lb_within(limit)
+        if refine:  # eq. E7: a D-aware plan of the band and a second bound of its energy
+            cand, term = _energy_refine(bctx, types, book, (nxt + 1) * unit, r.bound_s,
+                                        dl.cap(REFINE_SHARE * slot) if dl.limited else dl)
+            if term is not None:
+                lower = term if lower is None else max(lower, term)
+            if cand is not None and (max_time_s is None or cand.iteration_time_s <= max_time_s):
+                fr.candidates.append(cand)
         last_bound = r.bound_s
         if max_time_s is not None and t_iter > max_time_s:
             proven = r.bound_s is not None and r.bound_s > max_time_s
@@ -168,6 +183,7 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
         fr.points.append(Point(out, limit, rate, t_iter, r.bound_s, value, lower))
         limit = nxt
         best = fr.best.value
+        d_lb = d_lb_within(nxt)  # every plan left has a rate <= B_{k+1}
         if stop_when_bounded and r.bound_s is not None and r.bound_s * floor * unit + d_lb >= best:
             fr.complete, fr.stopped = True, "no plan left can beat the best one (eq. F3)"
             last_bound = None
@@ -176,6 +192,38 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
         fr.stopped = f"--max-points {max_points} reached"
     fr.lower_bound = _lower_bound(fr, last_bound, floor * unit, d_lb)
     return fr
+
+
+REFINE_SHARE = 0.5  # energy objective: the share of a point's time for its eq. E7 solve
+
+
+def _energy_refine(bctx: Context, types: list[str], book: PriceBook, r_lo_w: float, band_bound_s: float | None,
+                   deadline: Deadline) -> tuple[Point | None, float | None]:
+    """Eq. E7 on one band of the energy sweep (idle power in [R_lo, B_k], B_k the budget of ``bctx``): the
+    least-T' plan under the same budget (a candidate whose energy is measured like every point's) and R_lo
+    times the proven bound of min T', a lower bound of every band plan's energy (J)."""
+    from haap_milp.planner import finish
+    from haap_milp.problem import RawResult, evaluate
+
+    pre = bctx.presolved
+    infl = economics.inflated_problem(pre.problem, types, book, r_lo_w)
+    out = orchestrate(replace(bctx, presolved=replace(pre, problem=infl)), [(bctx.options.solver, None)],
+                      deadline=deadline).outcomes[0]
+    term = None if out.result.bound_s is None else r_lo_w * out.result.bound_s
+    a = out.raw_assignment
+    if a is None or out.violations:
+        return None, term
+    # the plan re-scored on the real problem; its time bound is the band's (the least T under the budget)
+    raw = RawResult("FEASIBLE", f"{out.result.solver} (eq. E7)", assignment=a, objective_s=evaluate(pre.problem, a),
+                    bound_s=band_bound_s, wall_time_s=out.result.wall_time_s)
+    got = finish(bctx, raw)
+    if got.result.plan is None or got.violations:
+        return None, term
+    weights = economics.option_weights(pre.problem, types, book, "energy")
+    econ = economics.plan_economics(got.result.plan, got.estimate, book)
+    point = Point(got, None, economics.rate_of(weights, [s.option for s in a.stages]),
+                  float(got.estimate.iteration_time_s), band_bound_s, econ["joules_per_iteration"], None)
+    return point, term
 
 
 MAX_HINT_CAPS = 4  # capacity vectors whose DP plans seed a budgeted solve

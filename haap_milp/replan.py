@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from haap_milp import economics, planner
 from haap_milp.catalog.prices import PriceBook
 from haap_milp.check import check_plan
-from haap_milp.deadline import Deadline
+from haap_milp.deadline import Deadline, current, use
 from haap_milp.estimator import Estimator
 from haap_milp.estimator.memory import param_bytes
+from haap_milp.problem import Assignment, RawResult, Stage, evaluate, violations
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, SolveOptions, TrainingSpec
 
 
@@ -129,13 +130,58 @@ def payback_s(t_new: float, t_degraded: float | None, migration_s: float) -> flo
     return migration_s * t_degraded / (t_degraded - t_new)
 
 
+SOLVE_SHARE = 0.85  # of the deadline left after presolve: the new solve's share; the rest is for the degraded
+# plan's check, the migration and the report (measured 0.01-0.05 s each for llama3-70b on hetero3-1024)
+
+
+def encode(pre, plan: Plan) -> Assignment | None:
+    """``plan`` as an Assignment of the presolved problem (the inverse of ``presolve.decode``), or None when
+    one of its stages (or its micro-batch size) is no option/variant of the problem. Single-type stages only."""
+    prob = pre.problem
+    if plan.has_mixed_stage:
+        return None
+    b = plan.samples_per_microbatch
+    labels = {g.label: i for i, g in enumerate(pre.groups)}
+    index = {(o.group, o.tp, o.dp, o.ep, o.recompute): i for i, o in enumerate(prob.options) if not o.mix}
+    for v, var in enumerate(prob.variants):
+        if var.samples_per_microbatch != b or var.num_microbatches != plan.num_microbatches:
+            continue
+        stages = []
+        for s in plan.stages:
+            o = index.get((labels.get(f"{s.gpu_type}@{s.island}"), s.tp, s.dp, s.ep, s.recompute))
+            if o is None or not var.allowed[o]:
+                return None
+            stages.append(Stage(o, s.num_layers))
+        return Assignment(v, tuple(stages))
+    return None
+
+
+def _warm_start(ctx: planner.Context, plans) -> tuple[RawResult, ...]:
+    """The old plan or its degraded form as warm starts of the new solve, where they are plans of its problem
+    (eqs. G1, M1, M2 checked by ``problem.violations``): the solver starts from a feasible plan at once."""
+    prob = ctx.presolved.problem
+    out = []
+    for p in plans:
+        a = None if p is None else encode(ctx.presolved, p)
+        if a is not None and not violations(prob, a):
+            out.append(RawResult("FEASIBLE", "degraded", assignment=a, objective_s=evaluate(prob, a)))
+    return tuple(out)
+
+
 def replan(plan: Plan, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, options: SolveOptions,
            book: PriceBook, max_migration_s: float | None = None, deadline: Deadline | None = None) -> Replan:
-    """The new optimum, the degraded plan, the migration between them and the payback (module docstring)."""
-    out = planner.solve(model, cluster, training, options, deadline=deadline)
-    est = out.estimator or Estimator(model, cluster, training)
+    """The new optimum, the degraded plan, the migration between them and the payback (module docstring).
+    The new solve is warm-started from the degraded plan and gets ``SOLVE_SHARE`` of the time left after
+    presolve, so the whole re-plan ends within ``deadline`` with a plan and its migration priced."""
+    dl = deadline or current()
+    with use(dl):
+        ctx = planner.Context.build(model, cluster, training, options)
+    est = ctx.estimator
     deg = degrade(plan, model, cluster, training, est)
     t_deg = est.estimate(deg).iteration_time_s if deg is not None else None
+    solve_dl = dl.cap(SOLVE_SHARE * dl.remaining()) if dl.limited else dl
+    out = planner.orchestrate(ctx, [(options.solver, None)], deadline=solve_dl,
+                              hints=_warm_start(ctx, (deg,))).outcomes[0]
     if out.result.plan is None:
         return Replan(out, deg, t_deg, None, None, "stay" if deg is not None else "none",
                       "no plan on the new cluster" + ("; the degraded plan still runs" if deg is not None else ""))

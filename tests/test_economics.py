@@ -20,7 +20,26 @@ def test_catalog_prices_and_power():
     assert book.usd_per_gpu_hour("a100-80g") == pytest.approx(40.9657 / 8, abs=1e-4)  # p4de.24xlarge / 8
     assert book.usd_per_gpu_hour("h100-80g") == pytest.approx(98.32 / 8)
     assert book.tdp_w("h100-80g") == 700 and book.idle_w("h100-80g") == pytest.approx(0.15 * 700)
-    assert load_prices(kind="spot").usd_per_gpu_hour("h100-80g") is None  # no list price: the user gives one
+    spot = load_prices(kind="spot")  # one SkyPilot-catalog snapshot: median of the us-east-1 zones / GPUs
+    assert spot.usd_per_gpu_hour("h100-80g") == pytest.approx(26.7861 / 8, abs=1e-4)  # p5.48xlarge
+    assert spot.usd_per_gpu_hour("a100-40g") == pytest.approx(6.7915 / 8, abs=1e-4)  # p4d.24xlarge
+    assert spot.usd_per_gpu_hour("l4-24g") is None  # not transcribed: no number without a source
+    assert load_prices(kind="on-demand") is book  # the CLI spelling; the catalog's book is parsed once
+
+
+def test_every_catalog_price_has_its_source():
+    """Each on-demand price names its instance and each spot price is in the header's table (source, zones)."""
+    import yaml
+    from importlib import resources
+
+    text = resources.files("haap_milp.catalog").joinpath("prices.yaml").read_text()
+    doc = yaml.safe_load(text)
+    assert "skypilot-catalog" in text and "001367d22a0033fac286a8c71aeac7109e431bcb" in text
+    for gpu, row in doc["gpus"].items():
+        if row.get("on_demand_usd_per_gpu_hour") is not None:
+            assert row.get("instance") and f"{row['instance']} " in text.split("date:")[0], gpu
+        if row.get("spot_usd_per_gpu_hour") is not None:
+            assert f"-> {gpu} {row['spot_usd_per_gpu_hour']:.4f}" in text, gpu
 
 
 def test_user_prices_override_only_what_they_give(tmp_path):

@@ -108,23 +108,37 @@ def _catalog_doc() -> dict:
     return yaml.safe_load(resources.files("haap_milp.catalog").joinpath("prices.yaml").read_text(encoding="utf-8"))
 
 
-def load_prices(path: str | None = None, kind: str = "on_demand") -> PriceBook:
-    """The catalog's prices and power, with the rows of ``path`` (``--prices``) on top; ``kind``: ``--price``."""
-    if kind not in PRICE_KINDS:
-        raise HaapInputError(f"--price {kind!r}: choose one of {', '.join(PRICE_KINDS)}", field="--price", value=kind)
+def price_kind(kind: str) -> str:
+    """``--price``'s value as the book's key: on_demand | spot (``on-demand`` accepted as written on the CLI)."""
+    k = str(kind).strip().lower().replace("-", "_")
+    if k not in PRICE_KINDS:
+        raise HaapInputError(f"--price {kind!r}: choose one of on-demand, spot", field="--price", value=kind)
+    return k
+
+
+@functools.lru_cache(maxsize=len(PRICE_KINDS))
+def _catalog_book(kind: str) -> PriceBook:
+    """The catalog's book alone, parsed once per kind (every report without --prices asks for it)."""
     doc = _catalog_doc()
     rows, frac = _rows(doc, "prices.yaml")
-    book = {g: GpuRates(**v) for g, v in rows.items()}
-    source = f"catalog: {doc.get('provider')} ({doc.get('date')})"
-    if path is not None:
-        from haap_milp.catalog.files import load_data
+    return PriceBook(kind, {g: GpuRates(**v) for g, v in rows.items()}, frac if frac is not None else 0.15,
+                     f"catalog: {doc.get('provider')} ({doc.get('date')})")
 
-        user, ufrac = _rows(load_data(path, "prices file"), f"prices file {str(path)!r}")
-        for g, v in user.items():
-            book[g] = replace(book.get(g, GpuRates()), **v)
-        frac = ufrac if ufrac is not None else frac
-        source = f"{path} over the {source}"
-    return PriceBook(kind, book, frac if frac is not None else 0.15, source)
+
+def load_prices(path: str | None = None, kind: str = "on_demand") -> PriceBook:
+    """The catalog's prices and power, with the rows of ``path`` (``--prices``) on top; ``kind``: ``--price``."""
+    kind = price_kind(kind)
+    base = _catalog_book(kind)
+    if path is None:
+        return base
+    from haap_milp.catalog.files import load_data
+
+    book = dict(base.gpus)
+    user, ufrac = _rows(load_data(path, "prices file"), f"prices file {str(path)!r}")
+    for g, v in user.items():
+        book[g] = replace(book.get(g, GpuRates()), **v)
+    frac = ufrac if ufrac is not None else base.default_idle_fraction
+    return PriceBook(kind, book, frac, f"{path} over the {base.source}")
 
 
 def prices_schema() -> dict:

@@ -12,8 +12,9 @@ from haap_milp.objectives import Goal
 
 PricesOpt = Annotated[str | None, typer.Option(
     "--prices", help="YAML of $ per GPU-hour and board power per GPU type, over the catalog's (haap-solve schema "
-                     "prices; catalog: AWS on-demand list prices, us-east-1, 2024).")]
-PriceKindOpt = Annotated[str, typer.Option("--price", help="on_demand | spot: which price of the book to use.")]
+                     "prices; catalog: AWS us-east-1 on-demand list prices, 2024, and one spot snapshot).")]
+PriceKindOpt = Annotated[str, typer.Option("--price", "--price-kind", help="on-demand | spot: which price of the "
+                                           "book to use (on_demand also accepted).")]
 ObjectiveOpt = Annotated[str, typer.Option(
     "--objective", help="time | cost | energy: minimise iteration time, $ per iteration or J per iteration "
                         "(cost and energy: exact epsilon-constraint sweep over the GPUs' hourly rate).")]

@@ -162,12 +162,13 @@ def solve(
                            training.global_batch_size * training.seq_len, max_points, step)
     out, goal_doc = run_interruptible(lambda: _plan(m, c, training, opts, prof, dl, book, goal), dl, _stopping)
     warn_priced_by_fallback([str(e) for e in out.presolved.analytic] if out.presolved else [])
-    doc = solution_document(out.result, m, c, training, {**plan_metrics(out, book), "objective": goal_doc},
+    metrics = plan_metrics(out, book)  # once: the JSON and the report share it
+    doc = solution_document(out.result, m, c, training, {**metrics, "objective": goal_doc},
                             presolve_document(out.presolved))
     if json_file is not None and str(json_file) == "-":
         print_json(doc)
     else:
-        solve_report(out, console, book, goal_doc)
+        solve_report(out, console, book, goal_doc, metrics)
         if json_file is not None:
             import json
 
@@ -246,6 +247,8 @@ def compare(
     mbs: MbsOpt = None,
     uniform: UniformOpt = None,
     mixed_stages: MixedOpt = "auto",
+    prices: PricesOpt = None,
+    price: PriceKindOpt = "on_demand",
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
     dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command, input loading included
@@ -255,17 +258,18 @@ def compare(
     c = apply_network_option(c, network)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed, mixed_stages)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
+    book = price_book(prices, price)
     outs = run_interruptible(lambda: planner.compare(m, c, training, opts, profile=prof, deadline=dl), dl,
                              _stopping)
     pre = next((o.presolved for o in outs.values() if o.presolved is not None), None)
     warn_priced_by_fallback([str(e) for e in pre.analytic] if pre else [])
     if json_out:  # one entry per method (the search is the same for all: each carries excluded / profile)
-        print_json({k: {**plan_metrics(o), "status": o.result.status.value, "bound_s": o.result.bound_s,
+        print_json({k: {**plan_metrics(o, book), "status": o.result.status.value, "bound_s": o.result.bound_s,
                         "gap": o.result.gap, "wall_time_s": o.result.wall_time_s,
                         "plan": o.result.plan.model_dump(mode="json") if o.result.plan else None,
                         **presolve_document(o.presolved)}
                     for k, o in outs.items()})
     else:
-        compare_table(outs, console)
+        compare_table(outs, console, book)
     if dl.interrupted:
         raise SystemExit(130)

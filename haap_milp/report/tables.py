@@ -116,12 +116,13 @@ def _wide(console: Console) -> Console:
     return console if console.width >= 120 else Console(width=120, file=console.file, highlight=False)
 
 
-def solve_report(out, console: Console, prices=None, objective: dict | None = None) -> None:
+def solve_report(out, console: Console, prices=None, objective: dict | None = None, metrics: dict | None = None) -> None:
+    """``metrics``: ``plan_metrics(out, prices)`` when the caller has it already (not computed twice)."""
     r = out.result
     console = _wide(console)
     if r.plan is not None:
         console.print(stage_table(out))
-    m = plan_metrics(out, prices)
+    m = metrics if metrics is not None else plan_metrics(out, prices)
     lines = [f"status      {r.status.value}   solver {r.solver}   wall {r.wall_time_s:.2f} s"]
     if r.plan is not None:
         lines.append(f"iteration   {m['iteration_time_s']:.3f} s   tokens/s {m['tokens_per_s']:,.0f}   "
@@ -181,7 +182,7 @@ def search_lines(pre) -> list[str]:
     return lines
 
 
-def compare_table(outs: dict, console: Console) -> None:
+def compare_table(outs: dict, console: Console, prices=None) -> None:
     console = _wide(console)
     t = Table(title="exact solvers vs heuristics (same presolved problem)")
     for col in ("method", "status", "iteration s", "tokens/s", "MFU", "$/1M tok", "J/tok", "stages", "bound s", "gap",
@@ -190,7 +191,7 @@ def compare_table(outs: dict, console: Console) -> None:
     dp = outs.get("dp")
     dp_t = dp.result.objective_s if dp is not None else None
     for name, o in outs.items():
-        r, m = o.result, plan_metrics(o)
+        r, m = o.result, plan_metrics(o, prices)
         gain = f"{(dp_t / r.objective_s - 1):+.1%}" if dp_t and r.objective_s else "-"
         t.add_row(name, r.status.value, _fmt(r.objective_s, ".3f"), _fmt(m["tokens_per_s"], ",.0f"),
                   _fmt(m["mfu"], ".1%"), _fmt(m["usd_per_million_tokens"], ".4g"), _fmt(m["joules_per_token"], ".4g"),
