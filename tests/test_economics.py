@@ -174,3 +174,77 @@ def test_mixed_stage_is_priced_per_replica_type():
     assert got["usd_per_hour"] == pytest.approx(2 * 12.29 + 2 * 5.1207)
     p_h, p_a = 105 + (700 - 105) * 0.5, 60 + (400 - 60) * 0.5  # u = M t / T = 4 x 1 / 8 for both types
     assert got["joules_per_iteration"] == pytest.approx(8 * (2 * p_h + 2 * p_a))
+
+
+THREE = "h100-80g:4/2,a100-80g:4/2,a100-40g:4/2"  # three GPU types, two nodes each
+THREE_LOST = {"h100": "h100-80g:2/2,a100-80g:4/2,a100-40g:4/2", "a100-80g": "h100-80g:4/2,a100-80g:2/2,a100-40g:4/2",
+              "a100-40g": "h100-80g:4/2,a100-80g:4/2,a100-40g:2/2"}
+
+
+@pytest.mark.parametrize("lost", sorted(THREE_LOST))
+def test_replan_after_losing_one_node_of_three_types_is_feasible_and_fast(lost):
+    """Issue 16: after one node of a three-type cluster is lost, replan returns a plan that passes the checker on
+    the new cluster and its migration cost, within the command's 10 s deadline (here: wall clock, loaded machine)."""
+    import time
+
+    from haap_milp import planner, replan
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.check import check_plan
+    from haap_milp.deadline import Deadline
+    from haap_milp.specs import SolveOptions, TrainingSpec
+
+    m, tr = load_model("tests/data/models/tiny-4l.yaml"), TrainingSpec(global_batch_size=8, seq_len=2048)
+    opts = SolveOptions(time_limit_s=10, threads=1)
+    old = planner.solve(m, load_cluster(THREE), tr, opts).result.plan
+    new_cluster = load_cluster(THREE_LOST[lost])
+    t0 = time.perf_counter()
+    r = replan.replan(old, m, tr, new_cluster, opts, load_prices(), deadline=Deadline(10.0))
+    assert time.perf_counter() - t0 <= 10.0
+    assert r.new.result.status.value in ("OPTIMAL", "FEASIBLE") and r.choice in ("migrate", "stay")
+    assert not check_plan(r.new.result.plan, m, new_cluster, tr)
+    assert r.migration is not None and r.migration.time_s >= 0 and r.migration.usd is not None
+    assert (r.migration.bytes_moved > 0) == (r.migration.time_s > 0)
+    if r.degraded is not None:  # the warm start: the degraded plan is a plan of the new problem
+        assert not check_plan(r.degraded, m, new_cluster, tr)
+        assert r.new.estimate.iteration_time_s <= r.degraded_time_s * (1 + 1e-6)
+
+
+def test_encode_inverts_decode():
+    """replan.encode (a Plan as an Assignment of the presolved problem) is the inverse of presolve.decode."""
+    from haap_milp import planner, presolve, replan
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.specs import SolveOptions, TrainingSpec
+
+    m, tr = load_model("tests/data/models/tiny-4l.yaml"), TrainingSpec(global_batch_size=8, seq_len=2048)
+    c = load_cluster(THREE)
+    ctx = planner.Context.build(m, c, tr, SolveOptions(time_limit_s=10, threads=1, mixed_stages="off"))
+    out = planner.orchestrate(ctx, [("cpsat", None)]).outcomes[0]
+    a = out.raw_assignment
+    assert replan.encode(ctx.presolved, presolve.decode(ctx.presolved, a, m, c, tr)) == a
+
+
+def test_price_kind_reaches_every_command(run_cli, tmp_path):
+    """--price-kind spot (alias of --price; on-demand / on_demand / spot) prices solve, compare, pareto and
+    replan with the catalog's spot numbers; the JSON field names are the same."""
+    spot = load_prices(kind="spot")
+    code, stdout, err = run_cli(["solve", *TINY, "--price-kind", "spot", "--json", "-"])
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert doc["price_kind"] == "spot"
+    rate = sum(n * spot.usd_per_gpu_hour(k) for k, n in economics.gpus_by_type(Plan(**doc["plan"])).items())
+    assert doc["usd_per_hour"] == pytest.approx(rate)
+    code, stdout, err = run_cli(["compare", *TINY, "--time-limit", "20", "--price", "spot", "--json"])
+    assert code == 0, err
+    assert all(v["price_kind"] == "spot" for v in json.loads(stdout).values())
+    code, stdout, err = run_cli(["pareto", *TINY, "--max-points", "2", "--price-kind", "on-demand", "--json"])
+    assert code == 0, err
+    assert all(p["usd_per_iteration"] > 0 for p in json.loads(stdout))
+    plan = tmp_path / "plan.json"
+    assert run_cli(["solve", *TINY, "--json", str(plan)])[0] == 0
+    code, stdout, err = run_cli(["replan", str(plan), "-c", "h100-80g:1/1,a100-80g:2/2", "--price-kind", "spot",
+                                 "--json", "-"])
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert doc["price_kind"] == "spot" and doc["replan"]["migration_usd"] is not None
+    code, _, err = run_cli(["solve", *TINY, "--price-kind", "reserved"])
+    assert code == 2 and "--price" in err and "Traceback" not in err
