@@ -1,22 +1,25 @@
-"""Solve time under a budget (eq. W1) and re-planning time (issue 16), measured in one run.
+"""Solve time under a budget (eq. W1), the energy objective's proven gap, and re-planning time (issue 16).
 
 For each instance: the unbudgeted time optimum (CP-SAT, 2 threads, LIMIT s), then the fastest plan under a
 budget of 90 %, 75 % and 50 % of that plan's $/h (one step of the sweep, same limit): status, proven gap,
-wall time, and the ratio of budgeted to unbudgeted wall time. Then `replan` after losing one node of the
-first GPU type: wall time of the whole re-plan (solve on the new cluster, degraded plan, migration) with a
-10 s deadline. Everything in this process (no start-up time counted).
+wall time, and the ratio of budgeted to unbudgeted wall time. Then `--objective energy` (the sweep over idle
+power with eq. E7's refinement, ENERGY_LIMIT s in all): points, the proven energy gap. Then `replan` after
+losing one node of each GPU type in turn, with the CLI's default deadline (replan.DEFAULT_TIME_LIMIT_S):
+wall time of the whole re-plan (presolve, degraded plan, warm-started solve, migration). Everything in this
+process (no start-up time counted: add ~1-1.5 s for the CLI).
 
-Usage:  .venv/bin/python benchmarks/cost_objectives.py [--limit 10]
+Usage:  .venv/bin/python benchmarks/cost_objectives.py [--limit 10] [--price-kind on-demand|spot]
 Writes benchmarks/results/cost_objectives.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
-from haap_milp import economics, frontier, planner, replan
+from haap_milp import economics, frontier, objectives, planner, replan
 from haap_milp.catalog import load_cluster, load_model
 from haap_milp.catalog.prices import load_prices
 from haap_milp.deadline import Deadline
@@ -24,9 +27,12 @@ from haap_milp.specs import SolveOptions, TrainingSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "cost_objectives.md"
-# (model, cluster, gbs, the cluster after losing one node of its first type)
-INSTANCES = (("llama3-8b", "h100-a100-32", 512, "h100-80g:8,a100-80g:16"),
-             ("llama3-70b", "hetero3-1024", 1024, "h100-80g:248,a100-80g:512,a100-40g:256"))
+ENERGY_LIMIT = 30.0  # s for the whole energy objective (8 points at most, each a sweep step and an eq. E7 solve)
+# (model, cluster, gbs, the cluster after losing one node of each type)
+INSTANCES = (("llama3-8b", "h100-a100-32", 512, ("h100-80g:8,a100-80g:16", "h100-80g:16,a100-80g:8")),
+             ("llama3-70b", "hetero3-1024", 1024, ("h100-80g:248,a100-80g:512,a100-40g:256",
+                                                   "h100-80g:256,a100-80g:504,a100-40g:256",
+                                                   "h100-80g:256,a100-80g:512,a100-40g:248")))
 
 
 def _row(name, fr_or_out, wall, base_wall=None):
@@ -42,14 +48,41 @@ def _row(name, fr_or_out, wall, base_wall=None):
     return f"| {name} | {status} | {t} | {gap} | {wall:.2f} | {ratio} |"
 
 
+def _energy_line(ctx, book) -> str:
+    t0 = time.perf_counter()
+    ans = objectives.plan_for(ctx, book, objectives.Goal("energy", step=0.05), deadline=Deadline(ENERGY_LIMIT))
+    d = ans.doc
+    gap = d.get("objective_gap")
+    return (f"`--objective energy` ({ENERGY_LIMIT:g} s): {time.perf_counter() - t0:.2f} s wall, "
+            f"{d['points_searched']} point(s), {d.get('joules_per_iteration', 0) / 1e3:,.1f} kJ per iteration, proven "
+            f"bound {(d.get('joules_per_iteration_lower_bound') or 0) / 1e3:,.1f} kJ, gap "
+            f"{'-' if gap is None else f'{100 * gap:.2f} %'} ({d['stopped']})")
+
+
+def _replan_line(base, m, tr, opts, lost, book) -> str:
+    t0 = time.perf_counter()
+    r = replan.replan(base.result.plan, m, tr, load_cluster(lost), opts, book,
+                      deadline=Deadline(replan.DEFAULT_TIME_LIMIT_S))
+    wall = time.perf_counter() - t0
+    mig = r.migration
+    mig_s = "-" if mig is None else f"{mig.bytes_moved / 1e9:,.1f} GB in {mig.time_s:.2f} s (${mig.usd:.4g})"
+    deg = "-" if r.degraded_time_s is None else f"{r.degraded_time_s:.3f}"
+    new_t = "-" if r.new.estimate is None else f"{r.new.estimate.iteration_time_s:.3f}"
+    gap = "-" if r.new.result.gap is None else f"{100 * r.new.result.gap:.2f} %"
+    return f"| {lost} | {wall:.2f} | {r.new.result.status.value} | {gap} | {new_t} | {deg} | {mig_s} | {r.choice} |"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=float, default=10.0)
+    ap.add_argument("--price-kind", default="on-demand", help="on-demand | spot (the catalog's price to use)")
     a = ap.parse_args()
-    book = load_prices()
-    lines = ["# Budgeted solves and re-planning (benchmarks/cost_objectives.py)", "",
-             f"CP-SAT, 2 threads, {a.limit:g} s per solve, seq 4096; one process, start-up not counted.", ""]
-    for model, cluster, gbs, lost in INSTANCES:
+    book = load_prices(kind=a.price_kind)
+    load = os.getloadavg()
+    lines = ["# Budgeted solves, the energy objective and re-planning (benchmarks/cost_objectives.py)", "",
+             f"CP-SAT, 2 threads, {a.limit:g} s per solve, seq 4096, {book.kind} prices ({book.source}); one "
+             f"process, start-up not counted; load average at start {load[0]:.1f} on {os.cpu_count()} cores.", ""]
+    for model, cluster, gbs, losses in INSTANCES:
         m, c = load_model(model), load_cluster(cluster)
         tr = TrainingSpec(global_batch_size=gbs, seq_len=4096)
         opts = SolveOptions(time_limit_s=a.limit, threads=2)
@@ -66,18 +99,14 @@ def main() -> None:
             fr = frontier.sweep(ctx, book, "cost", max_points=1, cap=share * rate,
                                 deadline=Deadline(a.limit + 1.0))
             lines.append(_row(f"budget {share:.0%} ({share * rate:,.2f} $/h)", fr, time.perf_counter() - t0, base_wall))
-        t0 = time.perf_counter()
-        r = replan.replan(base.result.plan, m, tr, load_cluster(lost), opts.model_copy(update={"time_limit_s": 10.0}),
-                          book, deadline=Deadline(10.0))
-        wall = time.perf_counter() - t0
-        mig = r.migration
-        summary = (f"replan after losing one node ({lost}): {wall:.2f} s wall, status "
-                   f"{r.new.result.status.value}, gap {100 * (r.new.result.gap or 0):.2f} %, new T "
-                   f"{r.new.estimate.iteration_time_s:.3f} s, degraded T "
-                   f"{'-' if r.degraded_time_s is None else format(r.degraded_time_s, '.3f')} s, migration "
-                   f"{mig.bytes_moved / 1e9:,.1f} GB in {mig.time_s:.2f} s (${mig.usd:.4g}), choice {r.choice}")
-        lines += ["", summary, ""]
-        print("\n".join(lines[-12:]), flush=True)
+        lines += ["", _energy_line(ctx, book), "",
+                  f"replan after losing one node, `--time-limit {replan.DEFAULT_TIME_LIMIT_S:g}` (the CLI default):", "",
+                  "| cluster now | wall s | status | proven gap | new T s | degraded T s | migration | choice |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [_replan_line(base, m, tr, opts, lost, book) for lost in losses]
+        lines.append("")
+        print("\n".join(lines[-18:]), flush=True)
+    lines.append(f"load average at the end {os.getloadavg()[0]:.1f}")
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT}")
 

@@ -21,6 +21,7 @@ the stages' capacities must add up to L, the covering LP's bound. Energy
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -141,15 +142,25 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
     fr = Frontier(measure)
     dl = deadline or current()
     last_bound: float | None = None
+    pad = 0.0  # s: the most a solve has overrun its share
     for k in range(max_points):
         if limit is not None and limit < floor:
             fr.complete, fr.stopped = True, "no plan is cheaper than the cheapest single stage"
             break
-        slot = dl.remaining() / (max_points - k)
+        # a point's time, less what each solve has overrun its share so far (decode, estimate and checker of a
+        # large plan run after the solver's limit: 0.3 s each on llama3-70b x hetero3-1024 under load)
+        solves = 2 if refine else 1
+        if dl.limited and fr.points and dl.remaining() - pad * solves < MIN_POINT_S:  # a solve without time
+            fr.stopped = "time limit reached"  # still costs its heuristics
+            break
+        slot = max(dl.remaining() / (max_points - k) - pad * solves, MIN_POINT_S)
         share = dl.cap(slot * (1 - REFINE_SHARE if refine else 1)) if dl.limited else dl
+        t0 = time.perf_counter()
         bctx = _with_budget(ctx, weights, limit, measure)
         hints = () if limit is None else _budget_hints(bctx, weights, limit, share)
         out = orchestrate(bctx, [(ctx.options.solver, None)], deadline=share, hints=hints).outcomes[0]
+        if dl.limited:
+            pad = max(pad, time.perf_counter() - t0 - slot * (1 - REFINE_SHARE if refine else 1))
         r = out.result
         if r.status == Status.INFEASIBLE:
             fr.complete, fr.stopped = True, "proven: no plan under the next budget"
@@ -165,9 +176,13 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
         value = econ["usd_per_iteration"] if measure == "cost" else econ["joules_per_iteration"]
         nxt = min(rate - 1, math.floor((1 - step) * rate))  # B_{k+1}, eq. F1
         lower = None if r.bound_s is None else r.bound_s * (nxt + 1) * unit + d_lb_within(limit)
-        if refine:  # eq. E7: a D-aware plan of the band and a second bound of its energy
+        if refine and (not dl.limited or REFINE_SHARE * slot >= MIN_POINT_S / 2):  # eq. E7: a D-aware plan of
+            # the band and a second bound of its energy
+            t0 = time.perf_counter()
             cand, term = _energy_refine(bctx, types, book, (nxt + 1) * unit, r.bound_s,
                                         dl.cap(REFINE_SHARE * slot) if dl.limited else dl)
+            if dl.limited:
+                pad = max(pad, time.perf_counter() - t0 - REFINE_SHARE * slot)
             if term is not None:
                 lower = term if lower is None else max(lower, term)
             if cand is not None and (max_time_s is None or cand.iteration_time_s <= max_time_s):
@@ -195,6 +210,8 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
 
 
 REFINE_SHARE = 0.5  # energy objective: the share of a point's time for its eq. E7 solve
+MIN_POINT_S = 2.0  # s: a sweep step given less is not started (measured: an orchestrate whose deadline has
+# passed still takes 1.9-4.2 s on llama3-70b x hetero3-1024 under load: heuristics, decode, checker)
 
 
 def _energy_refine(bctx: Context, types: list[str], book: PriceBook, r_lo_w: float, band_bound_s: float | None,

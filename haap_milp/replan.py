@@ -130,6 +130,7 @@ def payback_s(t_new: float, t_degraded: float | None, migration_s: float) -> flo
     return migration_s * t_degraded / (t_degraded - t_new)
 
 
+DEFAULT_TIME_LIMIT_S = 8.0  # `replan --time-limit`: with the CLI's start-up (~1-1.5 s) within issue 16's 10 s
 SOLVE_SHARE = 0.85  # of the deadline left after presolve: the new solve's share; the rest is for the degraded
 # plan's check, the migration and the report (measured 0.01-0.05 s each for llama3-70b on hetero3-1024)
 

@@ -134,7 +134,7 @@ def replan(
                                          "shorthand).")],
     max_migration: Annotated[float | None, typer.Option(
         "--max-migration", help="Seconds the state move may take; a longer one keeps the degraded plan.")] = None,
-    time_limit: TimeOpt = 8.0,  # with start-up (~1-1.5 s) the command ends within 10 s
+    time_limit: TimeOpt = 8.0,  # replan.DEFAULT_TIME_LIMIT_S: with start-up the command ends within 10 s
     threads: ThreadsOpt = 2,
     target: TargetOpt = "any",
     gap: GapOpt = 0.01,
