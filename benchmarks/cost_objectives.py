@@ -80,8 +80,8 @@ def main() -> None:
     book = load_prices(kind=a.price_kind)
     load = os.getloadavg()
     lines = ["# Budgeted solves, the energy objective and re-planning (benchmarks/cost_objectives.py)", "",
-             f"CP-SAT, 2 threads, {a.limit:g} s per solve, seq 4096, {book.kind} prices ({book.source}); one "
-             f"process, start-up not counted; load average at start {load[0]:.1f} on {os.cpu_count()} cores.", ""]
+             (f"CP-SAT, 2 threads, {a.limit:g} s per solve, seq 4096, {book.kind} prices ({book.source}); one "
+              f"process, start-up not counted; load average at start {load[0]:.1f} on {os.cpu_count()} cores."), ""]
     for model, cluster, gbs, losses in INSTANCES:
         m, c = load_model(model), load_cluster(cluster)
         tr = TrainingSpec(global_batch_size=gbs, seq_len=4096)

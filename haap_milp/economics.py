@@ -1,4 +1,4 @@
-"""Money and energy of a plan: the one home of eqs. E1-E6 (formulations/README.md, "Cost and energy").
+"""Money and energy of a plan: the one home of eqs. E1-E7 (formulations/README.md, "Cost and energy").
 
 Notation: stage j uses g_j GPUs (tp * dp * cp) of type k_j; p_k $ per GPU-hour and idle_k, tdp_k W from the
 price book (``catalog/prices.py``); T the iteration time (s), M micro-batches, t_j the stage's fwd+bwd time of
@@ -14,7 +14,8 @@ one micro-batch (s), N = global batch x sequence tokens per iteration::
 
 GPUs of the cluster the plan leaves idle are not counted: the cluster is a pool to draw from (eq. G1 is
 ``<=``), and what is not used is not rented. The linear rows the solvers see are eq. W1 (``problem.Budget``)
-with per-option integer weights (``option_weights``); eq. E6 is the lower bound of D used for the energy gap.
+with per-option integer weights (``option_weights``); eq. E6 (E6b under a budget) is the lower bound of D used
+for the energy gap, and eq. E7 (``inflated_problem``) a second one, through one more time solve per band.
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ delta of the bound. Stopped earlier (``max_points``, a time bound, no plan in ti
 left have T >= L_K and R >= R_floor, which bounds them too (eq. F3). R_floor = max(min_o w_o, L min_o w_o / n_o)
 with n_o the most layers option o can hold (eq. M2 with one micro-batch in flight and no embedding or head):
 the stages' capacities must add up to L, the covering LP's bound. Energy
-(eq. E4: E = T R_idle + D) sweeps the idle power R_idle the same way and adds eq. E6's lower bound of D.
+(eq. E4: E = T R_idle + D) sweeps the idle power R_idle the same way and adds eq. E6's lower bound of D (E6b:
+over the options within the band's budget); the energy objective also solves each band once more on eq. E7's
+problem (stage times inflated by their dynamic power), whose plan is a candidate and whose bound times R_lo
+bounds the band's energy. Energy is not proven optimal in general: the stated gap is what is proven.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from haap_milp.catalog.prices import PriceBook
 from haap_milp.deadline import Deadline, current, use
 from haap_milp.errors import HaapInputError
 from haap_milp.planner import Context, Outcome, orchestrate
+from haap_milp.problem import RawResult
 from haap_milp.specs import Status
 
 SECONDS_PER_HOUR = 3600.0
@@ -46,7 +50,7 @@ class Point:
     iteration_time_s: float
     bound_s: float | None  # proven lower bound of min T under this budget (None: none proven)
     value: float  # $ per iteration (cost) or J per iteration (energy), eq. E2 / E4 from the estimate
-    lower: float | None  # eq. F2's term of this step: L_k (B_{k+1} + 1) (+ eq. E6 for energy)
+    lower: float | None  # eq. F2's term of this step: L_k (B_{k+1} + 1) (+ eq. E6 for energy; or eq. E7's if larger)
 
 
 @dataclass
@@ -161,6 +165,13 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
         out = orchestrate(bctx, [(ctx.options.solver, None)], deadline=share, hints=hints).outcomes[0]
         if dl.limited:
             pad = max(pad, time.perf_counter() - t0 - slot * (1 - REFINE_SHARE if refine else 1))
+        if _unproven_past(out, max_time_s) and dl.limited and dl.remaining() - pad > MIN_POINT_S:
+            # the step's plan is past the T bound but its bound is not: the rest of the time on this one step
+            # (it ends the sweep either way; a proof makes the sweep complete)
+            found = out.result
+            warm = RawResult("FEASIBLE", found.solver, assignment=out.raw_assignment, objective_s=found.objective_s)
+            out = orchestrate(bctx, [(ctx.options.solver, None)], deadline=dl.cap(dl.remaining() - pad),
+                              hints=(*hints, warm)).outcomes[0]
         r = out.result
         if r.status == Status.INFEASIBLE:
             fr.complete, fr.stopped = True, "proven: no plan under the next budget"
@@ -220,7 +231,7 @@ def _energy_refine(bctx: Context, types: list[str], book: PriceBook, r_lo_w: flo
     least-T' plan under the same budget (a candidate whose energy is measured like every point's) and R_lo
     times the proven bound of min T', a lower bound of every band plan's energy (J)."""
     from haap_milp.planner import finish
-    from haap_milp.problem import RawResult, evaluate
+    from haap_milp.problem import evaluate
 
     pre = bctx.presolved
     infl = economics.inflated_problem(pre.problem, types, book, r_lo_w)
@@ -241,6 +252,13 @@ def _energy_refine(bctx: Context, types: list[str], book: PriceBook, r_lo_w: flo
     point = Point(got, None, economics.rate_of(weights, [s.option for s in a.stages]),
                   float(got.estimate.iteration_time_s), band_bound_s, econ["joules_per_iteration"], None)
     return point, term
+
+
+def _unproven_past(out: Outcome, max_time_s: float | None) -> bool:
+    """A plan slower than the T bound whose proven bound does not exceed it (eq. F1's stop, not yet proven)."""
+    r = out.result
+    return (max_time_s is not None and out.estimate is not None and out.raw_assignment is not None
+            and float(out.estimate.iteration_time_s) > max_time_s and (r.bound_s is None or r.bound_s <= max_time_s))
 
 
 MAX_HINT_CAPS = 4  # capacity vectors whose DP plans seed a budgeted solve

@@ -29,8 +29,9 @@ def test_catalog_prices_and_power():
 
 def test_every_catalog_price_has_its_source():
     """Each on-demand price names its instance and each spot price is in the header's table (source, zones)."""
-    import yaml
     from importlib import resources
+
+    import yaml
 
     text = resources.files("haap_milp.catalog").joinpath("prices.yaml").read_text()
     doc = yaml.safe_load(text)
