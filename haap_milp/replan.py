@@ -17,7 +17,9 @@ Given a plan and the cluster as it is now:
 * **payback** (eq. MG3): staying at T_deg vs pausing m s and running at T_new, equal after
   t* = m T_deg / (T_deg - T_new) seconds of wall time (never, when T_new >= T_deg);
 * ``max_migration_s``: candidates whose migration takes longer are refused; the candidates are the new
-  optimum and the degraded plan (a migration-aware search is not implemented).
+  optimum and the degraded plan (a migration-aware search is not implemented);
+* time: the new cluster is presolved once, the degraded plan (``encode``d into the new problem) warm-starts
+  the solve beside the DP heuristic, and the solve gets ``SOLVE_SHARE`` of the deadline left after presolve.
 """
 
 from __future__ import annotations
@@ -130,7 +132,8 @@ def payback_s(t_new: float, t_degraded: float | None, migration_s: float) -> flo
     return migration_s * t_degraded / (t_degraded - t_new)
 
 
-DEFAULT_TIME_LIMIT_S = 8.0  # `replan --time-limit`: with the CLI's start-up (~1-1.5 s) within issue 16's 10 s
+DEFAULT_TIME_LIMIT_S = 8.0  # `replan --time-limit`: with the CLI's start-up (1.3-1.9 s measured under load) within
+# issue 16's 10 s
 SOLVE_SHARE = 0.85  # of the deadline left after presolve: the new solve's share; the rest is for the degraded
 # plan's check, the migration and the report (measured 0.01-0.05 s each for llama3-70b on hetero3-1024)
 
