@@ -27,7 +27,7 @@ from haap_milp.deadline import current
 from haap_milp.pipeline import TIME_RTOL, steady_period
 from haap_milp.problem import Assignment, Problem, RawResult, boundary_times, evaluate, stage_times, violations
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
-from haap_milp.solvers.common.capacity_dp import capacity_bound
+from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound
 from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
@@ -233,10 +233,8 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     if t.p_min == 0 or t.p_min > t.p_max:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
-    # eqs. N4, N5; the DPs index capacities by the option's endpoint, so a node with mixed options (endpoints
-    # >= G, eq. H5) goes without them (the LP and the engine bound it, as before the DPs)
-    mixed = bool((t.group >= len(problem.groups)).any())
-    if tries == 0 and USE_STAGE_DP and not mixed and (st.dp_calls < DP_TRIAL or st.dp_wins > 0):
+    # eqs. N4, N5 (their state is the p2p endpoint, so mixed options, eq. H5, take part)
+    if tries == 0 and USE_STAGE_DP and (st.dp_calls < DP_TRIAL or st.dp_wins > 0):
         st.dp_calls += 1
         before = st.inc_obj
         bound, mu = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name)
@@ -290,6 +288,13 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name):
     bound = _safe(nb.bound_s)
     cap = np.asarray(problem.group_capacity, float)
     over = nb.used / cap if nb.used is not None else np.zeros(len(cap))
+    blocks = island_blocks(problem, dp) if np.any(over > 1) else None
+    if blocks is not None and math.isfinite(bound) and (cutoff is None or bound < cutoff):
+        ib, fits = island_bound(problem, dp, a, blocks)  # eq. N6: by cases on the islands the pipeline touches
+        st.stats["island_dp"] = st.stats.get("island_dp", 0) + 1
+        bound = max(bound, _safe(ib))
+        plans += fits
+        over[:] = 0  # (the per-group DPs below add little once each island's GPUs are in the state)
     for s in np.argsort(-over, kind="stable").tolist():
         if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff):
             break  # (measured: a group that fits adds little and costs 0.1 s a DP on 1278 MoE options)
