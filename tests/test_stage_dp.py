@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from synthetic import random_problem
 
-from haap_milp.problem import violations
+from haap_milp.problem import Budget, violations
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import capacity_dp, stage_dp
 from haap_milp.solvers.common.bounds import variant_bound
@@ -117,19 +117,21 @@ def _with_mixed(problem, rng, pairs: int = 3):
     return replace(problem, options=tuple(opts + [o for *_, o in made]), variants=tuple(variants))
 
 
-@pytest.mark.parametrize("blocking", [False, True])
-def test_node_bounds_hold_with_mixed_endpoints_and_island_cases(blocking, monkeypatch):
+@pytest.mark.parametrize("blocking,budget", [(False, False), (True, False), (False, True)])
+def test_node_bounds_hold_with_mixed_endpoints_and_island_cases(blocking, budget, monkeypatch):
     """Eqs. N4-N6 with options at their own p2p endpoints (mixed stages, eq. H5): the stage DP's state is the
     endpoint, so every bound (Lagrangian, one group's GPUs in the state, the islands' case split with the groups
     as blocks) stays at or below the brute-force optimum, and every path offered as a plan is valid. With
-    blocking sends (eq. T2b, links scaled x20 so that it binds) the layer bounds carry the cheapest links (X1b)."""
+    blocking sends (eq. T2b, links scaled x20 so that it binds) the layer bounds carry the cheapest links (X1b).
+    With a budget row (eq. W1, weights GPUs x a price per group, the limit 60 % of the least-constrained optimum's
+    use) the multipliers price it too."""
     from dataclasses import replace
 
     from haap_milp.solvers.common.capacity_dp import island_bound
 
     monkeypatch.setattr(stage_dp, "MAX_STEPS", 20)
     rng = np.random.default_rng(11)
-    checked = mixed_used = 0
+    checked = mixed_used = lifted = 0
     for seed in range(30):
         base = random_problem(seed, uniform=False, same_tp_first_last=False)
         problem = _with_mixed(base, rng)
@@ -138,6 +140,14 @@ def test_node_bounds_hold_with_mixed_endpoints_and_island_cases(blocking, monkey
         if blocking:
             problem = replace(problem, p2p_blocking=True, variants=tuple(
                 replace(v, p2p_time=np.asarray(v.p2p_time) * 20.0) for v in problem.variants))
+        if budget:
+            free = get_solver("brute")(problem, EXACT)
+            if free.status != "OPTIMAL":
+                continue
+            price = rng.integers(1, 5, len(problem.groups))
+            w = np.array([sum(int(price[g]) * n for g, n in o.usage) for o in problem.options], np.int64)
+            used = sum(int(w[s.option]) for s in free.assignment.stages)
+            problem = replace(problem, budget=Budget(w, max(1, int(0.6 * used)), "test"))
         brute = get_solver("brute")(problem, EXACT)
         if brute.status == "INFEASIBLE":
             continue
@@ -161,12 +171,22 @@ def test_node_bounds_hold_with_mixed_endpoints_and_island_cases(blocking, monkey
                 cb, plan = capacity_bound(problem, dp, float(a), nb.mu, int(rng.integers(0, len(problem.groups))))
                 ends = np.full(dp.E, -1)
                 for r, e in enumerate(dp.row_group):
-                    ends[e] = int(np.flatnonzero(dp.row_usage[r] > 0)[0]) if (dp.row_usage[r] > 0).sum() == 1 else -2
-                ib, fits = island_bound(problem, dp, float(a), blocks[np.maximum(ends, 0)]) if (ends != -2).all() \
+                    own = dp.row_usage[r, :dp.G] > 0
+                    ends[e] = int(np.flatnonzero(own)[0]) if own.sum() == 1 else -2
+                ib, fits = island_bound(problem, dp, float(a), blocks[np.maximum(ends, 0)], nb.mu) if (ends != -2).all() \
                     else (-math.inf, [])
                 lbs.append(max(nb.bound_s, cb, ib))
                 for p in (nb.plan, plan, *fits):
                     assert p is None or violations(problem, p) == []
             if lbs and v == brute.assignment.variant:
                 assert min(lbs) <= brute.objective_s * (1 + 1e-9) + 1e-12, (seed, v, min(lbs), brute.objective_s)
-    assert checked >= 10 and (blocking or mixed_used >= 1), (checked, mixed_used)  # x20 links: mixed ones go unused
+        if budget:  # not vacuous: at the optimum's own period the budget's multiplier lifts the bound
+            a = brute.assignment
+            tau = _steady(problem, a)
+            t = build_tables(problem, a.variant, tau)
+            with_b = node_bound(problem, t, tau, tau, t.p_min, t.p_max, None).bound_s
+            without = node_bound(replace(problem, budget=None), t, tau, tau, t.p_min, t.p_max, None).bound_s
+            lifted += with_b > without * (1 + 1e-6)
+    # x20 links or a budget: the mixed options go unused
+    assert checked >= 10 and (blocking or budget or mixed_used >= 1), (checked, mixed_used)
+    assert not budget or lifted >= 2, lifted

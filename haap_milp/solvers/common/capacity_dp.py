@@ -43,9 +43,8 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s, ro
     set of groups: their summed GPUs against their summed capacity, eq. N6) in the state and the other
     groups priced by ``mu``; and the least path as a plan when it fits every group's GPUs. ``rows_ok``: the
     footprint rows the path may use (default all); ``link``: the [E, E] link costs in place of the node's."""
-    t, G = dp.t, dp.G
-    cap = np.asarray(problem.group_capacity, float)
-    S = np.zeros(G, bool)
+    t, cap = dp.t, dp.cap  # the groups' GPUs, then the budget row (priced by mu, never in the state here)
+    S = np.zeros(len(cap), bool)
     S[np.atleast_1d(np.asarray(s, np.int64))] = True
     w, R, q = _units(dp.usage[:, S].sum(axis=1), int(cap[S].sum()))  # per option
     w_row = (dp.row_usage[:, S].sum(axis=1) // q).astype(np.int64)  # per footprint row (its options' own w)
@@ -72,7 +71,7 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s, ro
         trace.append((*step, argH))
     if not math.isfinite(best[0]):
         return INF, None
-    plan = _path(dp, best[1], trace, w, cap)
+    plan = _path(dp, best[1], trace, w, cap)  # (checked against every row)
     return (t.M - 1) * a + best[0] - float(mu_o @ cap), plan
 
 
@@ -86,23 +85,22 @@ def island_blocks(problem: Problem, dp: PathDP) -> np.ndarray | None:
         return None
     out = np.full(dp.E, -1)
     for r, e in enumerate(dp.row_group):
-        blocks = set(group_block[dp.row_usage[r] > 0].tolist())
+        blocks = set(group_block[dp.row_usage[r, :dp.G] > 0].tolist())  # (its groups; not the budget row)
         if len(blocks) != 1 or out[e] not in (-1, *blocks):
             return None
         out[e] = blocks.pop()
     return out
 
 
-def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray) -> tuple[float, list]:
+def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray, mu: np.ndarray) -> tuple[float, list]:
     """Eq. N6: a bound by cases on the blocks (islands) a pipeline touches. A plan inside one block B uses only
     B's endpoints and at most B's GPUs (its groups' capacity summed, in the state); a plan touching two blocks
     crosses at least one boundary between them, which costs at least the cheapest cross-block link c_x, so it
     pays at least the least path with cross-block links priced 0 and every group's GPUs pooled, plus c_x. The
     node's bound is the least of the cases (inf: none has a path). Returns (bound, plans that fit)."""
-    G = dp.G
-    cap = np.asarray(problem.group_capacity, float)
+    G, cap = dp.G, dp.cap
     group_block = np.unique([g.rsplit("@", 1)[-1] for g in problem.groups], return_inverse=True)[1].reshape(-1)
-    mu0 = np.zeros(G)
+    mu0 = np.where(np.arange(len(cap)) < G, 0.0, np.maximum(mu, 0.0))  # the budget row keeps its multiplier
     cases, plans = [], []
     for blk in np.unique(blocks[blocks >= 0]).tolist():
         S = np.flatnonzero(group_block == blk)
@@ -192,6 +190,6 @@ def _path(dp: PathDP, first, trace, w: np.ndarray, cap: np.ndarray) -> Assignmen
         stages.append((i_k, n_k))
         left, r, g = left - n_k, r - int(w[i_k]), h
     used = sum(dp.usage[i] for i, _ in stages)
-    if left != 0 or r != 0 or np.any(used > cap):
+    if left != 0 or r != 0 or np.any(used > cap * (1 + 1e-9)):
         return None
     return Assignment(t.v, tuple(Stage(int(t.opts[i]), n) for i, n in stages))

@@ -46,7 +46,7 @@ class PathResult:
     group and the path itself (slot P first)."""
 
     cost: float
-    used: np.ndarray  # [G]
+    used: np.ndarray  # [R]: GPUs per group, then the scaled budget row when there is one
     stages: tuple[tuple[int, int], ...]  # (local option, layers) in pipeline order
 
 
@@ -69,7 +69,10 @@ class PathDP:
         self.t, self.L, self.G = t, t.L, len(problem.groups)
         self.E = int(t.p2p.shape[0])  # p2p endpoints: the DP's state (a group, or a mixed option's own row, eq. H5)
         self.keep = np.ones(t.n, bool) if keep is None else keep
-        self.usage = t.use.astype(float)  # [n, G] GPUs of each group (slot_bounds' usage matrix)
+        # the rows the multipliers price: [n, R] GPUs of each group (slot_bounds' usage matrix), then the budget
+        # row W1 when there is one, scaled to the GPUs' magnitude (a row's scale does not change its Lagrangian
+        # bound, only the subgradient's conditioning); ``cap`` [R] their right-hand sides
+        self.usage, self.cap = _resources(problem, t)
         self.link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p, INF)  # [e earlier, f later]
         self.p_first = max(p_lo, t.p_min)
         self.k_max = min(p_hi, t.p_max)
@@ -88,7 +91,7 @@ class PathDP:
         # GPUs the other stages take at least, against what the stage leaves: k others (slots 1..k-1 and one
         # earlier, or P - 1 of them for the first stage), each of dmin GPUs; of the groups the stage draws from
         # (its own, or a mixed option's several) only what it leaves is free for them
-        mine = self.usage > 0  # [n, G]
+        mine = t.use > 0  # [n, G]
         self._dmin = float(t.gpus.min())
         self._cap = (mine * cap).sum(axis=1)  # capacity of the stage's own groups
         self._other = cap.sum() - self._cap
@@ -199,12 +202,11 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
                cutoff: float | None, mu0: np.ndarray | None = None, dp: PathDP | None = None) -> NodeBound:
     """Eq. N4: the best Lagrangian bound found in MAX_STEPS DP evaluations (stops once it reaches
     ``cutoff``); ``dp``: the node's PathDP when the caller has built it."""
-    G = len(problem.groups)
-    cap = np.asarray(problem.group_capacity, float)
     dp = dp or PathDP(problem, t, b, p_lo, p_hi)
+    cap = dp.cap
     base = (t.M - 1) * a
-    mu = np.zeros(G) if mu0 is None else np.maximum(mu0, 0.0)
-    active = np.flatnonzero(t.use.any(axis=0))  # groups any option draws from
+    mu = np.zeros(len(cap)) if mu0 is None or len(mu0) != len(cap) else np.maximum(mu0, 0.0)
+    active = np.flatnonzero(dp.usage.any(axis=0))  # rows some option draws from
     best = NodeBound(-INF, mu.copy())
     lo_mu, hi_mu = 0.0, INF  # bisection bracket (one group)
     for step in range(1, MAX_STEPS + 1):
@@ -215,7 +217,7 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
         if val > best.bound_s:
             best = NodeBound(val, mu.copy(), best.plan, step, res.used)
         sub = res.used - cap  # subgradient of LB at mu
-        if np.all(sub <= 0):
+        if np.all(sub <= 1e-9 * cap):
             best.plan = best.plan or _assignment(t, res)
         if cutoff is not None and best.bound_s >= cutoff:
             break
@@ -240,6 +242,17 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
         mu = np.maximum(0.0, mu + gap / float(grad @ grad) * grad)
     best.steps = step
     return best
+
+
+def _resources(problem: Problem, t: Tables) -> tuple[np.ndarray, np.ndarray]:
+    """[n, R] what each option takes of each priced row and [R] the rows' right-hand sides: the G groups' GPUs
+    (eq. G1), then the budget W1 (``Problem.budget``; weights scaled by sum(cap) / limit) when it has a limit."""
+    use, cap = t.use.astype(float), np.asarray(problem.group_capacity, float)
+    bud = problem.budget
+    if bud is None or bud.limit <= 0:
+        return use, cap
+    scale = float(cap.sum()) / float(bud.limit)
+    return (np.column_stack([use, np.asarray(bud.weight, float)[t.opts] * scale]), np.append(cap, cap.sum()))
 
 
 def _mu_scale(t: Tables, cap: np.ndarray) -> float:
