@@ -94,7 +94,8 @@ class _State:
     dp_calls: int = 0  # nodes the stage DPs ran on
     dp_wins: int = 0  # of them: pruned by the DPs, or a better incumbent from their paths
     cap_dp_s: float = 0.0  # the longest capacity DP (eqs. N5, N6) so far, s
-    build_s: float = 0.0  # the longest node model build so far, s
+    build_s: float = 0.0  # node model builds so far: their time (s) and number
+    builds: int = 0
 
     def offer(self, problem: Problem, a: Assignment | None, who: str) -> None:
         if a is None:
@@ -213,8 +214,8 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
         if cutoff is not None and node[0] >= cutoff:
             break  # every open node is pruned
         left = deadline - time.perf_counter()
-        if (left < MIN_NODE_S and (st.inc is not None or st.nodes > 0)) or (st.inc is not None and left < st.build_s):
-            break  # (a node's model building is not interruptible: not started without the time it took before)
+        if (left < MIN_NODE_S and (st.inc is not None or st.nodes > 0)) or (st.inc is not None and left < st.build_s / max(st.builds, 1)):
+            break  # (a node's model building is not interruptible: not started without the time it takes on average)
         if dl.interrupted:
             st.stats["interrupted"] = 1
             break
@@ -249,7 +250,8 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             return
     t0 = time.perf_counter()
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
-    st.build_s = max(st.build_s, time.perf_counter() - t0)
+    st.build_s += time.perf_counter() - t0
+    st.builds += 1
     small = len(lm.names) <= SMALL_MODEL
     if not small and tries == 0:
         lp = lp_bound(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
