@@ -257,6 +257,7 @@ def main(argv=None) -> int:
     ap.add_argument("--from-csv", action="store_true", help="rewrite the md and plot from the csv in --out")
     ap.add_argument("--before", type=Path, help="an earlier run's csv: its result at the largest limit is shown "
                     "next to each instance (before/after a change)")
+    ap.add_argument("--note", default="", help="a paragraph put first in the md (what was compared, the machine)")
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(run_one(json.loads(args.one))))
@@ -299,6 +300,7 @@ def report(rows: list[dict], limits, args) -> int:
             f"{THREADS} threads; wall = the whole process (start-up, imports, presolve, heuristics, exact search, "
             f"check, document). A run that proves <= 1 % stops early, so larger limits are skipped for it. "
             f"1-min load average during the runs {min(loads):.1f}-{max(loads):.1f} (a shared 2-core machine).")
+    note = (args.note + "\n\n" + note) if getattr(args, "note", "") else note
     write_md(lines, fits, limits, args.out / "solve_scaling.md", note, _before(args.before, max(limits)))
     plot(fits, args.out / "solve_scaling_time_to_1pct.png")
     print(f"wrote {args.out / 'solve_scaling.md'}")

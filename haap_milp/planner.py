@@ -93,7 +93,22 @@ def run_method(ctx: Context, method: str, hint_raw: RawResult | None = None) -> 
     if raw.assignment is not None:
         raw = replace(raw, assignment=replace(raw.assignment, variant=keep[raw.assignment.variant]))
     raw.stats.setdefault("variants_searched", len(keep))
-    return raw, keep
+    return _with_b1(ctx, raw, keep), keep
+
+
+def _with_b1(ctx: Context, raw: RawResult, keep: list[int]) -> RawResult:
+    """The exact search's bound, raised to the presolve's eq. B1 bound of the variants it searched when that is
+    higher (both are lower bounds on every plan of those variants; the variants left out have B1 >= the hint's
+    time >= the plan's). Measured: llama3-70b on 64 GPUs of 3 types, 10 s: the search's least open node gave
+    56 % gap where B1 gives 39 %. A plan proven this way is OPTIMAL by the search's own rule."""
+    lbs = [ctx.presolved.lower_bounds_s[i] for i in keep if i in ctx.presolved.lower_bounds_s]
+    if raw.objective_s is None or raw.bound_s is None or not lbs or min(lbs) <= raw.bound_s:
+        return raw
+    bound = min(min(lbs), raw.objective_s)
+    tol = ctx.options.relative_gap * raw.objective_s + float(raw.stats.get("tolerance_s", 0.0)) + TIME_RTOL * raw.objective_s
+    if raw.status == "FEASIBLE" and raw.objective_s - bound <= tol:
+        return replace(raw, bound_s=bound, status="OPTIMAL", message="")
+    return replace(raw, bound_s=bound)
 
 
 Run = tuple[str, "float | None"]  # (method, time limit in s; None: the context's options as they are)

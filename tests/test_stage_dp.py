@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from synthetic import random_problem
 
-from haap_milp.problem import violations
+from haap_milp.problem import Budget, violations
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import capacity_dp, stage_dp
 from haap_milp.solvers.common.bounds import variant_bound
@@ -71,3 +71,122 @@ def test_node_bounds_never_exceed_the_optimum_and_close_in_on_it(rmax, monkeypat
         at = node_bound(problem, t, tau, tau, t.p_min, t.p_max, None).bound_s
         tight += at >= 0.95 * brute.objective_s
     assert checked >= 15 and tight >= checked * 3 // 4, (checked, tight)
+
+
+def _with_mixed(problem, rng, pairs: int = 3):
+    """``problem`` plus ``pairs`` synthetic mixed options (eq. H1), each with its own p2p endpoint (eq. H5): the
+    replicas of two single-group options of different groups; memory the tighter one's, links the slower group's,
+    times 0.6 x the slower one's (so that optima use them; only the Problem's semantics matter here, brute force is
+    the judge)."""
+    from dataclasses import replace
+
+    from haap_milp.problem import Option, Replicas
+
+    G, opts = len(problem.groups), list(problem.options)
+    made = []
+    for _ in range(50):
+        i, j = (int(x) for x in rng.integers(0, len(opts), 2))
+        oi, oj = opts[i], opts[j]
+        if oi.mix or oj.mix or oi.group == oj.group:
+            continue
+        link = G + len(made)
+        made.append((i, j, Option(group=oi.group, tp=oi.tp, dp=oi.dp + oj.dp, ep=1, recompute=oi.recompute,
+                                  mix=(Replicas(oi.group, oi.tp, oi.dp, 1), Replicas(oj.group, oj.tp, oj.dp, 1)),
+                                  link=link)))
+        if len(made) == pairs:
+            break
+    if not made:
+        return None
+    worst = ("layer_time", "first_time", "last_time", "layer_static_mem", "layer_act_mem", "first_static_mem",
+             "first_act_mem", "last_static_mem", "last_act_mem", "fixed_mem", "sync_fixed", "sync_per_layer",
+             "sync_first", "sync_last")
+    variants = []
+    for var in problem.variants:
+        new = {k: np.concatenate([getattr(var, k), [(1.0 if "mem" in k else 0.6) * max(getattr(var, k)[i], getattr(var, k)[j])
+                                                     for i, j, _ in made]]) for k in worst}
+        new["mem_capacity"] = np.concatenate([var.mem_capacity, [min(var.mem_capacity[i], var.mem_capacity[j])
+                                                                 for i, j, _ in made]])
+        new["allowed"] = np.concatenate([var.allowed, [var.allowed[i] and var.allowed[j] for i, j, _ in made]])
+        E = G + len(made)
+        p2p = np.zeros((E, E))
+        src = [*range(G), *(max((opts[i].group, opts[j].group)) for i, j, _ in made)]  # an endpoint's slower group
+        p2p[:, :] = var.p2p_time[np.ix_(src, src)]
+        p2p[:G, :G] = var.p2p_time
+        new["p2p_time"] = p2p
+        variants.append(replace(var, **new))
+    return replace(problem, options=tuple(opts + [o for *_, o in made]), variants=tuple(variants))
+
+
+@pytest.mark.parametrize("blocking,budget", [(False, False), (True, False), (False, True)])
+def test_node_bounds_hold_with_mixed_endpoints_and_island_cases(blocking, budget, monkeypatch):
+    """Eqs. N4-N6 with options at their own p2p endpoints (mixed stages, eq. H5): the stage DP's state is the
+    endpoint, so every bound (Lagrangian, one group's GPUs in the state, the islands' case split with the groups
+    as blocks) stays at or below the brute-force optimum, and every path offered as a plan is valid. With
+    blocking sends (eq. T2b, links scaled x20 so that it binds) the layer bounds carry the cheapest links (X1b).
+    With a budget row (eq. W1, weights GPUs x a price per group, the limit 60 % of the least-constrained optimum's
+    use) the multipliers price it too."""
+    from dataclasses import replace
+
+    from haap_milp.solvers.common.capacity_dp import island_bound
+
+    monkeypatch.setattr(stage_dp, "MAX_STEPS", 20)
+    rng = np.random.default_rng(11)
+    checked = mixed_used = lifted = 0
+    for seed in range(30):
+        base = random_problem(seed, uniform=False, same_tp_first_last=False)
+        problem = _with_mixed(base, rng)
+        if problem is None:
+            continue
+        if blocking:
+            problem = replace(problem, p2p_blocking=True, variants=tuple(
+                replace(v, p2p_time=np.asarray(v.p2p_time) * 20.0) for v in problem.variants))
+        if budget:
+            free = get_solver("brute")(problem, EXACT)
+            if free.status != "OPTIMAL":
+                continue
+            price = rng.integers(1, 5, len(problem.groups))
+            w = np.array([sum(int(price[g]) * n for g, n in o.usage) for o in problem.options], np.int64)
+            used = sum(int(w[s.option]) for s in free.assignment.stages)
+            problem = replace(problem, budget=Budget(w, max(1, int(0.6 * used)), "test"))
+        brute = get_solver("brute")(problem, EXACT)
+        if brute.status == "INFEASIBLE":
+            continue
+        checked += 1
+        mixed_used += any(problem.options[s.option].mix for s in brute.assignment.stages)
+        blocks = np.arange(len(problem.groups))  # each group its own block: a valid partition
+        for v in range(len(problem.variants)):
+            t0 = build_tables(problem, v)
+            vb = variant_bound(problem, t0)
+            if not math.isfinite(vb.total_s):
+                continue
+            bot, top = vb.tau_lb, max(_worst_tau(t0), vb.tau_lb) * 1.01
+            edges = np.sort(np.concatenate([[bot, top], rng.uniform(bot, top, 2)]))
+            lbs = []
+            for a, b in itertools.pairwise(edges):
+                t = build_tables(problem, v, float(b))
+                if t.p_min == 0:
+                    continue
+                dp = PathDP(problem, t, float(b), t.p_min, t.p_max)
+                nb = node_bound(problem, t, float(a), float(b), t.p_min, t.p_max, None, None, dp)
+                cb, plan = capacity_bound(problem, dp, float(a), nb.mu, int(rng.integers(0, len(problem.groups))))
+                ends = np.full(dp.E, -1)
+                for r, e in enumerate(dp.row_group):
+                    own = dp.row_usage[r, :dp.G] > 0
+                    ends[e] = int(np.flatnonzero(own)[0]) if own.sum() == 1 else -2
+                ib, fits = island_bound(problem, dp, float(a), blocks[np.maximum(ends, 0)], nb.mu) if (ends != -2).all() \
+                    else (-math.inf, [])
+                lbs.append(max(nb.bound_s, cb, ib))
+                for p in (nb.plan, plan, *fits):
+                    assert p is None or violations(problem, p) == []
+            if lbs and v == brute.assignment.variant:
+                assert min(lbs) <= brute.objective_s * (1 + 1e-9) + 1e-12, (seed, v, min(lbs), brute.objective_s)
+        if budget:  # not vacuous: at the optimum's own period the budget's multiplier lifts the bound
+            a = brute.assignment
+            tau = _steady(problem, a)
+            t = build_tables(problem, a.variant, tau)
+            with_b = node_bound(problem, t, tau, tau, t.p_min, t.p_max, None).bound_s
+            without = node_bound(replace(problem, budget=None), t, tau, tau, t.p_min, t.p_max, None).bound_s
+            lifted += with_b > without * (1 + 1e-6)
+    # x20 links or a budget: the mixed options go unused
+    assert checked >= 10 and (blocking or budget or mixed_used >= 1), (checked, mixed_used)
+    assert not budget or lifted >= 2, lifted

@@ -27,7 +27,7 @@ from haap_milp.deadline import current
 from haap_milp.pipeline import TIME_RTOL, steady_period
 from haap_milp.problem import Assignment, Problem, RawResult, boundary_times, evaluate, stage_times, violations
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
-from haap_milp.solvers.common.capacity_dp import capacity_bound
+from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound
 from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
@@ -93,6 +93,9 @@ class _State:
     engine_calls: int = 0
     dp_calls: int = 0  # nodes the stage DPs ran on
     dp_wins: int = 0  # of them: pruned by the DPs, or a better incumbent from their paths
+    cap_dp_s: float = 0.0  # the longest capacity DP (eqs. N5, N6) so far, s
+    build_s: float = 0.0  # node model builds so far: their time (s) and number
+    builds: int = 0
 
     def offer(self, problem: Problem, a: Assignment | None, who: str) -> None:
         if a is None:
@@ -210,8 +213,9 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
         cutoff = st.inc_obj * (1 - r) if st.inc is not None else None
         if cutoff is not None and node[0] >= cutoff:
             break  # every open node is pruned
-        if deadline - time.perf_counter() < MIN_NODE_S and (st.inc is not None or st.nodes > 0):
-            break
+        left = deadline - time.perf_counter()
+        if (left < MIN_NODE_S and (st.inc is not None or st.nodes > 0)) or (st.inc is not None and left < st.build_s / max(st.builds, 1)):
+            break  # (a node's model building is not interruptible: not started without the time it takes on average)
         if dl.interrupted:
             st.stats["interrupted"] = 1
             break
@@ -233,20 +237,21 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     if t.p_min == 0 or t.p_min > t.p_max:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
-    # eqs. N4, N5; the DPs index capacities by the option's endpoint, so a node with mixed options (endpoints
-    # >= G, eq. H5) goes without them (the LP and the engine bound it, as before the DPs)
-    mixed = bool((t.group >= len(problem.groups)).any())
-    if tries == 0 and USE_STAGE_DP and not mixed and (st.dp_calls < DP_TRIAL or st.dp_wins > 0):
+    # eqs. N4, N5 (their state is the p2p endpoint, so mixed options, eq. H5, take part)
+    if tries == 0 and USE_STAGE_DP and (st.dp_calls < DP_TRIAL or st.dp_wins > 0):
         st.dp_calls += 1
         before = st.inc_obj
-        bound, mu = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name)
+        bound, mu = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
         st.dp_wins += st.inc_obj < before
         cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
         if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
             st.dp_wins += 1
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
+    t0 = time.perf_counter()
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
+    st.build_s += time.perf_counter() - t0
+    st.builds += 1
     small = len(lm.names) <= SMALL_MODEL
     if not small and tries == 0:
         lp = lp_bound(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
@@ -267,33 +272,48 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             (bound, v, a, b, tries, plo, phi, None, mu), cutoff, deadline, name, solve_node)
 
 
-def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name):
+def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline=math.inf):
     """The node's bound by the stage DPs: under eq. U1 the least over the uniform signatures (one DP each, the
     paths kept to that signature), else one. Their fitting paths are offered as incumbents."""
     sigs = np.unique(t.sig).tolist() if problem.uniform else [None]
     best, best_mu = math.inf, mu
     for sig in sigs:
         keep = None if sig is None else t.sig == sig
-        val, mu_s = _dp_bound(problem, st, PathDP(problem, t, b, t.p_min, t.p_max, keep), a, b, cutoff, mu, name)
+        val, mu_s = _dp_bound(problem, st, PathDP(problem, t, b, t.p_min, t.p_max, keep), a, b, cutoff, mu, name,
+                              deadline)
         if val < best:
             best, best_mu = val, mu_s
     return max(bound, best), best_mu
 
 
-def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name):
+def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=math.inf):
     """Eq. N4 (Lagrangian stage DP), then, while the node survives,
     eq. N5 with each group the Lagrangian path overfills in the DP's state in turn (the most overfilled first)."""
     t = dp.t
+    t0 = time.perf_counter()
     nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu, dp)
+    # before the first capacity DP, guess it from one stage DP run (measured: 10-60 runs' time)
+    st.cap_dp_s = max(st.cap_dp_s, 20 * (time.perf_counter() - t0) / max(nb.steps, 1))
     st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
     plans = [nb.plan]
     bound = _safe(nb.bound_s)
     cap = np.asarray(problem.group_capacity, float)
-    over = nb.used / cap if nb.used is not None else np.zeros(len(cap))
+    over = nb.used[:len(cap)] / cap if nb.used is not None else np.zeros(len(cap))  # groups (not the budget row)
+    blocks = island_blocks(problem, dp) if np.any(over > 1) else None
+    if blocks is not None and math.isfinite(bound) and (cutoff is None or bound < cutoff) and _room(st, deadline):
+        t0 = time.perf_counter()
+        ib, fits = island_bound(problem, dp, a, blocks, nb.mu)  # eq. N6: by cases on the islands the pipeline touches
+        st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
+        st.stats["island_dp"] = st.stats.get("island_dp", 0) + 1
+        bound = max(bound, _safe(ib))
+        plans += fits
+        over[:] = 0  # (the per-group DPs below add little once each island's GPUs are in the state)
     for s in np.argsort(-over, kind="stable").tolist():
-        if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff):
+        if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff) or not _room(st, deadline):
             break  # (measured: a group that fits adds little and costs 0.1 s a DP on 1278 MoE options)
+        t0 = time.perf_counter()
         cb, plan = capacity_bound(problem, dp, a, nb.mu, s)
+        st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
         st.stats["capacity_dp"] = st.stats.get("capacity_dp", 0) + 1
         bound = max(bound, _safe(cb))
         plans.append(plan)
@@ -301,6 +321,12 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name):
         if plan is not None and not violations(problem, plan):  # the DPs leave U2 out
             st.offer(problem, plan, f"{name} stage DP")
     return bound, nb.mu
+
+
+def _room(st: _State, deadline: float) -> bool:
+    """Time for one more capacity DP (eqs. N5, N6) before the deadline: they are not interruptible, and one took
+    up to 2 s on a loaded machine (llama3-70b on 3 types, 1024 GPUs), so twice the longest one so far."""
+    return deadline - time.perf_counter() > 2 * st.cap_dp_s
 
 
 def _safe(x: float) -> float:

@@ -5,8 +5,14 @@ dual has a gap (measured: llama3-70b on 4096 H100, a path of 64 + 4 x 1024 GPUs 
 that fits). Here group s's GPUs are a state instead: a stage of d GPUs of s takes w = floor(d / q) units of
 R = floor(cap_s / q), with q the gcd of the stage sizes (exact) or, when that leaves more than RMAX units,
 ceil(cap_s / RMAX) (a relaxation: sum d <= cap implies sum floor(d / q) <= floor(cap / q), eq. G2's
-rounding). The other groups keep their multipliers. State (group of the slot, layers held, units used):
-``[G, L+1, R+1]`` per slot; a bound valid for every plan of the node, like eq. N4's.
+rounding). The other groups keep their multipliers. State (p2p endpoint of the slot, layers held, units used):
+``[E, L+1, R+1]`` per slot; a bound valid for every plan of the node, like eq. N4's.
+
+Eq. N6: ``s`` may be a set S of groups; the state then counts their summed GPUs against their summed capacity
+(sum_{g in S} usage_g <= sum_{g in S} cap_g is the sum of S's G1 rows, so every plan meets it: a relaxation,
+sound for any S). It is what bounds two islands of one GPU type: the Lagrangian path put 1536 GPUs on one of
+two 512-GPU groups and the single-group DP let the path move them to the other group's multiplier; with
+both groups' GPUs in the state the 1024-GPU total binds (the links stay exact: the state keeps the endpoint).
 """
 
 from __future__ import annotations
@@ -31,21 +37,28 @@ def _units(d: np.ndarray, cap: int) -> tuple[np.ndarray, int, int]:
     return (d // q).astype(np.int64), cap // q, q
 
 
-def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s: int) -> tuple[float, Assignment | None]:
-    """Lower bound on T over the node of ``dp`` (inf: no plan) with group ``s`` in the state and the other
-    groups priced by ``mu``; and the least path as a plan when it fits every group's GPUs."""
-    t, G = dp.t, dp.G
-    cap = np.asarray(problem.group_capacity, float)
-    w, R, q = _units(dp.usage[:, s], int(cap[s]))  # per option
-    w_row = (dp.row_usage[:, s] // q).astype(np.int64)  # per footprint row (its options' own w)
-    mu_o = np.where(np.arange(G) == s, 0.0, np.maximum(mu, 0.0))
+def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s, rows_ok: np.ndarray | None = None,
+                   link: np.ndarray | None = None) -> tuple[float, Assignment | None]:
+    """Lower bound on T over the node of ``dp`` (inf: no plan) with the GPUs of group ``s`` (an index, or a
+    set of groups: their summed GPUs against their summed capacity, eq. N6) in the state and the other
+    groups priced by ``mu``; and the least path as a plan when it fits every group's GPUs. ``rows_ok``: the
+    footprint rows the path may use (default all); ``link``: the [E, E] link costs in place of the node's."""
+    t, cap = dp.t, dp.cap  # the groups' GPUs, then the budget row (priced by mu, never in the state here)
+    S = np.zeros(len(cap), bool)
+    S[np.atleast_1d(np.asarray(s, np.int64))] = True
+    w, R, q = _units(dp.usage[:, S].sum(axis=1), int(cap[S].sum()))  # per option
+    w_row = (dp.row_usage[:, S].sum(axis=1) // q).astype(np.int64)  # per footprint row (its options' own w)
+    mu_o = np.where(S, 0.0, np.maximum(mu, 0.0))
     mu_cost = (dp.row_usage @ mu_o)[:, None]
+    if rows_ok is not None:
+        mu_cost = np.where(rows_ok[:, None], mu_cost, INF)
+    link = dp.link if link is None else link
     keys = sorted({(int(g), int(x)) for g, x in zip(dp.row_group, w_row) if x <= R})
     F, trace, best = None, [], (INF, None)
     for k in range(1, dp.k_max + 1):
         H = argH = None
-        if F is not None:  # the best later part when slot k is in group g: [g, m, r]
-            Hgh = F[None] + dp.link[:, :, None, None]
+        if F is not None:  # the best later part when slot k is at endpoint e: [e, m, r]
+            Hgh = F[None] + link[:, :, None, None]
             argH = Hgh.argmin(axis=1)
             H = np.take_along_axis(Hgh, argH[:, None], axis=1)[:, 0]
         if k in dp.first:
@@ -58,8 +71,51 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s: in
         trace.append((*step, argH))
     if not math.isfinite(best[0]):
         return INF, None
-    plan = _path(dp, best[1], trace, w, cap)
+    plan = _path(dp, best[1], trace, w, cap)  # (checked against every row)
     return (t.M - 1) * a + best[0] - float(mu_o @ cap), plan
+
+
+def island_blocks(problem: Problem, dp: PathDP) -> np.ndarray | None:
+    """Block (island) of each p2p endpoint, from the group names ``type@island``; None when there is one block or
+    an endpoint's options draw from groups of several blocks (eq. N6's case split needs one block per endpoint).
+    The names only choose the split: the bound of ``island_bound`` is sound for any partition of the groups."""
+    names = [g.rsplit("@", 1)[-1] for g in problem.groups]
+    group_block = np.unique(names, return_inverse=True)[1].reshape(-1)
+    if group_block.max(initial=0) == 0:
+        return None
+    out = np.full(dp.E, -1)
+    for r, e in enumerate(dp.row_group):
+        blocks = set(group_block[dp.row_usage[r, :dp.G] > 0].tolist())  # (its groups; not the budget row)
+        if len(blocks) != 1 or out[e] not in (-1, *blocks):
+            return None
+        out[e] = blocks.pop()
+    return out
+
+
+def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray, mu: np.ndarray) -> tuple[float, list]:
+    """Eq. N6: a bound by cases on the blocks (islands) a pipeline touches. A plan inside one block B uses only
+    B's endpoints and at most B's GPUs (its groups' capacity summed, in the state); a plan touching two blocks
+    crosses at least one boundary between them, which costs at least the cheapest cross-block link c_x, so it
+    pays at least the least path with cross-block links priced 0 and every group's GPUs pooled, plus c_x. The
+    node's bound is the least of the cases (inf: none has a path). Returns (bound, plans that fit)."""
+    G, cap = dp.G, dp.cap
+    group_block = np.unique([g.rsplit("@", 1)[-1] for g in problem.groups], return_inverse=True)[1].reshape(-1)
+    mu0 = np.where(np.arange(len(cap)) < G, 0.0, np.maximum(mu, 0.0))  # the budget row keeps its multiplier
+    cases, plans = [], []
+    for blk in np.unique(blocks[blocks >= 0]).tolist():
+        S = np.flatnonzero(group_block == blk)
+        if not cap[S].sum():
+            continue
+        val, plan = capacity_bound(problem, dp, a, mu0, S, rows_ok=blocks[dp.row_group] == blk)
+        cases.append(val)
+        plans.append(plan)
+    cross = (blocks[:, None] != blocks[None, :]) & (blocks[:, None] >= 0) & (blocks[None, :] >= 0)
+    c_x = float(dp.link[cross].min(initial=INF))
+    if math.isfinite(c_x):
+        val, _ = capacity_bound(problem, dp, a, mu0, np.arange(G), link=np.where(cross & np.isfinite(dp.link), 0.0,
+                                                                                   dp.link))
+        cases.append(val + c_x)
+    return min(cases, default=INF), [p for p in plans if p is not None]
 
 
 def _first(dp: PathDP, k: int, cost: np.ndarray, opt: np.ndarray, H, argH, w: np.ndarray, R: int):
@@ -86,10 +142,10 @@ def _first(dp: PathDP, k: int, cost: np.ndarray, opt: np.ndarray, H, argH, w: np
 def _slot(dp: PathDP, cost: np.ndarray, opt: np.ndarray, H, keys, w: np.ndarray, R: int):
     """F at slot k (non-first) and its choices (argN, argI: layers and option) per (g, l, r); ``cost``,
     ``opt``, ``w`` per footprint row."""
-    L, G = dp.L, dp.G
-    F = np.full((G, L + 1, R + 1), INF)
-    argN = np.zeros((G, L + 1, R + 1), np.int64)
-    argI = np.zeros((G, L + 1, R + 1), np.int64)
+    L, E = dp.L, dp.E
+    F = np.full((E, L + 1, R + 1), INF)
+    argN = np.zeros((E, L + 1, R + 1), np.int64)
+    argI = np.zeros((E, L + 1, R + 1), np.int64)
     lidx = np.arange(L + 1)
     for g, wv in keys:
         members = np.flatnonzero((dp.row_group == g) & (w == wv))
@@ -134,6 +190,6 @@ def _path(dp: PathDP, first, trace, w: np.ndarray, cap: np.ndarray) -> Assignmen
         stages.append((i_k, n_k))
         left, r, g = left - n_k, r - int(w[i_k]), h
     used = sum(dp.usage[i] for i, _ in stages)
-    if left != 0 or r != 0 or np.any(used > cap):
+    if left != 0 or r != 0 or np.any(used > cap * (1 + 1e-9)):
         return None
     return Assignment(t.v, tuple(Stage(int(t.opts[i]), n) for i, n in stages))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from haap_milp.pipeline import MEM_RTOL, TIME_RTOL, inflight_1f1b, memory_limit, stage_memory
+from haap_milp.pipeline import END_SEND_SHARE, MEM_RTOL, SEND_SHARE, TIME_RTOL, inflight_1f1b, memory_limit, stage_memory
 
 __all__ = ["MEM_RTOL", "Tables", "build_tables", "max_layers_mem", "usable_options"]  # MEM_RTOL: re-exported
 from haap_milp.problem import Problem
@@ -188,15 +188,31 @@ def build_tables(problem: Problem, v: int, tau_ub: float | None = None) -> Table
     base = _memory_part(problem, v)
     coef, L, K = base["coef"], base["L"], base["K"]
     lt, ft, xt = coef["layer_time"], coef["first_time"], coef["last_time"]
-    cap_t = max_layers_time(lt, 0.0 * lt, tau_ub, L)  # slots k >= 2: no last-stage extra
+    send_in, send_out = _blocking_sends(problem, base)
+    cap_t = max_layers_time(lt, SEND_SHARE * (send_in + send_out), tau_ub, L)  # slots k >= 2: no last-stage extra
     U = np.minimum(base["U_mem"], cap_t[None, :])
-    Uf = np.minimum(base["Uf_mem"], max_layers_time(lt, ft, tau_ub, L)[None, :])
+    Uf = np.minimum(base["Uf_mem"], max_layers_time(lt, ft + END_SEND_SHARE * send_out, tau_ub, L)[None, :])
     if K:
-        U[0] = np.minimum(base["U_mem"][0], max_layers_time(lt, xt, tau_ub, L))
+        U[0] = np.minimum(base["U_mem"][0], max_layers_time(lt, xt + END_SEND_SHARE * send_in, tau_ub, L))
         Uf[0] = np.minimum(base["Uf_mem"][0], max_layers_time(lt, ft + xt, tau_ub, L))
     t = Tables(**base, U=U, Uf=Uf, p_min=0, p_max=0, tau_ub=tau_ub)
     _stage_count_bounds(problem, t)
     return t
+
+
+def _blocking_sends(problem: Problem, base: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per option, the least boundary time into it from an earlier stage and out of it to a later one (eq. X1
+    under eq. T2b, X1b): with blocking sends every plan has tau >= t_j + e_j (c_{j-1} + c_j), so a stage whose
+    neighbours exist carries at least e_j times its cheapest links on top of t_j; zeros without blocking sends.
+    The least runs over the endpoints some usable option has (a neighbour is one of them)."""
+    n = len(base["opts"])
+    if not problem.p2p_blocking or n == 0:
+        return np.zeros(n), np.zeros(n)
+    p2p, ends = base["p2p"], np.unique(base["group"])
+    sub = p2p[np.ix_(ends, ends)]  # [earlier, later] among the endpoints in use
+    into = dict(zip(ends.tolist(), sub.min(axis=0).tolist()))  # least c over earlier endpoints, per later one
+    out = dict(zip(ends.tolist(), sub.min(axis=1).tolist()))
+    return (np.array([into[e] for e in base["group"].tolist()]), np.array([out[e] for e in base["group"].tolist()]))
 
 
 def _stage_count_bounds(problem: Problem, t: Tables) -> None:

@@ -7,19 +7,21 @@ has tau >= a, and every plan of it with t_j <= b (the tables' layer bounds, eq. 
     T >= (M - 1) a + sum_j t_j + sum_j c_j + s_0          (sigma >= s_0, eq. T3)
 
 The right side is a sum over stages and links, so the least of it over all pipelines is a shortest path:
-slots k = 1 .. P from the end (k = 1 the last stage), state (layers held by slots 1..k, group of slot k),
+slots k = 1 .. P from the end (k = 1 the last stage), state (layers held by slots 1..k, endpoint of slot k),
 a stage at slot k with option i and n layers in [lo, U] (memory at its slot, eqs. M2, D1, X1), a link
-p2p[g, h] from the earlier stage's group to the later one's (none slower than 2b, eq. T2). Only the GPU
+p2p[e, f] from the earlier stage's endpoint to the later one's (none slower than 2b, eq. T2). Only the GPU
 rows (G1) couple the stages; with multipliers mu_g >= 0 (s per GPU) for them,
 
     LB(mu) = (M - 1) a + min_path [ sum_j (t_j + mu . gpus_j) + sum_j c_j + s_0 ] - mu . cap
 
 is a lower bound on every plan of the node for every mu >= 0 (weak duality); the in-flight rows of eq.
 T2, sigma's later terms and the engine rule U2 are left out, which only lowers it (U1: one DP per
-signature, by the caller). ``usage[i]`` is what option i takes of each group: the multipliers price that
-row, so an option whose replicas draw from several groups is priced right; the link's group and the
-stage-size filter still read the option's one group (``Tables.group``). mu is improved by projected subgradient steps (one group: bisection), warm-started from the parent
-node. A path that fits every group's GPUs is a plan (it is offered as an incumbent once checked).
+signature, by the caller). The DP's state is the slot's p2p *endpoint* (``Tables.group``: a group, or a
+mixed option's own row of ``p2p_time``, eq. H5; any other endpoint presolve gives an option works alike), so
+links are priced exactly between endpoints; ``usage[i]`` is what option i takes of each group (``Tables.use``):
+the multipliers price that row, so an option whose replicas draw from several groups is priced right. mu is
+improved by projected subgradient steps (one group: bisection), warm-started from the parent node. A path
+that fits every group's GPUs is a plan (it is offered as an incumbent once checked).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class PathResult:
     group and the path itself (slot P first)."""
 
     cost: float
-    used: np.ndarray  # [G]
+    used: np.ndarray  # [R]: GPUs per group, then the scaled budget row when there is one
     stages: tuple[tuple[int, int], ...]  # (local option, layers) in pipeline order
 
 
@@ -65,13 +67,16 @@ class PathDP:
     def __init__(self, problem: Problem, t: Tables, b: float, p_lo: int, p_hi: int, keep: np.ndarray | None = None):
         """``keep``: the local options the paths may use (one uniform signature under eq. U1; default all)."""
         self.t, self.L, self.G = t, t.L, len(problem.groups)
+        self.E = int(t.p2p.shape[0])  # p2p endpoints: the DP's state (a group, or a mixed option's own row, eq. H5)
         self.keep = np.ones(t.n, bool) if keep is None else keep
-        self.usage = t.use.astype(float)  # [n, G] GPUs of each group (slot_bounds' usage matrix)
-        p2p = t.p2p[:self.G, :self.G]  # group endpoints only: nodes with mixed endpoints skip the DPs (caller)
-        self.link = np.where(p2p / 2 <= b * (1 + TIME_RTOL), p2p, INF)  # [g earlier, h later]
+        # the rows the multipliers price: [n, R] GPUs of each group (slot_bounds' usage matrix), then the budget
+        # row W1 when there is one, scaled to the GPUs' magnitude (a row's scale does not change its Lagrangian
+        # bound, only the subgradient's conditioning); ``cap`` [R] their right-hand sides
+        self.usage, self.cap = _resources(problem, t)
+        self.link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p, INF)  # [e earlier, f later]
         self.p_first = max(p_lo, t.p_min)
         self.k_max = min(p_hi, t.p_max)
-        # options with the same footprint (group, GPUs taken of each group) pay the same multipliers, so per slot
+        # options with the same footprint (endpoint, GPUs taken of each group) pay the same multipliers, so per slot
         # and layer count the DP needs only the cheapest of them: one row per footprint, and which option it is
         # (measured: 1278 MoE options, 48 footprints)
         foot = np.column_stack([t.group, self.usage])
@@ -80,12 +85,16 @@ class PathDP:
         self._order = np.argsort(self._row_of, kind="stable")
         self._starts = np.flatnonzero(np.r_[True, np.diff(self._row_of[self._order]) != 0])
         first_of_row = self._order[self._starts]
-        self.row_usage, self.row_group = self.usage[first_of_row], t.group[first_of_row]
-        self.members = [np.flatnonzero(self.row_group == g) for g in range(self.G)]
+        self.row_usage, self.row_group = self.usage[first_of_row], t.group[first_of_row]  # row_group: its endpoint
+        self.members = [np.flatnonzero(self.row_group == e) for e in range(self.E)]
         cap = np.asarray(problem.group_capacity, float)
-        # GPUs the other stages take at least from the stage's own group: k others (slots 1..k-1 and one
-        # earlier, or P - 1 of them for the first stage), each of dmin GPUs, less what other groups hold
-        self._dmin, self._cap, self._other = float(t.gpus.min()), cap[t.group], cap.sum() - cap[t.group]
+        # GPUs the other stages take at least, against what the stage leaves: k others (slots 1..k-1 and one
+        # earlier, or P - 1 of them for the first stage), each of dmin GPUs; of the groups the stage draws from
+        # (its own, or a mixed option's several) only what it leaves is free for them
+        mine = t.use > 0  # [n, G]
+        self._dmin = float(t.gpus.min())
+        self._cap = (mine * cap).sum(axis=1)  # capacity of the stage's own groups
+        self._other = cap.sum() - self._cap
         # per slot k: ([rows, L+1] least cost, [rows, L+1] the option reaching it)
         self.nonfirst = {k: self._rows(self._base(k, False)) for k in range(1, self.k_max)}
         self.first = {k: self._rows(self._base(k, True)) for k in range(self.p_first, self.k_max + 1)}
@@ -113,9 +122,9 @@ class PathDP:
         return np.where(ok, n * per[:, None] + const[:, None], INF)
 
     def _per_group(self, cost: np.ndarray, opt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Least cost per (group, n) over rows and the option reaching it: [G, L+1] each."""
-        best = np.full((self.G, self.L + 1), INF)
-        arg = np.zeros((self.G, self.L + 1), np.int64)
+        """Least cost per (endpoint, n) over rows and the option reaching it: [E, L+1] each."""
+        best = np.full((self.E, self.L + 1), INF)
+        arg = np.zeros((self.E, self.L + 1), np.int64)
         cols = np.arange(self.L + 1)
         for g, idx in enumerate(self.members):
             if len(idx):
@@ -127,17 +136,17 @@ class PathDP:
 
     def run(self, mu: np.ndarray) -> PathResult | None:
         """The least Lagrangian path over the node's stage counts (None: no path)."""
-        L, G, link = self.L, self.G, self.link
+        L, E, link = self.L, self.E, self.link
         mu_cost = (self.row_usage @ mu)[:, None]
         lidx = np.arange(L + 1)
         conv_idx = lidx[:, None] - lidx[None, :]  # [l, n] -> l - n
         conv_ok = conv_idx >= 0
         conv_idx = np.where(conv_ok, conv_idx, 0)
-        F = None  # [G, L+1]: slots 1..k-1 non-first, slot k-1 in group g, l layers held
-        trace = []  # per slot k: (argI [G, L+1], argN [G, L+1], argH [G, L+1] or None)
+        F = None  # [E, L+1]: slots 1..k-1 non-first, slot k-1 at endpoint e, l layers held
+        trace = []  # per slot k: (argI [E, L+1], argN [E, L+1], argH [E, L+1] or None)
         best = (INF, None)
         for k in range(1, self.k_max + 1):
-            if F is not None:  # H[g, m]: the best later part when slot k is in group g
+            if F is not None:  # H[e, m]: the best later part when slot k is at endpoint e
                 Hgh = F[None, :, :] + link[:, :, None]  # [g, h, m]
                 argH = Hgh.argmin(axis=1)
                 H = np.take_along_axis(Hgh, argH[:, None, :], axis=1)[:, 0, :]
@@ -159,9 +168,9 @@ class PathDP:
             if k >= self.k_max:
                 break
             cost, opt = self.nonfirst[k]
-            cb, argI = self._per_group(cost + mu_cost, opt)  # [G, L+1]
+            cb, argI = self._per_group(cost + mu_cost, opt)  # [E, L+1]
             if H is None:
-                F, argN = cb, np.broadcast_to(lidx, (G, L + 1)).copy()
+                F, argN = cb, np.broadcast_to(lidx, (E, L + 1)).copy()
             else:
                 tens = np.where(conv_ok[None], cb[:, None, :] + H[:, conv_idx], INF)  # [g, l, n]: n at slot k
                 argN = tens.argmin(axis=2)
@@ -193,12 +202,11 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
                cutoff: float | None, mu0: np.ndarray | None = None, dp: PathDP | None = None) -> NodeBound:
     """Eq. N4: the best Lagrangian bound found in MAX_STEPS DP evaluations (stops once it reaches
     ``cutoff``); ``dp``: the node's PathDP when the caller has built it."""
-    G = len(problem.groups)
-    cap = np.asarray(problem.group_capacity, float)
     dp = dp or PathDP(problem, t, b, p_lo, p_hi)
+    cap = dp.cap
     base = (t.M - 1) * a
-    mu = np.zeros(G) if mu0 is None else np.maximum(mu0, 0.0)
-    active = np.unique(t.group)
+    mu = np.zeros(len(cap)) if mu0 is None or len(mu0) != len(cap) else np.maximum(mu0, 0.0)
+    active = np.flatnonzero(dp.usage.any(axis=0))  # rows some option draws from
     best = NodeBound(-INF, mu.copy())
     lo_mu, hi_mu = 0.0, INF  # bisection bracket (one group)
     for step in range(1, MAX_STEPS + 1):
@@ -209,7 +217,7 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
         if val > best.bound_s:
             best = NodeBound(val, mu.copy(), best.plan, step, res.used)
         sub = res.used - cap  # subgradient of LB at mu
-        if np.all(sub <= 0):
+        if np.all(sub <= 1e-9 * cap):
             best.plan = best.plan or _assignment(t, res)
         if cutoff is not None and best.bound_s >= cutoff:
             break
@@ -234,6 +242,17 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
         mu = np.maximum(0.0, mu + gap / float(grad @ grad) * grad)
     best.steps = step
     return best
+
+
+def _resources(problem: Problem, t: Tables) -> tuple[np.ndarray, np.ndarray]:
+    """[n, R] what each option takes of each priced row and [R] the rows' right-hand sides: the G groups' GPUs
+    (eq. G1), then the budget W1 (``Problem.budget``; weights scaled by sum(cap) / limit) when it has a limit."""
+    use, cap = t.use.astype(float), np.asarray(problem.group_capacity, float)
+    bud = problem.budget
+    if bud is None or bud.limit <= 0:
+        return use, cap
+    scale = float(cap.sum()) / float(bud.limit)
+    return (np.column_stack([use, np.asarray(bud.weight, float)[t.opts] * scale]), np.append(cap, cap.sum()))
 
 
 def _mu_scale(t: Tables, cap: np.ndarray) -> float:
