@@ -1,0 +1,60 @@
+"""The ZeRO stage as a search dimension (formulations/README.md eq. Z1): which stages presolve may give a stage
+option, and the rule the checker enforces on a plan. Pricing lives in estimator/zero.py and costs.param_sync.
+
+The set is the runtime's (estimator/runtime.py ``zero_stages``: what Megatron-Core, DeepSpeed's
+PipelineEngine or FSDP can run) intersected with the target engine's (targets.EngineCapabilities
+``zero_allowed``: what haap can emit for it, which for torchtitan depends on whether the plan pipelines).
+"""
+
+from __future__ import annotations
+
+from haap_milp.errors import HaapInputError
+from haap_milp.estimator.runtime import resolve, zero_stages
+from haap_milp.specs import Plan, TrainingSpec, Violation
+from haap_milp.targets import EngineCapabilities
+
+
+def runtime_zero(training: TrainingSpec) -> int:
+    """The runtime's own ZeRO stage (the stage of an option whose ``zero`` is None)."""
+    return resolve(training).zero_stage
+
+
+def search_set(asked, training: TrainingSpec, caps: EngineCapabilities, single_stage: bool) -> tuple[int | None, ...]:
+    """Eq. Z1: the ZeRO stages presolve enumerates per option. ``asked`` None: (None,), the runtime's stage only
+    (no search; every price as before); "auto": every stage the runtime and the target run; a tuple: those,
+    each of which must be runnable (else the user's error, naming why)."""
+    if asked is None:
+        return (None,)
+    runnable = tuple(z for z in zero_stages(training.engine) if z in caps.zero_allowed(single_stage))
+    if asked == "auto":
+        return runnable or (None,)
+    bad = [z for z in asked if z not in runnable]
+    if bad:
+        why = (f"the {training.engine} runtime runs ZeRO {', '.join(map(str, zero_stages(training.engine)))}"
+               f"; target {caps.name} runs {', '.join(map(str, caps.zero_allowed(single_stage)))}"
+               + (f" ({caps.zero_why})" if caps.zero_why else ""))
+        raise HaapInputError(f"--zero {','.join(map(str, asked))}: ZeRO {', '.join(map(str, bad))} cannot run here: "
+                             f"{why}. Use --zero auto or one of {', '.join(map(str, runnable)) or 'none'}.",
+                             field="--zero", value=",".join(map(str, asked)))
+    return tuple(dict.fromkeys(asked))
+
+
+def stage_zero(plan: Plan, j: int, training: TrainingSpec) -> int:
+    """The ZeRO stage stage ``j`` runs: its own, else the runtime's."""
+    z = plan.stages[j].zero
+    return runtime_zero(training) if z is None else z
+
+
+def plan_violations(plan: Plan, training: TrainingSpec, caps: EngineCapabilities) -> list[Violation]:
+    """Rule ``target.zero``: every explicit stage ZeRO stage is one the runtime and the target run (eq. Z1); a
+    mixed stage runs the runtime's stage."""
+    out = []
+    allowed = set(zero_stages(training.engine)) & set(caps.zero_allowed(plan.pp == 1))
+    for j, s in enumerate(plan.stages):
+        if s.zero is None:
+            continue
+        if s.zero not in allowed:
+            out.append(Violation("target.zero", j, f"ZeRO {s.zero} cannot run here: the {training.engine} runtime and "
+                                 f"target {caps.name} run {sorted(allowed)}" + (f" ({caps.zero_why})" if caps.zero_why
+                                                                               else "")))
+    return out
