@@ -46,6 +46,7 @@ from haap_milp.cli.runtime_opts import (
     TrainingFileOpt,
     ZeroOpt,
     build_training,
+    zero_search,
 )
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator, PlanEstimate, load_calibration
@@ -198,6 +199,18 @@ def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs,
     return m, c, build_training(training_file, base, rt), None
 
 
+def _with_zero(p, text: str | None, zero_stage: int | None, dist_opt: bool | None):
+    """The plan with ``--zero N`` on every single-type stage (a mixed stage runs the runtime's stage)."""
+    stages = zero_search(text, zero_stage, dist_opt)
+    if stages is None:
+        return p
+    if stages == "auto" or len(stages) != 1:
+        raise HaapInputError(f"--zero {text}: estimate prices one plan; give one ZeRO stage (0-3). solve and compare "
+                             "search a set.", field="zero", value=text)
+    return p.model_copy(update={"stages": tuple(s if s.replicas else s.model_copy(update={"zero": stages[0]})
+                                                for s in p.stages)})
+
+
 @app.command()
 def estimate(
     model: Annotated[str | None, Opt("--model", "-m", help="Catalog name, HF config.json or YAML.")] = None,
@@ -234,6 +247,8 @@ def estimate(
     training_file: TrainingFileOpt = None,
     engine: EngineOpt = None,
     zero_stage: ZeroOpt = None,
+    zero: Annotated[str | None, Opt("--zero", help="ZeRO stage 0-3 of every (single-type) stage of the plan, "
+                                    "re-pricing it (formulations/ eq. Z1); --dist-opt means 1, --no-dist-opt 0.")] = None,
     optimizer_state_bytes: OptStateOpt = None,
     grad_overlap: GradOverlapOpt = None,
     param_overlap: ParamOverlapOpt = None,
@@ -261,6 +276,7 @@ def estimate(
             recompute = "selective"
         _check_uniform(m, c, training.global_batch_size, tp, pp, dp, mbs, cp, ep, vpp)
         p = uniform_plan(m, c, training, tp, pp, dp, mbs, vpp, recompute, ep, etp, cp)
+    p = _with_zero(p, zero, zero_stage, dist_opt)
     # the checker's rules (GPUs, layers, divisibility); memory is reported below with the full estimate
     enforce_plan(p, m, c, training, what=f"plan file {plan!r}" if plan else "the plan of these flags", memory=False)
     cal = load_calibration(calibration) if calibration else None
