@@ -34,6 +34,7 @@ class EngineCapabilities:
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     zero_stages_single: tuple[int, ...] | None = None
     zero_why: str = ""  # why the others cannot run (the refusal's reason)
+    zero_per_stage: bool = True  # False: one ZeRO stage for the whole plan on a non-uniform engine (not searched)
 
     def zero_allowed(self, single_stage: bool) -> tuple[int, ...]:
         """ZeRO stages this engine runs in a plan of one pipeline stage (``single_stage``) or of several."""
@@ -55,7 +56,9 @@ TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
                        "--micro-batch-size), so replicas cannot differ in tp or share of a micro-batch"),
     EngineCapabilities("flagscale", "haap_milp.emit.flagscale", "FlagScale heterogeneous meshes: per-stage tp/dp",
                        same_tp_first_last_when_tied=True, recompute_modes=("none", "full"), zero_stages=(0, 1),
-                       zero_why="FlagScale trains with Megatron-LM's DDP and distributed optimizer (ZeRO-1)",
+                       zero_per_stage=False, zero_why="FlagScale sets one use_distributed_optimizer (ZeRO-1) for all "
+                       "its process meshes, so the ZeRO stage is the runtime's (--dist-opt / --no-dist-opt), not "
+                       "searched per stage",
                        mixed_stages_why="a FlagScale process mesh (flagscale/train/arguments.py: "
                        "hetero_process_meshes, one entry of hetero_device_types) has one device type and one (tp, dp) and the meshes follow one another "
                        "along the pipeline (hetero_pipeline_layer_split), so one stage cannot hold replicas of two "

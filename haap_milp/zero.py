@@ -26,6 +26,11 @@ def search_set(asked, training: TrainingSpec, caps: EngineCapabilities, single_s
     if asked is None:
         return (None,)
     runnable = tuple(z for z in zero_stages(training.engine) if z in caps.zero_allowed(single_stage))
+    if not caps.zero_per_stage:
+        if asked == "auto":
+            return (None,)
+        raise HaapInputError(f"--zero {','.join(map(str, asked))}: {caps.zero_why}.", field="--zero",
+                             value=",".join(map(str, asked)))
     if asked == "auto":
         return runnable or (None,)
     bad = [z for z in asked if z not in runnable]
@@ -50,6 +55,8 @@ def plan_violations(plan: Plan, training: TrainingSpec, caps: EngineCapabilities
     mixed stage runs the runtime's stage."""
     out = []
     allowed = set(zero_stages(training.engine)) & set(caps.zero_allowed(plan.pp == 1))
+    if not caps.zero_per_stage and len({stage_zero(plan, j, training) for j in range(plan.pp)}) > 1:
+        out.append(Violation("target.zero", None, f"stages differ in ZeRO stage: {caps.zero_why}"))
     for j, s in enumerate(plan.stages):
         if s.zero is None:
             continue
