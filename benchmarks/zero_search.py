@@ -37,7 +37,7 @@ def row(label, model, cluster, gbs, seq, engine, limit):
     base = run(model, cluster, gbs, seq, engine, None, limit)
     z = run(model, cluster, gbs, seq, engine, "auto", limit)
     gain = (base[0] / z[0] - 1) * 100 if base[0] and z[0] else None
-    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"
     print(f"| {label} | {model} | {cluster} | {gbs} | {seq} | {engine} | {fmt(base[0])} ({base[2]}) | "
           f"{fmt(z[0])} ({z[2]}) | {'-' if gain is None else f'{gain:+.1f} %'} | {','.join(map(str, z[3]))} | "
           f"{base[1]:.1f} | {z[1]:.1f} |", flush=True)

@@ -423,6 +423,8 @@ def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = F
         # memory-aware pruning: must hold one layer at the cheapest position (last stage, 1 micro-batch in flight)
         allowed[i] = fixed + lc.static_bytes + lc.act_bytes <= cap
     allowed = _drop_outclassed(opts, allowed, a, uniform)
+    if uniform:  # eq. Z1 under eq. U1: a ZeRO stage outclassed in every group leaves the search
+        allowed = zero.drop_outclassed_stages(opts, allowed, a, OUTCLASS_KEYS)
     G = len(groups)
     ends = ends or [(g,) for g in range(G)]
     p2p = np.zeros((len(ends), len(ends)))
@@ -446,6 +448,10 @@ def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = F
     return var, compute_bound(opts, groups, var, model.num_layers)
 
 
+#: the time, memory and sync coefficients outclassing compares (arrays of ``_price_variant``)
+OUTCLASS_KEYS = ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "sl", "s1", "sL")
+
+
 def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: bool = False) -> np.ndarray:
     """Drop outclassed options: i is outclassed by j when both have the same group, tp and dp (so the
     same GPUs and the same rules), the same uniform signature when the problem is uniform (eq. U1: under a
@@ -455,7 +461,7 @@ def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: 
     Outclassing is a strict partial order, so the options kept are exactly those no allowed option outclasses
     (a maximal outclasser is never dropped): one comparison matrix per (group, tp, dp[, signature]) block,
     [n, n, 13] booleans (measured: MoE x 3 types x 2 islands, 10-24 s as a Python double loop, 0.1 s here)."""
-    keys = ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "sl", "s1", "sL")
+    keys = OUTCLASS_KEYS
     out = allowed.copy()
     blocks: dict = {}
     for i in np.flatnonzero(allowed).tolist():

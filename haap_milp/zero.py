@@ -65,3 +65,32 @@ def plan_violations(plan: Plan, training: TrainingSpec, caps: EngineCapabilities
                                  f"target {caps.name} run {sorted(allowed)}" + (f" ({caps.zero_why})" if caps.zero_why
                                                                                else "")))
     return out
+
+
+def drop_outclassed_stages(opts, allowed, coef: dict, keys: tuple[str, ...]):
+    """Under a uniform engine (eq. U1 with z in the signature) presolve's outclassing compares options of one
+    signature only, so a ZeRO stage that is worse everywhere would double the search. This drops a whole family
+    (tp, dp, recompute, ep, z') when in every group where it has an allowed option the same family at another
+    stage z has an allowed option no worse in every coefficient (``keys`` of ``coef``, presolve's) and better in
+    one: any uniform plan on z' then has a no worse twin on z on the same GPUs (same usage, endpoints, budget).
+    ``allowed`` is returned with those options cleared (a new array)."""
+    import numpy as np
+
+    out = np.asarray(allowed).copy()
+    fam: dict[tuple, dict[tuple, int]] = {}  # (tp, dp, recompute, ep, zero) -> {(group, ...): option}
+    for i in np.flatnonzero(out).tolist():
+        o = opts[i]
+        if o.mix or o.zero is None:
+            continue
+        fam.setdefault((o.tp, o.dp, o.recompute, o.ep, o.zero), {})[(o.group,)] = i
+    vec = lambda i: np.array([float(coef[k][i]) for k in keys])
+    for key, members in fam.items():
+        for other_z in (0, 1, 2, 3):
+            twin = fam.get((*key[:4], other_z))
+            if other_z == key[4] or twin is None or not set(members) <= set(twin):
+                continue
+            better = [(vec(twin[g]) <= vec(i)).all() and (vec(twin[g]) < vec(i)).any() for g, i in members.items()]
+            if all(better):
+                out[list(members.values())] = False
+                break
+    return out

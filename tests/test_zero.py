@@ -14,6 +14,7 @@ from haap_milp.emit import megatron, torchtitan
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
 from haap_milp.estimator import zero as zmod
+from haap_milp.simulate import simulate_plan
 from haap_milp.specs import SolveOptions, TrainingSpec
 
 M8 = load_model("llama3-8b")
@@ -61,6 +62,8 @@ def test_solve_with_zero_auto_is_consistent_and_never_worse():
     assert out.violations == [] and all(s.zero is not None for s in out.result.plan.stages)
     assert out.result.objective_s == pytest.approx(out.estimate.iteration_time_s, rel=1e-6)
     assert out.result.objective_s <= base.result.objective_s * (1 + 1e-9)  # the runtime's stage is in the set
+    sim = simulate_plan(out.result.plan, out.estimator)  # the simulator re-prices each stage's zero
+    assert sim.closed_form_s == pytest.approx(out.result.objective_s, rel=1e-9)
     again = type(out.result.plan).model_validate_json(out.result.plan.model_dump_json())
     assert [s.zero for s in again.stages] == [s.zero for s in out.result.plan.stages]
 
@@ -99,3 +102,17 @@ def test_checker_and_emitters():
     p0, _ = _plan(2, 0)
     assert torchtitan.parallelism(p0, M8)["data_parallel_replicate_degree"] == 4
     assert "--use-distributed-optimizer" not in " ".join(megatron.emit(p0, C16, M8, tr).values())
+
+
+def test_uniform_target_drops_a_zero_stage_outclassed_everywhere():
+    """Under eq. U1 a ZeRO stage worse than another in every group leaves the search (zero.drop_outclassed_stages);
+    the exact optimum is that of the search without it or better (the runtime's stage stays in the set)."""
+    tr = TrainingSpec(global_batch_size=32, seq_len=4096)
+    opts = SolveOptions(time_limit_s=30, threads=1, relative_gap=0.0, target="megatron", max_stages=2,
+                        micro_batch_sizes=(16,))
+    base = planner.solve(M8, C16, tr, opts)
+    out = planner.solve(M8, C16, tr, opts.model_copy(update={"zero": "auto"}))
+    assert out.violations == [] and out.result.plan.is_uniform
+    assert out.result.objective_s <= base.result.objective_s * (1 + 1e-9)
+    kept = out.presolved.stats["options_kept"]
+    assert kept < 2 * base.presolved.stats["options_kept"]  # ZeRO-0 (same traffic, more memory) mostly dropped
