@@ -131,8 +131,10 @@ def _table(pe: PlanEstimate, plan: Plan, training: TrainingSpec) -> None:
                   f"{plan.num_microbatches} micro-batches", highlight=False)
     rt = describe_runtime(training)
     bucket = f", bucket {rt['grad_bucket_bytes']:.3g} B" if rt["grad_bucket_bytes"] else ""
+    zs = [rt["zero_stage"] if s.zero is None else s.zero for s in plan.stages]  # eq. Z1: per stage when set
+    zero = str(zs[0]) if len(set(zs)) == 1 else "/".join(map(str, zs))
     console.print(f"seq {plan.seq_len} | gbs {plan.global_batch_size} | {plan.precision} | {rt['engine']}, ZeRO "
-                  f"{rt['zero_stage']}, grad overlap {'on' if rt['grad_reduce_overlap'] else 'off'}, param overlap "
+                  f"{zero}, grad overlap {'on' if rt['grad_reduce_overlap'] else 'off'}, param overlap "
                   f"{'on' if rt['param_gather_overlap'] else 'off'}{bucket}", highlight=False, markup=False)
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
               caption="seconds per iteration; comm = exposed TP + EP + CP communication; ! = does not fit")
