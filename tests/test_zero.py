@@ -10,7 +10,7 @@ from haap_milp.catalog import load_cluster, load_model
 from haap_milp.check import check_plan
 from haap_milp.cli.estimate_cmd import uniform_plan
 from haap_milp.cli.runtime_opts import zero_search
-from haap_milp.emit import megatron, torchtitan
+from haap_milp.emit import flagscale, megatron, torchtitan
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
 from haap_milp.estimator import zero as zmod
@@ -94,6 +94,7 @@ def test_checker_and_emitters():
     par = torchtitan.parallelism(p, M8)
     assert (par["data_parallel_shard_degree"], par["fsdp_reshard_after_forward"]) == (8, "always")
     assert any(v.rule == "megatron.zero" for v in megatron.plan_violations(p, M8))
+    assert any(v.rule == "flagscale.zero" for v in flagscale.plan_violations(p, M8))
     p2, _ = _plan(2, 3)
     assert any(v.rule == "torchtitan.zero" for v in torchtitan.plan_violations(p2, M8))
     p1, _ = _plan(2, 1)
