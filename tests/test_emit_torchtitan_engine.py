@@ -41,7 +41,7 @@ def _runnable():
     """(label, plan, model, cluster) for every plan the torchtitan emitter accepts."""
     one = _single_stage_plan()
     out = [("pp1-full", one, LLAMA8B, A100_16)]
-    for z in (0, 2, 3):  # formulations/ eq. Z1: single-stage ZeRO stages (replicate; fsdp reshard never / always)
+    for z in (2, 3):  # formulations/ eq. Z1: single-stage ZeRO-2 / ZeRO-3 (fsdp_reshard_after_forward never / always)
         out.append((f"pp1-zero{z}", one.model_copy(update={"stages": (one.stages[0].model_copy(update={"zero": z}),)}),
                     LLAMA8B, A100_16))
     for case, (factory, model, cluster, ok) in CASES.items():

@@ -57,8 +57,9 @@ def test_presolve_search_set_eq_z1(engine, target, max_stages, want):
 
 def test_solve_with_zero_auto_is_consistent_and_never_worse():
     tr = TrainingSpec(global_batch_size=32, seq_len=4096, engine="fsdp")
-    base = planner.solve(M8, C16, tr, SolveOptions(time_limit_s=20, threads=1, relative_gap=0.0))
-    out = planner.solve(M8, C16, tr, SolveOptions(time_limit_s=20, threads=1, relative_gap=0.0, zero="auto"))
+    opts = SolveOptions(time_limit_s=20, threads=1, relative_gap=0.0, max_stages=2, micro_batch_sizes=(8, 16))
+    base = planner.solve(M8, C16, tr, opts)
+    out = planner.solve(M8, C16, tr, opts.model_copy(update={"zero": "auto"}))
     assert out.violations == [] and all(s.zero is not None for s in out.result.plan.stages)
     assert out.result.objective_s == pytest.approx(out.estimate.iteration_time_s, rel=1e-6)
     assert out.result.objective_s <= base.result.objective_s * (1 + 1e-9)  # the runtime's stage is in the set
