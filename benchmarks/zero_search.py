@@ -2,6 +2,7 @@
 one stage), and its cost in solve time: CP-SAT, same time limit, 2 threads. Writes a markdown table to stdout.
 
 Run:  python benchmarks/zero_search.py [time_limit_s] > /tmp/zero.md
+      python benchmarks/zero_search.py case   (the torchtitan case: FSDP-only runtime, memory-tight A100-40GB)
 Sets: a subset of the default grid (benchmarks/specs/default.yaml: 3 models x 3 clusters, gbs as there) under the
 megatron runtime (search set {0, 1}) and the fsdp runtime (search set {0, 1, 2, 3}); a long-context set
 (seq 32k-128k); an MoE set.
@@ -58,5 +59,21 @@ def main(limit: float) -> None:
             row("MoE", m, c, gbs, 4096, engine, limit)
 
 
+def torchtitan_case() -> None:
+    """llama2-13b on 16 A100-40GB under torchtitan (FSDP2 runtime, single-stage search as torchtitan runs ZeRO-2/3
+    only without pipelining): ZeRO-0 (replicate, what the search has without the dimension's sharding) against
+    --zero auto; the emitted config is parsed by torchtitan's own ConfigManager when torchtitan is installed."""
+    m, c = load_model("llama2-13b"), load_cluster("a100-40g:16")
+    t = TrainingSpec(global_batch_size=64, seq_len=4096, engine="fsdp")
+    for z in ((0,), "auto"):
+        out = planner.solve(m, c, t, SolveOptions(target="torchtitan", max_stages=1, zero=z, time_limit_s=30))
+        s = out.result.plan.stages[0]
+        print(f"| --zero {z if z == 'auto' else z[0]} | {out.result.objective_s:.3f} | tp {s.tp} dp {s.dp} ZeRO {s.zero} "
+              f"recompute {s.recompute} | {s.memory_gib:.1f} GiB | {out.violations or 'none'} |")
+
+
 if __name__ == "__main__":
-    main(float(sys.argv[1]) if len(sys.argv) > 1 else 10.0)
+    if len(sys.argv) > 1 and sys.argv[1] == "case":
+        torchtitan_case()
+    else:
+        main(float(sys.argv[1]) if len(sys.argv) > 1 else 10.0)
