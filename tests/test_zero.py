@@ -118,3 +118,18 @@ def test_uniform_target_drops_a_zero_stage_outclassed_everywhere():
     assert out.result.objective_s <= base.result.objective_s * (1 + 1e-9)
     kept = out.presolved.stats["options_kept"]
     assert kept < 2 * base.presolved.stats["options_kept"]  # ZeRO-0 (same traffic, more memory) mostly dropped
+
+
+@pytest.mark.parametrize("args", [["--zero", "3", "--no-dist-opt"], ["--zero", "2"], ["--zero", "five"],
+                                  ["--zero", "1", "--zero-stage", "3"]])
+def test_cli_zero_errors_exit_2(run_cli, args):
+    code, _, err = run_cli(["solve", "-m", "opt-350m", "-c", "a100-40g:8", "--time-limit", "5", *args])
+    assert code == 2 and "--zero" in err and "Traceback" not in err
+
+
+def test_cli_estimate_zero_reprices_the_plan(run_cli):
+    base = ["estimate", "-m", "opt-350m", "-c", "a100-40g:8", "--dp", "8", "--seq", "2048", "--engine", "fsdp"]
+    code, out, _ = run_cli(base + ["--zero", "2"])
+    assert code == 0 and "fsdp, ZeRO 2" in out
+    code, _, err = run_cli(base + ["--zero", "0", "--dist-opt"])
+    assert code == 2 and "--zero" in err
