@@ -34,6 +34,7 @@ from haap_milp.parallel_rules import ep_divides_experts, ep_fits_grid, tp_fits_n
 from haap_milp.pipeline import GIB, fits_memory
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec, Violation
 from haap_milp.targets import capabilities
+from haap_milp.zero import plan_violations as zero_rules
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,7 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: Tra
         out += _memory(plan, model, cluster, training, estimator)
     out += _runtime(plan, training)
     caps = capabilities(target)
+    out += zero_rules(plan, training, caps)  # eq. Z1: each stage's ZeRO stage runs on the runtime and the target
     mixed = [j for j, s in enumerate(plan.stages) if s.replicas]
     if mixed and not caps.mixed_stages:
         out.append(Violation(f"{target}.mixed_stage", mixed[0], f"its data-parallel replicas differ in GPU type: "

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from haap_milp import mixed_stages
+from haap_milp import mixed_stages, zero
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
 from haap_milp.estimator.override import FALLBACK_FLAG, WHY, coverage, may_price
@@ -187,6 +187,10 @@ def build(
     dims = dims or ("tp", "dp", "recompute")
     if caps.recompute_modes is not None:  # e.g. FlagScale cannot mix selective with other per-stage modes
         modes = tuple(m for m in modes if m in caps.recompute_modes) or modes
+    single = options.max_stages == 1 or (caps.max_stages_when_tied == 1 and model.tied_embeddings)
+    zeros = zero.search_set(options.zero, training, caps, single)  # eq. Z1; (None,): the runtime's, not searched
+    if (caps.uniform_stages if target_uniform is None else target_uniform) and zeros != (None,):
+        dims = (*dims, "zero")  # a uniform engine runs one ZeRO stage (one optimizer / one device mesh)
     mixed = mixed_enabled(options.mixed_stages, caps, caps.uniform_stages if target_uniform is None else target_uniform,
                           training.uniform)
     pairs = mixed_stages.island_pairs(groups) if mixed else []
@@ -212,12 +216,13 @@ def build(
                     dp = b // m
                     for ep in ep_candidates(model, tp, dp):
                         for rc in modes:
-                            n_before += 1
-                            o = Option(group=gi, tp=tp, dp=dp, ep=ep, recompute=rc, uniform_dims=dims)
-                            if o not in opt_index:
-                                opt_index[o] = len(opts)
-                                opts.append(o)
-                            allowed.append(opt_index[o])
+                            for z in zeros:
+                                n_before += 1
+                                o = Option(group=gi, tp=tp, dp=dp, ep=ep, recompute=rc, uniform_dims=dims, zero=z)
+                                if o not in opt_index:
+                                    opt_index[o] = len(opts)
+                                    opts.append(o)
+                                allowed.append(opt_index[o])
         if pairs:  # eq. H7
             for o in mixed_stages.enumerate_options(est, model, training, groups, b, modes, dims, pair_index):
                 n_before += 1
@@ -383,12 +388,14 @@ def _option_costs(est, groups, o: Option, b: int):
         return mc.layer, mc.first, mc.last, mc.fixed_bytes, mc.capacity_bytes, mc.fixed_sync_s
     g = groups[o.group]
     args = (g.gpu_type, o.tp, o.dp, o.ep, 1, o.recompute, b)
-    lc = est.layer_cost(*args, island=g.island)
-    fc, lastc = est.first_stage_extra(*args, island=g.island), est.last_stage_extra(*args, island=g.island)
+    kw = {"island": g.island, "zero": o.zero}  # eq. Z1: the option's ZeRO stage prices every coefficient
+    lc = est.layer_cost(*args, **kw)
+    fc, lastc = est.first_stage_extra(*args, **kw), est.last_stage_extra(*args, **kw)
     # full recompute adds the transient activations of the layer being recomputed
-    fixed = est.stage_fixed_bytes(g.gpu_type, o.tp, dp=o.dp, recompute=o.recompute, samples_per_microbatch=b, ep=o.ep)
+    fixed = est.stage_fixed_bytes(g.gpu_type, o.tp, dp=o.dp, recompute=o.recompute, samples_per_microbatch=b, ep=o.ep,
+                                  zero=o.zero)
     return (lc, fc, lastc, fixed, est.usable_memory_bytes(g.gpu_type),
-            est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp, ep=o.ep))
+            est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp, ep=o.ep, zero=o.zero))
 
 
 def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = False,
@@ -416,6 +423,8 @@ def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = F
         # memory-aware pruning: must hold one layer at the cheapest position (last stage, 1 micro-batch in flight)
         allowed[i] = fixed + lc.static_bytes + lc.act_bytes <= cap
     allowed = _drop_outclassed(opts, allowed, a, uniform)
+    if uniform:  # eq. Z1 under eq. U1: a ZeRO stage outclassed in every group leaves the search
+        allowed = zero.drop_outclassed_stages(opts, allowed, a, OUTCLASS_KEYS)
     G = len(groups)
     ends = ends or [(g,) for g in range(G)]
     p2p = np.zeros((len(ends), len(ends)))
@@ -439,6 +448,10 @@ def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = F
     return var, compute_bound(opts, groups, var, model.num_layers)
 
 
+#: the time, memory and sync coefficients outclassing compares (arrays of ``_price_variant``)
+OUTCLASS_KEYS = ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "sl", "s1", "sL")
+
+
 def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: bool = False) -> np.ndarray:
     """Drop outclassed options: i is outclassed by j when both have the same group, tp and dp (so the
     same GPUs and the same rules), the same uniform signature when the problem is uniform (eq. U1: under a
@@ -448,7 +461,7 @@ def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: 
     Outclassing is a strict partial order, so the options kept are exactly those no allowed option outclasses
     (a maximal outclasser is never dropped): one comparison matrix per (group, tp, dp[, signature]) block,
     [n, n, 13] booleans (measured: MoE x 3 types x 2 islands, 10-24 s as a Python double loop, 0.1 s here)."""
-    keys = ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "sl", "s1", "sL")
+    keys = OUTCLASS_KEYS
     out = allowed.copy()
     blocks: dict = {}
     for i in np.flatnonzero(allowed).tolist():
@@ -512,6 +525,7 @@ def decode(pre: Presolved, a: Assignment, model: ModelSpec, cluster: ClusterSpec
         stages.append(StagePlan(
             first_layer=first, num_layers=st.num_layers, gpu_type=g.gpu_type, island=g.island,
             tp=o.tp, dp=o.dp, ep=o.ep, recompute=o.recompute, time_s=t, memory_gib=mem / GIB, replicas=reps,
+            zero=o.zero,
         ))
         first += st.num_layers
     b = var.samples_per_microbatch

@@ -95,6 +95,7 @@ class Option:
     uniform_dims: tuple[str, ...] = field(default=("tp", "dp", "recompute", "ep"), compare=False)
     mix: tuple[Replicas, ...] = ()  # empty: a single-group option
     link: int = -1  # mixed option: its row/column of Variant.p2p_time (>= len(groups)); -1: its group's
+    zero: int | None = None  # ZeRO stage (eq. Z1; priced into every coefficient); None: the runtime's
 
     @property
     def num_gpus(self) -> int:

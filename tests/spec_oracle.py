@@ -67,8 +67,16 @@ def _compositions(n: int, parts: int):
         yield tuple(b[i + 1] - b[i] for i in range(parts))
 
 
-def stage_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute) -> list[tuple]:
-    """(gpu_type, island, tp, dp, recompute) a stage may use with B = b samples per micro-batch."""
+def zero_set(options: SolveOptions) -> tuple:
+    """ZeRO stages the oracle gives a single-type stage (formulations/ eq. Z1): the runtime's only (None) unless
+    ``options.zero`` asks for a search; "auto" enumerates all four and leaves to check_plan which can run."""
+    if options.zero is None:
+        return (None,)
+    return (0, 1, 2, 3) if options.zero == "auto" else tuple(options.zero)
+
+
+def stage_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute, zeros=(None,)) -> list[tuple]:
+    """(gpu_type, island, tp, dp, recompute, zero) a stage may use with B = b samples per micro-batch."""
     out = []
     for (gpu, island), (cap, per_node) in _groups(cluster).items():
         for tp in range(1, per_node + 1):
@@ -77,7 +85,7 @@ def stage_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute) -> 
             for dp in range(1, cap // tp + 1):
                 if b % dp:
                     continue
-                out.extend((gpu, island, tp, dp, rc) for rc in recompute)
+                out.extend((gpu, island, tp, dp, rc, z) for rc in recompute for z in zeros)
     return out
 
 
@@ -109,7 +117,7 @@ def mixed_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute) -> 
 def _usage(cfg) -> list[tuple[tuple[str, str], int]]:
     if cfg[0] == "mixed":
         return [((g, i), tp * n) for g, i, tp, n, _m in cfg[1]]
-    gpu, island, tp, dp, _ = cfg
+    gpu, island, tp, dp, *_ = cfg
     return [((gpu, island), tp * dp)]
 
 
@@ -119,8 +127,8 @@ def _stage(cfg, first: int, n: int) -> StagePlan:
         r0 = reps[0]
         return StagePlan(first_layer=first, num_layers=n, gpu_type=r0.gpu_type, island=r0.island, tp=r0.tp,
                          dp=sum(r.count for r in reps), recompute=cfg[2], replicas=reps)
-    gpu, island, tp, dp, rc = cfg
-    return StagePlan(first_layer=first, num_layers=n, gpu_type=gpu, island=island, tp=tp, dp=dp, recompute=rc)
+    gpu, island, tp, dp, rc, z = cfg
+    return StagePlan(first_layer=first, num_layers=n, gpu_type=gpu, island=island, tp=tp, dp=dp, recompute=rc, zero=z)
 
 
 def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions):
@@ -132,7 +140,7 @@ def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     for b in sorted(set(sizes)):
         if gbs % b:
             continue
-        configs = stage_configs(model, cluster, b, options.recompute)
+        configs = stage_configs(model, cluster, b, options.recompute, zero_set(options))
         if options.mixed_stages != "off" and capabilities(options.target).mixed_stages:
             configs += mixed_configs(model, cluster, b, options.recompute)
         for p in range(1, max_p + 1):

@@ -39,7 +39,11 @@ def _single_stage_plan() -> Plan:
 
 def _runnable():
     """(label, plan, model, cluster) for every plan the torchtitan emitter accepts."""
-    out = [("pp1-full", _single_stage_plan(), LLAMA8B, A100_16)]
+    one = _single_stage_plan()
+    out = [("pp1-full", one, LLAMA8B, A100_16)]
+    for z in (2, 3):  # formulations/ eq. Z1: single-stage ZeRO-2 / ZeRO-3 (fsdp_reshard_after_forward never / always)
+        out.append((f"pp1-zero{z}", one.model_copy(update={"stages": (one.stages[0].model_copy(update={"zero": z}),)}),
+                    LLAMA8B, A100_16))
     for case, (factory, model, cluster, ok) in CASES.items():
         if "torchtitan" in ok:
             out.append((f"case-{case}", factory(), model, cluster))
@@ -91,6 +95,10 @@ def test_torchtitan_accepts_emitted_config_and_builds_the_planned_model(label, p
     assert cfg.training.global_batch_size == plan.global_batch_size and cfg.training.seq_len == plan.seq_len
     if model.is_moe:
         assert par.expert_parallel_degree == s.ep
+    if s.zero is not None:  # eq. Z1: the ZeRO stage as torchtitan's own config reads it
+        assert par.data_parallel_shard_degree == (s.dp if s.zero >= 1 else 1)
+        want = {2: "never", 3: "always"}.get(s.zero, "default") if plan.pp == 1 else "default"
+        assert par.fsdp_reshard_after_forward == want
     mcfg = cfg.model_spec.model
     assert mcfg.vocab_size == model.vocab_size and len(mcfg.layers) == model.num_layers
     assert cfg.loss.loss_fn.global_vocab_size == model.vocab_size

@@ -36,13 +36,16 @@ CASES = {
     "two-islands": (tiny_cluster(9, 6, 5.0), TINY_TRAINING, _opts),
     "two-islands-megatron": (tiny_cluster(9, 6, 5.0), TINY_TRAINING, _opts.model_copy(update={"target": "megatron"})),
     "infeasible": (tiny_cluster(6, 4), TINY_TRAINING, _opts),
+    # eq. Z1: every ZeRO stage per stage (the oracle enumerates 0-3 and lets check_plan drop what cannot run)
+    "zero-auto-fsdp": (tiny_cluster(7, 5), TrainingSpec(global_batch_size=4, seq_len=1024, engine="fsdp"),
+                       _opts.model_copy(update={"zero": "auto", "max_stages": 2})),
 }
 _SCORED: dict = {}
 
 
 def _scored(cluster, training, options):
     """Scored plans, shared by cases with the same specs and search space (the target applies later)."""
-    key = (cluster.name, training.seq_len, options.max_stages, options.recompute)
+    key = (cluster.name, training.seq_len, training.engine, options.max_stages, options.recompute, options.zero)
     if key not in _SCORED:
         est = Estimator(MODEL, cluster, training)
         _SCORED[key] = (est, score_plans(MODEL, cluster, training, options, est))
@@ -101,8 +104,8 @@ def test_user_path_against_the_oracle(case, method):
 def test_stage_configs_follow_the_rules():
     cluster = tiny_cluster(10, 7)
     cfgs = stage_configs(MODEL, cluster, 4, ("none",))
-    assert {(tp, dp) for _, _, tp, dp, _ in cfgs} == {(1, 1), (1, 2), (2, 1)}  # tp*dp <= 2 GPUs, dp | 4
-    assert {(tp, dp) for _, _, tp, dp, _ in stage_configs(MODEL, cluster, 1, ("none",))} == {(1, 1), (2, 1)}
+    assert {(tp, dp) for _, _, tp, dp, *_ in cfgs} == {(1, 1), (1, 2), (2, 1)}  # tp*dp <= 2 GPUs, dp | 4
+    assert {(tp, dp) for _, _, tp, dp, *_ in stage_configs(MODEL, cluster, 1, ("none",))} == {(1, 1), (2, 1)}
 
 
 def test_compare_against_the_oracle():

@@ -46,6 +46,7 @@ from haap_milp.cli.runtime_opts import (
     TrainingFileOpt,
     ZeroOpt,
     build_training,
+    zero_search,
 )
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator, PlanEstimate, load_calibration
@@ -130,8 +131,10 @@ def _table(pe: PlanEstimate, plan: Plan, training: TrainingSpec) -> None:
                   f"{plan.num_microbatches} micro-batches", highlight=False)
     rt = describe_runtime(training)
     bucket = f", bucket {rt['grad_bucket_bytes']:.3g} B" if rt["grad_bucket_bytes"] else ""
+    zs = [rt["zero_stage"] if s.zero is None else s.zero for s in plan.stages]  # eq. Z1: per stage when set
+    zero = str(zs[0]) if len(set(zs)) == 1 else "/".join(map(str, zs))
     console.print(f"seq {plan.seq_len} | gbs {plan.global_batch_size} | {plan.precision} | {rt['engine']}, ZeRO "
-                  f"{rt['zero_stage']}, grad overlap {'on' if rt['grad_reduce_overlap'] else 'off'}, param overlap "
+                  f"{zero}, grad overlap {'on' if rt['grad_reduce_overlap'] else 'off'}, param overlap "
                   f"{'on' if rt['param_gather_overlap'] else 'off'}{bucket}", highlight=False, markup=False)
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
               caption="seconds per iteration; comm = exposed TP + EP + CP communication; ! = does not fit")
@@ -198,6 +201,18 @@ def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs,
     return m, c, build_training(training_file, base, rt), None
 
 
+def _with_zero(p, text: str | None, zero_stage: int | None, dist_opt: bool | None):
+    """The plan with ``--zero N`` on every single-type stage (a mixed stage runs the runtime's stage)."""
+    stages = zero_search(text, zero_stage, dist_opt)
+    if stages is None:
+        return p
+    if stages == "auto" or len(stages) != 1:
+        raise HaapInputError(f"--zero {text}: estimate prices one plan; give one ZeRO stage (0-3). solve and compare "
+                             "search a set.", field="zero", value=text)
+    return p.model_copy(update={"stages": tuple(s if s.replicas else s.model_copy(update={"zero": stages[0]})
+                                                for s in p.stages)})
+
+
 @app.command()
 def estimate(
     model: Annotated[str | None, Opt("--model", "-m", help="Catalog name, HF config.json or YAML.")] = None,
@@ -234,6 +249,8 @@ def estimate(
     training_file: TrainingFileOpt = None,
     engine: EngineOpt = None,
     zero_stage: ZeroOpt = None,
+    zero: Annotated[str | None, Opt("--zero", help="ZeRO stage 0-3 of every (single-type) stage of the plan, "
+                                    "re-pricing it (formulations/ eq. Z1); --dist-opt means 1, --no-dist-opt 0.")] = None,
     optimizer_state_bytes: OptStateOpt = None,
     grad_overlap: GradOverlapOpt = None,
     param_overlap: ParamOverlapOpt = None,
@@ -261,6 +278,7 @@ def estimate(
             recompute = "selective"
         _check_uniform(m, c, training.global_batch_size, tp, pp, dp, mbs, cp, ep, vpp)
         p = uniform_plan(m, c, training, tp, pp, dp, mbs, vpp, recompute, ep, etp, cp)
+    p = _with_zero(p, zero, zero_stage, dist_opt)
     # the checker's rules (GPUs, layers, divisibility); memory is reported below with the full estimate
     enforce_plan(p, m, c, training, what=f"plan file {plan!r}" if plan else "the plan of these flags", memory=False)
     cal = load_calibration(calibration) if calibration else None

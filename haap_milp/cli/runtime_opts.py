@@ -27,6 +27,10 @@ EngineOpt = Annotated[str | None, Opt("--engine", help="megatron | deepspeed | f
                                       "and buckets of that runtime (README 'Training runtime'; default megatron).")]
 ZeroOpt = Annotated[int | None, Opt("--zero-stage", help="ZeRO stage 0-3 (0 plain data parallel, 1 sharded optimizer, "
                                     "2 + gradients, 3 + weights); default: the engine's.")]
+ZeroSearchOpt = Annotated[str | None, Opt("--zero", help="ZeRO stage per pipeline stage, searched: auto (every stage the "
+                                          "runtime and --target run), one of 0-3, or a list such as 1,3 (formulations/ "
+                                          "eq. Z1). Default: the runtime's one stage, not searched. --dist-opt means 1, "
+                                          "--no-dist-opt 0; a --zero that says otherwise is an error.")]
 NoDistOptOpt = Annotated[bool, Opt("--no-dist-opt", help="No distributed optimizer: plain data parallel (ZeRO-0; "
                                   "fsdp: NO_SHARD). Default: on (ZeRO-1).")]
 OptStateOpt = Annotated[float | None, Opt("--opt-state-bytes", help="Optimizer bytes per parameter incl. the "
@@ -122,3 +126,30 @@ def build_training(file: str | None, base: dict[str, Any], flags: RuntimeFlags,
                                                          ("grad_bucket_bytes", flags.grad_bucket),
                                                          ("micro_batch_size", flags.mbs))}
         raise flag_error(exc, {k: v for k, v in given.items() if v is not None}) from None
+
+
+def zero_search(text: str | None, zero_stage: int | None = None, dist_opt: bool | None = None):
+    """``--zero`` as SolveOptions.zero: None (not given), "auto" or a tuple of stages. ``--zero-stage`` and
+    ``--dist-opt/--no-dist-opt`` fix the runtime's one stage; a ``--zero`` that disagrees with them is an error
+    (``--dist-opt`` is ZeRO-1, ``--no-dist-opt`` ZeRO-0)."""
+    if text is None:
+        return None
+    t = text.strip().lower()
+    if t == "auto":
+        stages = "auto"
+    else:
+        try:
+            stages = tuple(dict.fromkeys(int(x) for x in t.split(",") if x.strip()))
+        except ValueError:
+            stages = ()
+        if not stages or any(z not in (0, 1, 2, 3) for z in stages):
+            raise HaapInputError(f"--zero {text!r}: give auto, one ZeRO stage 0-3, or a comma-separated list of them "
+                                 "(e.g. 1,3).", field="zero", value=text)
+    fixed = [(f"--zero-stage {zero_stage}", zero_stage)] if zero_stage is not None else []
+    if dist_opt is not None:
+        fixed.append(("--dist-opt" if dist_opt else "--no-dist-opt", 1 if dist_opt else 0))
+    for flag, z in fixed:
+        if stages != (z,):
+            raise HaapInputError(f"--zero {text} conflicts with {flag} (ZeRO {z} on every stage); give one of the two.",
+                                 field="zero", value=text)
+    return stages

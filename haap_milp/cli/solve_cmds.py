@@ -47,7 +47,9 @@ from haap_milp.cli.runtime_opts import (
     TrainingFileOpt,
     UniformOpt,
     ZeroOpt,
+    ZeroSearchOpt,
     build_training,
+    zero_search,
 )
 from haap_milp.deadline import Deadline, run_interruptible
 from haap_milp.errors import HaapInputError
@@ -90,14 +92,14 @@ def _inputs(model: str, cluster: str, gbs: int | None, seq: int | None, precisio
     return load_model(model), load_cluster(cluster), training
 
 
-def _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed: str = "auto") -> SolveOptions:
+def _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed: str = "auto", zero=None) -> SolveOptions:
     finite(time_limit, "--time-limit")
     finite(gap, "--gap")
     if mixed not in ("auto", "on", "off"):
         raise HaapInputError(f"--mixed-stages {mixed!r}: use auto, on or off.", field="--mixed-stages", value=mixed)
     try:
         return SolveOptions(solver=solver, time_limit_s=time_limit, threads=threads, target=target,
-                            max_stages=max_stages, relative_gap=gap, seed=seed, mixed_stages=mixed)
+                            max_stages=max_stages, relative_gap=gap, seed=seed, mixed_stages=mixed, zero=zero)
     except ValidationError as exc:
         raise flag_error(exc) from None
 
@@ -126,6 +128,7 @@ def solve(
     training_file: TrainingFileOpt = None,
     engine: EngineOpt = None,
     zero_stage: ZeroOpt = None,
+    zero: ZeroSearchOpt = None,
     no_dist_opt: NoDistOptOpt = False,
     optimizer_state_bytes: OptStateOpt = None,
     grad_overlap: GradOverlapOpt = None,
@@ -155,7 +158,8 @@ def solve(
                       param_overlap, grad_bucket, recompute, mbs, uniform)
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
-    opts = _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed_stages)
+    opts = _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed_stages,
+                    zero_search(zero, zero_stage, False if no_dist_opt else None))
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     book = price_book(prices, price)
     goal = goal_from_flags(objective, max_cost_per_hour, min_tokens_per_s, max_iteration_time, robust,
@@ -238,6 +242,7 @@ def compare(
     training_file: TrainingFileOpt = None,
     engine: EngineOpt = None,
     zero_stage: ZeroOpt = None,
+    zero: ZeroSearchOpt = None,
     no_dist_opt: NoDistOptOpt = False,
     optimizer_state_bytes: OptStateOpt = None,
     grad_overlap: GradOverlapOpt = None,
@@ -256,7 +261,8 @@ def compare(
                       param_overlap, grad_bucket, recompute, mbs, uniform)
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
-    opts = _options("auto", time_limit, threads, target, max_stages, gap, seed, mixed_stages)
+    opts = _options("auto", time_limit, threads, target, max_stages, gap, seed, mixed_stages,
+                    zero_search(zero, zero_stage, False if no_dist_opt else None))
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     book = price_book(prices, price)
     outs = run_interruptible(lambda: planner.compare(m, c, training, opts, profile=prof, deadline=dl), dl,

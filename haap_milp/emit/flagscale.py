@@ -124,7 +124,8 @@ def build_config(plan: Plan, model: ModelSpec) -> dict:
         hetero["expert_tensor_parallel_size_per_process_mesh"] = [mesh["etp"] for mesh in ms]
     system = {"tensor_model_parallel_size": ms[0]["tp"], "pipeline_model_parallel_size": plan.pp,
               "context_parallel_size": plan.cp, "sequence_parallel": plan.sequence_parallel,
-              "use_distributed_optimizer": plan.distributed_optimizer,
+              "use_distributed_optimizer": (plan.distributed_optimizer if plan.stages[0].zero is None
+                                            else plan.stages[0].zero == 1),
               "precision": {"fp16": {"fp16": True}, "fp8": {"bf16": True, "fp8_format": "hybrid"},
                             "bf16": {"bf16": True}}.get(plan.precision, {}),  # fp32 / tf32: Megatron's default
               **_recompute(plan), "hetero": hetero}
@@ -164,6 +165,11 @@ def refusals(plan: Plan, model: ModelSpec | None = None) -> list[Violation]:
         out.append(Violation("flagscale.cp", None, f"context parallelism (cp={plan.cp}): FlagScale's heterogeneous "
                              f"training refuses it at start-up ('Context parallelism is not supported'); "
                              f"use --target megatron"))
+    zs = {s.zero for s in plan.stages if s.zero is not None}  # formulations/ eq. Z1
+    if zs - {0, 1} or len({s.zero for s in plan.stages}) > 1:
+        out.append(Violation("flagscale.zero", None, f"ZeRO stages {sorted(zs)} per stage: FlagScale sets one "
+                             "use_distributed_optimizer (ZeRO-1) for all process meshes and has no ZeRO-2/3; re-plan "
+                             "with --target flagscale"))
     if plan.vpp > 1 or plan.schedule == "interleaved":
         out.append(Violation("flagscale.no_vpp", None, f"FlagScale heterogeneous training has no virtual pipeline "
                              f"(vpp={plan.vpp}, schedule {plan.schedule}); use --target megatron"))

@@ -58,12 +58,17 @@ def refusals(plan: Plan, model: ModelSpec) -> list[Violation]:
     out = []
     first = plan.stages[0]
     for name, attr in (("tensor-parallel size", "tp"), ("data-parallel size", "dp"), ("recompute", "recompute"),
-                       ("expert-parallel size", "ep"), ("expert tensor-parallel size", "etp")):
+                       ("expert-parallel size", "ep"), ("expert tensor-parallel size", "etp"), ("ZeRO stage", "zero")):
         values = [getattr(s, attr) for s in plan.stages]
         if len(set(values)) > 1:
             out.append(Violation("megatron.uniform", None,
                                  f"per-stage {name} ({values}) is not supported by Megatron-LM, which runs one value "
                                  f"on every stage; use --target flagscale (heterogeneous process meshes)"))
+    if first.zero in (2, 3):  # eq. Z1 (targets.py: the megatron target runs ZeRO 0 and 1)
+        out.append(Violation("megatron.zero", None, f"ZeRO {first.zero}: haap emits Megatron-Core's DDP and its "
+                             "distributed optimizer (ZeRO-1, --use-distributed-optimizer) only; ZeRO-2/3 need "
+                             "Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-strategy), which haap neither "
+                             "prices nor emits; re-plan with --zero 0,1 or use --target torchtitan"))
     if plan.schedule == "gpipe":
         out.append(Violation("megatron.schedule", None, "Megatron-LM runs 1F1B or interleaved 1F1B, not GPipe; "
                              "re-plan with schedule 1f1b"))
@@ -142,7 +147,7 @@ def build_args(plan: Plan, model: ModelSpec) -> list[str]:
     a += ["--micro-batch-size", str(plan.micro_batch_size), "--global-batch-size", str(plan.global_batch_size)]
     if plan.sequence_parallel and s.tp > 1:
         a.append("--sequence-parallel")
-    if plan.distributed_optimizer:
+    if (plan.distributed_optimizer if s.zero is None else s.zero == 1):  # ZeRO-1 (eq. Z1); 0: plain DDP
         a.append("--use-distributed-optimizer")
     # fp32 / tf32: no precision flag, Megatron's default is fp32 weights and compute (whether its fp32 GEMMs use
     # TF32 tensor cores follows PyTorch's allow_tf32 setting of the launch environment; haap prices fp32 on TF32

@@ -23,6 +23,13 @@ Rules re-checked by hand (torchtitan 0.3.0, files inside the ``torchtitan`` pack
 * ``trainer.py:179-209`` CUDA graphs (on by default) refuse pipeline parallelism and the default EP token
   dispatchers: ``training.disable_cuda_graphs`` is set for such plans;
 * ``trainer.py:420-425`` ``global_batch_size % (local_batch_size * dp) == 0`` (gradient accumulation);
+* ZeRO (formulations/ eq. Z1; ``zero_stage``): 0 -> ``data_parallel_replicate_degree`` = dp; FSDP
+  (``data_parallel_shard_degree`` = dp) is ZeRO-1 in a pipelined plan, because torch.distributed.pipelining runs
+  every backward but the last with ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)``
+  (torch ``distributed/pipelining/stage.py`` ``backward_maybe_with_nosync``): parameters stay gathered and
+  gradients unsharded through the step; and ZeRO-3 / ZeRO-2 in a single-stage plan, whose gradient-accumulation
+  loop (``trainer.py:885``) syncs every micro-batch, with ``fsdp_reshard_after_forward`` ``always`` / ``never``
+  (``config/configs.py:136``, ``distributed/fsdp.py:54``). ZeRO-2/3 with pp > 1 and ZeRO-1 without pp are refused;
 * ``distributed/pipeline_parallel.py:443,465`` module names ``tok_embeddings``, ``layers.i``, ``norm``,
   ``lm_head`` (``output`` in the TOML era).
 """
@@ -68,7 +75,7 @@ def module_fqns(plan: Plan, version: str = DEFAULT_VERSION) -> list[list[str]]:
 def refusals(plan: Plan, model: ModelSpec, version: str = DEFAULT_VERSION) -> list[Violation]:
     out = []
     for name, attr in (("tensor-parallel size", "tp"), ("data-parallel size", "dp"), ("recompute", "recompute"),
-                       ("expert-parallel size", "ep")):
+                       ("expert-parallel size", "ep"), ("ZeRO stage", "zero")):
         values = [getattr(s, attr) for s in plan.stages]
         if len(set(values)) > 1:
             out.append(Violation("torchtitan.uniform", None, f"per-stage {name} ({values}) is not supported by "
@@ -80,6 +87,16 @@ def refusals(plan: Plan, model: ModelSpec, version: str = DEFAULT_VERSION) -> li
         out.append(Violation("torchtitan.tied", None, "tied input/output embeddings across pipeline stages are not "
                              "supported by torchtitan (models/common/decoder.py:139 refuses weight tying with pp > 1); "
                              "use --target megatron"))
+    z = plan.stages[0].zero
+    if z in (2, 3) and plan.pp > 1:
+        out.append(Violation("torchtitan.zero", None, f"ZeRO {z} with pipeline parallelism: torch.distributed."
+                             "pipelining keeps FSDP's parameters gathered and its gradients unsharded until the last "
+                             "backward (stage.py backward_maybe_with_nosync), so torchtitan would run ZeRO-1 there, "
+                             "not the sharded memory this plan counts on; re-plan with --target torchtitan --zero auto"))
+    if z == 1 and plan.pp == 1:
+        out.append(Violation("torchtitan.zero", None, "ZeRO 1 without pipeline parallelism: torchtitan has no "
+                             "optimizer-only sharding and runs data_parallel_shard_degree as ZeRO-3 (a reduce-scatter "
+                             "per micro-batch); re-plan with --target torchtitan --zero auto"))
     if plan.vpp > 1 and plan.schedule != "interleaved":
         out.append(Violation("torchtitan.schedule", None, f"vpp={plan.vpp} needs the interleaved schedule"))
     if plan.precision != "bf16":
@@ -119,7 +136,7 @@ def validate(plan: Plan, model: ModelSpec) -> list[Violation]:
     if not tp_divides_heads(model.num_heads, model.kv_heads, s.tp):
         out.append(Violation("torchtitan.heads_tp", None, f"tp={s.tp} must divide heads {model.num_heads} and kv heads "
                              f"{model.kv_heads}"))
-    shard = s.dp if plan.distributed_optimizer else 1
+    shard = s.dp if zero_stage(plan) >= 1 else 1
     if model.is_moe and (shard * plan.cp * s.tp) % s.ep:
         out.append(Violation("torchtitan.ep", None, f"expert_parallel_degree={s.ep} must divide dp_shard*cp*tp = "
                              f"{shard}*{plan.cp}*{s.tp} (config/configs.py:279-287)"))
@@ -132,12 +149,33 @@ def plan_violations(plan: Plan, model: ModelSpec, version: str = DEFAULT_VERSION
     return refusals(plan, model, version) or validate(plan, model)
 
 
+def zero_stage(plan: Plan) -> int:
+    """The plan's ZeRO stage (one for all stages under torchtitan): its own, else 1 with the distributed optimizer
+    and 0 without (haap's megatron-preset default)."""
+    z = plan.stages[0].zero
+    return z if z is not None else 1 if plan.distributed_optimizer else 0
+
+
+def fsdp_note(plan: Plan) -> str:
+    """What data parallelism the emitted config runs, in words (module docstring, ZeRO)."""
+    z = zero_stage(plan)
+    if z == 0:
+        return "data_parallel_replicate_degree = plain data parallel (ZeRO-0)"
+    if plan.pp > 1:
+        return ("data_parallel_shard_degree = FSDP under pipeline parallelism, which torch.distributed.pipelining "
+                "runs as ZeRO-1 (gathered once, reduce-scattered after the last backward)")
+    return (f"data_parallel_shard_degree = FSDP, fsdp_reshard_after_forward "
+            f"{'never (ZeRO-2)' if z == 2 else 'always (ZeRO-3)'}" if plan.stages[0].zero is not None else
+            "data_parallel_shard_degree = FSDP (ZeRO-3 per micro-batch, beyond the plan's ZeRO-1 memory model)")
+
+
 def parallelism(plan: Plan, model: ModelSpec, version: str = DEFAULT_VERSION) -> dict:
     """``[parallelism]`` / ``ParallelismConfig`` fields."""
     s = plan.stages[0]
+    z = zero_stage(plan)
     out = {
-        "data_parallel_replicate_degree": 1 if plan.distributed_optimizer else s.dp,
-        "data_parallel_shard_degree": s.dp if plan.distributed_optimizer else 1, "tensor_parallel_degree": s.tp,
+        "data_parallel_replicate_degree": 1 if z >= 1 else s.dp,
+        "data_parallel_shard_degree": s.dp if z >= 1 else 1, "tensor_parallel_degree": s.tp,
         "context_parallel_degree": plan.cp, "pipeline_parallel_degree": plan.pp,
         "pipeline_parallel_schedule": "Interleaved1F1B" if plan.vpp > 1 else SCHEDULES[plan.schedule].replace(
             "Interleaved1F1B", "1F1B"),
@@ -146,6 +184,8 @@ def parallelism(plan: Plan, model: ModelSpec, version: str = DEFAULT_VERSION) ->
     }
     if model.is_moe:
         out["expert_parallel_degree"] = s.ep
+    if plan.pp == 1 and s.zero in (2, 3):  # eq. Z1: FSDP2's reshard_after_forward is the ZeRO-2 / ZeRO-3 choice
+        out["fsdp_reshard_after_forward"] = "never" if s.zero == 2 else "always"
     return out
 
 
@@ -173,8 +213,9 @@ def build_toml(plan: Plan, model: ModelSpec) -> str:
     }
     lines = [f"# torchtitan job config (haap) for {VERSIONS['0.1']}. Add [optimizer], data and checkpoint sections.",
              f"# [model] {choice.family} {choice.flavor} = {model.name} on every field ({choice.source} in 0.3.0).",
-             "# data_parallel_shard_degree = FSDP (shards weights and gradients too, beyond the plan's ZeRO-1",
-             "# memory model); each stage's ranks are placed by rank_map.json / launch.sh."]
+             *(["# data_parallel_shard_degree = FSDP (shards weights and gradients too, beyond the plan's ZeRO-1",
+                "# memory model); each stage's ranks are placed by rank_map.json / launch.sh."] if s.zero is None else
+               [f"# {fsdp_note(plan)};", "# each stage's ranks are placed by rank_map.json / launch.sh."])]
     for name, body in sections.items():
         lines.append(f"\n[{name}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in body.items()]
@@ -233,8 +274,9 @@ def build_python(plan: Plan, model: ModelSpec) -> str:
              "",
              "Run: python -m torchtitan.train --module haap_torchtitan --config haap_plan  (this folder on PYTHONPATH;",
              "launch.sh does it).", *doc,
-             "data_parallel_shard_degree = FSDP (shards weights and gradients too, beyond the plan's ZeRO-1 memory",
-             'model); each stage\'s ranks are placed by rank_map.json / launch.sh.',
+             *(["data_parallel_shard_degree = FSDP (shards weights and gradients too, beyond the plan's ZeRO-1 memory",
+                'model); each stage\'s ranks are placed by rank_map.json / launch.sh.'] if s.zero is None else
+               [f"{fsdp_note(plan)};", "each stage's ranks are placed by rank_map.json / launch.sh."]),
              '"""',
              "",
              *import_lines([*imports, ("torchtitan.config", ("ParallelismConfig",)),

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from haap_milp.errors import HaapInputError
-from haap_milp.estimator import comm, compute, costs, hardware, memory, mixed, runtime
+from haap_milp.estimator import comm, compute, costs, hardware, memory, mixed, runtime, zero
 from haap_milp.estimator.calibration import Calibration, load_calibration
 from haap_milp.estimator.flops import model_flops_per_sample
 from haap_milp.estimator.kernels import MODERN, Implementation
@@ -93,21 +93,32 @@ class Estimator:
                           lambda: hardware.resolve(self.cluster, self.calibration, gpu_type, island))
 
     def _config(self, gpu_type: str, tp: int, dp: int, ep: int, etp: int, recompute: str, samples: int,
-                island: str | None, cp: int) -> tuple[costs.StageConfig, hardware.Hardware]:
+                island: str | None, cp: int, zero: int | None = None) -> tuple[costs.StageConfig, hardware.Hardware]:
         hw = self.hardware(gpu_type, island)
         hardware.check_stage(self.model, hw, self.training.precision, tp, dp, ep, etp, cp, samples, recompute)
-        return costs.StageConfig(gpu_type, island, tp, dp, ep, etp, recompute, samples, cp), hw
+        return costs.StageConfig(gpu_type, island, tp, dp, ep, etp, recompute, samples, cp, self._zero(zero)), hw
+
+    def _zero(self, zero: int | None) -> int | None:
+        """A stage's ZeRO stage as a cache key: None when it is the runtime's own (so explicit and implicit share
+        prices), else the stage (estimator/zero.py; formulations/ eq. Z1)."""
+        if zero is None or zero == self.runtime.zero_stage:
+            return None
+        if zero not in (0, 1, 2, 3):
+            raise HaapInputError(f"zero={zero!r}: a ZeRO stage is 0, 1, 2 or 3.", field="zero", value=zero)
+        return zero
 
     # ------------------------------------------------------------------ per-layer costs
     def layer_cost(self, gpu_type: str, tp: int, dp: int, ep: int, etp: int, recompute: str,
-                   samples_per_microbatch: int, *, island: str | None = None, cp: int = 1) -> StageCost:
+                   samples_per_microbatch: int, *, island: str | None = None, cp: int = 1,
+                   zero: int | None = None) -> StageCost:
         """One decoder layer (mean over dense/MoE layers) on one GPU of a stage, one micro-batch of B samples
-        split over dp replicas. ``island`` None: the slowest NIC share of that GPU type counts."""
-        key = (gpu_type, tp, dp, ep, etp, recompute, samples_per_microbatch, island, cp)
+        split over dp replicas. ``island`` None: the slowest NIC share of that GPU type counts. ``zero``: the
+        stage's ZeRO stage (None: the runtime's)."""
+        key = (gpu_type, tp, dp, ep, etp, recompute, samples_per_microbatch, island, cp, self._zero(zero))
         return self._memo("layer_cost", key, lambda: self._layer_cost(*key))
 
-    def _layer_cost(self, gpu_type, tp, dp, ep, etp, recompute, samples, island, cp) -> StageCost:
-        c, hw = self._config(gpu_type, tp, dp, ep, etp, recompute, samples, island, cp)
+    def _layer_cost(self, gpu_type, tp, dp, ep, etp, recompute, samples, island, cp, zero=None) -> StageCost:
+        c, hw = self._config(gpu_type, tp, dp, ep, etp, recompute, samples, island, cp, zero)
         cost = self._analytic_layer(c, hw)
         none = self._analytic_layer(replace(c, recompute="none"), hw) if recompute != "none" else cost
         return apply_profile(self.profile, "layer", cost, c, none)
@@ -127,9 +138,10 @@ class Estimator:
         return parts[0] if len(parts) == 1 else parts[0] + parts[1]
 
     def first_stage_extra(self, gpu_type: str, tp: int, dp: int, ep: int, etp: int, recompute: str,
-                          samples_per_microbatch: int, *, island: str | None = None, cp: int = 1) -> StageCost:
+                          samples_per_microbatch: int, *, island: str | None = None, cp: int = 1,
+                          zero: int | None = None) -> StageCost:
         """Input embedding (+ its gradients and optimizer state) on the first stage."""
-        key = (gpu_type, tp, dp, ep, etp, recompute, samples_per_microbatch, island, cp)
+        key = (gpu_type, tp, dp, ep, etp, recompute, samples_per_microbatch, island, cp, self._zero(zero))
 
         def run() -> StageCost:
             c, hw = self._config(*key)
@@ -139,9 +151,10 @@ class Estimator:
         return self._memo("first_stage_extra", key, run)
 
     def last_stage_extra(self, gpu_type: str, tp: int, dp: int, ep: int, etp: int, recompute: str,
-                         samples_per_microbatch: int, *, island: str | None = None, cp: int = 1) -> StageCost:
+                         samples_per_microbatch: int, *, island: str | None = None, cp: int = 1,
+                         zero: int | None = None) -> StageCost:
         """Final norm + LM head + loss on the last stage."""
-        key = (gpu_type, tp, dp, ep, etp, recompute, samples_per_microbatch, island, cp)
+        key = (gpu_type, tp, dp, ep, etp, recompute, samples_per_microbatch, island, cp, self._zero(zero))
 
         def run() -> StageCost:
             c, hw = self._config(*key)
@@ -151,22 +164,35 @@ class Estimator:
         return self._memo("last_stage_extra", key, run)
 
     def stage_fixed_bytes(self, gpu_type: str, tp: int, *, dp: int = 1, recompute: str = "none",
-                          samples_per_microbatch: int | None = None, cp: int = 1, etp: int = 1, ep: int = 1) -> float:
+                          samples_per_microbatch: int | None = None, cp: int = 1, etp: int = 1, ep: int = 1,
+                          zero: int | None = None) -> float:
         """Per-stage memory independent of its layer count: framework reserve per GPU (CUDA context, NCCL
         buffers, workspaces: ``GlobalParams.overhead_gib``, source in calibration.PRIOR_SOURCES['overhead_gib'])
         and, with ``samples_per_microbatch`` given, the once-per-stage transients (``_transient_bytes``:
         recomputed layer, MoE dispatch buffers - ``ep`` matters only to the allgather dispatcher - and
-        allocator fragmentation)."""
-        key = (gpu_type, tp, dp, recompute, samples_per_microbatch, cp, etp, ep)
+        allocator fragmentation), and at ZeRO-3 the gathered parameters of two layers (eq. Z5)."""
+        key = (gpu_type, tp, dp, recompute, samples_per_microbatch, cp, etp, ep, self._zero(zero))
 
         def run() -> float:
             self.hardware(gpu_type)  # validates the type
             fixed = self.calibration.globals.overhead_gib * GIB
             if samples_per_microbatch:
                 fixed += self._transient_bytes(tp, dp, recompute, samples_per_microbatch, cp, etp, ep)
+            z = self.runtime.zero_stage if key[-1] is None else key[-1]
+            if z == 3 and dp * cp > 1:
+                fixed += self._gathered_bytes(tp, ep, etp)
             return fixed
 
         return self._memo("stage_fixed_bytes", key, run)
+
+    def _gathered_bytes(self, tp: int, ep: int, etp: int) -> float:
+        """Eq. Z5 for one GPU: a decoder layer's parameters on it before sharding (mean over dense / MoE layers),
+        gathered twice in 16-bit and once as gradients."""
+        m, frac = self.model, self.moe_fraction
+        dense = memory.dense_layer_params_per_gpu(m, tp)
+        per_gpu = (1 - frac) * dense + (frac * sum(memory.moe_layer_params_per_gpu(m, tp, ep, etp)) if frac else 0.0)
+        prec = self.training.precision
+        return zero.gathered_bytes(3, per_gpu, compute.act_bytes(prec), costs.grad_bytes(prec))
 
     def _transient_bytes(self, tp: int, dp: int, recompute: str, samples: int, cp: int, etp: int,
                          ep: int = 1) -> float:
@@ -183,13 +209,13 @@ class Estimator:
         return out + memory.fragmentation_bytes(big, self.calibration.globals.frag_fraction)
 
     def stage_fixed_sync_s(self, gpu_type: str, island: str | None, tp: int, dp: int, *, cp: int = 1,
-                           ep: int = 1, etp: int = 1) -> float:
+                           ep: int = 1, etp: int = 1, zero: int | None = None) -> float:
         """Per-stage latency part of the exposed DP sync (one start-up per collective, not per layer)."""
-        key = (gpu_type, island, tp, dp, cp, ep, etp)
+        key = (gpu_type, island, tp, dp, cp, ep, etp, self._zero(zero))
 
         def run() -> float:
             hw = self.hardware(gpu_type, island)
-            c = costs.StageConfig(gpu_type, island, tp, dp, ep, etp, "none", dp, cp)
+            c = costs.StageConfig(gpu_type, island, tp, dp, ep, etp, "none", dp, cp, key[-1])
             return costs.dp_latency_s(self.model, c, hw, self.training, self.calibration)
 
         return self._memo("stage_fixed_sync_s", key, run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from haap_milp.estimator import comm, compute, flops, layers, memory, runtime
+from haap_milp.estimator import comm, compute, flops, layers, memory, runtime, zero
 from haap_milp.estimator.calibration import Calibration
 from haap_milp.estimator.hardware import Hardware
 from haap_milp.estimator.kernels import Implementation
@@ -26,6 +26,7 @@ class StageConfig:
     recompute: str
     samples: int  # B: samples per micro-batch seen by the stage (split over dp)
     cp: int = 1
+    zero: int | None = None  # ZeRO stage of this stage (None: the runtime's; estimator/zero.py)
 
     @property
     def micro_batch(self) -> float:
@@ -64,35 +65,40 @@ def _dp_collective(kind: str, grp: ParamGroup, hw: Hardware, element_bytes: floa
 
 @dataclass(frozen=True)
 class Sync:
-    """DP synchronisation of some parameters: bytes held, raw and exposed collective time, optimizer step,
-    exposed latency (once per stage), and ZeRO-3's per-micro-batch gathers (exposed, s)."""
+    """DP synchronisation of some parameters: bytes held, raw and exposed per-step collective time, optimizer
+    step, exposed latency (once per stage), and ZeRO-2/3's raw collectives per micro-batch (forward, backward;
+    s, latency included: estimator/zero.py eq. Z3), whose exposed share ``_assemble`` sets against the compute."""
 
     held: memory.ParamBytes
     comm_s: float
     exposed_s: float
     opt_s: float
     lat_s: float
-    per_microbatch_s: float = 0.0
+    mb_fwd_s: float = 0.0
+    mb_bwd_s: float = 0.0
 
 
 def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, cal: Calibration,
-               ring_params: tuple[float, float] | None = None) -> Sync:
-    """The runtime's DP synchronisation of these parameters (estimator/runtime.py presets).
+               ring_params: tuple[float, float] | None = None, zero_stage: int | None = None) -> Sync:
+    """The runtime's DP synchronisation of these parameters (estimator/runtime.py presets) at ZeRO stage
+    ``zero_stage`` (None: the runtime's; formulations/ eqs. Z1-Z3).
 
-    ZeRO 0: one all-reduce of the gradients; ZeRO 1/2 (Megatron's distributed optimizer): reduce-scatter of
-    the gradients + all-gather of the updated parameters (Megatron dist_optimizer.md; ZeRO sec. 5.1-5.2);
-    ZeRO 3 (FSDP): all-gather of the parameters before each forward and backward and reduce-scatter of the
-    gradients, per micro-batch (ZeRO sec. 5.3, 1.5x plain DP's volume). An overlapped collective shows only
-    the calibrated exposed share (1 - dp_overlap); one that is not overlapped is fully exposed (DeepSpeed's
+    ZeRO 0: one all-reduce of the gradients; ZeRO 1 (Megatron's distributed optimizer): reduce-scatter of
+    the gradients + all-gather of the updated parameters per step (Megatron dist_optimizer.md; ZeRO sec. 5.1);
+    ZeRO 2 / 3 (FSDP): per micro-batch, one all-gather of the parameters (ZeRO 3: one more before the backward)
+    and one reduce-scatter of the gradients (estimator/zero.py). An overlapped per-step collective shows only the
+    calibrated exposed share (1 - dp_overlap); one that is not overlapped is fully exposed (DeepSpeed's
     pipeline engine reduces after the last backward). A ``ring`` runtime prices each collective as a flat
     ring (comm.ring_measured), secant between the per-GPU parameter counts ``ring_params`` (``ring_range``;
     default: this call's largest group at both ends)."""
     rt = runtime.resolve(training)
+    if zero_stage is not None and zero_stage != rt.zero_stage:
+        rt = replace(rt, zero_stage=zero_stage)
     prec = training.precision
     hid = cal.globals.dp_overlap
     pb = compute.act_bytes(prec)  # parameters move at the training element size (16-bit; fp32 in fp32 training)
     w = g = o = 0.0
-    comm_s = exposed = opt_s = lat = per_mb = 0.0
+    comm_s = exposed = opt_s = lat = mb_f = mb_b = 0.0
     default = rt.grad_overlap and rt.param_overlap and rt.zero_stage <= 1 and rt.bucket_bytes is None
     largest = max((x.params for x in groups), default=0.0)
     lo_p, hi_p = ring_params if ring_params is not None else (largest, largest)
@@ -110,11 +116,10 @@ def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, c
                                     ring_ends(grad_bytes(prec)))
                 ag = _dp_collective("all_gather", grp, hw, pb, rt.bucket_bytes, ring_ends(pb))
                 rs_s, ag_s = rs.per_byte_s * gb, ag.per_byte_s * grp.params * pb
-                if rt.zero_stage >= 3:  # per micro-batch: gather for forward and for backward, reduce-scatter
-                    raw = rs_s + 2 * ag_s
-                    per_mb += (1 - hid) * raw if rt.grad_overlap else raw
-                    lat_g = rs.latency_s + 2 * ag.latency_s
-                    lat = max(lat, (1 - hid) * lat_g if rt.grad_overlap else lat_g)
+                if not zero.per_step(rt.zero_stage):  # eq. Z3: per micro-batch, one collective per layer
+                    f, b = zero.microbatch_comm_s(rt.zero_stage, ag.latency_s + ag_s, rs.latency_s + rs_s)
+                    mb_f, mb_b = mb_f + f, mb_b + b
+                    opt_s += compute.optimizer_step_s(grp.params / grp.n, hw.gpu, hw.params, prec)
                     continue
                 comm_s += rs_s + ag_s
                 if default:
@@ -136,7 +141,7 @@ def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, c
                                           prec)
     if default:  # Megatron with overlap: the calibrated hidden share of the whole sync (numbers as before)
         exposed, lat = (1 - hid) * comm_s, (1 - hid) * lat
-    return Sync(memory.ParamBytes(w, g, o), comm_s, exposed, opt_s, lat, per_mb)
+    return Sync(memory.ParamBytes(w, g, o), comm_s, exposed, opt_s, lat, mb_f, mb_b)
 
 
 def ring_range(model: ModelSpec, tp: int) -> tuple[float, float]:
@@ -166,12 +171,18 @@ def _assemble(passes: layers.Passes, recompute: str, sync: Sync, act: float, fl:
               cal: Calibration, training: TrainingSpec) -> StageCost:
     comp, tp_s, ep_s, cp_s = layers.exposed(passes, recompute, _runtime_cal(training, cal))
     held = sync.held
+    mb = 0.0
+    if sync.mb_fwd_s or sync.mb_bwd_s:  # eq. Z4: ZeRO-2/3 collectives against the pass they hide behind
+        rt = runtime.resolve(training)
+        fwd = passes.fwd_s
+        mb = zero.exposed_s(sync.mb_fwd_s, sync.mb_bwd_s, fwd, passes.compute_s(recompute) - fwd,
+                            rt.param_overlap, rt.grad_overlap)
     return StageCost(
-        time_s=comp + tp_s + ep_s + cp_s + sync.per_microbatch_s, compute_s=comp, tp_comm_s=tp_s, ep_comm_s=ep_s,
+        time_s=comp + tp_s + ep_s + cp_s + mb, compute_s=comp, tp_comm_s=tp_s, ep_comm_s=ep_s,
         cp_comm_s=cp_s, static_bytes=held.total, act_bytes=act, sync_s=sync.exposed_s + sync.opt_s,
         model_flops=fl.model, hw_flops=fl.hardware(recompute), weights_bytes=held.weights,
         grads_bytes=held.grads, optimizer_bytes=held.optimizer, dp_comm_s=sync.comm_s, optimizer_s=sync.opt_s,
-        zero3_comm_s=sync.per_microbatch_s)
+        zero3_comm_s=mb)
 
 
 def layer_groups(model: ModelSpec, moe: bool, c: StageConfig) -> list[ParamGroup]:
@@ -197,7 +208,7 @@ def decoder_cost(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, trai
     """One decoder layer (dense or MoE) on one GPU of the stage, one micro-batch of B samples."""
     seq, b = training.seq_len, c.micro_batch
     sp = training.sequence_parallel and c.tp > 1
-    sync = param_sync(layer_groups(model, moe, c), hw, training, cal, ring_range(model, c.tp))
+    sync = param_sync(layer_groups(model, moe, c), hw, training, cal, ring_range(model, c.tp), c.zero)
     act = memory.layer_activation_bytes(model, moe, b, seq, c.tp, sp, c.recompute, c.cp, c.etp, impl,
                                         compute.act_bytes(training.precision),
                                         memory.gemm_input_bytes(training.precision))
@@ -211,7 +222,7 @@ def embedding_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: Tra
     seq, b = training.seq_len, c.micro_batch
     passes = layers.embedding_passes(model, hw, b * seq / c.cp, c.tp, training.precision)
     groups = [ParamGroup(model.embedding_params / c.tp, c.dp * c.cp, c.tp)]
-    sync = param_sync(groups, hw, training, cal, ring_range(model, c.tp))
+    sync = param_sync(groups, hw, training, cal, ring_range(model, c.tp), c.zero)
     act = memory.embedding_activation_bytes(b, seq, c.cp)
     return _assemble(passes, "none", sync, act, flops.LayerFlops(0.0, 0.0), cal, training)
 
@@ -224,7 +235,7 @@ def head_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: Training
     sp = training.sequence_parallel and c.tp > 1
     passes = layers.head_passes(model, hw, training.precision, b * seq / c.cp, c.tp, sp)
     groups = [ParamGroup(model.vocab_size * model.hidden / c.tp + model.hidden, c.dp * c.cp, c.tp)]
-    sync = param_sync(groups, hw, training, cal, ring_range(model, c.tp))
+    sync = param_sync(groups, hw, training, cal, ring_range(model, c.tp), c.zero)
     act = memory.head_activation_bytes(model, b, seq, c.tp, c.cp, impl)
     return _assemble(passes, "none", sync, act, flops.head_flops(model, c.samples * seq), cal, training)
 
@@ -232,4 +243,4 @@ def head_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: Training
 def dp_latency_s(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec, cal: Calibration) -> float:
     """Latency part of a stage's DP sync (once per stage: the bucketed collectives' start-up), exposed share.
     Uses the non-expert DP group only, so it depends on (gpu, island, tp, dp, cp) and not on ep."""
-    return param_sync(layer_groups(model, False, c), hw, training, cal, ring_range(model, c.tp)).lat_s
+    return param_sync(layer_groups(model, False, c), hw, training, cal, ring_range(model, c.tp), c.zero).lat_s

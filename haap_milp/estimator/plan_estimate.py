@@ -80,7 +80,7 @@ def _stage_costs(est: Estimator, plan: Plan, j: int) -> tuple[StageCost, StageCo
         mc = est.mixed_costs(replica_keys(s), s.ep, s.recompute, cp=plan.cp)
         return mc.layer, mc.first if j == 0 else None, mc.last if j == p - 1 else None
     args = (s.gpu_type, s.tp, s.dp, s.ep, s.etp, s.recompute, plan.samples_per_microbatch)
-    kw = {"island": s.island, "cp": plan.cp}
+    kw = {"island": s.island, "cp": plan.cp, "zero": s.zero}
     first = est.first_stage_extra(*args, **kw) if j == 0 else None
     last = est.last_stage_extra(*args, **kw) if j == p - 1 else None
     return est.layer_cost(*args, **kw), first, last
@@ -92,7 +92,8 @@ def _stage_memory(est: Estimator, plan: Plan, j: int, parts: tuple, a: float) ->
     n = s.num_layers
     fixed = est.mixed_costs(replica_keys(s), s.ep, s.recompute, cp=plan.cp).fixed_bytes if s.replicas else \
         est.stage_fixed_bytes(s.gpu_type, s.tp, dp=s.dp, recompute=s.recompute,
-                              samples_per_microbatch=plan.samples_per_microbatch, cp=plan.cp, etp=s.etp, ep=s.ep)
+                              samples_per_microbatch=plan.samples_per_microbatch, cp=plan.cp, etp=s.etp, ep=s.ep,
+                              zero=s.zero)
     out = {"weights": n * layer.weights_bytes, "grads": n * layer.grads_bytes,
            "optimizer": n * layer.optimizer_bytes, "activations": n * a * layer.act_bytes, "overhead": fixed}
     for extra in (first, last):
@@ -129,7 +130,7 @@ def estimate_plan(est: Estimator, plan: Plan) -> PlanEstimate:
 def _fixed_sync(est: Estimator, plan: Plan, s) -> float:
     if s.replicas:  # eq. H4
         return est.mixed_costs(replica_keys(s), s.ep, s.recompute, cp=plan.cp).fixed_sync_s
-    return est.stage_fixed_sync_s(s.gpu_type, s.island, s.tp, s.dp, cp=plan.cp, ep=s.ep, etp=s.etp)
+    return est.stage_fixed_sync_s(s.gpu_type, s.island, s.tp, s.dp, cp=plan.cp, ep=s.ep, etp=s.etp, zero=s.zero)
 
 
 def _ends(s) -> tuple[tuple[str, str, int, int], ...]:

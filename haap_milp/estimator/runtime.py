@@ -49,14 +49,14 @@ DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 #: The presets, one row per engine: (zero stage without / with the distributed optimizer, grad overlap,
 #: param-gather overlap, bucket elements (None: Megatron's rule), what it is). README table is this.
 PRESETS: dict[str, dict] = {
-    "megatron": {"zero": (0, 1), "grad_overlap": True, "param_overlap": True, "bucket_elements": None,
+    "megatron": {"zero": (0, 1), "zero_stages": (0, 1), "grad_overlap": True, "param_overlap": True, "bucket_elements": None,
                  "ring": False, "tp_overlap": True,
                  "p2p_blocking": False, "what": "Megatron-Core DDP, overlap_grad_reduce + overlap_param_gather; dist-opt = ZeRO-1"},
-    "deepspeed": {"zero": (0, 1), "grad_overlap": False, "param_overlap": False,
+    "deepspeed": {"zero": (0, 1), "zero_stages": (0, 1), "grad_overlap": False, "param_overlap": False,
                   "bucket_elements": DEEPSPEED_BUCKET_ELEMENTS, "ring": True,
                   "tp_overlap": False, "p2p_blocking": True,
                   "what": "PipelineEngine: gradient all-reduce after the last backward (ReduceGrads), exposed"},
-    "fsdp": {"zero": (0, 3), "grad_overlap": True, "param_overlap": True, "bucket_elements": None, "ring": False,
+    "fsdp": {"zero": (0, 3), "zero_stages": (0, 1, 2, 3), "grad_overlap": True, "param_overlap": True, "bucket_elements": None, "ring": False,
              "tp_overlap": True, "p2p_blocking": False, "what": "FSDP FULL_SHARD (ZeRO-3): per-layer all-gather fwd + bwd, reduce-scatter, prefetched"},
 }
 
@@ -77,6 +77,24 @@ class Runtime:
     @property
     def shards_optimizer(self) -> bool:
         return self.zero_stage >= 1
+
+
+def zero_stages(engine: str) -> tuple[int, ...]:
+    """ZeRO stages the runtime can run per stage (formulations/ eq. Z1; the ``--zero auto`` search set):
+
+    * megatron - Megatron-Core DDP (0) and its distributed optimizer (1, ``--use-distributed-optimizer``).
+      Megatron-Core also ships Megatron-FSDP (``--use-megatron-fsdp --data-parallel-sharding-strategy
+      optim|optim_grads|optim_grads_params``, megatron/core/distributed/fsdp/), a different DDP wrapper whose
+      overlap this preset does not model, so 2 and 3 are not searched here (``--engine fsdp`` prices them).
+    * deepspeed - 0 and 1 only: ``PipelineEngine.__init__`` asserts ``zero_optimization_stage() < 2``
+      ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism", deepspeed/runtime/pipe/engine.py).
+    * fsdp - 0 (replicate / NO_SHARD), 2 (FSDP2 ``reshard_after_forward=False`` / SHARD_GRAD_OP), 3
+      (``reshard_after_forward=True`` / FULL_SHARD), and 1: what FSDP2 becomes under
+      torch.distributed.pipelining, whose stages run every backward but the last with
+      ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)`` (stage.py
+      ``backward_maybe_with_nosync``), so parameters stay gathered and gradients accumulate unsharded through
+      the step and are reduce-scattered once: ZeRO-1's memory and traffic (estimator/zero.py)."""
+    return PRESETS[engine]["zero_stages"]
 
 
 def element_bytes(precision: str) -> float:

@@ -93,7 +93,9 @@ def stage_table(out) -> Table:
     plan, est = out.result.plan, out.estimate
     t = Table(title=f"{plan.model} on {plan.cluster}: {plan.pp} stages, micro-batch {plan.micro_batch_size} "
                     f"x {plan.num_microbatches} micro-batches, gbs {plan.global_batch_size}, seq {plan.seq_len}")
-    for col in ("stage", "layers", "GPUs", "island", "tp", "dp", "ep", "recompute", "mbs", "time ms", "memory GiB"):
+    zero = any(s.zero is not None for s in plan.stages)  # a searched ZeRO stage (eq. Z1): one more column
+    for col in ("stage", "layers", "GPUs", "island", "tp", "dp", "ep", "recompute", *(("zero",) if zero else ()),
+                "mbs", "time ms", "memory GiB"):
         t.add_column(col, justify="right" if col not in ("GPUs", "island", "recompute") else "left")
     for j, s in enumerate(plan.stages):
         e = est.stages[j] if est is not None else None
@@ -106,7 +108,7 @@ def stage_table(out) -> Table:
         else:
             gpus, tp, dp, mbs = f"{s.gpu_type} x {s.num_gpus}", str(s.tp), str(s.dp), f"{plan.stage_micro_batch(j):g}"
         t.add_row(str(j), f"{s.first_layer}-{s.last_layer - 1} ({s.num_layers})", gpus,
-                  s.island, tp, dp, str(s.ep), s.recompute, mbs,
+                  s.island, tp, dp, str(s.ep), s.recompute, *((_fmt(s.zero, "d"),) if zero else ()), mbs,
                   _fmt(s.time_s and s.time_s * 1e3, ".1f"), f"{_fmt(s.memory_gib, '.1f')}{cap}")
     return t
 

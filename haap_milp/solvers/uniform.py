@@ -52,8 +52,8 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
             if o.mix:  # uniform plans have one GPU group per stage
                 continue
             # one option per (signature, group); ep: keep the first (smallest) allowed
-            by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep), {}).setdefault(o.group, int(i))
-        for (tp, dp, _rc, _ep), sig_opts in by_sig.items():
+            by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep, o.zero), {}).setdefault(o.group, int(i))  # zero: eq. Z1
+        for (tp, dp, *_), sig_opts in by_sig.items():
             if best is not None and dl.expired():
                 break
             for p in range(1, min(problem.max_stages, L) + 1):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import Field, computed_field, model_serializer, model_validator
 
@@ -58,6 +59,9 @@ class StagePlan(Frozen):
                                      "times the first type's capacity).")
     replicas: tuple[Replica, ...] = Field(default=(), description="Mixed stage: its replica types (empty: one type, "
                                           "tp and dp as above).")
+    zero: Literal[0, 1, 2, 3] | None = Field(default=None, description="ZeRO stage of this stage: 0 plain data "
+                                             "parallel, 1 sharded optimizer state, 2 + gradients, 3 + weights (FSDP); "
+                                             "None: the runtime's (formulations/ eq. Z1).")
 
     @model_validator(mode="after")
     def _mixed_consistent(self) -> StagePlan:
@@ -65,6 +69,8 @@ class StagePlan(Frozen):
             r0 = self.replicas[0]
             if (r0.gpu_type, r0.island, r0.tp) != (self.gpu_type, self.island, self.tp):
                 raise ValueError("a mixed stage's gpu_type, island and tp are its first replica's")
+            if self.zero is not None:
+                raise ValueError("a mixed stage runs the runtime's ZeRO stage (zero must be unset)")
             if sum(r.count for r in self.replicas) != self.dp:
                 raise ValueError(f"a mixed stage's dp ({self.dp}) is its replica count "
                                  f"({sum(r.count for r in self.replicas)})")
@@ -76,6 +82,8 @@ class StagePlan(Frozen):
         out = handler(self)
         if not self.replicas and isinstance(out, dict):
             out.pop("replicas", None)
+        if self.zero is None and isinstance(out, dict):
+            out.pop("zero", None)  # plan files as before the per-stage ZeRO stage
         return out
 
     @computed_field(description="GPUs used: tp * dp (* cp of the plan); a mixed stage: sum of tp * count.")  # type: ignore[prop-decorator]
@@ -151,8 +159,8 @@ class Plan(Frozen):
         if self.has_mixed_stage:
             return False
         first = self.stages[0]
-        key = (first.tp, first.dp, first.recompute, first.ep, first.etp)
-        return all((s.tp, s.dp, s.recompute, s.ep, s.etp) == key for s in self.stages)
+        key = (first.tp, first.dp, first.recompute, first.ep, first.etp, first.zero)
+        return all((s.tp, s.dp, s.recompute, s.ep, s.etp, s.zero) == key for s in self.stages)
 
 
 @dataclass(frozen=True)

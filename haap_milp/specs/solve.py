@@ -36,6 +36,9 @@ class SolveOptions(Frozen):
     mixed_stages: Literal["auto", "on", "off"] = Field(
         default="auto", description="Stages whose data-parallel replicas differ in GPU type (formulations/ eqs. "
         "H1-H6); auto: on where the target engine and the runtime can run them.")
+    zero: Literal["auto"] | tuple[Literal[0, 1, 2, 3], ...] | None = Field(
+        default=None, description="ZeRO stages the search may give each stage (formulations/ eq. Z1): auto = every "
+        "stage the runtime and the target engine run; None: the runtime's one stage, not searched.")
 
 
 class SolveResult(Frozen):
