@@ -59,7 +59,7 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s: in
     if not math.isfinite(best[0]):
         return INF, None
     plan = _path(dp, best[1], trace, w, cap)
-    return (t.M - 1) * a + best[0] - float(mu_o @ cap), plan
+    return t.tau_weight * a + best[0] - float(mu_o @ cap), plan
 
 
 def _first(dp: PathDP, k: int, cost: np.ndarray, opt: np.ndarray, H, argH, w: np.ndarray, R: int):
