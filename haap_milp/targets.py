@@ -29,6 +29,7 @@ class EngineCapabilities:
     max_stages_when_tied: int | None = None  # pipeline stages with tied embeddings (None: no limit)
     mixed_stages: bool = False  # a stage's data-parallel replicas may differ in GPU type and tp (eq. H1)
     mixed_stages_why: str = ""  # why it cannot (the refusal's reason)
+    interleave: bool = False  # interleaved 1F1B with vpp > 1 model chunks per stage (eqs. I1-I5)
 
 
 class EmitError(HaapInputError):
@@ -36,9 +37,9 @@ class EmitError(HaapInputError):
 
 
 TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
-    EngineCapabilities("any", None, "any plan (no engine restriction)", mixed_stages=True),
+    EngineCapabilities("any", None, "any plan (no engine restriction)", mixed_stages=True, interleave=True),
     EngineCapabilities("megatron", "haap_milp.emit.megatron", "Megatron-LM: one tp/dp/recompute/ep, any layer split",
-                       uniform_stages=True, mixed_stages_why="Megatron-LM builds one data-parallel group size and one "
+                       uniform_stages=True, interleave=True, mixed_stages_why="Megatron-LM builds one data-parallel group size and one "
                        "micro-batch size for every rank (parallel_state.initialize_model_parallel, "
                        "--micro-batch-size), so replicas cannot differ in tp or share of a micro-batch"),
     EngineCapabilities("flagscale", "haap_milp.emit.flagscale", "FlagScale heterogeneous meshes: per-stage tp/dp",

@@ -90,14 +90,35 @@ def _inputs(model: str, cluster: str, gbs: int | None, seq: int | None, precisio
     return load_model(model), load_cluster(cluster), training
 
 
-def _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed: str = "auto") -> SolveOptions:
+VppOpt = Annotated[str, typer.Option("--vpp", help="auto | N: interleaved 1F1B chosen by the search (formulations/ "
+                                     "eqs. I1-I5): N searches vpp 1 and N, auto vpp 1-4 where the target "
+                                     "interleaves; 1 (default): plain 1F1B.")]
+
+
+def _vpp(value: str) -> int | str:
+    """--vpp as SolveOptions takes it (auto or a whole number >= 1; anything else: exit 2, one paragraph)."""
+    if value == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise HaapInputError(f"--vpp {value!r}: use auto or a whole number >= 1 (model chunks per pipeline "
+                             f"stage).", field="--vpp", value=value)
+    return n
+
+
+def _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed: str = "auto",
+             vpp: str = "1") -> SolveOptions:
     finite(time_limit, "--time-limit")
     finite(gap, "--gap")
+    vpp_value = _vpp(vpp)
     if mixed not in ("auto", "on", "off"):
         raise HaapInputError(f"--mixed-stages {mixed!r}: use auto, on or off.", field="--mixed-stages", value=mixed)
     try:
         return SolveOptions(solver=solver, time_limit_s=time_limit, threads=threads, target=target,
-                            max_stages=max_stages, relative_gap=gap, seed=seed, mixed_stages=mixed)
+                            max_stages=max_stages, relative_gap=gap, seed=seed, mixed_stages=mixed, vpp=vpp_value)
     except ValidationError as exc:
         raise flag_error(exc) from None
 
@@ -144,6 +165,7 @@ def solve(
     prices: PricesOpt = None,
     price: PriceKindOpt = "on_demand",
     mixed_stages: MixedOpt = "auto",
+    vpp: VppOpt = "1",
 ) -> None:
     """Find the plan with the shortest iteration time (or least cost or energy) that fits, with its gap."""
     dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command; Ctrl-C keeps the best plan
@@ -155,7 +177,7 @@ def solve(
                       param_overlap, grad_bucket, recompute, mbs, uniform)
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
-    opts = _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed_stages)
+    opts = _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed_stages, vpp)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     book = price_book(prices, price)
     goal = goal_from_flags(objective, max_cost_per_hour, min_tokens_per_s, max_iteration_time, robust,
@@ -246,6 +268,7 @@ def compare(
     mbs: MbsOpt = None,
     uniform: UniformOpt = None,
     mixed_stages: MixedOpt = "auto",
+    vpp: VppOpt = "1",
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
     dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command, input loading included
@@ -253,7 +276,7 @@ def compare(
                       param_overlap, grad_bucket, recompute, mbs, uniform)
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
-    opts = _options("auto", time_limit, threads, target, max_stages, gap, seed, mixed_stages)
+    opts = _options("auto", time_limit, threads, target, max_stages, gap, seed, mixed_stages, vpp)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     outs = run_interruptible(lambda: planner.compare(m, c, training, opts, profile=prof, deadline=dl), dl,
                              _stopping)

@@ -36,6 +36,9 @@ class SolveOptions(Frozen):
     mixed_stages: Literal["auto", "on", "off"] = Field(
         default="auto", description="Stages whose data-parallel replicas differ in GPU type (formulations/ eqs. "
         "H1-H6); auto: on where the target engine and the runtime can run them.")
+    vpp: int | Literal["auto"] = Field(
+        default=1, description="Interleaved 1F1B (formulations/ eqs. I1-I5): 1 off; N: plans with vpp 1 or N; "
+        "auto: vpp 1, 2, 3 or 4 where the target engine interleaves.")
 
 
 class SolveResult(Frozen):
