@@ -4,7 +4,8 @@ Run: ``.venv/bin/python benchmarks/sim_vs_closed_form.py [--out benchmarks/resul
 Each cell: relative difference (simulated - formula) / formula over ``N`` random instances
 (mean, min, max). Stage times t_j = U(1 - a, 1 + a) (imbalance a), boundaries c_j = r * mean(t) * U(0.5, 1.5)
 (link ratio r), DP sync s_j = U(0, 0.5) * mean(t). Forward 1/3, backward 2/3 of t_j. "Planner closed form":
-eq. T1 for 1F1B and GPipe, the estimator's interleaved form (estimator/schedule.py) for interleaved.
+eq. T1 for 1F1B and GPipe, eq. I1 (pipeline.interleaved_iteration_time, what the search optimises since
+vpp is a search dimension) for interleaved; the replay follows Megatron-Core 0.16's interleaved order.
 Not a test: it writes a results file and prints the numbers of one run.
 """
 
