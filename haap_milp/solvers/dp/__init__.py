@@ -44,8 +44,6 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
     stopped = False
     bounds = []
     for v in range(len(problem.variants)):  # tables built one variant at a time: 0.5 s each on 1024 x 6 groups
-        if problem.variants[v].vpp > 1:  # interleaved copies (eqs. I1-I5) are left to the exact search: a plain
-            continue  # plan fits wherever its interleaved copy does (eq. I4 >= eq. M1), so DP stays a warm start
         if best is not None and dl.expired():
             stopped = True
             break

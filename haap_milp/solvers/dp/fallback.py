@@ -21,8 +21,6 @@ def beam_search(problem: Problem, beam: int = BEAM, time_limit_s: float = TIME_L
     deadline = time.perf_counter() + time_limit_s
     best: tuple[float, Assignment] | None = None
     for v in range(len(problem.variants)):
-        if problem.variants[v].vpp > 1:  # interleaved copies: the exact search's (eqs. I1-I5)
-            continue
         t = build_tables(problem, v)
         if t.p_min == 0:
             continue
