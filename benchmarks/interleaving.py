@@ -29,7 +29,8 @@ from haap_milp.specs import SolveOptions, TrainingSpec  # noqa: E402
 
 def default_tasks() -> list[tuple[str, str, str, int]]:
     spec = yaml.safe_load((ROOT / "benchmarks" / "specs" / "default.yaml").read_text())
-    return [(c["label"], m["name"], c["cluster"], m["gbs"][0]) for m in spec["models"] for c in spec["clusters"]]
+    # clusters outer (smallest first), so a partial run covers every model on the smaller clusters
+    return [(c["label"], m["name"], c["cluster"], m["gbs"][0]) for c in spec["clusters"] for m in spec["models"]]
 
 
 DEEP = [  # (cluster label, model, cluster, gbs): a batch of a few micro-batches per stage
@@ -89,8 +90,49 @@ def main(argv=None) -> int:
     return 0
 
 
+def table(rows: list[dict]) -> list[str]:
+    """Markdown rows: one line per task with both runs (vpp 1 and auto)."""
+    pairs: dict = {}
+    for r in rows:
+        pairs.setdefault((r["set"], r["cluster"], r["model"], r["gbs"]), {})[str(r["vpp_flag"])] = r
+    out = ["| set | cluster | model | gbs | T vpp 1 (s) | T auto (s) | T change | plan (auto) | gap 1 / auto | "
+           "wall 1 / auto (s) | variants 1 / auto |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (st, cl, mo, gbs), d in pairs.items():
+        a, b = d.get("1"), d.get("auto")
+        if not a or not b or a["time_s"] is None or b["time_s"] is None:
+            continue
+        change = b["time_s"] / a["time_s"] - 1
+        plan = f"vpp {b['vpp']}, P {b['pp']}, M {b['num_microbatches']}" if b["vpp"] and b["vpp"] > 1 else \
+            f"vpp 1, P {b['pp']}"
+        out.append(f"| {st} | {cl} | {mo} | {gbs} | {a['time_s']:.4g} | {b['time_s']:.4g} | {change:+.1%} | {plan} | "
+                   f"{a['gap']:.1%} / {b['gap']:.1%} | {a['wall_s']:.0f} / {b['wall_s']:.0f} | "
+                   f"{a['variants']} / {b['variants']} |")
+    return out
+
+
+def summary(rows: list[dict], name: str) -> str:
+    pairs: dict = {}
+    for r in rows:
+        if r["set"] == name:
+            pairs.setdefault((r["cluster"], r["model"], r["gbs"]), {})[str(r["vpp_flag"])] = r
+    done = [(d["1"], d["auto"]) for d in pairs.values() if "1" in d and "auto" in d and d["1"]["time_s"]
+            and d["auto"]["time_s"]]
+    if not done:
+        return f"{name}: no task finished"
+    ch = [b["time_s"] / a["time_s"] - 1 for a, b in done]
+    wall = [b["wall_s"] / a["wall_s"] for a, b in done]
+    used = sum(1 for _, b in done if b["vpp"] and b["vpp"] > 1)
+    return (f"{name}: {len(done)} tasks; vpp > 1 chosen in {used}; iteration time change with --vpp auto: mean "
+            f"{sum(ch) / len(ch):+.1%}, best {min(ch):+.1%}, worst {max(ch):+.1%}; wall time ratio auto / 1: mean "
+            f"{sum(wall) / len(wall):.2f}x, max {max(wall):.2f}x")
+
+
 def render(rows: list[dict], md: Path) -> int:
-    raise SystemExit("see benchmarks/results/search_dimensions.md (written by hand from the JSON)")
+    """Print the tables and summaries (pasted into benchmarks/results/search_dimensions.md)."""
+    for name in ("default", "deep", "moe"):
+        print(summary(rows, name))
+    print("\n".join(table(rows)))
+    return 0
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def test_eq_i5_and_candidates():
     assert chunk_layers(10, 4) == [3, 3, 2, 2] and sum(chunk_layers(7, 3)) == 7
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 4, 6, 7, 9, 10, 13])
+@pytest.mark.parametrize("seed", [0, 2, 6, 9, 10, 13])
 def test_exact_solvers_match_brute_force_on_interleaved_variants(seed):
     """CP-SAT and MILP on problems whose variants are plain and interleaved (vpp 2, 3; every P of eq. I5)."""
     problem = random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=5, max_options=4)
