@@ -38,7 +38,14 @@ sys.path.insert(0, str(ROOT))
 from measured_runs import error_pct, estimator_for, fit_frag_fraction, load_rows, memory_cases, predict_time_s, to_run
 
 from haap_milp.catalog.data import gpu_entry
-from haap_milp.estimator.calibration import PRIOR_SOURCES, Calibration, GpuParams, machine_balance, to_dict
+from haap_milp.estimator.calibration import (
+    PRIOR_SOURCES,
+    Calibration,
+    GpuParams,
+    load_calibration,
+    machine_balance,
+    to_dict,
+)
 
 DATA = ROOT / "benchmarks" / "data" / "measured_runs.json"
 OUT = ROOT / "haap_milp" / "estimator" / "calibration.json"
@@ -187,7 +194,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--residuals-only", action="store_true",
+                    help="keep the fitted parameters of --out; recompute only the rows' predictions, residuals and "
+                         "summary (after a schedule or estimator change that the fit need not follow)")
     args = ap.parse_args(argv)
+    if args.residuals_only:
+        return residuals_only(Path(args.out))
     t0 = time.perf_counter()
     fit = Fit(load_rows(DATA))
     run_fit(fit, args.rounds)
@@ -218,6 +230,21 @@ def main(argv: list[str] | None = None) -> None:
     Path(args.out).write_text(json.dumps(to_dict(cal), indent=1) + "\n", encoding="utf-8")
     print(json.dumps({"globals": asdict(cal.globals), "gpus": {g: asdict(p) for g, p in cal.gpus.items()},
                       "summary": meta["summary"]}, indent=1))
+
+
+def residuals_only(path: Path) -> None:
+    """Rewrite the stored rows' predictions and residuals (and the summary) under the current estimator,
+    parameters unchanged."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    fit = Fit(load_rows(DATA))
+    fit.cal = load_calibration(path)
+    fresh = {r["id"]: r for r in _row_report(fit)}
+    for r in doc["rows"]:
+        if "error_pct" in r and r["id"] in fresh:
+            r["predicted_time_s"], r["error_pct"] = fresh[r["id"]]["predicted_time_s"], fresh[r["id"]]["error_pct"]
+    doc["summary"] = _summary(doc["rows"])
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(doc["summary"], indent=1))
 
 
 if __name__ == "__main__":

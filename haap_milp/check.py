@@ -15,7 +15,8 @@ Rules (names as reported):
   samples of a micro-batch (eqs. H1, H2) and each replica type is checked for tp, GPUs and memory on its own;
 * ``ep.*`` / ``cp.*`` — ep = 1 on a dense model; ep divides the experts; ep·etp divides tp·dp·cp
   (MoE parallel folding, Megatron ``parallel_state``); seq_len divisible by 2·cp;
-* ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``precision.gpu`` — every GPU type
+* ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``schedule.vpp_microbatches`` — and with a
+  multiple of pp micro-batches (eq. I5); ``precision.gpu`` — every GPU type
   supports the plan's precision;
 * ``memory.capacity`` — the estimator's peak memory per GPU within capacity minus headroom;
 * ``runtime.*`` — the training runtime's rules: recompute among the allowed modes, the fixed per-replica
@@ -123,6 +124,9 @@ def _parallel(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> list[Violat
     if plan.vpp > 1 and plan.schedule != "interleaved":
         out.append(Violation("schedule.vpp", None, f"vpp={plan.vpp} needs the interleaved schedule, "
                              f"got {plan.schedule!r}"))
+    if plan.vpp > 1 and plan.num_microbatches % plan.pp:  # eq. I5 (Megatron-Core 0.16 schedules.py raises)
+        out.append(Violation("schedule.vpp_microbatches", None, f"interleaving runs micro-batches in groups of pp: "
+                             f"{plan.num_microbatches} micro-batches is not a multiple of pp={plan.pp}"))
     return out
 
 

@@ -11,8 +11,8 @@ import math
 import numpy as np
 
 from haap_milp.parallel_rules import tp_allowed
-from haap_milp.pipeline import END_SEND_SHARE, GIB, TIME_RTOL, send_shares, steady_period
-from haap_milp.problem import Assignment, Problem, boundary_times, stage_memory, stage_times, sync_times
+from haap_milp.pipeline import END_SEND_SHARE, GIB, TIME_RTOL, interleaved_period, send_shares, steady_period
+from haap_milp.problem import Assignment, Problem, boundary_times, stage_memory, stage_times, sync_times, wrap_time
 
 
 def _layers_per_gpu(problem: Problem) -> dict[int, tuple[float, int]]:
@@ -114,8 +114,17 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
     where = " + ".join(f"{r.count} x {group_labels[r.group]} tp{r.tp} at {r.samples} samples" for r in o.mix) \
         if o.mix else group_labels[o.group]  # a mixed stage: its replica types (eq. H1)
     parts = [(f"stage {j} ({where}) is the slowest at {t[j] * 1e3:.1f} ms per micro-batch")]
-    tau = steady_period(t, c, var.num_microbatches, blocking=problem.p2p_blocking)
-    if c and max(c) / 2 >= tau * (1 - TIME_RTOL) and max(c) / 2 > t[j]:  # the link term of eq. T2 binds
+    if var.vpp > 1:  # eqs. I1-I3: links carry vpp crossings; the round trips of eq. I3
+        tau = interleaved_period(t, c, var.num_microbatches, var.vpp, wrap_time(problem, a))
+        if tau > t[j] * (1 + 1e-6):
+            parts.append(f"with {var.vpp} interleaved chunks per stage, the links ({var.vpp} crossings per "
+                         f"micro-batch) and the chunks' round trips stretch the period to {tau * 1e3:.1f} ms "
+                         f"(eqs. I2, I3)")
+    else:
+        tau = steady_period(t, c, var.num_microbatches, blocking=problem.p2p_blocking)
+    if var.vpp > 1:
+        pass  # said above
+    elif c and max(c) / 2 >= tau * (1 - TIME_RTOL) and max(c) / 2 > t[j]:  # the link term of eq. T2 binds
         k = int(np.argmax(c))
         parts = [(f"the link between stages {k} and {k + 1} ({c[k] * 1e3:.1f} ms per micro-batch, both "
                   f"directions) is slower than every stage")]

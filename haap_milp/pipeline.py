@@ -20,6 +20,12 @@ Notation (seconds, bytes; stage j = 0 .. P-1 in pipeline order, M micro-batches)
     sigma = max_j (s_j - beta * sum_{k<j} t_k), beta = BWD_SHARE (0 under blocking p2p)     (eq. T3)
     mem_j = fixed + n_j * (static + a_j * act) [+ first/last extras]  with a_j in flight   (eqs. M1, M2)
 
+Interleaved 1F1B, vpp chunks per stage (eqs. I1-I4; c_w the wrap boundary P-1 -> 0)::
+
+    T_v   = (M - 1/vpp) tau_v + sum_j t_j / vpp + vpp sum_j c_j + (vpp-1) c_w + sigma_v         (eq. I1)
+    tau_v = max(max_j t_j, vpp max_j c_j / 2, (vpp-1) c_w / 2, max_j R_j / N_j)               (eq. I2, I3)
+    N_j   = min(2 (P-j-1) + (vpp-1) P + 1, M vpp) chunks in flight, a_j = N_j / vpp            (eq. I4)
+
 The float operations of each formula happen in the order ``problem.evaluate`` has always used; every
 caller (scalars or numpy arrays) goes through the same function, so the results agree to the last bit.
 """
@@ -124,21 +130,92 @@ def iteration_time(t: Sequence[float], c: Sequence[float], s: Sequence[float], n
     """Iteration time T (seconds) of a schedule.
 
     1F1B and GPipe: eq. T1 with tau of eq. T2 (GPipe: no round-trip term) and sigma of eq. T3 (no
-    sync times given: sigma = 0). Interleaved 1F1B with vpp model chunks per stage (SC'21 sec. 2.2.2)
-    shrinks the bubble by vpp and sends vpp times as many activations::
-
-        steady = max(max_j t_j, vpp * max_j c_j, vpp * c_wrap)
-        T = (M - 1/vpp) * steady + sum_j t_j / vpp + sum_j c_j + max_j s_j
-
-    (uniform stages, no comm: M*t + (P-1)*t/vpp, the paper's bubble; c_wrap is the boundary from the
-    last stage back to the first)."""
+    sync times given: sigma = 0). Interleaved 1F1B with vpp > 1 model chunks per stage: eq. I1
+    (``interleaved_iteration_time``; c_wrap is the boundary from the last stage back to the first)."""
     m = num_microbatches
     if schedule == "interleaved" and vpp > 1:
-        steady = max([*t, *(vpp * x for x in c), vpp * c_wrap])
-        return (m - 1 / vpp) * steady + sum(t) / vpp + sum(c) + max(s)
+        return interleaved_iteration_time(t, c, s, m, vpp, c_wrap)
     tau = steady_period(t, c, m, schedule, blocking)
     sigma = exposed_sync(t, s, sync_share(blocking)) if len(s) else 0.0
     return compose_iteration_time(m, tau, sum(t), sum(c), sigma)
+
+
+# --------------------------------------------------------------------------- interleaved 1F1B (eqs. I1-I4)
+#
+# Megatron-Core 0.16 ``forward_backward_pipelining_with_interleaving`` (megatron/core/pipeline_parallel/
+# schedules.py): each of the P ranks holds vpp model chunks; virtual stage k = c*P + j is chunk c of rank j, so
+# a micro-batch passes the P ranks vpp times, crossing every boundary j -> j+1 vpp times and the wrap
+# P-1 -> 0 vpp-1 times each way. Ranks run their chunks in the order of ``get_schedule_table`` (groups of
+# ``microbatch_group_size_per_vp_stage`` = P micro-batches, all chunks of a group before the next group),
+# ``get_pp_rank_microbatches`` warm-up forwards (P - j - 1)*2 + (vpp - 1)*P, then one forward one backward.
+# The forms below are what haap optimises for such a plan; ``benchmarks/sim_vs_closed_form.py`` measures them
+# against the event replay of that exact order (``simulate.py``).
+
+
+def interleaved_tau_weight(num_microbatches: int, vpp: int = 1):
+    """The coefficient of tau in eqs. T1 / I1: M - 1 (1F1B, vpp = 1: the integer itself, so existing sums stay
+    bit-identical) or M - 1/vpp (interleaved: the fill and drain shrink to one chunk's worth of the period)."""
+    return num_microbatches - 1 if vpp <= 1 else num_microbatches - 1 / vpp
+
+
+def interleaved_inflight_chunks(j: int, p: int, m: int, vpp: int) -> int:
+    """Eq. I4: model chunks whose activations rank j holds at its peak under interleaving: Megatron's warm-up
+    count (P - j - 1)*2 + (vpp - 1)*P plus the chunk being computed, at most all M*vpp chunks."""
+    return min((p - j - 1) * 2 + (vpp - 1) * p + 1, m * vpp)
+
+
+def interleaved_round_trip(t: Sequence[float], c: Sequence[float], j: int, vpp: int, c_wrap: float) -> float:
+    """Eq. I3's numerator for rank j: the sum over its vpp chunks of each chunk's residence (forward start to
+    backward end: the rest of the virtual pipeline after it, forward and back), by chunk c of rank j ...
+
+        R_j = (v+1)/2 * sum_{i>=j} t_i + (v-1)/2 * sum_{i<j} t_i + v(v+1)/2 * sum_{b>=j} c_b
+              + v(v-1)/2 * (sum_{b<j} c_b + c_wrap)
+
+    (rank i's chunk c' follows rank j's chunk c when c'P + i >= cP + j: v(v+1)/2 pairs for i >= j, v(v-1)/2
+    for i < j; each chunk costs t_i / v; links alike, the wrap after every chunk but the last)."""
+    v = vpp
+    after = sum(t[j:])
+    before = sum(t[:j])
+    links_after = sum(c[j:])
+    links_before = sum(c[:j])
+    return ((v + 1) / 2 * after + (v - 1) / 2 * before + v * (v + 1) / 2 * links_after
+            + v * (v - 1) / 2 * (links_before + c_wrap))
+
+
+def interleaved_period(t: Sequence[float], c: Sequence[float], num_microbatches: int, vpp: int,
+                       c_wrap: float = 0.0) -> float:
+    """Eq. I2: the steady period per micro-batch of interleaved 1F1B::
+
+        tau_v = max( max_j t_j,  vpp * max_j c_j / 2,  (vpp - 1) * c_wrap / 2,  max_j R_j / N_j )
+
+    Each rank still computes all its layers once per micro-batch (t_j); each link direction carries vpp
+    activations (or gradients) of c_j / 2 per micro-batch, the wrap vpp - 1; and by Little's law rank j, which
+    holds at most N_j chunks in flight (eq. I4) and starts vpp chunks per period, needs
+    N_j >= (vpp / tau) * (mean chunk residence) = R_j / tau (eq. I3). For vpp = 1 this is eq. T2's round-trip
+    term with N_j = P - j."""
+    p, m, v = len(t), num_microbatches, vpp
+    tau = max(max(t), v * max(c, default=0.0) / 2, (v - 1) * c_wrap / 2)
+    for j in range(p):
+        tau = max(tau, interleaved_round_trip(t, c, j, v, c_wrap) / interleaved_inflight_chunks(j, p, m, v))
+    return tau
+
+
+def interleaved_iteration_time(t: Sequence[float], c: Sequence[float], s: Sequence[float], num_microbatches: int,
+                               vpp: int, c_wrap: float = 0.0) -> float:
+    """Eq. I1: iteration time of interleaved 1F1B with vpp chunks per rank::
+
+        T_v = (M - 1/vpp) * tau_v + sum_j t_j / vpp + vpp * sum_j c_j + (vpp - 1) * c_wrap + sigma_v
+        sigma_v = max_j (s_j - (BWD_SHARE / vpp) * sum_{k<j} t_k)
+
+    Fill and drain: one chunk's pass through every rank (sum t / vpp) plus every crossing of the first
+    micro-batch (vpp passes over each boundary and vpp - 1 over the wrap, forward and back): on uniform stages
+    without links (M + (P-1)/vpp) t, the bubble of SC'21 sec. 2.2.2; with links the replay shows the fill
+    growing by exactly vpp * sum c + (vpp-1) c_wrap. sigma_v: a rank's last backward is chunk 0 of the last
+    micro-batch, which reaches rank j earlier than rank 0 by the backward of chunk 0 on ranks 0..j-1."""
+    m, v = num_microbatches, vpp
+    tau = interleaved_period(t, c, m, v, c_wrap)
+    sigma = exposed_sync(t, s, BWD_SHARE / v) if len(s) else 0.0
+    return interleaved_tau_weight(m, v) * tau + sum(t) / v + v * sum(c) + (v - 1) * c_wrap + sigma
 
 
 def inflight_1f1b(position_from_end: int, num_microbatches: int) -> int:
@@ -150,14 +227,13 @@ def inflight_1f1b(position_from_end: int, num_microbatches: int) -> int:
 def inflight(schedule: str, j: int, pp: int, m: int, vpp: int = 1) -> float:
     """Micro-batches' worth of activations stage j (of pp) keeps at its peak.
 
-    1F1B: eq. M1. GPipe: all M. Interleaved: Megatron's warm-up count ``(P - j - 1)*2 + (vpp - 1)*P``
-    chunks plus the one being computed, each chunk 1/vpp of the stage's layers:
+    1F1B: eq. M1. GPipe: all M. Interleaved: eq. I4's chunks, each chunk 1/vpp of the stage's layers:
     ``((P-j-1)*2 + (vpp-1)*P + 1)/vpp`` stage-equivalents, which on the first stage is
     P*(1 + (P-1)/(P*vpp)) (Megatron theoretical_memory_usage.py); capped at M."""
     if schedule == "gpipe":
         return float(m)
     if schedule == "interleaved" and vpp > 1:
-        return min(((pp - j - 1) * 2 + (vpp - 1) * pp + 1) / vpp, float(m))
+        return interleaved_inflight_chunks(j, pp, m, vpp) / vpp
     return float(inflight_1f1b(pp - j, m))
 
 

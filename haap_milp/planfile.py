@@ -104,6 +104,25 @@ def solution_document(result, model: ModelSpec, cluster: ClusterSpec, training: 
     if result.plan is not None:
         plan = result.plan.model_dump(mode="json")
         doc["plan"] = plan
+        if result.plan.vpp > 1:  # eqs. I1-I5: the per-virtual-stage layout the plan implies
+            doc["interleaving"] = virtual_layout(result.plan)
     doc.update(model=model.model_dump(mode="json"), cluster=cluster.model_dump(mode="json"),
                training=training.model_dump(mode="json"))
     return doc
+
+
+def virtual_layout(plan) -> dict:
+    """The interleaved plan's virtual stages in execution order (virtual stage k = chunk c of stage j, k = c*P + j):
+    each with its stage, chunk and decoder layers [first, last) (``interleave.chunk_layers``: a stage's layers
+    split as evenly as possible, earlier chunks taking the remainder; Megatron's layout places chunk c of every
+    stage before chunk c + 1 of any, so layer ranges follow virtual-stage order)."""
+    from haap_milp.interleave import chunk_layers
+
+    p, v = plan.pp, plan.vpp
+    sizes = [chunk_layers(st.num_layers, v) for st in plan.stages]
+    out, first = [], 0
+    for c in range(v):
+        for j in range(p):
+            out.append({"virtual_stage": c * p + j, "stage": j, "chunk": c, "layers": [first, first + sizes[j][c]]})
+            first += sizes[j][c]
+    return {"vpp": v, "layers_per_chunk": sizes, "virtual_stages": out}

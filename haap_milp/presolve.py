@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from haap_milp import mixed_stages, zero
+from haap_milp import interleave, mixed_stages, zero
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
 from haap_milp.estimator.override import FALLBACK_FLAG, WHY, coverage, may_price
 from haap_milp.parallel_rules import ep_divides_experts, ep_fits_grid, tp_allowed
-from haap_milp.pipeline import GIB
+from haap_milp.pipeline import GIB, interleaved_tau_weight
 from haap_milp.problem import Assignment, Option, Problem, Variant, stage_memory, stage_times
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, Replica, SolveOptions, StagePlan, TrainingSpec
 from haap_milp.targets import capabilities
@@ -250,6 +250,12 @@ def build(
     max_stages = _max_stages(model, groups, options, variants, opts)
     if caps.max_stages_when_tied is not None and model.tied_embeddings:
         max_stages = min(max_stages, caps.max_stages_when_tied)  # e.g. torchtitan cannot tie first and last stage
+    vpps = interleave.vpp_candidates(options.vpp, caps.interleave and not est.p2p_blocking,
+                                     "DeepSpeed's PipelineEngine has no interleaved schedule" if est.p2p_blocking
+                                     else f"target {caps.name} has no interleaved schedule")
+    for var in interleave.interleaved_variants(list(variants), vpps, max_stages, model.num_layers):  # eq. I5
+        bounds[len(variants)] = compute_bound(opts, groups, var, model.num_layers)
+        variants.append(var)
     problem = Problem(
         num_layers=model.num_layers,
         max_stages=max_stages,
@@ -500,7 +506,14 @@ def compute_bound(opts: list[Option], groups, var: Variant, num_layers: int) -> 
             rate[g] = max(rate[g], 1.0 / (var.layer_time[i] * o.num_gpus))
     total = sum(rate[g] * groups[g].capacity for g in range(len(groups)))
     fill = num_layers * float(var.layer_time[ok].min())
+    if var.vpp > 1:  # eq. I1: T >= (M - 1/vpp) tau + sum t / vpp, tau >= the balanced load
+        return interleave_bound(var, num_layers / total, fill)
     return (var.num_microbatches - 1) * num_layers / total + fill
+
+
+def interleave_bound(var: Variant, balanced_s: float, fill_s: float) -> float:
+    """Eq. B1 for an interleaved variant: (M - 1/vpp) * balanced + fill / vpp."""
+    return interleaved_tau_weight(var.num_microbatches, var.vpp) * balanced_s + fill_s / var.vpp
 
 
 def _max_stages(model, groups, options, variants, opts) -> int:
@@ -529,7 +542,8 @@ def decode(pre: Presolved, a: Assignment, model: ModelSpec, cluster: ClusterSpec
         ))
         first += st.num_layers
     b = var.samples_per_microbatch
-    return Plan(
+    inter = {"schedule": "interleaved", "vpp": var.vpp} if var.vpp > 1 else {}
+    return Plan(**inter,
         model=model.name, cluster=cluster.name, stages=tuple(stages),
         micro_batch_size=stages[0].replicas[0].micro_batch if stages[0].replicas else b // stages[0].dp,
         num_microbatches=var.num_microbatches,

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from haap_milp.pipeline import GIB, fits_memory, inflight_1f1b, iteration_time
+from haap_milp.pipeline import GIB, fits_memory, inflight, inflight_1f1b, iteration_time
 from haap_milp.pipeline import stage_memory as stage_memory_bytes
 
 
@@ -149,6 +149,11 @@ class Variant:
     p2p_time: np.ndarray  # [E, E] s per micro-batch across a boundary (fwd act + bwd grad); endpoints: G groups,
     # then one per mixed option (eq. H5)
     allowed: np.ndarray  # bool [O]: option usable with this variant (dp divides B, fits one layer)
+    #: interleaved 1F1B (eqs. I1-I4): model chunks per stage; 1 = plain 1F1B (eqs. T1-T3). A variant with
+    #: vpp > 1 also fixes the stage count (eq. I5: num_stages >= 3 dividing M), so eq. I4's in-flight chunks
+    #: and eq. I3's round trips are constants per slot and the slot model stays linear
+    vpp: int = 1
+    num_stages: int = 0  # 0: any (vpp = 1)
 
 
 @dataclass(frozen=True)
@@ -211,8 +216,10 @@ def stage_memory(problem: Problem, a: Assignment) -> list[float]:
         o = st.option
         first = (v.first_static_mem[o], v.first_act_mem[o]) if j == 0 else None
         last = (v.last_static_mem[o], v.last_act_mem[o]) if j == p - 1 else None
+        a_j = inflight("interleaved", j, p, v.num_microbatches, v.vpp) if v.vpp > 1 else \
+            inflight_1f1b(p - j, v.num_microbatches)  # eq. I4 / eq. M1
         mem = stage_memory_bytes(v.fixed_mem[o], v.layer_static_mem[o], v.layer_act_mem[o], st.num_layers,
-                                 inflight_1f1b(p - j, v.num_microbatches), first, last)
+                                 a_j, first, last)
         out.append(float(mem))
     return out
 
@@ -238,6 +245,13 @@ def boundary_times(problem: Problem, a: Assignment) -> list[float]:
     return [float(v.p2p_time[g[j], g[j + 1]]) for j in range(len(g) - 1)]
 
 
+def wrap_time(problem: Problem, a: Assignment) -> float:
+    """c_w of eq. I1: the boundary from the last stage back to the first (interleaving's wrap-around)."""
+    v = problem.variants[a.variant]
+    return float(v.p2p_time[problem.options[a.stages[-1].option].endpoint,
+                            problem.options[a.stages[0].option].endpoint])
+
+
 def sync_times(problem: Problem, a: Assignment) -> list[float]:
     """s_j of eq. T1."""
     v = problem.variants[a.variant]
@@ -256,6 +270,8 @@ def evaluate(problem: Problem, a: Assignment) -> float:
     """Iteration time T of eq. T1 (seconds, ``pipeline.iteration_time`` under 1F1B). Does not check feasibility."""
     v = problem.variants[a.variant]
     t, c, s = stage_times(problem, a), boundary_times(problem, a), sync_times(problem, a)
+    if v.vpp > 1:  # eq. I1
+        return iteration_time(t, c, s, v.num_microbatches, "interleaved", v.vpp, wrap_time(problem, a))
     return iteration_time(t, c, s, v.num_microbatches, blocking=problem.p2p_blocking)
 
 
@@ -284,6 +300,8 @@ def violations(problem: Problem, a: Assignment) -> list[str]:
         if b.used([s.option for s in a.stages]) > b.limit:
             out.append(f"{b.name} {b.used([s.option for s in a.stages])} over its limit {b.limit}")
     v = problem.variants[a.variant]
+    if v.vpp > 1 and v.num_stages and len(a.stages) != v.num_stages:  # eq. I5
+        out.append(f"{len(a.stages)} stages, variant {a.variant} (vpp {v.vpp}) has {v.num_stages}")
     for j, st in enumerate(a.stages):
         if not v.allowed[st.option]:
             out.append(f"stage {j}: option {st.option} not allowed with variant {a.variant}")

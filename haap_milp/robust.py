@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from haap_milp.pipeline import iteration_time
-from haap_milp.problem import Assignment, Problem, boundary_times, evaluate, stage_times, sync_times
+from haap_milp.problem import Assignment, Problem, boundary_times, evaluate, stage_times, sync_times, wrap_time
 
 STEP = 1e-6  # relative step of the one-sided derivative (T is piecewise linear: exact away from a kink)
 
@@ -46,15 +46,18 @@ def worst_case_time(problem: Problem, a: Assignment, pct: float) -> float:
 def sensitivity(problem: Problem, a: Assignment) -> list[dict]:
     """Eq. R4 per stage: ``{"stage", "dT_dt", "elasticity"}`` (s per s; % of T per % of t_j)."""
     t, c, s = stage_times(problem, a), boundary_times(problem, a), sync_times(problem, a)
-    m = problem.variants[a.variant].num_microbatches
+    var = problem.variants[a.variant]
+    m = var.num_microbatches
     blocking = problem.p2p_blocking  # eq. T2b under runtimes whose sends block (as evaluate)
-    base = iteration_time(t, c, s, m, blocking=blocking)
+    # an interleaved variant: eq. I1 with its wrap boundary (as evaluate)
+    sched = ("interleaved", var.vpp, wrap_time(problem, a)) if var.vpp > 1 else ("1f1b", 1, 0.0)
+    base = iteration_time(t, c, s, m, *sched, blocking=blocking)
     out = []
     for j, tj in enumerate(t):
         h = STEP * max(tj, 1e-12)
         up = list(t)
         up[j] = tj + h
-        d = (iteration_time(up, c, s, m, blocking=blocking) - base) / h
+        d = (iteration_time(up, c, s, m, *sched, blocking=blocking) - base) / h
         out.append({"stage": j, "dT_dt": d, "elasticity": d * tj / base if base > 0 else 0.0})
     return out
 

@@ -163,15 +163,17 @@ def op_order(schedule: str, stage: int, num_stages: int, num_microbatches: int, 
 
 
 def _interleaved_order(stage: int, p: int, m: int, vpp: int) -> list[tuple[str, int, int]]:
-    """Megatron forward_backward_pipelining_with_interleaving (microbatch group size = P):
-    warm-up (P - rank - 1)*2 + (vpp - 1)*P virtual micro-batches, then 1F1B over the schedule table,
-    backward chunks in reverse (schedules.py get_pp_rank_microbatches, get_schedule_table)."""
+    """Megatron-Core 0.16 forward_backward_pipelining_with_interleaving (microbatch group size = P, its
+    default ``microbatch_group_size_per_vp_stage``): warm-up (P - rank - 1)*2 + (vpp - 1)*P virtual
+    micro-batches (all of them when that reaches M*vpp), then 1F1B over the schedule table, backward chunks in
+    reverse (schedules.py get_pp_rank_microbatches, get_schedule_table). Earlier Megatron versions put every
+    rank in warm-up when M == P; 0.16 no longer does."""
     table: list[tuple[int, int]] = []
     for lo in range(0, m, p):
         hi = min(m, lo + p)
         table += [(mb, ch) for ch in range(vpp) for mb in range(lo, hi)]
     total = m * vpp
-    warm = total if m == p else min((p - stage - 1) * 2 + (vpp - 1) * p, total)
+    warm = min((p - stage - 1) * 2 + (vpp - 1) * p, total)
     fwd = [("F", mb, ch) for mb, ch in table]
     bwd = [("B", mb, vpp - 1 - ch) for mb, ch in table]
     ops = fwd[:warm]

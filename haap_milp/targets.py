@@ -29,6 +29,7 @@ class EngineCapabilities:
     max_stages_when_tied: int | None = None  # pipeline stages with tied embeddings (None: no limit)
     mixed_stages: bool = False  # a stage's data-parallel replicas may differ in GPU type and tp (eq. H1)
     mixed_stages_why: str = ""  # why it cannot (the refusal's reason)
+    interleave: bool = False  # interleaved 1F1B with vpp > 1 model chunks per stage (eqs. I1-I5)
     #: ZeRO stages a stage may run (formulations/ eq. Z1), in a plan of several pipeline stages / of one stage
     #: (None: the same); intersected with the runtime's (estimator/runtime.py ``zero_stages``)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
@@ -46,9 +47,9 @@ class EmitError(HaapInputError):
 
 
 TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
-    EngineCapabilities("any", None, "any plan (no engine restriction)", mixed_stages=True),
+    EngineCapabilities("any", None, "any plan (no engine restriction)", mixed_stages=True, interleave=True),
     EngineCapabilities("megatron", "haap_milp.emit.megatron", "Megatron-LM: one tp/dp/recompute/ep, any layer split",
-                       uniform_stages=True, zero_stages=(0, 1), zero_why="haap emits Megatron-Core's DDP and its "
+                       uniform_stages=True, interleave=True, zero_stages=(0, 1), zero_why="haap emits Megatron-Core's DDP and its "
                        "distributed optimizer (ZeRO-1, --use-distributed-optimizer); ZeRO-2/3 would need Megatron-FSDP "
                        "(--use-megatron-fsdp), which haap neither prices nor emits",
                        mixed_stages_why="Megatron-LM builds one data-parallel group size and one "

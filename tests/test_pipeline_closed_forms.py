@@ -42,8 +42,9 @@ def test_iteration_time_hand_values():
     got = pipeline.iteration_time([1.0, 1.0], [2.0], [0.1, 1.0], 4)
     assert got == pytest.approx(10 + 1 / 3, rel=1e-15)
     assert pipeline.iteration_time([2.0], [], [], 3) == 6.0  # one stage, no sync: M * t
-    # interleaved, vpp = 2: steady = max(1, 1, 2 * 0.25, 2 * 0.25) = 1; (4 - 1/2) * 1 + 2/2 + 0.25 + 0
-    assert pipeline.iteration_time([1.0, 1.0], [0.25], [0.0, 0.0], 4, "interleaved", 2, 0.25) == 4.75
+    # interleaved, vpp = 2 (eq. I1): tau = max(1, 2*0.25/2, 0.25/2, R_0/N_0 = 4/5, R_1/N_1 = 2.5/3) = 1;
+    # (4 - 1/2) * 1 + 2/2 + 2 * 0.25 + 1 * 0.25 + 0
+    assert pipeline.iteration_time([1.0, 1.0], [0.25], [0.0, 0.0], 4, "interleaved", 2, 0.25) == 5.25
     assert pipeline.compose_iteration_time(3, 2.0, 5.0, 1.0, 0.5) == 10.5
     arr = pipeline.compose_iteration_time(3, np.array([1.0, 2.0]), np.array([5.0, 5.0]), 1.0, 0.0)
     assert arr.tolist() == [8.0, 10.0]

@@ -92,14 +92,36 @@ def _inputs(model: str, cluster: str, gbs: int | None, seq: int | None, precisio
     return load_model(model), load_cluster(cluster), training
 
 
-def _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed: str = "auto", zero=None) -> SolveOptions:
+VppOpt = Annotated[str, typer.Option("--vpp", help="auto | N: interleaved 1F1B chosen by the search (formulations/ "
+                                     "eqs. I1-I5): N searches vpp 1 and N, auto vpp 1-4 where the target "
+                                     "interleaves; 1 (default): plain 1F1B.")]
+
+
+def _vpp(value: str) -> int | str:
+    """--vpp as SolveOptions takes it (auto or a whole number >= 1; anything else: exit 2, one paragraph)."""
+    if value == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise HaapInputError(f"--vpp {value!r}: use auto or a whole number >= 1 (model chunks per pipeline "
+                             f"stage).", field="--vpp", value=value)
+    return n
+
+
+def _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed: str = "auto", zero=None,
+             vpp: str = "1") -> SolveOptions:
     finite(time_limit, "--time-limit")
     finite(gap, "--gap")
+    vpp_value = _vpp(vpp)
     if mixed not in ("auto", "on", "off"):
         raise HaapInputError(f"--mixed-stages {mixed!r}: use auto, on or off.", field="--mixed-stages", value=mixed)
     try:
         return SolveOptions(solver=solver, time_limit_s=time_limit, threads=threads, target=target,
-                            max_stages=max_stages, relative_gap=gap, seed=seed, mixed_stages=mixed, zero=zero)
+                            max_stages=max_stages, relative_gap=gap, seed=seed, mixed_stages=mixed, zero=zero,
+                            vpp=vpp_value)
     except ValidationError as exc:
         raise flag_error(exc) from None
 
@@ -147,6 +169,7 @@ def solve(
     prices: PricesOpt = None,
     price: PriceKindOpt = "on_demand",
     mixed_stages: MixedOpt = "auto",
+    vpp: VppOpt = "1",
 ) -> None:
     """Find the plan with the shortest iteration time (or least cost or energy) that fits, with its gap."""
     dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command; Ctrl-C keeps the best plan
@@ -159,7 +182,7 @@ def solve(
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed_stages,
-                    zero_search(zero, zero_stage, False if no_dist_opt else None))
+                    zero_search(zero, zero_stage, False if no_dist_opt else None), vpp)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     book = price_book(prices, price)
     goal = goal_from_flags(objective, max_cost_per_hour, min_tokens_per_s, max_iteration_time, robust,
@@ -254,6 +277,7 @@ def compare(
     mixed_stages: MixedOpt = "auto",
     prices: PricesOpt = None,
     price: PriceKindOpt = "on_demand",
+    vpp: VppOpt = "1",
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
     dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command, input loading included
@@ -262,7 +286,7 @@ def compare(
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed, mixed_stages,
-                    zero_search(zero, zero_stage, False if no_dist_opt else None))
+                    zero_search(zero, zero_stage, False if no_dist_opt else None), vpp)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     book = price_book(prices, price)
     outs = run_interruptible(lambda: planner.compare(m, c, training, opts, profile=prof, deadline=dl), dl,

@@ -91,7 +91,8 @@ def _fmt(x, spec: str, none: str = "-") -> str:
 
 def stage_table(out) -> Table:
     plan, est = out.result.plan, out.estimate
-    t = Table(title=f"{plan.model} on {plan.cluster}: {plan.pp} stages, micro-batch {plan.micro_batch_size} "
+    inter = f" x {plan.vpp} interleaved chunks" if plan.vpp > 1 else ""  # eqs. I1-I5
+    t = Table(title=f"{plan.model} on {plan.cluster}: {plan.pp} stages{inter}, micro-batch {plan.micro_batch_size} "
                     f"x {plan.num_microbatches} micro-batches, gbs {plan.global_batch_size}, seq {plan.seq_len}")
     zero = any(s.zero is not None for s in plan.stages)  # a searched ZeRO stage (eq. Z1): one more column
     for col in ("stage", "layers", "GPUs", "island", "tp", "dp", "ep", "recompute", *(("zero",) if zero else ()),

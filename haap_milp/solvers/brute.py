@@ -13,7 +13,18 @@ import time
 
 import numpy as np
 
-from haap_milp.pipeline import compose_iteration_time, fits_memory, inflight_1f1b, send_shares, stage_memory, sync_share
+from haap_milp.pipeline import (
+    BWD_SHARE,
+    compose_iteration_time,
+    fits_memory,
+    inflight,
+    inflight_1f1b,
+    interleaved_inflight_chunks,
+    interleaved_tau_weight,
+    send_shares,
+    stage_memory,
+    sync_share,
+)
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 
 MAX_PLANS = 3_000_000  # refuse (ERROR) above this many (option tuple, composition) pairs
@@ -42,7 +53,7 @@ def _best_of(problem: Problem, v: int, p: int):
     """(objective, combo, composition) of the best feasible plan with p stages, or None."""
     var = problem.variants[v]
     allowed = np.flatnonzero(var.allowed)
-    if not len(allowed):
+    if not len(allowed) or (var.vpp > 1 and p != var.num_stages):  # eq. I5: an interleaved variant's P
         return None
     combos = allowed[np.asarray(list(itertools.product(range(len(allowed)), repeat=p)), np.int64)]  # [T, p]
     comp = compositions(problem.num_layers, p).astype(float)  # [C, p]
@@ -59,7 +70,8 @@ def _best_of(problem: Problem, v: int, p: int):
     def col(arr):
         return np.asarray(arr, float)[combos][:, None, :]  # [T, 1, p]
 
-    a = np.array([inflight_1f1b(p - j, var.num_microbatches) for j in range(p)], float)  # eq. M1
+    a = np.array([inflight_1f1b(p - j, var.num_microbatches) if var.vpp <= 1 else
+                  inflight("interleaved", j, p, var.num_microbatches, var.vpp) for j in range(p)], float)  # M1, I4
     # the first/last extras masked to their column: x * 1 == x and x * 0 == 0 exactly, so each column
     # gets the same float operations as problem.stage_memory
     mem = stage_memory(col(var.fixed_mem), col(var.layer_static_mem), col(var.layer_act_mem), n, a,
@@ -70,6 +82,9 @@ def _best_of(problem: Problem, v: int, p: int):
     s = col(var.sync_fixed) + n * col(var.sync_per_layer) + first * col(var.sync_first) + last * col(var.sync_last)
     grp = np.array([o.endpoint for o in problem.options])[combos]  # [T, p] p2p endpoints (eq. H5)
     c = np.asarray(var.p2p_time, float)[grp[:, :-1], grp[:, 1:]][:, None, :]  # [T, 1, p-1]
+    if var.vpp > 1:
+        obj = _interleaved(var, t, c, s, np.asarray(var.p2p_time, float)[grp[:, -1], grp[:, 0]][:, None])
+        return _argmin(np.where(fits, obj, np.inf), combos, comp)
     steady = np.maximum(t.max(axis=2), c.max(axis=2) / 2 if p > 1 else 0.0)  # eq. T2
     c_pad = np.concatenate([c, np.zeros(c.shape[:2] + (1,))], axis=2)  # [T, 1, p]: c_j for j < p-1
     suffix = np.flip(np.cumsum(np.flip(t + c_pad, axis=2), axis=2), axis=2)  # sum_{k>=j} (t_k + c_k)
@@ -83,7 +98,29 @@ def _best_of(problem: Problem, v: int, p: int):
     before = np.cumsum(t, axis=2) - t  # sum_{k<j} t_k
     sigma = (s - sync_share(problem.p2p_blocking) * before).max(axis=2)  # eq. T3
     obj = compose_iteration_time(var.num_microbatches, steady, t.sum(axis=2), c.sum(axis=2), sigma)  # eq. T1
-    obj = np.where(fits, obj, np.inf)
+    return _argmin(np.where(fits, obj, np.inf), combos, comp)
+
+
+def _interleaved(var, t, c, s, cw):
+    """Eqs. I1-I4 vectorised over [T, C, p] stage times t, [T, 1, p-1] boundaries c, [T, 1] wrap cw."""
+    v, p, m = var.vpp, t.shape[2], var.num_microbatches
+    c_pad = np.concatenate([c, np.zeros(c.shape[:2] + (1,))], axis=2)  # [T, 1, p]
+    suf_t = np.flip(np.cumsum(np.flip(t, axis=2), axis=2), axis=2)  # sum_{i>=j} t_i
+    pre_t = t.sum(axis=2, keepdims=True) - suf_t  # sum_{i<j} t_i
+    suf_c = np.flip(np.cumsum(np.flip(c_pad, axis=2), axis=2), axis=2)  # sum_{b>=j} c_b
+    pre_c = c_pad.sum(axis=2, keepdims=True) - suf_c
+    r = ((v + 1) / 2 * suf_t + (v - 1) / 2 * pre_t + v * (v + 1) / 2 * suf_c
+         + v * (v - 1) / 2 * (pre_c + cw[:, :, None]))  # eq. I3
+    n = np.array([interleaved_inflight_chunks(j, p, m, v) for j in range(p)], float)  # eq. I4
+    tau = np.maximum(np.maximum(t.max(axis=2), v * c.max(axis=2, initial=0.0) / 2), (v - 1) * cw / 2)
+    tau = np.maximum(tau, (r / n).max(axis=2))  # eq. I2
+    before = np.cumsum(t, axis=2) - t
+    sigma = (s - BWD_SHARE / v * before).max(axis=2)
+    return (interleaved_tau_weight(m, v) * tau + t.sum(axis=2) / v + v * c.sum(axis=2) + (v - 1) * cw
+            + sigma)  # eq. I1
+
+
+def _argmin(obj, combos, comp):
     flat = int(np.argmin(obj))
     ti, ci = divmod(flat, obj.shape[1])
     if not np.isfinite(obj[ti, ci]):

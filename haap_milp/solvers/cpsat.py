@@ -52,7 +52,7 @@ def _slack(t: Tables) -> tuple[int, int, int]:
     """Integer over-estimate of tau, sigma and the whole objective (eq. CP2)."""
     # in-flight rows (eq. T2) and sync rows (eq. T3) each round up by at most L + 2K units
     tau_w, sig_w = t.L + 2 + 2 * t.K, 2 * t.L + 3 + 2 * t.K
-    return tau_w, sig_w, (t.M - 1) * tau_w + (t.L + 2 + t.K) + sig_w
+    return tau_w, sig_w, t.tau_weight * tau_w + (t.L + 2 + t.K) + sig_w
 
 
 def _int_row(lm: LinModel, row, S: float) -> tuple[list, int]:
@@ -81,7 +81,7 @@ def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S
     tau_w, sig_w, _ = _slack(t)
     c = t.coef
     worst_t = (t.L * c["layer_time"].max() + c["first_time"].max() + c["last_time"].max()
-               + max(t.K - 1, 1) * float(t.p2p.max()))  # eq. T2 in-flight term included
+               + max(t.K - 1, 1) * float(t.p2p.max()) * max(1, t.vpp))  # eq. T2 in-flight (I2-I3) term included
     worst_s = (c["sync_fixed"] + t.L * c["sync_per_layer"] + c["sync_first"] + c["sync_last"]).max()
     tau_hi = t.tau_ub if t.tau_ub is not None else worst_t
     x = []
@@ -99,12 +99,13 @@ def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S
     return x, lows
 
 
-def _objective(lm: LinModel, x: list, S: float):
-    """Eq. T1 in integer units: ceil(a * S) on the time terms, the integer weights of tau and sigma kept."""
+def _objective(lm: LinModel, x: list, S: float, k: int = 1):
+    """Eq. T1 in integer units: ceil(a * S) on the time terms, the integer weights of tau and sigma kept.
+    ``k`` (eq. I1, vpp): the objective times k, so tau's weight k M - 1 is an integer too."""
     obj, const = lm.objective()
     idx = list(obj)
-    coefs = [int(obj[i]) if i in lm.aux else math.ceil(obj[i] * S) for i in idx]
-    return cp_model.LinearExpr.weighted_sum([x[i] for i in idx], coefs) + math.ceil(const * S)
+    coefs = [round(obj[i] * k) if i in lm.aux else math.ceil(obj[i] * S * k) for i in idx]
+    return cp_model.LinearExpr.weighted_sum([x[i] for i in idx], coefs) + math.ceil(const * S * k)
 
 
 def _add_hint(cp: cp_model.CpModel, lm: LinModel, x: list, S: float, lows: dict, hint: Assignment | None) -> bool:
@@ -154,12 +155,13 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     t = lm.t
     S = _scale(t, b)
     _, _, W = _slack(t)
+    kv = max(1, t.vpp)  # eq. I1: tau's weight M - 1/vpp; the CP-SAT objective is kv times T (kv = 1: T itself)
     cp = cp_model.CpModel()
     x, lows = _variables(cp, lm, t, b, S)
     _int_rows(cp, lm, x, S)
-    obj = _objective(lm, x, S)
+    obj = _objective(lm, x, S, kv)
     if cutoff is not None:  # eq. CP4: T <= cutoff implies T_int <= S * cutoff + W
-        cp.add(obj <= math.floor(cutoff * S) + W)
+        cp.add(obj <= math.floor(cutoff * S * kv) + math.ceil(W * kv))
     cp.minimize(obj)
     # CP-SAT 9.15 aborted ("Check failed: heuristics.fixed_search != nullptr") on a hinted model
     # with interleave_search (measured on a megatron-target instance); the incumbent still enters
@@ -175,10 +177,10 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
              "cp_status": solver.status_name(code), "branches": int(solver.num_branches)}
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         a = decode(lm, [solver.value(v) for v in x])
-        bound = (solver.best_objective_bound - W) / S
+        bound = (solver.best_objective_bound - W * kv) / (S * kv)
         return VariantResult("OPTIMAL" if code == cp_model.OPTIMAL else "FEASIBLE", a, bound, stats)
     if code == cp_model.INFEASIBLE:
         return VariantResult("INFEASIBLE", stats=stats)
     if code == cp_model.MODEL_INVALID:
         return VariantResult("ERROR", stats=stats, message=f"CP-SAT model invalid: {cp.validate()}")
-    return VariantResult("NO_SOLUTION", bound_s=(solver.best_objective_bound - W) / S, stats=stats)
+    return VariantResult("NO_SOLUTION", bound_s=(solver.best_objective_bound - W * kv) / (S * kv), stats=stats)

@@ -44,6 +44,8 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
     L = problem.num_layers
     dl = current()  # past it (or interrupted) with a plan in hand: the best so far
     for vi, var in enumerate(problem.variants):
+        if var.vpp > 1:  # the uniform baseline is plain 1F1B (Megatron's default schedule)
+            continue
         if best is not None and dl.expired():
             break
         by_sig: dict[tuple, dict[int, int]] = {}

@@ -39,6 +39,9 @@ class SolveOptions(Frozen):
     zero: Literal["auto"] | tuple[Literal[0, 1, 2, 3], ...] | None = Field(
         default=None, description="ZeRO stages the search may give each stage (formulations/ eq. Z1): auto = every "
         "stage the runtime and the target engine run; None: the runtime's one stage, not searched.")
+    vpp: int | Literal["auto"] = Field(
+        default=1, description="Interleaved 1F1B (formulations/ eqs. I1-I5): 1 off; N: plans with vpp 1 or N; "
+        "auto: vpp 1, 2, 3 or 4 where the target engine interleaves.")
 
 
 class SolveResult(Frozen):

@@ -104,7 +104,7 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
             lo_i = mid + 1
     tau_lb = max(float(cand[lo_i]), _budget_tau(problem, t))
     rest = _rest_bound(problem, t)
-    return VariantBound(tau_lb, rest, (t.M - 1) * tau_lb + rest)
+    return VariantBound(tau_lb, rest, t.tau_weight * tau_lb + rest)
 
 
 def _budget_tau(problem: Problem, t: Tables) -> float:
@@ -127,6 +127,8 @@ def _rest_bound(problem: Problem, t: Tables) -> float:
     p2p_min = float(t.p2p[np.ix_(groups, groups)].min()) if t.p_min > 1 else 0.0
     # eq. T3: sigma >= s_0, the first stage's sync (at least one layer and the embedding)
     sync = float((c["sync_fixed"] + c["sync_per_layer"] + c["sync_first"]).min())
+    if t.vpp > 1:  # eq. I1: sum t / vpp + vpp * sum c (+ the wrap, >= 0); sigma_v >= s_0 still
+        return float(fill / t.vpp + (t.p_min - 1) * p2p_min * t.vpp + sync)
     return float(fill + (t.p_min - 1) * p2p_min + sync)
 
 

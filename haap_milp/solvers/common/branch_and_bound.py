@@ -24,8 +24,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from haap_milp.deadline import current
-from haap_milp.pipeline import TIME_RTOL, steady_period
-from haap_milp.problem import Assignment, Problem, RawResult, boundary_times, evaluate, stage_times, violations
+from haap_milp.pipeline import TIME_RTOL, interleaved_period, steady_period
+from haap_milp.problem import (
+    Assignment,
+    Problem,
+    RawResult,
+    boundary_times,
+    evaluate,
+    stage_times,
+    violations,
+    wrap_time,
+)
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound
 from haap_milp.solvers.common.hints import canonical
@@ -113,16 +122,25 @@ class _State:
 
 
 def _steady(problem: Problem, a: Assignment) -> float:
-    """tau of eq. T2 for the assignment."""
-    m = problem.variants[a.variant].num_microbatches
+    """tau of eq. T2 (eq. I2 for an interleaved variant) for the assignment."""
+    var = problem.variants[a.variant]
+    m = var.num_microbatches
+    if var.vpp > 1:
+        return interleaved_period(stage_times(problem, a), boundary_times(problem, a), m, var.vpp,
+                                  wrap_time(problem, a))
     return steady_period(stage_times(problem, a), boundary_times(problem, a), m, blocking=problem.p2p_blocking)
+
+
+def _m_eff(var) -> float:
+    """M with (M - 1) the weight of tau: M itself (eq. T1), M + 1 - 1/vpp for an interleaved variant (eq. I1)."""
+    return var.num_microbatches if var.vpp <= 1 else var.num_microbatches + 1 - 1 / var.vpp
 
 
 def _worst_tau(t: Tables) -> float:
     c = t.coef
     # every stage and link of the pipeline in one period bounds the in-flight term of eq. T2
     return float(t.L * c["layer_time"].max() + c["first_time"].max() + c["last_time"].max()
-                 + max(t.K - 1, 1) * t.p2p.max())
+                 + max(t.K - 1, 1) * t.p2p.max() * max(1, t.vpp))  # eq. I2-I3: vpp crossings (P >= 3)
 
 
 def _primal(problem, options, st: _State, vb, tables, deadline, name, solve_node) -> dict:
@@ -131,7 +149,7 @@ def _primal(problem, options, st: _State, vb, tables, deadline, name, solve_node
     if st.inc is None or PRIMAL_SHARE <= 0:
         return {}
     v = st.inc.variant
-    M = problem.variants[v].num_microbatches
+    M = _m_eff(problem.variants[v])
     hi = (st.inc_obj - vb[v].rest_lb) / (M - 1) if M > 1 else None
     t = build_tables(problem, v, hi)
     if t.p_min == 0:
@@ -177,7 +195,7 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floor
             st.closed.append(min(floors.get(v, math.inf), math.inf))
             continue
         b = VariantBound(b.tau_lb, b.rest_lb, max(b.total_s, floors.get(v, -math.inf)))
-        M = problem.variants[v].num_microbatches
+        M = _m_eff(problem.variants[v])
         hi = _worst_tau(tables[v])
         if st.inc is not None and M > 1:
             hi = min(hi, (st.inc_obj - b.rest_lb) / (M - 1))  # eq. X1
@@ -228,7 +246,7 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
     bound, v, a, b, tries, plo, phi, _, mu = node
     st.nodes += 1
-    M = problem.variants[v].num_microbatches
+    M = _m_eff(problem.variants[v])
     if cutoff is not None and M > 1:
         b = min(b, (cutoff - vb.rest_lb) / (M - 1))  # eq. X1 with the current incumbent
     t = build_tables(problem, v, b if M > 1 else None)

@@ -72,7 +72,7 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s, ro
     if not math.isfinite(best[0]):
         return INF, None
     plan = _path(dp, best[1], trace, w, cap)  # (checked against every row)
-    return (t.M - 1) * a + best[0] - float(mu_o @ cap), plan
+    return t.tau_weight * a + best[0] - float(mu_o @ cap), plan
 
 
 def island_blocks(problem: Problem, dp: PathDP) -> np.ndarray | None:

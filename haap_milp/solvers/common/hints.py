@@ -64,7 +64,7 @@ def canonical(problem: Problem, t: Tables, a: Assignment) -> Assignment:
     and feasible (it always is when the tables are right)."""
     if any(st.option not in set(t.opts.tolist()) for st in a.stages):
         return a
-    b = sort_runs(replace_dominated(t, a), t.M)
+    b = sort_runs(replace_dominated(t, a), t.M if t.vpp <= 1 else len(a.stages) + 1)  # no S1 under eq. I3
     if violations(problem, b) or evaluate(problem, b) > evaluate(problem, a) * (1 + 1e-12):
         log.warning("canonical form of the hint is not better; keeping the hint as given")
         return a

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from haap_milp.pipeline import BWD_SHARE, END_SEND_SHARE, SEND_SHARE, TIME_RTOL, sync_share
+from haap_milp.pipeline import BWD_SHARE, END_SEND_SHARE, SEND_SHARE, TIME_RTOL, interleaved_inflight_chunks, sync_share
 from haap_milp.problem import Assignment, Problem, Stage
 from haap_milp.solvers.common.slot_bounds import Tables
 
@@ -59,6 +59,7 @@ class LinModel:
     sigma: int = -1
     obj_time: dict = field(default_factory=dict)  # var -> seconds coefficient (sum t + sum c)
     obj_const: float = 0.0  # seconds (constant p2p terms)
+    zw: dict = field(default_factory=dict)  # (g, h) -> var: the wrap boundary last -> first (eq. I1, vpp > 1)
 
     def var(self, name: str, lb: float, ub: float, integer: bool = True) -> int:
         self.names.append(name)
@@ -84,7 +85,7 @@ class LinModel:
     def objective(self) -> tuple[dict, float]:
         """Eq. T1 in seconds: ({var: coefficient}, constant) of (M - 1) tau + sum t + sum c + sigma."""
         obj = dict(self.obj_time)
-        obj[self.tau] = obj.get(self.tau, 0.0) + (self.t.M - 1)
+        obj[self.tau] = obj.get(self.tau, 0.0) + self.t.tau_weight  # M - 1 (eq. T1) or M - 1/vpp (eq. I1)
         obj[self.sigma] = obj.get(self.sigma, 0.0) + 1.0
         return obj, self.obj_const
 
@@ -293,7 +294,7 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
                 _acc(bcut, tk_i(m, k, i, c), bw[int(t.opts[i])])
         m.tdef(tk, m.tau, label="T2 tau >= t_k")
         slot_s[k] = sk
-        _acc(m.obj_time, tk)
+        _acc(m.obj_time, tk, 1.0 / t.vpp if t.vpp > 1 else 1.0)  # eq. I1: sum t / vpp
         slot_t[k] = tk
     for g, row in cut.items():
         m.add({**row, m.tau: -float(problem.group_capacity[g])}, -INF, 0, kind="cut", label="C1 GPU-time")
@@ -302,6 +303,10 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
     boundary = {k: _boundary(m, k, tau_hi) for k in range(1, t.p_max)}
     if problem.p2p_blocking:
         _blocking_rows(m, slot_t, boundary)
+    if t.vpp > 1:  # eqs. I1-I3 (pipeline.py's forms, here on the slots)
+        _interleaved_rows(m, slot_t, boundary, tau_hi)
+        _sync_rows(m, slot_t, slot_s, BWD_SHARE / t.vpp)
+        return
     _inflight_rows(m, slot_t, boundary)
     _sync_rows(m, slot_t, slot_s, sync_share(problem.p2p_blocking))
 
@@ -370,6 +375,62 @@ def _inflight_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
                 m.tdef(row, m.tau, float(k), const=const, label="T2 in-flight")
 
 
+def _interleaved_rows(m: LinModel, slot_t: dict, boundary: dict, tau_hi: float) -> None:
+    """Eqs. I1-I3 on the slots of an interleaved variant (P = num_stages fixed, slot k = stage P - k): the wrap
+    boundary c_w (last stage -> first, transport rows like Z1), its cost (vpp - 1) c_w in the objective, tau >=
+    (vpp - 1) c_w / 2, and per slot k the round-trip row R_k <= N_k tau of eq. I3 with
+    R_k = (v+1)/2 sum_{k'<=k} t + (v-1)/2 sum_{k'>k} t + v(v+1)/2 sum_{b<k} c_b + v(v-1)/2 (sum_{b>=k} c_b + c_w)
+    (boundary b joins slots b+1 and b). The boundaries' vpp * c_b / 2 rows and vpp * sum c cost are set by
+    ``_boundary``."""
+    t, v, p = m.t, m.t.vpp, m.t.num_stages
+    wrap, w0 = _wrap(m, tau_hi)
+    _acc(m.obj_time, wrap, v - 1.0)
+    m.obj_const += (v - 1.0) * w0
+    m.tdef({x: (v - 1) / 2 * c for x, c in wrap.items()}, m.tau, const=(v - 1) / 2 * w0,
+           label="I2 tau >= (vpp-1) c_w/2")
+    for k in range(1, p + 1):
+        row: dict = {}
+        const = 0.0
+        for kk in range(1, p + 1):
+            _acc(row, slot_t.get(kk, {}), (v + 1) / 2 if kk <= k else (v - 1) / 2)
+        for b in range(1, p):
+            terms, c0 = boundary.get(b, ({}, 0.0))
+            f = v * (v + 1) / 2 if b < k else v * (v - 1) / 2
+            _acc(row, terms, f)
+            const += f * c0
+        _acc(row, wrap, v * (v - 1) / 2)
+        const += v * (v - 1) / 2 * w0
+        q = float(interleaved_inflight_chunks(p - k, p, t.M, v))  # eq. I4
+        m.tdef(row, m.tau, q, const=const, label="I3 round trip")
+
+
+def _wrap(m: LinModel, tau_hi: float) -> tuple[dict, float]:
+    """c_w = p2p[last stage's endpoint, first stage's endpoint] as (terms, constant): transport variables
+    zw[g, h] with sum_h zw[g, h] = (last stage in g) and sum_g zw[g, h] <= (first stage in h)."""
+    t = m.t
+    last = _groups_at(m, 1)
+    first: dict = {}
+    for (k, i), x in m.xf.items():
+        _acc(first.setdefault(int(t.group[i]), {}), {x: 1})
+    if not last or not first:
+        return {}, 0.0
+    cost: dict = {}
+    zin: dict = {h: {} for h in first}
+    for g in last:
+        row = {x: -c for x, c in last[g].items()}
+        for h in first:
+            zv = m.var(f"zw[{g},{h}]", 0, 1, integer=False)
+            m.zw[g, h] = zv
+            row[zv] = 1
+            zin[h][zv] = 1
+            cost[zv] = float(t.p2p[g, h])
+        m.add(row, 0, 0, label="I1 wrap out")
+    for h, row in zin.items():
+        _acc(row, first[h], -1.0)
+        m.add(row, -INF, 0, label="I1 wrap in")
+    return cost, 0.0
+
+
 def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
     """c_k: p2p between slot k+1 (earlier stage) and slot k (eq. T1 boundary, linearised by the
     transport rows Z1: sum_h z[k,g,h] = u[k+1,g], sum_g z[k,g,h] <= u[k,h]). Each link direction
@@ -383,10 +444,11 @@ def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
     if len(vals) == 1 and max(vals) / 2 <= tau_hi:  # one link price: c_k = p0 * used_{k+1}
         p0 = float(next(iter(vals)))
         row = {v: p0 * cc for v, cc in uterms.items()}
-        half = {v: 0.5 * c for v, c in row.items()}
-        m.tdef(half, m.tau, const=0.5 * p0 * uconst, label="T2 tau >= c_k/2")
-        _acc(m.obj_time, row)
-        m.obj_const += p0 * uconst
+        h = 0.5 * t.vpp if t.vpp > 1 else 0.5  # eq. I2: vpp crossings per micro-batch
+        half = {v: h * c for v, c in row.items()}
+        m.tdef(half, m.tau, const=h * p0 * uconst, label="T2 tau >= c_k/2")
+        _acc(m.obj_time, row, float(t.vpp) if t.vpp > 1 else 1.0)  # eq. I1: vpp * sum c
+        m.obj_const += (max(1, t.vpp)) * p0 * uconst
         return row, p0 * uconst
     cost: dict = {}
     zin: dict = {h: {} for h in down}
@@ -404,8 +466,9 @@ def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
     for h, row in zin.items():
         _acc(row, down[h], -1.0)
         m.add(row, -INF, 0, label="Z1 in")
-    m.tdef({v: 0.5 * c for v, c in cost.items()}, m.tau, label="T2 tau >= c_k/2")
-    _acc(m.obj_time, cost)
+    hv = 0.5 * t.vpp if t.vpp > 1 else 0.5  # eq. I2: vpp crossings per micro-batch
+    m.tdef({v: hv * c for v, c in cost.items()}, m.tau, label="T2 tau >= c_k/2")
+    _acc(m.obj_time, cost, float(t.vpp) if t.vpp > 1 else 1.0)  # eq. I1: vpp * sum c
     return cost, 0.0
 
 
@@ -413,6 +476,8 @@ def _symmetry_rows(m: LinModel) -> None:
     """Eq. S1: two consecutive non-first slots k >= max(2, M) with the same option: n[k] >= n[k+1].
     There both hold M micro-batches (same memory) and no in-flight row of eq. T2 (those cover
     slots 1..q, q < M) separates them, so swapping their layer counts changes nothing."""
+    if m.t.vpp > 1:  # eqs. I3, I4 tell every slot apart: no two slots are interchangeable
+        return
     for (k, i), xn in m.xn.items():
         if k < max(2, m.t.M) or (k + 1, i) not in m.nv:
             continue
@@ -454,6 +519,9 @@ def hint_values(m: LinModel, a: Assignment) -> dict | None:
         if k < p and int(t.group[local[a.stages[p - k - 1].option]]) == g \
                 and int(t.group[local[a.stages[p - k].option]]) == h:
             vals[v] = 1.0
+    for (g, h), v in m.zw.items():  # eq. I1's wrap: last stage's endpoint -> first stage's
+        vals[v] = 1.0 if (int(t.group[local[a.stages[-1].option]]), int(t.group[local[a.stages[0].option]])) \
+            == (g, h) else 0.0
     for s, v in m.w.items():
         vals[v] = 1.0 if t.sig[local[a.stages[0].option]] == s else 0.0
     return vals

@@ -11,7 +11,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from haap_milp.pipeline import END_SEND_SHARE, MEM_RTOL, SEND_SHARE, TIME_RTOL, inflight_1f1b, memory_limit, stage_memory
+from haap_milp.pipeline import (
+    END_SEND_SHARE,
+    MEM_RTOL,
+    SEND_SHARE,
+    TIME_RTOL,
+    inflight,
+    inflight_1f1b,
+    interleaved_tau_weight,
+    memory_limit,
+    stage_memory,
+)
 
 __all__ = ["MEM_RTOL", "Tables", "build_tables", "max_layers_mem", "usable_options"]  # MEM_RTOL: re-exported
 from haap_milp.problem import Problem
@@ -48,6 +58,13 @@ class Tables:
     p_max: int  # more stages cannot be used
     tau_ub: float | None  # the time cut-off used (None: none)
     dom: np.ndarray | None = None  # [n, n] dom[a, b]: a time-dominates b (eq. D1, ``time_dominance``)
+    vpp: int = 1  # interleaved 1F1B chunks (eqs. I1-I5); > 1: the stage count is fixed to num_stages
+    num_stages: int = 0
+
+    @property
+    def tau_weight(self):
+        """tau's coefficient in the objective: M - 1 (eq. T1), M - 1/vpp (eq. I1)."""
+        return interleaved_tau_weight(self.M, self.vpp)
 
     @property
     def n(self) -> int:
@@ -75,7 +92,8 @@ def _mem(var, o, n, a, first: bool, last: bool):
 def max_layers_mem(problem: Problem, v: int, o: np.ndarray, k: int, first: bool) -> np.ndarray:
     """Largest n with stage memory <= capacity at slot k (eq. M2); 0 when none fits, at most L."""
     var = problem.variants[v]
-    a = inflight_1f1b(k, var.num_microbatches)  # eq. M1
+    a = inflight_1f1b(k, var.num_microbatches) if var.vpp <= 1 else \
+        inflight("interleaved", var.num_stages - k, var.num_stages, var.num_microbatches, var.vpp)  # eq. M1 / I4
     cap = memory_limit(var.mem_capacity[o])  # the fit test of problem.violations (pipeline.fits_memory)
     base = _mem(var, o, 0.0, a, first, k == 1)
     per = var.layer_static_mem[o] + a * var.layer_act_mem[o]
@@ -177,7 +195,7 @@ def _memory_part(problem: Problem, v: int) -> dict:
            "use": usage_matrix(problem, op),
            "tp": np.array([o.tp for o in op], np.int64), "sig": np.array([sigs.index(o.signature) for o in op], np.int64),
            "coef": coef, "p2p": np.asarray(var.p2p_time, float), "U_mem": U_mem, "Uf_mem": Uf_mem, "lo": lo, "lof": lof,
-           "dom": D}
+           "dom": D, "vpp": var.vpp, "num_stages": var.num_stages}
     _MEMO["variants"][v] = out
     return out
 
@@ -242,3 +260,6 @@ def _stage_count_bounds(problem: Problem, t: Tables) -> None:
         return
     while t.p_max > t.p_min and (best_f[t.p_max - 1] < 1 or best_nf[: t.p_max - 1].min() < 1):
         t.p_max -= 1
+    if t.vpp > 1:  # eq. I5: an interleaved variant has exactly num_stages stages
+        ok = t.p_min <= t.num_stages <= t.p_max
+        t.p_min = t.p_max = t.num_stages if ok else 0

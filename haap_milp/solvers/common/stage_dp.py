@@ -73,7 +73,8 @@ class PathDP:
         # row W1 when there is one, scaled to the GPUs' magnitude (a row's scale does not change its Lagrangian
         # bound, only the subgradient's conditioning); ``cap`` [R] their right-hand sides
         self.usage, self.cap = _resources(problem, t)
-        self.link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p, INF)  # [e earlier, f later]
+        # [e earlier, f later]; an interleaved variant pays vpp * c per link (eq. I1)
+        self.link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p * (float(t.vpp) if t.vpp > 1 else 1.0), INF)
         self.p_first = max(p_lo, t.p_min)
         self.k_max = min(p_hi, t.p_max)
         # options with the same footprint (endpoint, GPUs taken of each group) pay the same multipliers, so per slot
@@ -109,12 +110,13 @@ class PathDP:
     def _base(self, k: int, first: bool) -> np.ndarray:
         t, c, L = self.t, self.t.coef, self.L
         n = np.arange(L + 1, dtype=float)[None, :]
-        per = c["layer_time"] + (c["sync_per_layer"] if first else 0.0)
+        ts = 1.0 / t.vpp if t.vpp > 1 else 1.0  # eq. I1: an interleaved variant pays sum t / vpp
+        per = c["layer_time"] * ts + (c["sync_per_layer"] if first else 0.0)
         const = np.zeros(t.n)
         if first:
-            const += c["first_time"] + c["sync_fixed"] + c["sync_first"]
+            const += c["first_time"] * ts + c["sync_fixed"] + c["sync_first"]
         if k == 1:
-            const += c["last_time"] + (c["sync_last"] if first else 0.0)
+            const += c["last_time"] * ts + (c["sync_last"] if first else 0.0)
         lo, up = (t.lof, t.Uf) if first else (t.lo, t.U)
         others = (k - 1 if first else k) * self._dmin
         fits = t.gpus + np.maximum(0.0, others - self._other) <= self._cap
@@ -204,7 +206,7 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
     ``cutoff``); ``dp``: the node's PathDP when the caller has built it."""
     dp = dp or PathDP(problem, t, b, p_lo, p_hi)
     cap = dp.cap
-    base = (t.M - 1) * a
+    base = t.tau_weight * a  # (M - 1) a, eq. I1: (M - 1/vpp) a
     mu = np.zeros(len(cap)) if mu0 is None or len(mu0) != len(cap) else np.maximum(mu0, 0.0)
     active = np.flatnonzero(dp.usage.any(axis=0))  # rows some option draws from
     best = NodeBound(-INF, mu.copy())

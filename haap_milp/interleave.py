@@ -1,0 +1,71 @@
+"""Interleaved 1F1B as a search dimension (formulations/README.md, eqs. I1-I5).
+
+A plan-wide vpp (model chunks per pipeline stage) is part of the micro-batch variant: presolve copies each
+variant once per (vpp, P) with vpp in the candidates and P a stage count the interleaved schedule accepts
+(eq. I5), and the solvers optimise eq. I1 on those copies. Fixing P per copy keeps eq. I4's in-flight chunks
+(which depend on P) constants of each slot, so memory (eq. M3) and the round-trip rows (eq. I3) stay linear.
+
+Eq. I5, the engine's rules (Megatron-Core 0.16, read in the installed package):
+* ``megatron/core/pipeline_parallel/schedules.py`` ``forward_backward_pipelining_with_interleaving``: the
+  micro-batch group ``microbatch_group_size_per_vp_stage`` (default P, ``model_parallel_config.py``) must lie in
+  [P, M], and ``M % group`` must be 0 or >= P, so with the default group M is a multiple of P (M >= P);
+* ``megatron/training/arguments.py`` (its rule as re-implemented in ``emit/megatron_rules.py``): interleaving
+  needs pp > 2 unless ``--overlap-p2p-comm``;
+so P >= 3 and P | M. Layers per chunk: each stage's n_j layers are split as evenly as possible over its vpp
+chunks, earlier chunks taking the remainder (``chunk_layers``); Megatron writes any such split with
+``--pipeline-model-parallel-layout`` (empty chunks allowed), so the search chooses n_j per stage and the chunk
+split follows. Eq. I1 prices every chunk at t_j / vpp: exact when vpp divides n_j, within one layer's time per
+stage otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from haap_milp.errors import HaapInputError
+
+AUTO_CANDIDATES = (2, 3, 4)  # --vpp auto: vpp > 1 candidates (beside vpp = 1); Megatron's recipes use 2-8
+MIN_STAGES = 3  # eq. I5: pp > 2 (Megatron without --overlap-p2p-comm)
+
+
+def vpp_candidates(asked: str | int, can_interleave: bool, why: str = "") -> tuple[int, ...]:
+    """The vpp values > 1 to search for ``--vpp`` (1: none; N: N; auto: AUTO_CANDIDATES where the engine
+    interleaves, none elsewhere). An explicit N > 1 the engine cannot run is the user's error."""
+    if asked in (1, "1"):
+        return ()
+    if asked == "auto":
+        return AUTO_CANDIDATES if can_interleave else ()
+    try:
+        n = int(asked)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise HaapInputError(f"--vpp {asked!r}: use auto or a whole number >= 1 (model chunks per pipeline stage).",
+                             field="--vpp", value=asked)
+    if n > 1 and not can_interleave:
+        raise HaapInputError(f"--vpp {n}: {why or 'the target engine has no interleaved schedule'}; "
+                             f"use --vpp 1 or another --target.", field="--vpp", value=asked)
+    return (n,) if n > 1 else ()
+
+
+def stage_counts(num_microbatches: int, max_stages: int, num_layers: int) -> list[int]:
+    """Eq. I5: the stage counts P an interleaved plan may have (P >= 3, P | M, at most max_stages and L)."""
+    hi = min(max_stages, num_layers, num_microbatches)
+    return [p for p in range(MIN_STAGES, hi + 1) if num_microbatches % p == 0]
+
+
+def interleaved_variants(variants, vpps: tuple[int, ...], max_stages: int, num_layers: int) -> list:
+    """One copy of each plain variant per (vpp, P) of eq. I5, in that order (the plain variants are kept
+    first by the caller, so vpp = 1 plans keep their indices)."""
+    out = []
+    for var in variants:
+        for v in vpps:
+            for p in stage_counts(var.num_microbatches, max_stages, num_layers):
+                out.append(replace(var, vpp=v, num_stages=p))
+    return out
+
+
+def chunk_layers(num_layers: int, vpp: int) -> list[int]:
+    """Layers of each of a stage's vpp chunks: as even as possible, earlier chunks taking the remainder."""
+    base, extra = divmod(num_layers, vpp)
+    return [base + (1 if c < extra else 0) for c in range(vpp)]
