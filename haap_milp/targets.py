@@ -29,6 +29,8 @@ class EngineCapabilities:
     max_stages_when_tied: int | None = None  # pipeline stages with tied embeddings (None: no limit)
     mixed_stages: bool = False  # a stage's data-parallel replicas may differ in GPU type and tp (eq. H1)
     mixed_stages_why: str = ""  # why it cannot (the refusal's reason)
+    context_parallel: bool = True  # cp > 1 (eq. CP1)
+    expert_tensor_parallel: bool = True  # etp > 1 (eq. CP4)
 
 
 class EmitError(HaapInputError):
@@ -46,11 +48,13 @@ TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
                        mixed_stages_why="a FlagScale process mesh (flagscale/train/arguments.py: "
                        "hetero_process_meshes, one entry of hetero_device_types) has one device type and one (tp, dp) and the meshes follow one another "
                        "along the pipeline (hetero_pipeline_layer_split), so one stage cannot hold replicas of two "
-                       "device types"),
+                       "device types",
+                       context_parallel=False),  # emit/flagscale.py refuses cp > 1 (flagscale.cp)
     EngineCapabilities("torchtitan", "haap_milp.emit.torchtitan", "torchtitan: one device mesh, any layer split",
                        uniform_stages=True, max_stages_when_tied=1, mixed_stages_why="torchtitan builds one "
                        "DeviceMesh of equal dimensions for all ranks (its ParallelDims), so replicas "
-                       "cannot differ in tp or share of a batch"),
+                       "cannot differ in tp or share of a batch",
+                       expert_tensor_parallel=False),  # emit/torchtitan.py refuses etp > 1 (torchtitan.etp)
 )}
 TARGET_NAMES: tuple[str, ...] = tuple(TARGETS)  # for Literal[TARGET_NAMES]
 ENGINES: tuple[str, ...] = tuple(n for n, c in TARGETS.items() if c.module is not None)  # targets with an emitter

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from haap_milp.specs.base import (
     Frozen,
@@ -36,6 +36,19 @@ class SolveOptions(Frozen):
     mixed_stages: Literal["auto", "on", "off"] = Field(
         default="auto", description="Stages whose data-parallel replicas differ in GPU type (formulations/ eqs. "
         "H1-H6); auto: on where the target engine and the runtime can run them.")
+    cp: Literal["auto"] | int = Field(
+        default=1, description="Context-parallel degree (formulations/ eqs. CP1-CP3): a number fixes it, auto "
+        "searches every cp with seq_len % (2*cp) == 0 up to 16 (one cp per plan).")
+    etp: Literal["auto"] | int = Field(
+        default=1, description="Expert-tensor-parallel degree of MoE layers (eq. CP4): a number fixes it, auto "
+        "searches the divisors of the expert FFN that fit a node and fold onto the stage (per stage).")
+
+    @field_validator("cp", "etp")
+    @classmethod
+    def _positive(cls, v, info):
+        if v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{info.field_name} must be 'auto' or a positive integer, got {v!r}")
+        return v
 
 
 class SolveResult(Frozen):
