@@ -197,7 +197,9 @@ def build(
     opts: list[Option] = []
     opt_index: dict[Option, int] = {}
     variant_opts: dict[int, list[int]] = {}
-    for b, cp in ((b, cp) for b in microbatch_candidates(training, max(total, 1), options) for cp in cps):
+    # cp outer: the cp 1 variants come first, in the order of the search without cp, so a heuristic cut short by
+    # the deadline (the DP walks variants in order) has covered at least that search
+    for cp, b in ((cp, b) for cp in cps for b in microbatch_candidates(training, max(total, 1), options)):
         allowed = []
         for gi, g in enumerate(groups):
             for tp in tp_candidates(model, g.gpus_per_node):
