@@ -196,3 +196,30 @@ def test_fixed_cp_must_split_the_sequence_and_engines_refuse_what_they_cannot_ru
 def test_uniform_targets_make_etp_equal_across_stages():
     assert "etp" in presolve.uniform_dims(TrainingSpec(global_batch_size=8), True)
     assert StagePlan(first_layer=0, num_layers=1, gpu_type="h100-80g", etp=2).etp == 2
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--cp", "3"], "--cp 3"),  # 2*cp must divide --seq 4096
+    (["--cp", "two"], "--cp 'two'"),
+    (["--etp", "0"], "--etp '0'"),
+    (["--etp", "2"], "--etp 2"),  # llama3-8b is dense
+])
+def test_bad_cp_or_etp_is_one_paragraph(args, field):
+    from conftest import invoke_cli
+    code, _, err = invoke_cli(["solve", "-m", "llama3-8b", "-c", "h100-80g:16", "--seq", "4096", *args])
+    assert code == 2
+    assert field in err and "Traceback" not in err and err.count("\n") <= 1
+
+
+def test_plan_json_carries_cp_and_etp(tmp_path):
+    from conftest import invoke_cli
+    path = tmp_path / "plan.json"
+    code, _, err = invoke_cli(["solve", "-m", "llama3-8b", "-c", "h100-80g:16", "--seq", "131072", "--gbs", "16",
+                               "--cp", "auto", "--time-limit", "20", "--json", str(path)])
+    assert code == 0, err
+    import json
+    plan = json.loads(path.read_text())["plan"]
+    assert plan["cp"] > 1 and all("etp" in s for s in plan["stages"])
+    code, out, err = invoke_cli(["estimate", "--plan", str(path), "--seq", "131072", "--gbs", "16", "-c",
+                                 "h100-80g:16"])
+    assert code == 0, err
