@@ -55,6 +55,9 @@ MOE += [("mixtral-8x7b / h100-16 / 32k", "mixtral-8x7b", "h100-80g:16", 64, 3276
 SETS = {
     "default-cp": (lambda: _default_grid(), {"base": ["--cp", "1"], "cp": ["--cp", "auto"]}),
     "long": (lambda: LONG, {"base": ["--cp", "1"], "cp": ["--cp", "auto"]}),
+    "long-mixed-60": (lambda: [r for r in LONG if "h100+a100" in r[0] and "70b" not in r[0]] +
+                      [r for r in LONG if "70b / h100+a100" in r[0]],
+                      {"base": ["--cp", "1"], "cp": ["--cp", "auto"]}),
     "default-etp": (lambda: [r for r in _default_grid() if r[1] in ("mixtral-8x7b", "qwen3-235b-a22b")],
                     {"base": ["--etp", "1"], "etp": ["--etp", "auto"]}),
     "moe": (lambda: MOE, {"base": [], "etp": ["--etp", "auto"], "cp": ["--cp", "auto"],

@@ -59,7 +59,8 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
             for p in range(1, min(problem.max_stages, L) + 1):
                 if L % p:
                     continue
-                for chosen in _placements(problem, sig_opts, p, tp * dp):
+                gpus = problem.options[next(iter(sig_opts.values()))].num_gpus  # tp*dp*cp (eq. CP1)
+                for chosen in _placements(problem, sig_opts, p, gpus):
                     a = Assignment(vi, tuple(Stage(o, L // p) for o in chosen))
                     tried += 1
                     if violations(problem, a):
