@@ -58,6 +58,8 @@ SETS = {
     "long-mixed-60": (lambda: [r for r in LONG if "h100+a100" in r[0] and "70b" not in r[0]] +
                       [r for r in LONG if "70b / h100+a100" in r[0]],
                       {"base": ["--cp", "1"], "cp": ["--cp", "auto"]}),
+    "moe-60": (lambda: [r for r in MOE if r[1] == "mixtral-8x7b"],
+               {"base": [], "etp": ["--etp", "auto"], "cp": ["--cp", "auto"], "cp+etp": ["--cp", "auto", "--etp", "auto"]}),
     "default-etp": (lambda: [r for r in _default_grid() if r[1] in ("mixtral-8x7b", "qwen3-235b-a22b")],
                     {"base": ["--etp", "1"], "etp": ["--etp", "auto"]}),
     "moe": (lambda: MOE, {"base": [], "etp": ["--etp", "auto"], "cp": ["--cp", "auto"],
@@ -181,6 +183,22 @@ def _f(x) -> float | None:
         return None
 
 
+def short_plan(text: str) -> str:
+    """'cp2: h100 tp1 dp2 [13L]; h100 tp1 dp2 [13L]; a100 tp2 dp2 [6L]' -> 'cp2: 2x h100 tp1 dp2 (26L); a100 tp2 dp2 (6L)'."""
+    head, _, body = text.rpartition(": ") if text.startswith("cp") else ("", "", text)
+    out: list[list] = []
+    for st in body.split("; "):
+        cfg, _, n = st.rpartition(" [")
+        if not n.endswith("L]"):
+            return text
+        if out and out[-1][0] == cfg:
+            out[-1][1] += 1
+            out[-1][2] += int(n[:-2])
+        else:
+            out.append([cfg, 1, int(n[:-2])])
+    return (f"{head}: " if head else "") + "; ".join(f"{k}x {c} ({n}L)" if k > 1 else f"{c} ({n}L)" for c, k, n in out)
+
+
 def table(name: str, dim: str) -> list[str]:
     path = OUT / f"search_dimensions_{name}.csv"
     if not path.exists():
@@ -211,7 +229,7 @@ def table(name: str, dim: str) -> list[str]:
             g = _f(r["gap"])
             return r["status"] + (f" {g:.1%}" if g is not None else "")
         out.append(f"| {inst} | {tb if tb is None else f'{tb:.3f}'} | {tx if tx is None else f'{tx:.3f}'} | {gain} "
-                   f"| {x['plan']} | {st(b)} / {st(x)} | {b['presolve_s']} / {x['presolve_s']} "
+                   f"| {short_plan(x['plan'])} | {st(b)} / {st(x)} | {b['presolve_s']} / {x['presolve_s']} "
                    f"| {b['options_kept']} / {x['options_kept']} | {cb} / {cx} |")
     if gains:
         pos = [g for g in gains if g > 1e-9]
@@ -233,6 +251,8 @@ def report(limit: float) -> None:
           "attention FLOPs per rank / cp (eq. CP3); eq. CP5 drops cp variants a cp 1 twin beats in every coefficient.",
           "", "### Default grid (seq 4096)", "", *table("default-cp", "cp"), "",
           "### Long context (32k-128k tokens)", "", *table("long", "cp"), "",
+          "### Long context on 32 H100 + 32 A100 at a 60 s limit (`--set long-mixed-60 --time-limit 60`)", "",
+          *table("long-mixed-60", "cp"), "",
           "### MoE set (`--cp auto`)", "", *table("moe", "cp"), "",
           "### Eq. CP5 (dominated cp variants) on and off", "",
           "`python benchmarks/search_dimensions.py --prune-ablation --time-limit 10`: `--cp auto` through the API "
@@ -244,6 +264,9 @@ def report(limit: float) -> None:
            "of the default grid `--etp auto` enumerates exactly the options of `--etp 1` (gain 0 by construction, not run).",
            "", "### Default grid, MoE models (seq 4096)", "", *table("default-etp", "etp"), "",
            "### MoE set (`--etp auto`)", "", *table("moe", "etp"), "",
+           "### Mixtral-8x7B at a 60 s limit (`--set moe-60 --time-limit 60`): `--etp auto`", "",
+           *table("moe-60", "etp"), "", "`--cp auto`:", "", *table("moe-60", "cp"), "",
+           "`--cp auto --etp auto` (the six dimensions):", "", *table("moe-60", "cp+etp"), "",
            "### MoE set, the six dimensions (`--cp auto --etp auto`: dp, tp, pp, ep, etp, cp with the non-uniform "
            "layer split)", "", *table("moe", "cp+etp"), ""]
     text = MD.read_text() if MD.exists() else "# Search dimensions: gain and solve-time cost\n\n"
