@@ -215,7 +215,7 @@ def test_plan_json_carries_cp_and_etp(tmp_path):
     from conftest import invoke_cli
     path = tmp_path / "plan.json"
     code, _, err = invoke_cli(["solve", "-m", "llama3-8b", "-c", "h100-80g:16", "--seq", "131072", "--gbs", "16",
-                               "--cp", "auto", "--time-limit", "20", "--json", str(path)])
+                               "--cp", "auto", "--time-limit", "60", "--json", str(path)])
     assert code == 0, err
     import json
     plan = json.loads(path.read_text())["plan"]
