@@ -85,9 +85,11 @@ def describe(doc: dict) -> str:
     plan = doc.get("plan")
     if not plan:
         return doc.get("status", doc.get("error", "?"))
-    st = ["%s tp%d dp%d%s%s [%dL]" % (s["gpu_type"][:4], s["tp"], s["dp"], f" ep{s['ep']}" if s.get("ep", 1) > 1 else "",
-                                      f" etp{s['etp']}" if s.get("etp", 1) > 1 else "", s["num_layers"])
-          for s in plan["stages"]]
+    st = []
+    for s in plan["stages"]:
+        ep = f" ep{s['ep']}" if s.get("ep", 1) > 1 else ""
+        etp = f" etp{s['etp']}" if s.get("etp", 1) > 1 else ""
+        st.append(f"{s['gpu_type'][:4]} tp{s['tp']} dp{s['dp']}{ep}{etp} [{s['num_layers']}L]")
     return (f"cp{plan['cp']}: " if plan.get("cp", 1) > 1 else "") + "; ".join(st)
 
 
@@ -206,8 +208,8 @@ def table(name: str, dim: str) -> list[str]:
     by: dict = {}
     for r in csv.DictReader(path.open()):
         by.setdefault(r["instance"], {})[r["config"]] = r
-    out = [f"| instance | without: T s | with {dim}: T s | gain | plan with {dim} | status/gap without / with "
-           "| presolve s | options kept | command s without / with |", "|---|---|---|---|---|---|---|---|---|"]
+    out = [(f"| instance | without: T s | with {dim}: T s | gain | plan with {dim} | status/gap without / with "
+           "| presolve s | options kept | command s without / with |"), "|---|---|---|---|---|---|---|---|---|"]
     gains, ratios = [], []
     for inst, cfgs in by.items():
         b, x = cfgs.get("base"), cfgs.get(dim)
@@ -233,11 +235,11 @@ def table(name: str, dim: str) -> list[str]:
                    f"| {b['options_kept']} / {x['options_kept']} | {cb} / {cx} |")
     if gains:
         pos = [g for g in gains if g > 1e-9]
-        out += ["", f"{len(gains)} instances solved both ways: mean gain {sum(gains) / len(gains):+.1%}, max "
+        out += ["", (f"{len(gains)} instances solved both ways: mean gain {sum(gains) / len(gains):+.1%}, max "
                 f"{max(gains):+.1%}, {len(pos)} with a gain > 0, {sum(1 for g in gains if g < -1e-9)} worse (the search "
                 f"with the dimension is a superset, so 'worse' means the time limit cut the larger search short); "
                 f"command wall time with / without: median x{sorted(ratios)[len(ratios) // 2]:.2f}, max "
-                f"x{max(ratios):.2f}."]
+                f"x{max(ratios):.2f}.")]
     return out
 
 
@@ -247,54 +249,54 @@ def report(limit: float) -> None:
              "shared by other jobs, load average in the CSVs). T = haap's predicted iteration time; gain = (without "
              "- with) / without.")
     cp = ["## Context parallelism", "", intro, "",
-          "cp is one per plan (eq. CP1), priced by ring attention on the real link (eq. CP2), activations and "
-          "attention FLOPs per rank / cp (eq. CP3); eq. CP5 drops cp variants a cp 1 twin beats in every coefficient.",
-          "", "Reading (this run): where the search finishes (OPTIMAL both ways) cp gains 2-16 % at 32k-128k tokens "
+          ("cp is one per plan (eq. CP1), priced by ring attention on the real link (eq. CP2), activations and "
+          "attention FLOPs per rank / cp (eq. CP3); eq. CP5 drops cp variants a cp 1 twin beats in every coefficient."),
+          "", ("Reading (this run): where the search finishes (OPTIMAL both ways) cp gains 2-16 % at 32k-128k tokens "
           "(llama3-8b on 16 H100: +2.2 / +4.6 / +10.9 % at 32k / 64k / 128k; on 32 H100 + 32 A100 at 60 s every "
           "instance gains, +5 to +16 %) and next to nothing at 4k. Its cost is a larger search: presolve x2-5 and "
           "2-4x the options and about 3x the variants; at a 10 s limit on this loaded machine (load average 14-18 on "
           "2 cores) startup and presolve take most of the limit, the heuristics on the larger problem stop earlier, "
           "and some plans come out worse than without cp (gpt3-1.3b on mixed-nic-256: -79 %, on 16 H100: -15 %; the "
           "same gpt3-1.3b / 16 H100 search through the API with its own 10 s reaches the cp 1 optimum, see the CP5 "
-          "table). `--cp` therefore stays 1 by default.", "",
+          "table). `--cp` therefore stays 1 by default."), "",
           "### Default grid (seq 4096), 10 s limit", "", *table("default-cp", "cp"), "",
           "### Long context (32k-128k tokens), 10 s limit", "", *table("long", "cp"), "",
           "### Long context on 32 H100 + 32 A100 at a 60 s limit (`--set long-mixed-60 --time-limit 60`)", "",
           *table("long-mixed-60", "cp"), "",
           "### MoE set, 10 s limit (`--cp auto`)", "", *table("moe", "cp"), "",
           "### A case where cp clearly pays: 128k tokens", "",
-          "`haap-solve solve -m llama3-8b -c h100-80g:16 --seq 131072 --gbs 64 --cp auto --target megatron` "
+          ("`haap-solve solve -m llama3-8b -c h100-80g:16 --seq 131072 --gbs 64 --cp auto --target megatron` "
           "(run by hand for this page): OPTIMAL (gap 1 %), one stage of 16 H100 at tp 2 x cp 8 (the ring crosses "
           "the NIC: tp*cp = 16 > 8 GPUs per node, and still hides behind the attention compute at 16k tokens per "
           "rank), 192.6 s per iteration, against 216.2 s for the best plan without cp (two pipeline stages of "
           "tp 8, OPTIMAL, in the long-context table). `haap-solve emit --target megatron` "
           "writes `--tensor-model-parallel-size 2 --context-parallel-size 8` for it (Megatron-Core's "
-          "TransformerConfig accepts the arguments: tests/test_cp_etp_emit.py).", "",
+          "TransformerConfig accepts the arguments: tests/test_cp_etp_emit.py)."), "",
           "### Defaults unchanged", "",
-          "With `--cp 1 --etp 1` (the defaults) presolve builds exactly the Problem of the code before this change: "
+          ("With `--cp 1 --etp 1` (the defaults) presolve builds exactly the Problem of the code before this change: "
           "options, every variant array and the stage bound compared element by element for llama3-8b on 8 H100 + "
           "8 A100 (mixed stages on), Mixtral-8x7B on 16 H100 and gpt3-1.3b on 32 H100 + 32 A100 (checked against "
-          "commit 153168b's presolve).", "",
+          "commit 153168b's presolve)."), "",
           "### Eq. CP5 (dominated cp variants) on and off", "",
-          "`python benchmarks/search_dimensions.py --prune-ablation --time-limit 10`: `--cp auto` through the API "
+          ("`python benchmarks/search_dimensions.py --prune-ablation --time-limit 10`: `--cp auto` through the API "
           "(planner.solve, CP-SAT, 2 threads, 10 s for the exact search), the rule on and off; same plans expected "
-          "where both finish (the rule is sound), less work with it.", "", *prune_table(), ""]
+          "where both finish (the rule is sound), less work with it."), "", *prune_table(), ""]
     etp = ["## Expert-tensor parallelism", "", intro, "",
-           "etp per stage (eq. CP4): expert GEMMs at width ffn/etp on etp x the routed tokens, expert weights / etp, "
+           ("etp per stage (eq. CP4): expert GEMMs at width ffn/etp on etp x the routed tokens, expert weights / etp, "
            "plus an all-gather and a reduce-scatter of the routed tokens per pass inside the node. Reading (this run): "
            "etp alone changed no plan on the MoE instances measured here (8 experts or 128 small experts: ep already "
            "splits the experts); jointly with cp it pays (Mixtral-8x7B at 32k on 16 H100: +12.3 %, one stage tp 4 x "
            "cp 4, ep 8 x etp 2, against +2.7 % for cp alone), and etp > 1 is the optimum on 16 GPUs when ep is capped "
            "by the 8 experts (tests/test_cp_etp.py). Its cost: presolve x1.5-3.5 (up to 32 s on 4096 GPUs under this "
            "load), `--etp` stays 1 by default. For the dense models "
-           "of the default grid `--etp auto` enumerates exactly the options of `--etp 1` (gain 0 by construction, not run).",
+           "of the default grid `--etp auto` enumerates exactly the options of `--etp 1` (gain 0 by construction, not run)."),
            "", "### Default grid, MoE models (seq 4096), 10 s limit", "", *table("default-etp", "etp"), "",
            "### MoE set, 10 s limit (`--etp auto`)", "", *table("moe", "etp"), "",
            "### Mixtral-8x7B at a 60 s limit (`--set moe-60 --time-limit 60`): `--etp auto`", "",
            *table("moe-60", "etp"), "", "`--cp auto`:", "", *table("moe-60", "cp"), "",
            "`--cp auto --etp auto` (the six dimensions):", "", *table("moe-60", "cp+etp"), "",
-           "### MoE set, 10 s limit, the six dimensions (`--cp auto --etp auto`: dp, tp, pp, ep, etp, cp with the non-uniform "
-           "layer split)", "", *table("moe", "cp+etp"), ""]
+           ("### MoE set, 10 s limit, the six dimensions (`--cp auto --etp auto`: dp, tp, pp, ep, etp, cp with the non-uniform "
+           "layer split)"), "", *table("moe", "cp+etp"), ""]
     text = MD.read_text() if MD.exists() else "# Search dimensions: gain and solve-time cost\n\n"
     for title, body in (("## Context parallelism", cp), ("## Expert-tensor parallelism", etp)):
         text = _replace_section(text, title, "\n".join(body))

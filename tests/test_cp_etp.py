@@ -220,6 +220,6 @@ def test_plan_json_carries_cp_and_etp(tmp_path):
     import json
     plan = json.loads(path.read_text())["plan"]
     assert plan["cp"] > 1 and all("etp" in s for s in plan["stages"])
-    code, out, err = invoke_cli(["estimate", "--plan", str(path), "--seq", "131072", "--gbs", "16", "-c",
+    code, _out, err = invoke_cli(["estimate", "--plan", str(path), "--seq", "131072", "--gbs", "16", "-c",
                                  "h100-80g:16"])
     assert code == 0, err

@@ -53,7 +53,7 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
                 continue
             # one option per (signature, group); ep: keep the first (smallest) allowed
             by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep), {}).setdefault(o.group, int(i))
-        for (tp, dp, _rc, _ep), sig_opts in by_sig.items():
+        for sig_opts in by_sig.values():
             if best is not None and dl.expired():
                 break
             for p in range(1, min(problem.max_stages, L) + 1):
