@@ -14,7 +14,8 @@ Rules (names as reported):
   micro-batch x micro-batches; a mixed stage's replicas (count x micro_batch per type) run exactly the
   samples of a micro-batch (eqs. H1, H2) and each replica type is checked for tp, GPUs and memory on its own;
 * ``ep.*`` / ``cp.*`` — ep = 1 on a dense model; ep divides the experts; ep·etp divides tp·dp·cp
-  (MoE parallel folding, Megatron ``parallel_state``); seq_len divisible by 2·cp;
+  (MoE parallel folding, Megatron ``parallel_state``); seq_len divisible by 2·cp; ``etp.*`` etp = 1 on a dense model,
+  etp divides the expert FFN;
 * ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``schedule.vpp_microbatches`` — and with a
   multiple of pp micro-batches (eq. I5); ``precision.gpu`` — every GPU type
   supports the plan's precision;
@@ -31,7 +32,14 @@ from collections import Counter
 
 from haap_milp.emit import engine_module
 from haap_milp.errors import HaapInputError
-from haap_milp.parallel_rules import ep_divides_experts, ep_fits_grid, tp_fits_node, tp_head_misfits
+from haap_milp.parallel_rules import (
+    cp_divides_seq,
+    ep_divides_experts,
+    ep_fits_grid,
+    etp_divides_ffn,
+    tp_fits_node,
+    tp_head_misfits,
+)
 from haap_milp.pipeline import GIB, fits_memory
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec, Violation
 from haap_milp.targets import capabilities
@@ -113,13 +121,17 @@ def _parallel(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> list[Violat
             out.append(Violation("ep.dense", j, f"ep={s.ep} on dense model {model.name}"))
         if model.is_moe and not ep_divides_experts(model.num_experts, s.ep):
             out.append(Violation("ep.experts", j, f"ep={s.ep} does not divide {model.num_experts} experts"))
+        if not model.is_moe and s.etp > 1:
+            out.append(Violation("etp.dense", j, f"etp={s.etp} on dense model {model.name}"))
+        if model.is_moe and not etp_divides_ffn(model.expert_ffn, s.etp):
+            out.append(Violation("etp.ffn", j, f"etp={s.etp} does not divide the expert FFN {model.expert_ffn}"))
         if not ep_fits_grid(s.tp, s.dp, plan.cp, s.ep, s.etp):
             out.append(Violation("ep.fold", j, f"ep*etp = {s.ep}*{s.etp} does not divide tp*dp*cp = "
                                  f"{s.tp}*{s.dp}*{plan.cp}"))
     if b * plan.num_microbatches != plan.global_batch_size:
         out.append(Violation("batch.global", None, f"{b} samples per micro-batch x {plan.num_microbatches} "
                              f"micro-batches = {b * plan.num_microbatches}, global batch is {plan.global_batch_size}"))
-    if plan.cp > 1 and plan.seq_len % (2 * plan.cp):
+    if not cp_divides_seq(plan.seq_len, plan.cp):
         out.append(Violation("cp.seq", None, f"seq_len {plan.seq_len} not divisible by 2*cp = {2 * plan.cp}"))
     if plan.vpp > 1 and plan.schedule != "interleaved":
         out.append(Violation("schedule.vpp", None, f"vpp={plan.vpp} needs the interleaved schedule, "

@@ -37,3 +37,28 @@ def ep_divides_experts(num_experts: int, ep: int) -> bool:
 def ep_fits_grid(tp: int, dp: int, cp: int, ep: int, etp: int = 1) -> bool:
     """The expert grid ep x etp folds onto the stage's tp x dp x cp ranks (Megatron's expert grid)."""
     return (tp * dp * cp) % (ep * etp) == 0
+
+
+def cp_divides_seq(seq_len: int, cp: int) -> bool:
+    """Context parallelism splits each sequence into 2*cp chunks, rank r holding chunks r and 2cp-1-r, so that
+    causal ring attention is load-balanced (Megatron-Core ``get_batch_on_this_cp_rank``; arguments.py:
+    ``seq_length % (context_parallel_size * 2) == 0``). cp = 1 needs nothing."""
+    return cp == 1 or (cp >= 1 and seq_len % (2 * cp) == 0)
+
+
+def etp_divides_ffn(expert_ffn: int, etp: int) -> bool:
+    """Expert tensor parallelism splits each expert's FFN columns (fc1) and rows (fc2) etp ways."""
+    return etp >= 1 and expert_ffn % etp == 0
+
+
+def etp_fits_node(etp: int, gpus_per_node: int) -> bool:
+    """An expert-tensor-parallel group stays inside one node, like tp (its all-gather / reduce-scatter of the
+    routed tokens runs twice per pass and would otherwise sit on the NIC)."""
+    return etp <= gpus_per_node
+
+
+def expert_data_parallel(tp: int, dp: int, cp: int, ep: int, etp: int) -> int:
+    """The expert-data-parallel size of a stage: its tp x cp x dp ranks regrouped as etp x ep x edp (Megatron-Core
+    ``parallel_state.initialize_model_parallel``: ``expert_data_parallel_size = world_size // (pp * etp * ep)``
+    per pipeline stage, i.e. tp*cp*dp / (etp*ep)); 0 when ep x etp does not fold onto the stage."""
+    return (tp * dp * cp) // (ep * etp) if ep_fits_grid(tp, dp, cp, ep, etp) else 0

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from haap_milp import interleave, mixed_stages, zero
+from haap_milp import cp_etp, interleave, mixed_stages, zero
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
 from haap_milp.estimator.override import FALLBACK_FLAG, WHY, coverage, may_price
@@ -130,11 +130,11 @@ def tp_candidates(model: ModelSpec, gpus_per_node: int) -> list[int]:
     return [t for t in TP_CANDIDATES if tp_allowed(model.num_heads, model.kv_heads, t, gpus_per_node)]
 
 
-def ep_candidates(model: ModelSpec, tp: int, dp: int) -> list[int]:
-    """Expert parallel degrees: divide the experts and the tp*dp ranks of the stage (etp = 1)."""
+def ep_candidates(model: ModelSpec, tp: int, dp: int, cp: int = 1) -> list[int]:
+    """Expert parallel degrees: divide the experts and the tp*dp*cp ranks of the stage (etp: cp_etp.py)."""
     if not model.is_moe:
         return [1]
-    return [e for e in (1, 2, 4, 8, 16, 32, 64) if ep_divides_experts(model.num_experts, e) and ep_fits_grid(tp, dp, 1, e)]
+    return [e for e in (1, 2, 4, 8, 16, 32, 64) if ep_divides_experts(model.num_experts, e) and ep_fits_grid(tp, dp, cp, e)]
 
 
 def microbatch_candidates(training: TrainingSpec, total_gpus: int, options: SolveOptions) -> list[int]:
@@ -149,7 +149,7 @@ def uniform_dims(training: TrainingSpec, target_uniform: bool) -> tuple[str, ...
     """Dimensions eq. U1 makes equal: the runtime's ``uniform`` (mbs = B/dp is equal exactly when dp is, B
     being common to all stages), all of (tp, dp, recompute, ep) under a uniform target; () when none."""
     if target_uniform:
-        return ("tp", "dp", "recompute", "ep")
+        return ("tp", "dp", "recompute", "ep", "etp")
     asked = {"dp" if d == "mbs" else d for d in training.uniform}
     return tuple(d for d in ("tp", "dp", "recompute", "ep") if d in asked)
 
@@ -195,16 +195,20 @@ def build(
                           training.uniform)
     pairs = mixed_stages.island_pairs(groups) if mixed else []
     pair_index = {pr: len(groups) + i for i, pr in enumerate(pairs)}  # eq. H5: one p2p endpoint per pair
+    cps = cp_etp.cp_candidates(options.cp, training.seq_len, caps.context_parallel)  # eq. CP1: one cp per variant
+    cp_etp.check_etp(options.etp, model, caps.expert_tensor_parallel)
     n_before = 0
     opts: list[Option] = []
     opt_index: dict[Option, int] = {}
     variant_opts: dict[int, list[int]] = {}
-    for b in microbatch_candidates(training, max(total, 1), options):
+    # cp outer: the cp 1 variants come first, in the order of the search without cp, so a heuristic cut short by
+    # the deadline (the DP walks variants in order) has covered at least that search
+    for cp, b in ((cp, b) for cp in cps for b in microbatch_candidates(training, max(total, 1), options)):
         allowed = []
         for gi, g in enumerate(groups):
             for tp in tp_candidates(model, g.gpus_per_node):
                 for m in (training.micro_batch_size,) if training.micro_batch_size else PER_REPLICA_MBS:
-                    if b % m or tp * (b // m) > g.capacity:
+                    if b % m or tp * (b // m) * cp > g.capacity:
                         continue
                     if profile is not None:
                         status = coverage(profile, g.gpu_type, tp, m)
@@ -214,16 +218,19 @@ def build(
                         if status in ("interpolated", "missing"):
                             fallback_priced.setdefault(gi, {})[(tp, m)] = status
                     dp = b // m
-                    for ep in ep_candidates(model, tp, dp):
+                    for ep, etp in ((e, x) for e in ep_candidates(model, tp, dp, cp) for x in
+                                    cp_etp.etp_candidates(options.etp, model, tp, dp, cp, e, g.gpus_per_node,
+                                                          caps.expert_tensor_parallel)):
                         for rc in modes:
                             for z in zeros:
                                 n_before += 1
-                                o = Option(group=gi, tp=tp, dp=dp, ep=ep, recompute=rc, uniform_dims=dims, zero=z)
+                                o = Option(group=gi, tp=tp, dp=dp, ep=ep, recompute=rc, uniform_dims=dims, zero=z,
+                                           cp=cp, etp=etp)
                                 if o not in opt_index:
                                     opt_index[o] = len(opts)
                                     opts.append(o)
                                 allowed.append(opt_index[o])
-        if pairs:  # eq. H7
+        if pairs and cp == 1:  # eq. H7 (a mixed stage has cp = 1)
             for o in mixed_stages.enumerate_options(est, model, training, groups, b, modes, dims, pair_index):
                 n_before += 1
                 if o not in opt_index:
@@ -231,22 +238,27 @@ def build(
                     opts.append(o)
                 allowed.append(opt_index[o])
         if allowed:
-            variant_opts[b] = allowed
+            variant_opts[(b, cp)] = allowed
     variants, bounds = [], {}
     ends = mixed_stages.endpoint_members(groups, pairs)
     if est.p2p_per_replica:  # eq. Q1: one dp per variant, so the p2p table can price each replica's stream
-        variant_opts = {(b, dp): [i for i in ids if opts[i].dp == dp]
-                        for b, ids in variant_opts.items() for dp in sorted({opts[i].dp for i in ids})}
+        variant_opts = {(b, dp, cp): [i for i in ids if opts[i].dp == dp]
+                        for (b, cp), ids in variant_opts.items() for dp in sorted({opts[i].dp for i in ids})}
     else:
-        variant_opts = {(b, None): ids for b, ids in variant_opts.items()}
-    priced = {(b, dp): _price_variant(est, model, training, groups, opts, b, ids, uniform, ends, dp)
-              for (b, dp), ids in variant_opts.items()}
-    for (b, _dp), (var, lb) in priced.items():
-        if var.allowed.any():
+        variant_opts = {(b, None, cp): ids for (b, cp), ids in variant_opts.items()}
+    priced = {(b, dp, cp): _price_variant(est, model, training, groups, opts, b, ids, uniform, ends, dp, cp)
+              for (b, dp, cp), ids in variant_opts.items()}
+    held = [k for k, (var, _lb) in priced.items() if var.allowed.any()]
+    cp_dominated = {held[v] for v in cp_etp.dominated_cp_variants(opts, held, [priced[k][0] for k in held])}
+    for (b, _dp, cp), (var, lb) in priced.items():
+        name = f"B={b} samples per micro-batch" + (f", dp {_dp}" if _dp else "") + (f", cp {cp}" if cp > 1 else "")
+        if (b, _dp, cp) in cp_dominated:
+            dropped.append(f"{name}: every option has a no-worse cp 1 twin (eq. CP5)")
+        elif var.allowed.any():
             bounds[len(variants)] = lb
             variants.append(var)
         else:
-            dropped.append(f"B={b} samples per micro-batch" + (f", dp {_dp}" if _dp else "") + ": no option holds one layer")
+            dropped.append(f"{name}: no option holds one layer")
     max_stages = _max_stages(model, groups, options, variants, opts)
     if caps.max_stages_when_tied is not None and model.tied_embeddings:
         max_stages = min(max_stages, caps.max_stages_when_tied)  # e.g. torchtitan cannot tie first and last stage
@@ -274,6 +286,7 @@ def build(
         "variants_considered": len(priced),
         "variants_kept": len(variants),
         "max_stages": max_stages,
+        "cp_variants_dominated": len(cp_dominated),
         "mixed_options": sum(int(v.allowed[i]) for v in variants for i in range(len(opts)) if opts[i].mix),
         "presolve_s": round(time.perf_counter() - t0, 4),
     }
@@ -393,20 +406,21 @@ def _option_costs(est, groups, o: Option, b: int):
         mc = est.mixed_costs(mixed_stages.replica_keys(groups, o), o.ep, o.recompute)
         return mc.layer, mc.first, mc.last, mc.fixed_bytes, mc.capacity_bytes, mc.fixed_sync_s
     g = groups[o.group]
-    args = (g.gpu_type, o.tp, o.dp, o.ep, 1, o.recompute, b)
-    kw = {"island": g.island, "zero": o.zero}  # eq. Z1: the option's ZeRO stage prices every coefficient
+    args = (g.gpu_type, o.tp, o.dp, o.ep, o.etp, o.recompute, b)
+    kw = {"island": g.island, "cp": o.cp, "zero": o.zero}  # eq. Z1: the option's ZeRO stage prices every coefficient
     lc = est.layer_cost(*args, **kw)
     fc, lastc = est.first_stage_extra(*args, **kw), est.last_stage_extra(*args, **kw)
     # full recompute adds the transient activations of the layer being recomputed
     fixed = est.stage_fixed_bytes(g.gpu_type, o.tp, dp=o.dp, recompute=o.recompute, samples_per_microbatch=b, ep=o.ep,
-                                  zero=o.zero)
+                                  cp=o.cp, etp=o.etp, zero=o.zero)
     return (lc, fc, lastc, fixed, est.usable_memory_bytes(g.gpu_type),
-            est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp, ep=o.ep, zero=o.zero))
+            est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp, ep=o.ep, cp=o.cp, etp=o.etp, zero=o.zero))
 
 
 def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = False,
-                   ends: list[tuple[int, ...]] | None = None, dp: int | None = None) -> tuple[Variant, float]:
-    """Cost arrays for one micro-batch choice (and, under eq. Q1, one dp) and its eq. B1 lower bound."""
+                   ends: list[tuple[int, ...]] | None = None, dp: int | None = None, cp: int = 1
+                   ) -> tuple[Variant, float]:
+    """Cost arrays for one micro-batch choice and cp (eq. CP1; under eq. Q1, one dp) and its eq. B1 bound."""
     n = len(opts)
     z = lambda: np.zeros(n)
     a = {k: z() for k in ("lt", "ft", "lat", "ls", "la", "fs", "fa", "xs", "xa", "fx", "cap", "sf", "sl", "s1", "sL")}
@@ -437,7 +451,7 @@ def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = F
     for x in range(G):
         for y in range(G):
             ga, gb = (groups[x].gpu_type, groups[x].island), (groups[y].gpu_type, groups[y].island)
-            p2p[x, y] = est.p2p_time(ga, gb, b, dp_a=dp, dp_b=dp)
+            p2p[x, y] = est.p2p_time(ga, gb, b, dp_a=dp, dp_b=dp, cp=cp)
     for x, xs in enumerate(ends):  # eq. H5: a mixed endpoint's boundary is its slowest group pair
         for y, ys in enumerate(ends):
             if x >= G or y >= G:
@@ -486,7 +500,7 @@ def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: 
 def _gpus_key(o: Option) -> tuple:
     """What two options must share to be compared for outclassing: the same GPUs (group, tp and dp; a mixed
     option: the same replica types and counts, hence the same p2p endpoint)."""
-    return tuple((r.group, r.tp, r.count) for r in o.mix) if o.mix else (o.group, o.tp, o.dp)
+    return tuple((r.group, r.tp, r.count) for r in o.mix) if o.mix else (o.group, o.tp, o.dp, o.cp)
 
 
 def compute_bound(opts: list[Option], groups, var: Variant, num_layers: int) -> float:
@@ -537,8 +551,8 @@ def decode(pre: Presolved, a: Assignment, model: ModelSpec, cluster: ClusterSpec
                              count=r.count, micro_batch=r.samples) for r in o.mix)
         stages.append(StagePlan(
             first_layer=first, num_layers=st.num_layers, gpu_type=g.gpu_type, island=g.island,
-            tp=o.tp, dp=o.dp, ep=o.ep, recompute=o.recompute, time_s=t, memory_gib=mem / GIB, replicas=reps,
-            zero=o.zero,
+            tp=o.tp, dp=o.dp, ep=o.ep, etp=o.etp, recompute=o.recompute, time_s=t, memory_gib=mem / GIB,
+            replicas=reps, zero=o.zero,
         ))
         first += st.num_layers
     b = var.samples_per_microbatch
@@ -549,6 +563,7 @@ def decode(pre: Presolved, a: Assignment, model: ModelSpec, cluster: ClusterSpec
         num_microbatches=var.num_microbatches,
         global_batch_size=training.global_batch_size, seq_len=training.seq_len, precision=training.precision,
         sequence_parallel=training.sequence_parallel, distributed_optimizer=training.distributed_optimizer,
+        cp=prob.options[a.stages[0].option].cp,  # eq. CP1: every option of a variant has the same cp
     )
 
 

@@ -96,16 +96,18 @@ class Option:
     mix: tuple[Replicas, ...] = ()  # empty: a single-group option
     link: int = -1  # mixed option: its row/column of Variant.p2p_time (>= len(groups)); -1: its group's
     zero: int | None = None  # ZeRO stage (eq. Z1; priced into every coefficient); None: the runtime's
+    cp: int = 1  # context-parallel degree (eq. CP1): tp*dp*cp GPUs; one cp per variant, so per plan
+    etp: int = 1  # expert-tensor-parallel degree (eq. CP4): ep*etp divides tp*dp*cp
 
     @property
     def num_gpus(self) -> int:
-        return sum(r.tp * r.count for r in self.mix) if self.mix else self.tp * self.dp
+        return sum(r.tp * r.count for r in self.mix) if self.mix else self.tp * self.dp * self.cp
 
     @property
     def usage(self) -> tuple[tuple[int, int], ...]:
         """(group, GPUs) per group the option uses (eq. G1), groups in first-use order."""
         if not self.mix:
-            return ((self.group, self.tp * self.dp),)
+            return ((self.group, self.tp * self.dp * self.cp),)
         out: dict[int, int] = {}
         for r in self.mix:
             out[r.group] = out.get(r.group, 0) + r.tp * r.count
@@ -119,8 +121,9 @@ class Option:
     @property
     def signature(self) -> tuple:
         """What must be equal across stages for uniform engines (eq. U1): the dimensions in ``uniform_dims`` —
-        all of tp, dp, recompute and ep under a uniform target (Megatron-LM and torchtitan build one
-        expert-parallel group size; etp is 1 for every option presolve enumerates), or the runtime's subset."""
+        all of tp, dp, recompute, ep and etp under a uniform target (Megatron-LM and torchtitan build one
+        expert-parallel and one expert-tensor-parallel group size), or the runtime's subset. cp needs no entry:
+        it is one per variant (eq. CP1)."""
         return tuple(getattr(self, d) for d in self.uniform_dims)
 
 

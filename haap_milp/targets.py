@@ -30,6 +30,8 @@ class EngineCapabilities:
     mixed_stages: bool = False  # a stage's data-parallel replicas may differ in GPU type and tp (eq. H1)
     mixed_stages_why: str = ""  # why it cannot (the refusal's reason)
     interleave: bool = False  # interleaved 1F1B with vpp > 1 model chunks per stage (eqs. I1-I5)
+    context_parallel: bool = True  # cp > 1 (eq. CP1)
+    expert_tensor_parallel: bool = True  # etp > 1 (eq. CP4)
     #: ZeRO stages a stage may run (formulations/ eq. Z1), in a plan of several pipeline stages / of one stage
     #: (None: the same); intersected with the runtime's (estimator/runtime.py ``zero_stages``)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
@@ -63,7 +65,8 @@ TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
                        mixed_stages_why="a FlagScale process mesh (flagscale/train/arguments.py: "
                        "hetero_process_meshes, one entry of hetero_device_types) has one device type and one (tp, dp) and the meshes follow one another "
                        "along the pipeline (hetero_pipeline_layer_split), so one stage cannot hold replicas of two "
-                       "device types"),
+                       "device types",
+                       context_parallel=False),  # emit/flagscale.py refuses cp > 1 (flagscale.cp)
     EngineCapabilities("torchtitan", "haap_milp.emit.torchtitan", "torchtitan: one device mesh, any layer split",
                        uniform_stages=True, max_stages_when_tied=1, zero_stages=(0, 1), zero_stages_single=(0, 2, 3),
                        zero_why="with pipeline parallelism torch.distributed.pipelining runs FSDP without gradient sync "
@@ -72,7 +75,8 @@ TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
                        "always) run in a single-stage plan, and ZeRO-1 there would run as ZeRO-3",
                        mixed_stages_why="torchtitan builds one "
                        "DeviceMesh of equal dimensions for all ranks (its ParallelDims), so replicas "
-                       "cannot differ in tp or share of a batch"),
+                       "cannot differ in tp or share of a batch",
+                       expert_tensor_parallel=False),  # emit/torchtitan.py refuses etp > 1 (torchtitan.etp)
 )}
 TARGET_NAMES: tuple[str, ...] = tuple(TARGETS)  # for Literal[TARGET_NAMES]
 ENGINES: tuple[str, ...] = tuple(n for n, c in TARGETS.items() if c.module is not None)  # targets with an emitter

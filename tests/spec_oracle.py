@@ -15,6 +15,10 @@ nodes, any tp that divides heads and kv heads, fits a node and divides that coun
 ep 1, and EVERY integer split of the B samples (count_a·m_a + count_b·m_b = B, m >= 1) — presolve keeps only
 the fastest split per combination, so a plan where another split wins on memory would show up here.
 
+Context parallelism (formulations/ eq. CP1): one cp per plan, every cp up to the largest group whose 2*cp
+divides seq_len under ``SolveOptions.cp`` "auto" (presolve's candidates are powers of two: an oracle with every
+integer is stricter), each stage then on tp*dp*cp GPUs.
+
 Plans using more GPUs of a (type, island) than it has are skipped before scoring (check_plan would
 reject them as ``gpus.*``); everything else is left to check_plan, which is called in increasing
 order of estimated time until one plan passes.
@@ -75,14 +79,15 @@ def zero_set(options: SolveOptions) -> tuple:
     return (0, 1, 2, 3) if options.zero == "auto" else tuple(options.zero)
 
 
-def stage_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute, zeros=(None,)) -> list[tuple]:
-    """(gpu_type, island, tp, dp, recompute, zero) a stage may use with B = b samples per micro-batch."""
+def stage_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute, zeros=(None,), cp: int = 1) -> list[tuple]:
+    """(gpu_type, island, tp, dp, recompute, zero) a stage may use with B = b samples per micro-batch and
+    context-parallel degree cp (tp*dp*cp GPUs)."""
     out = []
     for (gpu, island), (cap, per_node) in _groups(cluster).items():
         for tp in range(1, per_node + 1):
             if model.num_heads % tp or model.kv_heads % tp:
                 continue
-            for dp in range(1, cap // tp + 1):
+            for dp in range(1, cap // (tp * cp) + 1):
                 if b % dp:
                     continue
                 out.extend((gpu, island, tp, dp, rc, z) for rc in recompute for z in zeros)
@@ -114,11 +119,19 @@ def mixed_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute) -> 
     return out
 
 
-def _usage(cfg) -> list[tuple[tuple[str, str], int]]:
+def _usage(cfg, cp: int = 1) -> list[tuple[tuple[str, str], int]]:
     if cfg[0] == "mixed":
         return [((g, i), tp * n) for g, i, tp, n, _m in cfg[1]]
     gpu, island, tp, dp, *_ = cfg
-    return [((gpu, island), tp * dp)]
+    return [((gpu, island), tp * dp * cp)]
+
+
+def cp_values(options: SolveOptions, seq_len: int, most_gpus: int) -> list[int]:
+    """Context-parallel degrees to enumerate: ``options.cp`` as a number, or under "auto" every cp up to the
+    largest group whose 2*cp divides the sequence (Megatron's load-balanced chunks); one cp per plan."""
+    if options.cp != "auto":
+        return [options.cp]
+    return [c for c in range(1, most_gpus + 1) if c == 1 or seq_len % (2 * c) == 0]
 
 
 def _stage(cfg, first: int, n: int) -> StagePlan:
@@ -137,17 +150,17 @@ def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     sizes = options.micro_batch_sizes or tuple(b for b in range(1, gbs + 1) if gbs % b == 0)
     caps = {k: v[0] for k, v in _groups(cluster).items()}
     max_p = min(model.num_layers, options.max_stages or model.num_layers)
-    for b in sorted(set(sizes)):
+    for b, cp in itertools.product(sorted(set(sizes)), cp_values(options, training.seq_len, max(caps.values()))):
         if gbs % b:
             continue
-        configs = stage_configs(model, cluster, b, options.recompute, zero_set(options))
-        if options.mixed_stages != "off" and capabilities(options.target).mixed_stages:
+        configs = stage_configs(model, cluster, b, options.recompute, zero_set(options), cp)
+        if cp == 1 and options.mixed_stages != "off" and capabilities(options.target).mixed_stages:
             configs += mixed_configs(model, cluster, b, options.recompute)
         for p in range(1, max_p + 1):
             for combo in itertools.product(configs, repeat=p):
                 used: dict = {}
                 for cfg in combo:
-                    for k, n in _usage(cfg):
+                    for k, n in _usage(cfg, cp):
                         used[k] = used.get(k, 0) + n
                 if any(n > caps[k] for k, n in used.items()):
                     continue
@@ -161,7 +174,7 @@ def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                                micro_batch_size=mbs, num_microbatches=gbs // b, global_batch_size=gbs,
                                seq_len=training.seq_len, precision=training.precision,
                                sequence_parallel=training.sequence_parallel,
-                               distributed_optimizer=training.distributed_optimizer)
+                               distributed_optimizer=training.distributed_optimizer, cp=cp)
 
 
 def score_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions,

@@ -81,6 +81,22 @@ HeadroomOpt = Annotated[str | None, typer.Option("--memory-headroom", help=HEADR
 MixedOpt = Annotated[str, typer.Option("--mixed-stages", help="auto | on | off: stages whose data-parallel replicas "
                                        "differ in GPU type and tp, each type taking its share of every micro-batch "
                                        "(formulations/ eqs. H1-H7). auto: on for --target any without --uniform.")]
+CpOpt = Annotated[str, typer.Option("--cp", help="auto | N: context-parallel degree (ring attention, formulations/ "
+                                    "eqs. CP1-CP3, one per plan); auto searches every cp with seq % (2*cp) == 0 up "
+                                    "to 16. Default 1.")]
+EtpOpt = Annotated[str, typer.Option("--etp", help="auto | N: expert-tensor-parallel degree of MoE layers (eq. CP4, "
+                                     "per stage); auto searches the divisors of the expert FFN that fit a node. "
+                                     "Default 1.")]
+
+
+def parse_degree(value: str, flag: str):
+    """'auto' or a positive integer (one paragraph naming the flag otherwise)."""
+    v = value.strip().lower()
+    if v == "auto":
+        return "auto"
+    if v.isdigit() and int(v) >= 1:
+        return int(v)
+    raise HaapInputError(f"{flag} {value!r}: use auto or a positive integer (e.g. {flag} 2).", field=flag, value=value)
 
 
 def _inputs(model: str, cluster: str, gbs: int | None, seq: int | None, precision: str | None,
@@ -112,7 +128,7 @@ def _vpp(value: str) -> int | str:
 
 
 def _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed: str = "auto", zero=None,
-             vpp: str = "1") -> SolveOptions:
+             vpp: str = "1", cp: str = "1", etp: str = "1") -> SolveOptions:
     finite(time_limit, "--time-limit")
     finite(gap, "--gap")
     vpp_value = _vpp(vpp)
@@ -121,7 +137,7 @@ def _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed: 
     try:
         return SolveOptions(solver=solver, time_limit_s=time_limit, threads=threads, target=target,
                             max_stages=max_stages, relative_gap=gap, seed=seed, mixed_stages=mixed, zero=zero,
-                            vpp=vpp_value)
+                            vpp=vpp_value, cp=parse_degree(cp, "--cp"), etp=parse_degree(etp, "--etp"))
     except ValidationError as exc:
         raise flag_error(exc) from None
 
@@ -170,6 +186,8 @@ def solve(
     price: PriceKindOpt = "on_demand",
     mixed_stages: MixedOpt = "auto",
     vpp: VppOpt = "1",
+    cp: CpOpt = "1",
+    etp: EtpOpt = "1",
 ) -> None:
     """Find the plan with the shortest iteration time (or least cost or energy) that fits, with its gap."""
     dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command; Ctrl-C keeps the best plan
@@ -182,7 +200,7 @@ def solve(
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed_stages,
-                    zero_search(zero, zero_stage, False if no_dist_opt else None), vpp)
+                    zero_search(zero, zero_stage, False if no_dist_opt else None), vpp, cp, etp)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     book = price_book(prices, price)
     goal = goal_from_flags(objective, max_cost_per_hour, min_tokens_per_s, max_iteration_time, robust,
@@ -278,6 +296,8 @@ def compare(
     prices: PricesOpt = None,
     price: PriceKindOpt = "on_demand",
     vpp: VppOpt = "1",
+    cp: CpOpt = "1",
+    etp: EtpOpt = "1",
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
     dl = Deadline.for_command(time_limit)  # --time-limit bounds the whole command, input loading included
@@ -286,7 +306,7 @@ def compare(
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed, mixed_stages,
-                    zero_search(zero, zero_stage, False if no_dist_opt else None), vpp)
+                    zero_search(zero, zero_stage, False if no_dist_opt else None), vpp, cp, etp)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     book = price_book(prices, price)
     outs = run_interruptible(lambda: planner.compare(m, c, training, opts, profile=prof, deadline=dl), dl,

@@ -92,6 +92,16 @@ def p2p(link: Link) -> Cost:
     return Cost(1.0 / link.bytes_per_s, link.latency_s)
 
 
+def ring_attention_exposed(cp: int, step_s: float, compute_s: float) -> float:
+    """Exposed seconds of context-parallel ring attention (eq. CP2; Megatron-Core / Transformer Engine
+    ``AttnFuncWithCPAndKVP2P``): the core attention runs in cp steps, one per K/V block, each block's compute
+    ``compute_s / cp`` (load-balanced causal chunks) overlapping the send of the next block (``step_s``); the
+    cp - 1 sends show only where a send outlasts the block's compute."""
+    if cp <= 1:
+        return 0.0
+    return (cp - 1) * max(0.0, step_s - compute_s / cp)
+
+
 def ring_measured(kind: str, n: int, link_at: Callable[[float], Link], lo_bytes: float, hi_bytes: float) -> Cost:
     """Flat ring of n ranks whose link depends on the message size (a measured curve): each of the f·(n-1)
     steps sends one chunk of M/n bytes, so T(M) = f·(n-1)·(M/n / bw(M/n) + latency) (Thakur et al. 2005; Sailor's

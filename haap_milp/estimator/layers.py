@@ -92,14 +92,16 @@ def _tp_collective(hw: Hardware, tp: int, message_bytes: float) -> float:
 
 def _cp_exchange(hw: Hardware, tokens: float, kv: int, tp: int, cp: int, a_f: float, a_b: float,
                  A: float = A) -> tuple[float, float]:
-    """Ring attention (Megatron CP): cp-1 steps passing this rank's K and V (bwd: also dK, dV), overlapped
-    with the attention compute; only the excess is exposed. CP ranks are tp apart in Megatron's order."""
+    """Ring attention (Megatron CP, eq. CP2): cp-1 steps passing this rank's K and V block (bwd: K, V and dK,
+    dV, twice the bytes), each overlapped with the attention compute of one block (comm.ring_attention_exposed).
+    CP ranks are tp apart in Megatron's order (tp-cp-ep-dp-pp), so the ring stays on NVLink while tp*cp fits a
+    node and crosses the NIC (each GPU's share of it) otherwise. ``tokens`` = this rank's b*seq/cp."""
     if cp <= 1:
         return 0.0, 0.0
     step_bytes = 2 * tokens * kv / tp * A
     link = hw.intra(step_bytes, cp, "p2p") if tp * cp <= hw.gpus_per_node else hw.nic_gpu_at(step_bytes)
     step = comm.p2p(link).time(step_bytes)
-    return max(0.0, (cp - 1) * step - a_f), max(0.0, 2 * (cp - 1) * step - a_b)
+    return comm.ring_attention_exposed(cp, step, a_f), comm.ring_attention_exposed(cp, 2 * step, a_b)
 
 
 def _mlp_block(model: ModelSpec, hw: Hardware, precision: str, tokens: float, tp: int, sp: bool,

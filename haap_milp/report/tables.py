@@ -93,7 +93,8 @@ def stage_table(out) -> Table:
     plan, est = out.result.plan, out.estimate
     inter = f" x {plan.vpp} interleaved chunks" if plan.vpp > 1 else ""  # eqs. I1-I5
     t = Table(title=f"{plan.model} on {plan.cluster}: {plan.pp} stages{inter}, micro-batch {plan.micro_batch_size} "
-                    f"x {plan.num_microbatches} micro-batches, gbs {plan.global_batch_size}, seq {plan.seq_len}")
+                    f"x {plan.num_microbatches} micro-batches, gbs {plan.global_batch_size}, seq {plan.seq_len}"
+                    + (f", context-parallel {plan.cp}" if plan.cp > 1 else ""))
     zero = any(s.zero is not None for s in plan.stages)  # a searched ZeRO stage (eq. Z1): one more column
     for col in ("stage", "layers", "GPUs", "island", "tp", "dp", "ep", "recompute", *(("zero",) if zero else ()),
                 "mbs", "time ms", "memory GiB"):
@@ -107,9 +108,9 @@ def stage_table(out) -> Table:
             dp = "+".join(str(r.count) for r in s.replicas)
             mbs = "/".join(str(r.micro_batch) for r in s.replicas)
         else:
-            gpus, tp, dp, mbs = f"{s.gpu_type} x {s.num_gpus}", str(s.tp), str(s.dp), f"{plan.stage_micro_batch(j):g}"
+            gpus, tp, dp, mbs = f"{s.gpu_type} x {s.num_gpus * plan.cp}", str(s.tp), str(s.dp), f"{plan.stage_micro_batch(j):g}"
         t.add_row(str(j), f"{s.first_layer}-{s.last_layer - 1} ({s.num_layers})", gpus,
-                  s.island, tp, dp, str(s.ep), s.recompute, *((_fmt(s.zero, "d"),) if zero else ()), mbs,
+                  s.island, tp, dp, str(s.ep) + (f" etp {s.etp}" if s.etp > 1 else ""), s.recompute, *((_fmt(s.zero, "d"),) if zero else ()), mbs,
                   _fmt(s.time_s and s.time_s * 1e3, ".1f"), f"{_fmt(s.memory_gib, '.1f')}{cap}")
     return t
 

@@ -54,14 +54,15 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
             if o.mix:  # uniform plans have one GPU group per stage
                 continue
             # one option per (signature, group); ep: keep the first (smallest) allowed
-            by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep, o.zero), {}).setdefault(o.group, int(i))  # zero: eq. Z1
-        for (tp, dp, *_), sig_opts in by_sig.items():
+            by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep, o.zero, o.etp), {}).setdefault(o.group, int(i))  # zero: eq. Z1
+        for sig_opts in by_sig.values():
             if best is not None and dl.expired():
                 break
             for p in range(1, min(problem.max_stages, L) + 1):
                 if L % p:
                     continue
-                for chosen in _placements(problem, sig_opts, p, tp * dp):
+                gpus = problem.options[next(iter(sig_opts.values()))].num_gpus  # tp*dp*cp (eq. CP1)
+                for chosen in _placements(problem, sig_opts, p, gpus):
                     a = Assignment(vi, tuple(Stage(o, L // p) for o in chosen))
                     tried += 1
                     if violations(problem, a):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from haap_milp.specs.base import (
     Frozen,
@@ -42,6 +42,19 @@ class SolveOptions(Frozen):
     vpp: int | Literal["auto"] = Field(
         default=1, description="Interleaved 1F1B (formulations/ eqs. I1-I5): 1 off; N: plans with vpp 1 or N; "
         "auto: vpp 1, 2, 3 or 4 where the target engine interleaves.")
+    cp: Literal["auto"] | int = Field(
+        default=1, description="Context-parallel degree (formulations/ eqs. CP1-CP3): a number fixes it, auto "
+        "searches every cp with seq_len % (2*cp) == 0 up to 16 (one cp per plan).")
+    etp: Literal["auto"] | int = Field(
+        default=1, description="Expert-tensor-parallel degree of MoE layers (eq. CP4): a number fixes it, auto "
+        "searches the divisors of the expert FFN that fit a node and fold onto the stage (per stage).")
+
+    @field_validator("cp", "etp")
+    @classmethod
+    def _positive(cls, v, info):
+        if v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{info.field_name} must be 'auto' or a positive integer, got {v!r}")
+        return v
 
 
 class SolveResult(Frozen):
