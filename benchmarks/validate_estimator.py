@@ -43,12 +43,12 @@ GIB = 2**30
 TARGETS = {"dense": 8.0, "moe": 12.0}  # issue #12: LOO MAPE targets (%); no row worse than 25 %
 
 
-def loo_rows(rounds: int, warm: bool, shard: tuple[int, int] = (0, 1)) -> list[dict]:
+def loo_rows(rounds: int, warm: bool, shard: tuple[int, int] = (0, 1), family_only: bool = False) -> list[dict]:
     """Leave-one-out over the complete rows: refit without the row (calibrate.run_fit), predict it. ``warm``:
     start each refit from the packaged calibration instead of the priors (cheaper; see loo_section).
     ``shard`` (k, n): only the k-th of every n rows. Each finished row is appended to PARTIAL at once (one
     JSON line), and rows already there are not refitted, so parallel shards and interrupted runs add up."""
-    from calibrate import OUTLIERS, Fit, run_fit
+    from calibrate import FAMILIES, OUTLIERS, Fit, run_fit
 
     rows = load_rows(DATA)
     runs = [to_run(r) for r in rows]
@@ -66,7 +66,13 @@ def loo_rows(rounds: int, warm: bool, shard: tuple[int, int] = (0, 1)) -> list[d
         fit = Fit(rows, exclude={run.id}, runs=runs)
         if warm:
             fit.cal = packaged
-        cal = run_fit(fit, rounds)
+        if family_only:  # refit only the row's own GPU-family block (its fitted parameters), from the packaged file
+            fam = next(f for f, gpus in FAMILIES.items() if run.gpu in gpus)
+            for _ in range(rounds):
+                fit.fit_family(fam)
+            cal = fit.cal
+        else:
+            cal = run_fit(fit, rounds)
         pred = predict_time_s(run, estimator_for(run, cal))
         pe = estimator_for(run, cal).estimate(run.plan)
         out.append({"id": run.id, "category": run.category, "gpu": run.gpu, "stack": stack(run.row),
@@ -91,9 +97,12 @@ def loo_section(loo: dict | None) -> list[str]:
     rows = loo["rows"]
     start = ("the packaged calibration (which saw the row: a one-step approximation of LOO that can understate "
              "the out-of-sample error)") if loo.get("warm") else "the priors"
+    blocks = ("only the row's own GPU-family block refitted (its per-family parameters); the global overlaps "
+              "(tp/dp/ep_overlap, fitted on all rows) and the other family stay as packaged, i.e. they saw the row"
+              if loo.get("family_only") else "calibrate.py's block fit: globals, then each family")
     lines = ["", "## Leave-one-out (time)", "",
              (f"Each complete row predicted by a calibration fitted without it ({loo['rounds']} round(s) of "
-              f"calibrate.py's block fit, started from {start}; rows in calibrate.OUTLIERS are never fitted, so "
+              f"{blocks}, started from {start}; rows in calibrate.OUTLIERS are never fitted, so "
               f"their LOO error is their plain error). Run {loo['date']} ({loo['minutes']:.0f} min of refits, "
               f"summed over parallel shards). Targets "
               f"(issue #12): MAPE <= "
@@ -213,6 +222,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=4, help="block rounds per LOO fit (calibrate.py's default)")
     ap.add_argument("--warm", action="store_true", help="start each LOO refit from the packaged calibration")
     ap.add_argument("--shard", default="0/1", help="k/n: refit only every n-th row from the k-th (parallel runs)")
+    ap.add_argument("--family-only", action="store_true",
+                    help="LOO refits only the row's GPU-family parameters (cheaper; globals stay as packaged)")
     args = ap.parse_args(argv)
     cal = load_calibration()
     rows, mem = time_rows(cal), memory_table(cal)
@@ -220,13 +231,13 @@ def main(argv: list[str] | None = None) -> None:
     loo = json.loads(LOO.read_text(encoding="utf-8")) if LOO.exists() else None
     if args.loo:
         k, n = (int(x) for x in args.shard.split("/"))
-        got = loo_rows(args.rounds, args.warm, (k, n))
+        got = loo_rows(args.rounds, args.warm, (k, n), args.family_only)
         total = sum(1 for r in load_rows(DATA) if (run := to_run(r)).plan is not None and run.complete)
         if len(got) < total:
             print(f"{len(got)} of {total} LOO rows in {PARTIAL.name}; run the other shards, then --loo again")
             return
         loo = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-               "rounds": args.rounds, "warm": args.warm, "rows": got,
+               "rounds": args.rounds, "warm": args.warm, "family_only": args.family_only, "rows": got,
                "minutes": sum(r["seconds"] for r in got) / 60}
         LOO.write_text(json.dumps(loo, indent=1) + "\n", encoding="utf-8")
         PARTIAL.unlink()
