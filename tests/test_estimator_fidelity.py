@@ -83,3 +83,17 @@ def test_qwen3_30b_on_another_stack_never_fitted():
     run = to_run(row)
     assert stack(row) == "nemo-automodel" and not run.complete and run.impl.moe_dispatcher == "flex"
     assert abs(error_pct(predict_time_s(run, estimator_for(run, load_calibration())), run.measured_time_s)) <= 15.0
+
+
+def test_last_stage_keeps_one_microbatch_of_logits_unless_gpipe():
+    from haap_milp.estimator import schedule
+
+    assert schedule.loss_inflight("interleaved", 16) == 1.0 and schedule.loss_inflight("1f1b", 16) == 1.0
+    assert schedule.loss_inflight("gpipe", 16) == 16.0
+    est = Estimator(LLAMA_8B, cluster(nodes=4), training(64, 4096))
+    inter = est.estimate(uniform_plan(LLAMA_8B, "h100-80g", 2, 4, 4, 1, 64, 4096, vpp=2))
+    last = inter.stages[-1]
+    head = est.last_stage_extra("h100-80g", 2, 4, 1, 1, "none", 4).act_bytes / 2**30
+    layer = est.layer_cost("h100-80g", 2, 4, 1, 1, "none", 4).act_bytes / 2**30
+    assert last.inflight_microbatches > 1
+    assert last.breakdown["activations_gib"] == pytest.approx(last.num_layers * last.inflight_microbatches * layer + head)
