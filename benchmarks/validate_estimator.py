@@ -95,18 +95,19 @@ def loo_section(loo: dict | None, fits_now: dict[str, bool | None] | None = None
     if not loo:
         return ["", "## Leave-one-out", "", "Not run yet: `python benchmarks/validate_estimator.py --loo`.", ""]
     rows = loo["rows"]
-    start = ("the packaged calibration (which saw the row: a one-step approximation of LOO that can understate "
-             "the out-of-sample error)") if loo.get("warm") else "the priors"
-    blocks = ("only the row's own GPU-family block refitted (its per-family parameters); the global overlaps "
-              "(tp/dp/ep_overlap, fitted on all rows) and the other family stay as packaged, i.e. they saw the row"
-              if loo.get("family_only") else "calibrate.py's block fit: globals, then each family")
+    start = ("the packaged calibration (which saw the row)") if loo.get("warm") else "the priors"
+    blocks = ("only the row's own GPU-family parameters are refitted; the global overlaps (tp/dp/ep_overlap) and the "
+              "other family stay as packaged (fitted with the row)" if loo.get("family_only")
+              else "calibrate.py's block fit: globals, then each family")
     lines = ["", "## Leave-one-out (time)", "",
-             (f"Each complete row predicted by a calibration fitted without it ({loo['rounds']} round(s) of "
-              f"{blocks}, started from {start}; rows in calibrate.OUTLIERS are never fitted, so "
-              f"their LOO error is their plain error). Run {loo['date']} ({loo['minutes']:.0f} min of refits, "
-              f"summed over parallel shards). Targets "
-              f"(issue #12): MAPE <= "
-             f"{TARGETS['dense']:.0f} % dense, <= {TARGETS['moe']:.0f} % MoE, no row beyond 25 %."), "",
+             (f"Each complete row predicted by a calibration refitted without it: {loo['rounds']} round(s) of "
+              f"Nelder-Mead started from {start}; {blocks}. Not an exact leave-one-out (that is calibrate.py's "
+              "4-round fit from the priors once per row, ~100 s each here): the row still shapes the starting "
+              "point" + (" and the global parameters" if loo.get("family_only") else "") + ", so these errors can "
+              f"understate the out-of-sample error (estimator_fidelity.md, section 6). Rows in calibrate.OUTLIERS "
+              f"(none at present) are never fitted. Run {loo['date']} ({loo['minutes']:.0f} min of refits, summed "
+              f"over parallel shards). Targets (issue #12): MAPE <= {TARGETS['dense']:.0f} % dense, "
+              f"<= {TARGETS['moe']:.0f} % MoE, no row beyond 25 %."), "",
              "| group | rows | LOO MAPE % | max abs % | rows > 25 % |", "|---|---|---|---|---|"]
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
