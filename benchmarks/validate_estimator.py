@@ -96,8 +96,8 @@ def loo_section(loo: dict | None, fits_now: dict[str, bool | None] | None = None
         return ["", "## Leave-one-out", "", "Not run yet: `python benchmarks/validate_estimator.py --loo`.", ""]
     rows = loo["rows"]
     start = ("the packaged calibration (which saw the row)") if loo.get("warm") else "the priors"
-    blocks = ("only the row's own GPU-family parameters are refitted; the global overlaps (tp/dp/ep_overlap) and the "
-              "other family stay as packaged (fitted with the row)" if loo.get("family_only")
+    blocks = ("only the row's own GPU-family parameters are refitted; the global ones (tp/dp/ep_overlap, the "
+              "per-kernel cost) and the other family stay as packaged (fitted with the row)" if loo.get("family_only")
               else "calibrate.py's block fit: globals, then each family")
     lines = ["", "## Leave-one-out (time)", "",
              (f"Each complete row predicted by a calibration refitted without it: {loo['rounds']} round(s) of "
