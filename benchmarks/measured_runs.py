@@ -159,14 +159,28 @@ def recompute_modules(text: str | None) -> tuple[str, ...] | None:
 def stack(row: dict[str, Any]) -> str:
     """Software-stack family of a row (for the validation breakdown): megatron-2021/22 (Megatron-LM / DeepSpeed
     before Megatron-Core), megatron-core (NeMo, Megatron-Bridge, Megatron-Core), torchtitan, llm-foundry,
-    maxtext, other."""
+    maxtext, nemo-automodel (PyTorch FSDP2 + TE + DeepEP), other."""
     f = (row.get("framework") or "").lower()
     if "megatron-lm (" in f or "deepspeed" in f:
         return "megatron-2021/22"
-    for key, name in (("torchtitan", "torchtitan"), ("llm-foundry", "llm-foundry"), ("maxtext", "maxtext")):
+    for key, name in (("torchtitan", "torchtitan"), ("llm-foundry", "llm-foundry"), ("maxtext", "maxtext"),
+                      ("automodel", "nemo-automodel")):
         if key in f:
             return name
     return "megatron-core" if any(k in f for k in ("nemo", "megatron")) else "other"
+
+
+def bf16_grad_recipe(row: dict[str, Any]) -> bool:
+    """Whether the row ran one of NVIDIA's NeMo 2 (container >= 24.09) or Megatron-Bridge performance recipes, which
+    keep the DDP main gradients in bf16: ``recipe.trainer.plugins.grad_reduce_in_fp32 = False`` in NeMo's
+    ``pretrain_performance_optimizations`` (e.g. nemo/collections/llm/recipes/nemotron4_340b.py) and
+    ``cfg.ddp.grad_reduce_in_fp32 = False`` in Megatron-Bridge's scripts/performance configs (Llama 3.1, Qwen3,
+    DeepSeek-V3 families). NeMo 24.07 (NeMo 1 launcher configs) and non-NVIDIA rows keep Megatron's fp32 default."""
+    f = row.get("framework") or ""
+    if "Megatron-Bridge" in f:
+        return True
+    m = re.search(r"NeMo(?: Megatron)? (\d\d)\.(\d\d|x)", f)
+    return bool(m) and row["id"].startswith(NVIDIA_RECIPES) and (m[1], m[2]) >= ("24", "09")
 
 
 def dispatcher(row: dict[str, Any]) -> str:
@@ -223,9 +237,13 @@ def _plan(run: Run, model: ModelSpec, cluster: ClusterSpec) -> tuple[Plan, Train
         dist = True
         run.assumptions.append("distributed optimizer (not stated)")
     recompute = _recompute(run)
+    fp32_grads = None
+    if bf16_grad_recipe(r):
+        fp32_grads = False
+        run.assumptions.append("grad_reduce_in_fp32=False (NVIDIA performance-recipe setting, not in the row)")
     training = TrainingSpec(global_batch_size=gbs, seq_len=model.seq_len, precision=_precision(r.get("precision")),
                             sequence_parallel=bool(sp), distributed_optimizer=bool(dist or run.fsdp),
-                            memory_headroom_fraction=0.0)
+                            memory_headroom_fraction=0.0, grad_reduce_in_fp32=fp32_grads)
     pos, stages = 0, []
     for nl in _split(model.num_layers, pp):
         stages.append(StagePlan(first_layer=pos, num_layers=nl, gpu_type=run.gpu, tp=tp, dp=dp, ep=ep, etp=etp,
@@ -280,7 +298,7 @@ def fsdp_time_s(est: Estimator, plan: Plan, stage_time_s: float) -> float:
     n = s.dp * plan.cp
     ag = comm.group_collective("all_gather", n, s.tp, hw.gpus_per_node, hw.nvlink, hw.nic_node)
     rs = comm.group_collective("reduce_scatter", n, s.tp, hw.gpus_per_node, hw.nvlink, hw.nic_node)
-    per_mb = 2 * ag.time(2.0 * params) + rs.time(grad_bytes(plan.precision) * params)
+    per_mb = 2 * ag.time(2.0 * params) + rs.time(grad_bytes(plan.precision, est.training.grad_reduce_in_fp32) * params)
     return plan.num_microbatches * max(stage_time_s, per_mb) + optimizer_step_s(params / n, hw.gpu, hw.params)
 
 

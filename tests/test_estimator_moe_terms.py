@@ -160,8 +160,9 @@ def test_published_moe_config_on_256_h100_fits_with_its_recompute_modules():
 
 
 # Complete non-FSDP rows predicted not to fit although they ran (README "shortfalls"); none may be added.
-KNOWN_NOT_FITTING = {"nemo2407_h100_fp8_Nemotron-340B", "dgxc_nemotron4_340b_bf16_128",
-                     "dgxc_llama31_405b_bf16_h100_512_nemo25", "mb2511_h100_qwen3_30b_fp8_16"}
+# (dgxc_llama31_405b_bf16_h100_512_nemo25 fits since the bf16 main gradients of NVIDIA's performance recipes,
+# mb2511_h100_qwen3_30b_fp8_16 since the last stage keeps one micro-batch of logits under interleaving.)
+KNOWN_NOT_FITTING = {"nemo2407_h100_fp8_Nemotron-340B", "dgxc_nemotron4_340b_bf16_128"}
 
 
 def test_no_new_published_config_predicted_not_to_fit():

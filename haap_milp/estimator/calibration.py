@@ -50,6 +50,11 @@ PRIOR_SOURCES = {
     "grouped_m_half": "tokens per expert at which the grouped expert GEMMs run at half their asymptotic "
     "efficiency (tile / wave quantization and per-expert prologue; compute.grouped_gemm_fwd_bwd_s): fitted on "
     "the MoE rows (Hopper), 0 (no shape effect) where no MoE rows exist",
+    "expert_latency_s": "fixed cost per local expert and per-expert launch of the grouped expert GEMMs, beyond a "
+    "GEMM's own kernel cost: Transformer Engine's GroupedLinear splits the permuted tokens and runs (and in fp8 "
+    "quantizes) expert by expert, so each local expert adds host dispatch and small kernels (Megatron-Bridge 'MoE "
+    "Training Optimization': compute-efficiency wall = small expert GEMMs + host overhead; fp8 shifts cost to "
+    "quantization kernels and host overhead): fitted on the Hopper MoE rows; 0 where no MoE rows exist",
     "frag_fraction": "caching-allocator fragmentation as a share of the largest single allocation "
     "(memory.fragmentation_bytes): least squares on the torchtitan peak-memory rows whose recomputation maps "
     "onto haap's (benchmarks/calibrate.py); 0 without a fit",
@@ -75,6 +80,7 @@ class GpuParams:
     moe_latency_s: float = 0.0  # fixed cost per MoE layer and pass (router top-k, dropless token-count sync, permute)
     grouped_gemm_eff: float = 1.0  # grouped expert GEMMs (+ routing imbalance) relative to dense GEMMs
     grouped_m_half: float = 0.0  # tokens per expert at which the grouped GEMMs' shape factor m/(m + m_half) is 1/2
+    expert_latency_s: float = 0.0  # fixed cost per local expert and per-expert launch (compute.expert_launches)
     source: str = "prior"  # fitted | prior | derived from <gpu> (<rule>)
 
     def gemm_eff(self, precision: str) -> float:
@@ -156,7 +162,7 @@ def _from_dict(data: dict[str, Any]) -> Calibration:
     return Calibration(gpus=gpus, globals=glob, meta=meta, balance=balance)
 
 
-_RANGES = {"grouped_m_half": (0.0, 1e6), "kernel_latency_s": (0.0, 1.0), "moe_latency_s": (0.0, 1.0), "intra_latency_s": (0.0, 1.0),
+_RANGES = {"grouped_m_half": (0.0, 1e6), "expert_latency_s": (0.0, 1.0), "kernel_latency_s": (0.0, 1.0), "moe_latency_s": (0.0, 1.0), "intra_latency_s": (0.0, 1.0),
            "overhead_gib": (0.0, 1024.0), "frag_fraction": (0.0, 4.0), "machine_balance": (0.0, 1e6)}  # else an efficiency/fraction: [0, 1]
 
 

@@ -43,10 +43,15 @@ class ParamGroup:
     span: int
 
 
-def grad_bytes(precision: str) -> float:
+def grad_bytes(precision: str, in_fp32: bool | None = None) -> float:
     """Gradient element size in the DP reduction: fp32 main grads with bf16/fp8, fp16 with fp16 (Megatron table);
-    fp32 gradients in fp32 / tf32 training."""
-    return 2.0 if precision == "fp16" else 4.0
+    fp32 gradients in fp32 / tf32 training. ``in_fp32`` (TrainingSpec.grad_reduce_in_fp32) given: 4 if True, else
+    the 16-bit parameter dtype's 2 (Megatron-Core DDP ``grad_reduce_in_fp32=False``)."""
+    if precision in ("fp32", "tf32"):
+        return 4.0
+    if in_fp32 is None:
+        return 2.0 if precision == "fp16" else 4.0
+    return 4.0 if in_fp32 else 2.0
 
 
 def _dp_collective(kind: str, grp: ParamGroup, hw: Hardware, element_bytes: float,
@@ -106,14 +111,15 @@ def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, c
     def ring_ends(element_bytes: float) -> tuple[float, float] | None:  # secant ends, bytes (None: hierarchical)
         return (lo_p * element_bytes, hi_p * element_bytes) if rt.ring else None
 
+    gel = grad_bytes(prec, training.grad_reduce_in_fp32)  # main-gradient element, bytes
     for grp in groups:
-        bpp = memory.param_bytes(prec, rt.zero_stage, grp.n, training.optimizer_state_bytes_per_param)
+        bpp = memory.param_bytes(prec, rt.zero_stage, grp.n, training.optimizer_state_bytes_per_param,
+                                 grad_element_bytes=gel)
         w, g, o = w + grp.params * bpp.weights, g + grp.params * bpp.grads, o + grp.params * bpp.optimizer
-        gb = grp.params * grad_bytes(prec)
+        gb = grp.params * gel
         if grp.n > 1:
             if rt.zero_stage >= 1:
-                rs = _dp_collective("reduce_scatter", grp, hw, grad_bytes(prec), rt.bucket_bytes,
-                                    ring_ends(grad_bytes(prec)))
+                rs = _dp_collective("reduce_scatter", grp, hw, gel, rt.bucket_bytes, ring_ends(gel))
                 ag = _dp_collective("all_gather", grp, hw, pb, rt.bucket_bytes, ring_ends(pb))
                 rs_s, ag_s = rs.per_byte_s * gb, ag.per_byte_s * grp.params * pb
                 if not zero.per_step(rt.zero_stage):  # eq. Z3: per micro-batch, one collective per layer
@@ -130,7 +136,7 @@ def param_sync(groups: list[ParamGroup], hw: Hardware, training: TrainingSpec, c
                     lat = max(lat, ((1 - hid) * rs.latency_s if rt.grad_overlap else rs.latency_s)
                               + ((1 - hid) * ag.latency_s if rt.param_overlap else ag.latency_s))
             else:
-                ar = _dp_collective("all_reduce", grp, hw, grad_bytes(prec), rt.bucket_bytes, ring_ends(grad_bytes(prec)))
+                ar = _dp_collective("all_reduce", grp, hw, gel, rt.bucket_bytes, ring_ends(gel))
                 comm_s += ar.per_byte_s * gb
                 if default:
                     lat = max(lat, ar.latency_s)

@@ -44,7 +44,8 @@ def bytes_per_param(precision: str, distributed_optimizer: bool, dp: int, optimi
     return param_bytes(precision, 1 if distributed_optimizer else 0, dp, optimizer_state_bytes)
 
 
-def param_bytes(precision: str, zero_stage: int, dp: int, optimizer_state_bytes: float) -> ParamBytes:
+def param_bytes(precision: str, zero_stage: int, dp: int, optimizer_state_bytes: float,
+                grad_element_bytes: float | None = None) -> ParamBytes:
     """Bytes per parameter by ZeRO stage (Rajbhandari et al., "ZeRO", SC'20, sec. 5.1-5.3: stage 1 shards the
     optimizer state over the ``dp`` ranks, stage 2 also the gradients, stage 3 also the weights).
 
@@ -55,8 +56,9 @@ def param_bytes(precision: str, zero_stage: int, dp: int, optimizer_state_bytes:
         weights, grads, opt = 2.0, 2.0, optimizer_state_bytes + 4.0
     elif precision in ("fp32", "tf32"):
         weights, grads, opt = 4.0, 4.0, max(0.0, optimizer_state_bytes - 4.0)
-    else:  # bf16 and fp8 (bf16 weights, fp32 main gradients)
-        weights, grads, opt = 2.0, 4.0, optimizer_state_bytes
+    else:  # bf16 and fp8 (bf16 weights, fp32 main gradients; ``grad_element_bytes`` 2: a bf16 grad buffer, whose
+        # fp32 copy of the optimizer's shard exists only during the step, when the activations are freed)
+        weights, grads, opt = 2.0, grad_element_bytes or 4.0, optimizer_state_bytes
     return ParamBytes(weights / dp if zero_stage >= 3 else weights, grads / dp if zero_stage >= 2 else grads,
                       opt / dp if zero_stage >= 1 else opt)
 

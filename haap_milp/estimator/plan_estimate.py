@@ -87,6 +87,8 @@ def _stage_costs(est: Estimator, plan: Plan, j: int) -> tuple[StageCost, StageCo
 
 
 def _stage_memory(est: Estimator, plan: Plan, j: int, parts: tuple, a: float) -> dict[str, float]:
+    """Eq. M2 itemised by kind; the LM head's activations count ``schedule.loss_inflight`` micro-batches (1 unless
+    GPipe; the same as eq. M2's a_j under 1F1B, fewer under interleaving)."""
     layer, first, last = parts
     s = plan.stages[j]
     n = s.num_layers
@@ -96,12 +98,13 @@ def _stage_memory(est: Estimator, plan: Plan, j: int, parts: tuple, a: float) ->
                               zero=s.zero)
     out = {"weights": n * layer.weights_bytes, "grads": n * layer.grads_bytes,
            "optimizer": n * layer.optimizer_bytes, "activations": n * a * layer.act_bytes, "overhead": fixed}
-    for extra in (first, last):
+    a_last = min(a, schedule.loss_inflight(plan.schedule, plan.num_microbatches))
+    for extra, a_x in ((first, a), (last, a_last)):
         if extra is not None:
             out["weights"] += extra.weights_bytes
             out["grads"] += extra.grads_bytes
             out["optimizer"] += extra.optimizer_bytes
-            out["activations"] += a * extra.act_bytes
+            out["activations"] += a_x * extra.act_bytes
     return out
 
 

@@ -12,10 +12,20 @@ from __future__ import annotations
 from haap_milp import pipeline
 from haap_milp.pipeline import inflight
 
-__all__ = ["inflight", "iteration_time"]
+__all__ = ["inflight", "iteration_time", "loss_inflight"]
 
 
 def iteration_time(schedule: str, t: list[float], c: list[float], s: list[float], m: int, vpp: int = 1,
                    c_wrap: float = 0.0, blocking: bool = False) -> float:
     """Iteration time of the schedule (``pipeline.iteration_time``; ``blocking``: eq. T2b)."""
     return pipeline.iteration_time(t, c, s, m, schedule, vpp, c_wrap, blocking)
+
+
+def loss_inflight(schedule: str, m: int) -> float:
+    """Micro-batches whose LM-head input and fp32 logits the last stage keeps at its peak: all M under GPipe (every
+    forward before any backward); else 1 - under 1F1B the last stage's in-flight count is already 1 (eq. M1), and
+    under Megatron's interleaved 1F1B the last rank's warm-up runs only the first vpp - 1 chunks of each micro-batch
+    (``(vpp - 1)·P`` forwards), then each micro-batch's last chunk (the loss) is followed at once by its backward,
+    so one micro-batch of logits is alive at a time (megatron/core/pipeline_parallel/schedules.py,
+    forward_backward_pipelining_with_interleaving)."""
+    return float(m) if schedule == "gpipe" else 1.0

@@ -34,6 +34,10 @@ class TrainingSpec(Frozen):
         default=True, description="Shard optimizer state (and fp32 grads) over data-parallel ranks (ZeRO-1)."
     )
     sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism when tp > 1.")
+    grad_reduce_in_fp32: bool | None = Field(
+        default=None, description="Megatron DDP keeps and reduces the main gradients in fp32 (4 B/param) instead of "
+        "the 16-bit parameter dtype (2 B; NVIDIA's NeMo 2 / Megatron-Bridge performance recipes set "
+        "grad_reduce_in_fp32=False); None: fp32 with bf16/fp8 (Megatron-LM's bf16 default), 16-bit with fp16.")
     memory_headroom_fraction: float = Field(
         default=0.05, description="Fraction of each GPU's memory kept free (fragmentation, spikes).", ge=0, lt=1
     )

@@ -1,0 +1,99 @@
+"""Issue #12 (second round): per-local-expert launch cost of the grouped expert GEMMs, bf16 main gradients of
+NVIDIA's performance recipes, and the fitted model on the MoE rows (the Qwen3-30B fp8 rows included)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from estimator_helpers import H100, LLAMA_8B, cluster, training, uniform_plan
+from measured_runs import bf16_grad_recipe, error_pct, estimator_for, load_rows, predict_time_s, to_run
+
+from haap_milp.estimator import compute, costs, memory
+from haap_milp.estimator.calibration import GpuParams, load_calibration
+from haap_milp.estimator.cost_model import Estimator
+from haap_milp.estimator.flops import Gemm
+
+DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "measured_runs.json"
+
+
+def test_expert_latency_is_charged_per_local_expert_and_launch():
+    p = GpuParams(kernel_latency_s=5e-6, grouped_gemm_eff=1.0, grouped_m_half=0.0)
+    lat = 40e-6
+    g = Gemm(2048, 1536, 2048, 16)
+    for prec, (nf, nb) in (("bf16", (1, 2)), ("fp8", (2, 4))):
+        assert compute.expert_launches(prec) == (nf, nb)
+        f0, b0 = compute.grouped_gemm_fwd_bwd_s(g, H100, p, prec)
+        f1, b1 = compute.grouped_gemm_fwd_bwd_s(g, H100, replace(p, expert_latency_s=lat), prec)
+        assert f1 - f0 == pytest.approx(16 * nf * lat) and b1 - b0 == pytest.approx(16 * nb * lat)
+
+
+def test_grad_reduce_in_bf16_halves_the_grad_buffer_and_its_reduction():
+    assert costs.grad_bytes("bf16") == 4.0 and costs.grad_bytes("bf16", False) == 2.0
+    assert costs.grad_bytes("fp16") == 2.0 and costs.grad_bytes("fp32", False) == 4.0
+    assert memory.param_bytes("bf16", 1, 8, 12.0, grad_element_bytes=2.0).grads == 2.0
+    plan = uniform_plan(LLAMA_8B, "h100-80g", 2, 1, 16, 1, 64, 4096)
+    est32 = Estimator(LLAMA_8B, cluster(nodes=4), training(64, 4096))
+    est16 = Estimator(LLAMA_8B, cluster(nodes=4), training(64, 4096, grad_reduce_in_fp32=False))
+    c32 = est32.layer_cost("h100-80g", 2, 16, 1, 1, "none", 16)
+    c16 = est16.layer_cost("h100-80g", 2, 16, 1, 1, "none", 16)
+    assert c16.grads_bytes == pytest.approx(c32.grads_bytes / 2)
+    assert c16.weights_bytes == c32.weights_bytes and c16.optimizer_bytes == c32.optimizer_bytes
+    assert c16.dp_comm_s < c32.dp_comm_s
+    assert est16.estimate(plan).peak_memory_gib < est32.estimate(plan).peak_memory_gib
+
+
+def test_bf16_grads_only_for_nvidia_performance_recipes():
+    rows = {r["id"]: r for r in load_rows(DATA)}
+    assert bf16_grad_recipe(rows["dgxc_nemotron4_340b_bf16_128"])  # NeMo 24.11 performance recipe
+    assert bf16_grad_recipe(rows["mb2602_h100_qwen3_30b_fp8_16"])  # Megatron-Bridge
+    assert not bf16_grad_recipe(rows["nemo2407_h100_fp8_LLAMA2-70B"])  # NeMo 24.07 (NeMo 1 configs)
+    assert not bf16_grad_recipe(rows["sc21_gpt_18B"]) and not bf16_grad_recipe(rows["modelzoo_qwen3_235b_h100_bf16_b"])
+
+
+def _errors(category: str) -> dict[str, float]:
+    cal = load_calibration()
+    out = {}
+    for row in load_rows(DATA):
+        run = to_run(row)
+        if run.plan is not None and run.complete and run.category == category:
+            out[run.id] = error_pct(predict_time_s(run, estimator_for(run, cal)), run.measured_time_s)
+    return out
+
+
+def test_moe_rows_in_sample_mape_and_the_qwen3_30b_rows():
+    """No MoE row is an outlier any more: in-sample MAPE <= 12 % over all complete MoE rows; the Qwen3-30B-A3B fp8
+    rows (16 local experts of 768 x 2048) were 52-59 % too fast before the per-expert term."""
+    err = _errors("moe")
+    assert len(err) >= 12
+    assert statistics.mean(abs(e) for e in err.values()) <= 12.0
+    assert abs(err["mb2602_h100_qwen3_30b_fp8_16"]) <= 15.0
+    assert abs(err["mb2511_h100_qwen3_30b_fp8_16"]) <= 35.0  # mbs 2 on 25.11: the fixed per-expert cost amortises
+
+
+def test_qwen3_30b_on_another_stack_never_fitted():
+    """NeMo AutoModel (FSDP2 + TE + DeepEP, bf16, mbs 4) runs the same Qwen3-30B-A3B at 2.35x the Megatron-Bridge fp8
+    rows' tokens/s/GPU; the row is never fitted (incomplete: activation checkpointing not stated) and the fitted
+    per-expert cost (amortised over 4x the tokens, no fp8 quantization) predicts it within 15 %."""
+    from measured_runs import stack
+
+    row = next(r for r in load_rows(DATA) if r["id"] == "automodel_h100_qwen3_30b_bf16_8")
+    run = to_run(row)
+    assert stack(row) == "nemo-automodel" and not run.complete and run.impl.moe_dispatcher == "flex"
+    assert abs(error_pct(predict_time_s(run, estimator_for(run, load_calibration())), run.measured_time_s)) <= 15.0
+
+
+def test_last_stage_keeps_one_microbatch_of_logits_unless_gpipe():
+    from haap_milp.estimator import schedule
+
+    assert schedule.loss_inflight("interleaved", 16) == 1.0 and schedule.loss_inflight("1f1b", 16) == 1.0
+    assert schedule.loss_inflight("gpipe", 16) == 16.0
+    est = Estimator(LLAMA_8B, cluster(nodes=4), training(64, 4096))
+    inter = est.estimate(uniform_plan(LLAMA_8B, "h100-80g", 2, 4, 4, 1, 64, 4096, vpp=2))
+    last = inter.stages[-1]
+    head = est.last_stage_extra("h100-80g", 2, 4, 1, 1, "none", 4).act_bytes / 2**30
+    layer = est.layer_cost("h100-80g", 2, 4, 1, 1, "none", 4).act_bytes / 2**30
+    assert last.inflight_microbatches > 1
+    assert last.breakdown["activations_gib"] == pytest.approx(last.num_layers * last.inflight_microbatches * layer + head)
