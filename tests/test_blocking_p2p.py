@@ -82,3 +82,55 @@ def test_sync_waits_for_the_flush_under_blocking_runtimes():
     free = pipeline.iteration_time(t, c, s, 4)
     blocked = pipeline.iteration_time(t, c, s, 4, blocking=True)
     assert blocked - free == pytest.approx(pipeline.BWD_SHARE * 22.0)
+
+
+def _q2(problem, seed: int):
+    """Eq. Q2's shape on a random problem: every option gets the endpoint of its (group, tp), each endpoint pair
+    its own price (tp > 1 faster, as a replica's tp GPUs carry the message together), the group rows the least
+    over their endpoints (presolve.fill_group_rows)."""
+    from haap_milp.presolve import fill_group_rows
+
+    G = len(problem.groups)
+    keys = sorted({(o.group, o.tp) for o in problem.options})
+    link = {k: G + i for i, k in enumerate(keys)}
+    options = tuple(replace(o, link=link[(o.group, o.tp)]) for o in problem.options)
+    rng = np.random.default_rng(seed)
+    E = G + len(keys)
+    variants = []
+    for v in problem.variants:
+        p2p = np.zeros((E, E))
+        base = np.asarray(v.p2p_time)
+        for (g, ta), e in link.items():
+            for (h, tb), f in link.items():
+                p2p[e, f] = base[g, h] * 20.0 / min(ta, tb) * rng.uniform(0.5, 1.5)
+        variants.append(replace(v, p2p_time=fill_group_rows(p2p, [[link[k] for k in keys if k[0] == g]
+                                                                  for g in range(G)])))
+    return replace(problem, options=options, variants=tuple(variants), p2p_blocking=True)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1))
+def test_exact_solvers_match_brute_force_with_group_tp_endpoints(seed):
+    """Eq. Q2: options whose p2p endpoints are (group, tp) rows >= G, the group rows only lower bounds (what the
+    bounds read): CP-SAT and the MILP still reach brute force's optimum, and evaluate reads the endpoints."""
+    problem = _q2(random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=4, max_options=5), seed)
+    brute = get_solver("brute")(problem, EXACT)
+    for name in ("cpsat", "milp"):
+        res = get_solver(name)(problem, EXACT)
+        assert res.status == brute.status, (name, res.status, brute.status, res.message)
+        if brute.status != "OPTIMAL":
+            continue
+        assert violations(problem, res.assignment) == []
+        assert res.objective_s == pytest.approx(evaluate(problem, res.assignment), rel=1e-3)
+        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
+        assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol
+
+
+def test_group_rows_are_lower_bounds_of_their_endpoints():
+    from haap_milp.presolve import fill_group_rows
+
+    p2p = np.zeros((5, 5))
+    p2p[2:, 2:] = [[4.0, 3.0, 9.0], [3.0, 1.0, 8.0], [9.0, 8.0, 2.0]]
+    out = fill_group_rows(p2p, [[2, 3], [4]])  # group 0: endpoints 2, 3; group 1: endpoint 4
+    assert out[0, 0] == 1.0 and out[0, 1] == 8.0 and out[1, 0] == 8.0 and out[1, 1] == 2.0
+    assert list(out[0, 2:]) == [3.0, 1.0, 8.0] and list(out[2:, 1]) == [9.0, 8.0, 2.0]
