@@ -54,6 +54,12 @@ class Row:
         self._tau: dict = {}
         self.send = {(a, b): ss.send_time(self.act, d.coef(a[0], min(a[1], 4), b[0], min(b[1], 4)))
                      for a in self.kinds for b in self.kinds}
+        self.min_send = min(self.send.values()) if self.send else 0.0  # every stage of >= 2 sends at least once
+        # decoder layers 2..24 alike in time, weight and update: consecutive middle stages of one kind may be
+        # ordered by layer count (symmetry, see search)
+        self.alike = all(len({round(self.pre[k][l + 1] - self.pre[k][l], 15) for l in range(2, LAST)}) == 1
+                         and len({self.upd[k][l] for l in range(2, LAST)}) == 1 for k in self.kinds) \
+            and len({w for w in [self.wpre[l + 1] - self.wpre[l] for l in range(1, LAST)]}) == 1
         # fastest decoder layer of any kind (the bound's remaining work)
         self.min_layer = min((self.pre[k][l + 1] - self.pre[k][l] for k in self.kinds for l in range(1, LAST)),
                              default=math.inf)
@@ -69,12 +75,13 @@ class Row:
             self._tau[key] = 0.0
             return 0.0
         lam = {k: min(self.pre[k][l + 1] - self.pre[k][l] for l in range(1, LAST)) for k in self.kinds}
-        cands = sorted({n * lam[k] for k in self.kinds for n in range(1, layers + 1)})
+        cands = sorted({n * lam[k] + self.min_send for k in self.kinds for n in range(1, layers + 1)})
 
         def fits(tau: float) -> bool:
             best_by_type = []
             for g in GPUS:
-                kinds = [(k[1] * self.D, int(tau / lam[k] + 1e-12)) for k in self.kinds if k[0] == g]
+                kinds = [(k[1] * self.D, int(max(0.0, tau - self.min_send) / lam[k] + 1e-12))
+                         for k in self.kinds if k[0] == g]
                 # f[s][u]: most layers with s stages on u GPUs of this type
                 cap = rem[g]
                 f = [[0] * (cap + 1) for _ in range(stages + 1)]
@@ -142,7 +149,11 @@ def total(row: Row, M: int, kinds: list, cuts: list) -> float:
     return (M - 1) * max(c + p for c, p in zip(comp, p2p)) + sum(p2p) + sum(comp) + upd + sync
 
 
-def search(row: Row, M: int, caps: dict, incumbent: float, max_stages: int = 12):
+class Stopped(Exception):
+    pass
+
+
+def search(row: Row, M: int, caps: dict, incumbent: float, max_stages: int = 12, deadline: float = math.inf):
     """Exact minimum of `total` over pipelines (kinds, cuts) that fit the GPU counts; None if none beats
     ``incumbent``. Returns (T, kinds, cuts), and the number of nodes visited."""
     best = [incumbent, None, None]
@@ -151,10 +162,12 @@ def search(row: Row, M: int, caps: dict, incumbent: float, max_stages: int = 12)
 
     def rec(kinds, cuts, used, settled_max, comp_sum, sync_max, upd_max):
         nodes[0] += 1
+        if nodes[0] % 4096 == 0 and time.perf_counter() > deadline:
+            raise Stopped
         lo = cuts[-1]
         S = len(kinds)
         # the newest stage's p2p is not settled (its successor is unknown): comp only
-        last_comp = row.comp(kinds[-1], cuts[-2], lo)
+        last_comp = row.comp(kinds[-1], cuts[-2], lo) + (row.min_send if S >= 2 else 0.0)
         rem = max(0, LAST - lo) * row.min_layer  # remaining decoder layers at >= the fastest (the head: >= 0)
         left = {g: caps[g] - used[g] for g in GPUS}
         tau_rest = row.tau_lb(left, LAST - lo, max_stages - S)
@@ -186,6 +199,10 @@ def search(row: Row, M: int, caps: dict, incumbent: float, max_stages: int = 12)
                 for h in his:
                     if h == LAST:
                         continue  # the head never stands alone: it joins the stage holding layer 24
+                    # symmetry: two consecutive middle stages (not the first, not the last) of one kind swap
+                    # their layer counts without changing any term, so keep counts non-increasing along them
+                    if row.alike and S >= 2 and k == kinds[-1] and h <= LAST - 1 and h - lo > lo - cuts[-2]:
+                        continue
                     c = row.comp(k, lo, h)
                     rec(kinds + [k], cuts + [h], used2, smax, comp_sum + c, max(sync_max, row.sync(k, lo, h)),
                         max(upd_max, row.upd[k][lo]))
@@ -226,6 +243,7 @@ def main() -> int:
     ap.add_argument("--gbs", type=int, default=1024)
     ap.add_argument("--incumbent-its", type=float, default=0.0, help="cut plans slower than this it/s")
     ap.add_argument("--max-stages", type=int, default=12)
+    ap.add_argument("--seconds", type=float, default=math.inf, help="give up one (dp, mbs) after this long")
     ap.add_argument("--dp", type=int, nargs="+", default=[32, 16, 64, 8], help="uniform dp values, in this order")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -242,7 +260,12 @@ def main() -> int:
             if not row.kinds:
                 continue
             t0 = time.perf_counter()
-            best, nodes = search(row, M, caps, inc, args.max_stages)
+            try:
+                best, nodes = search(row, M, caps, inc, args.max_stages, t0 + args.seconds)
+            except Stopped:
+                print(f"dp {D} mbs {mbs} M {M}: stopped after {args.seconds:.0f} s, not exhaustive", flush=True)
+                out.append({"dp": D, "mbs": mbs, "M": M, "stopped": True})
+                continue
             wall = time.perf_counter() - t0
             if best[1] is None:
                 print(f"dp {D} mbs {mbs} M {M}: nothing below {1 / inc if math.isfinite(inc) else 0:.4f} it/s "

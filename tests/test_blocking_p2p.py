@@ -134,3 +134,43 @@ def test_group_rows_are_lower_bounds_of_their_endpoints():
     out = fill_group_rows(p2p, [[2, 3], [4]])  # group 0: endpoints 2, 3; group 1: endpoint 4
     assert out[0, 0] == 1.0 and out[0, 1] == 8.0 and out[1, 0] == 8.0 and out[1, 1] == 2.0
     assert list(out[0, 2:]) == [3.0, 1.0, 8.0] and list(out[2:, 1]) == [9.0, 8.0, 2.0]
+
+
+def test_presolve_prices_each_group_tp_endpoint_as_estimate_does():
+    """Eq. Q2 end to end (OPT-350M, fp32, DeepSpeed, Sailor's measured network, --uniform dp): every option has its
+    (group, tp) endpoint, and the objective of a pipeline mixing tp 1 and tp 4 stages of both types (eq. T1 with
+    eq. Q1's boundaries) equals `estimate` of the decoded plan."""
+    from haap_milp import presolve
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.estimator import Estimator
+    from haap_milp.network import sailor
+    from haap_milp.network.merge import with_network
+    from haap_milp.network.spec import MeasuredNetwork
+    from haap_milp.problem import Assignment, Stage
+    from haap_milp.specs import TrainingSpec
+
+    data = pathlib.Path(__file__).parent / "data" / "sailor_network" / "multizone_bandwidths_het.json"
+    net = MeasuredNetwork(links=tuple(sailor.import_links(data, "us-central1-a", {})))
+    model, cluster = load_model("opt-350m"), with_network(load_cluster("a100-40g:16/4,v100-16g:32/4"), net)
+    tr = TrainingSpec(global_batch_size=64, seq_len=2048, precision="fp32", engine="deepspeed",
+                      distributed_optimizer=False, recompute_modes=("none",), uniform=("dp",))
+    est = Estimator(model, cluster, tr)
+    pre = presolve.build(model, cluster, tr, SolveOptions(mixed_stages="off"), est)
+    pb, G = pre.problem, len(pre.problem.groups)
+    assert all(o.endpoint >= G for o in pb.options)
+    assert len({o.endpoint for o in pb.options}) == len({(o.group, o.tp) for o in pb.options})
+    v = next(i for i, var in enumerate(pb.variants) if var.samples_per_microbatch == 8
+             and any(pb.options[k].dp == 8 for k in np.flatnonzero(var.allowed)))
+    ok = [k for k in np.flatnonzero(pb.variants[v].allowed) if pb.options[k].dp == 8]
+    pick = {(pb.groups[pb.options[k].group].split("@")[0], pb.options[k].tp): int(k) for k in ok}
+    chain = [("v100-16g", 1), ("a100-40g", 1), ("v100-16g", 2), ("v100-16g", 1)]
+    chain = [c for c in chain if c in pick]
+    assert len({tp for _, tp in chain}) > 1 and len({g for g, _ in chain}) == 2
+    a = Assignment(v, tuple(Stage(pick[c], n) for c, n in zip(chain, (6, 8, 6, 4)[:len(chain)])))
+    a = Assignment(v, a.stages[:-1] + (Stage(a.stages[-1].option, 24 - sum(s.num_layers for s in a.stages[:-1])),))
+    plan = presolve.decode(pre, a, model, cluster, tr)
+    pe = est.estimate(plan)
+    c = [pb.variants[v].p2p_time[pb.options[x.option].endpoint, pb.options[y.option].endpoint]
+         for x, y in zip(a.stages, a.stages[1:])]
+    assert pe.boundary_s == pytest.approx(c, rel=1e-12)
+    assert evaluate(pb, a) == pytest.approx(pe.iteration_time_s, rel=1e-9)

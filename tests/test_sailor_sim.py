@@ -108,3 +108,28 @@ def test_published_plan_boundaries_are_sailors_sends(est, dp):
     assert len(c) == 6
     for j in range(1, 6):  # middle stages: p2p_j = act_j + grad_j
         assert (c[j - 1] + c[j]) / 2 == pytest.approx(b.p2p[j], rel=1e-9)
+
+
+def test_exact_search_equals_enumeration_on_a_small_row():
+    """benchmarks/sailor_sim_search.py's depth-first search with its bounds and symmetry rule finds the same
+    optimum as scoring every pipeline of <= 3 stages (all kinds, all layer cuts) with the simulator's formulas."""
+    import itertools
+
+    spec = importlib.util.spec_from_file_location("sailor_sim_search", ROOT / "benchmarks" / "sailor_sim_search.py")
+    se = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("sailor_sim_search", se)
+    spec.loader.exec_module(se)
+    d = ss.SailorData.load()
+    caps = {"A100-40": 32, "V100-16": 64}
+    row, M = se.Row(d, caps, 16, 2), 1024 // 32
+    best, _ = se.search(row, M, caps, float("inf"), max_stages=3)
+    want = float("inf")
+    for S in (1, 2, 3):
+        for kinds in itertools.product(row.kinds, repeat=S):
+            use = {g: sum(k[1] * 16 for k in kinds if k[0] == g) for g in caps}
+            if any(use[g] > caps[g] for g in caps):
+                continue
+            for inner in itertools.combinations(range(2, se.LAST), S - 1):
+                want = min(want, se.total(row, M, list(kinds), [0, *inner, se.LAST + 1]))
+    assert best[0] == pytest.approx(want, rel=1e-12)
+    assert ss.score(se.plan_of(row, best[1], best[2]), 1024, d).iteration_s == pytest.approx(want, rel=1e-12)
