@@ -211,6 +211,9 @@ def main() -> int:
             return 1
         for label, na, nv, published in ROWS:
             lines += row_lines(label, na, nv, published, net, args.time_limit, tmp, args.keep_plans)
+    load = os.getloadavg()
+    lines.append(f"Load average at the end of the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} "
+                 "CPUs (the solves share them; their 60 s limit is wall time).")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -54,7 +54,10 @@ class Row:
         self._tau: dict = {}
         self.send = {(a, b): ss.send_time(self.act, d.coef(a[0], min(a[1], 4), b[0], min(b[1], 4)))
                      for a in self.kinds for b in self.kinds}
-        self.min_send = min(self.send.values()) if self.send else 0.0  # every stage of >= 2 sends at least once
+        self.min_send = min(self.send.values()) if self.send else 0.0
+        # every stage after the first pays at least two of its own sends per micro-batch (a middle stage act +
+        # grad, the last 2 x grad), each no faster than its kind's fastest send to any kind
+        self.floor = {k: 2 * min(self.send[k, k2] for k2 in self.kinds) for k in self.kinds}
         # decoder layers 2..24 alike in time, weight and update: consecutive middle stages of one kind may be
         # ordered by layer count (symmetry, see search)
         self.alike = all(len({round(self.pre[k][l + 1] - self.pre[k][l], 15) for l in range(2, LAST)}) == 1
@@ -75,12 +78,12 @@ class Row:
             self._tau[key] = 0.0
             return 0.0
         lam = {k: min(self.pre[k][l + 1] - self.pre[k][l] for l in range(1, LAST)) for k in self.kinds}
-        cands = sorted({n * lam[k] + self.min_send for k in self.kinds for n in range(1, layers + 1)})
+        cands = sorted({n * lam[k] + self.floor[k] for k in self.kinds for n in range(1, layers + 1)})
 
         def fits(tau: float) -> bool:
             best_by_type = []
             for g in GPUS:
-                kinds = [(k[1] * self.D, int(max(0.0, tau - self.min_send) / lam[k] + 1e-12))
+                kinds = [(k[1] * self.D, int(max(0.0, tau - self.floor[k]) / lam[k] + 1e-12))
                          for k in self.kinds if k[0] == g]
                 # f[s][u]: most layers with s stages on u GPUs of this type
                 cap = rem[g]
@@ -167,7 +170,7 @@ def search(row: Row, M: int, caps: dict, incumbent: float, max_stages: int = 12,
         lo = cuts[-1]
         S = len(kinds)
         # the newest stage's p2p is not settled (its successor is unknown): comp only
-        last_comp = row.comp(kinds[-1], cuts[-2], lo) + (row.min_send if S >= 2 else 0.0)
+        last_comp = row.comp(kinds[-1], cuts[-2], lo) + (row.floor[kinds[-1]] if S >= 2 else 0.0)
         rem = max(0, LAST - lo) * row.min_layer  # remaining decoder layers at >= the fastest (the head: >= 0)
         left = {g: caps[g] - used[g] for g in GPUS}
         tau_rest = row.tau_lb(left, LAST - lo, max_stages - S)

@@ -174,3 +174,48 @@ def test_presolve_prices_each_group_tp_endpoint_as_estimate_does():
          for x, y in zip(a.stages, a.stages[1:])]
     assert pe.boundary_s == pytest.approx(c, rel=1e-12)
     assert evaluate(pb, a) == pytest.approx(pe.iteration_time_s, rel=1e-9)
+
+
+def test_mixed_stage_endpoint_is_priced_per_replica_type_as_estimate_does():
+    """Eqs. Q1, Q2 with a mixed stage (eq. H1, on for --target any): its endpoint's members are its replica types
+    (group, tp, samples), each sending its own share; the objective equals `estimate` of the decoded plan."""
+    from haap_milp import presolve
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.estimator import Estimator
+    from haap_milp.network import sailor
+    from haap_milp.network.merge import with_network
+    from haap_milp.network.spec import MeasuredNetwork
+    from haap_milp.problem import Assignment, Stage
+    from haap_milp.specs import TrainingSpec
+
+    data = pathlib.Path(__file__).parent / "data" / "sailor_network" / "multizone_bandwidths_het.json"
+    net = MeasuredNetwork(links=tuple(sailor.import_links(data, "us-central1-a", {})))
+    model, cluster = load_model("opt-350m"), with_network(load_cluster("a100-40g:16/4,v100-16g:32/4"), net)
+    tr = TrainingSpec(global_batch_size=64, seq_len=2048, precision="fp32", engine="deepspeed",
+                      distributed_optimizer=False, recompute_modes=("none",), uniform=("dp",))
+    est = Estimator(model, cluster, tr)
+    pre = presolve.build(model, cluster, tr, SolveOptions(mixed_stages="on"), est)
+    pb = pre.problem
+    found = None
+    for v, var in enumerate(pb.variants):
+        ok = np.flatnonzero(var.allowed)
+        mixed = [int(k) for k in ok if pb.options[k].mix]
+        for m in mixed:
+            o = pb.options[m]
+            used = dict(o.usage)
+            single = [int(k) for k in ok if not pb.options[k].mix and pb.options[k].dp == o.dp
+                      and used.get(pb.options[k].group, 0) + pb.options[k].num_gpus <= pb.group_capacity[pb.options[k].group]]
+            if single:
+                found = (v, m, single[0])
+                break
+        if found:
+            break
+    assert found is not None
+    v, m, s = found
+    assert len({(r.group, r.tp) for r in pb.options[m].mix}) == 2
+    a = Assignment(v, (Stage(m, 12), Stage(s, 12)))
+    plan = presolve.decode(pre, a, model, cluster, tr)
+    pe = est.estimate(plan)
+    assert pe.boundary_s == pytest.approx([pb.variants[v].p2p_time[pb.options[m].endpoint, pb.options[s].endpoint]],
+                                          rel=1e-12)
+    assert evaluate(pb, a) == pytest.approx(pe.iteration_time_s, rel=1e-9)
