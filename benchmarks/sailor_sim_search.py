@@ -170,11 +170,12 @@ def search(row: Row, M: int, caps: dict, incumbent: float, max_stages: int = 12,
         lo = cuts[-1]
         S = len(kinds)
         # the newest stage's p2p is not settled (its successor is unknown): comp only
-        last_comp = row.comp(kinds[-1], cuts[-2], lo) + (row.floor[kinds[-1]] if S >= 2 else 0.0)
+        last_comp = row.comp(kinds[-1], cuts[-2], lo)
+        open_lb = last_comp + (row.floor[kinds[-1]] if S >= 2 else 0.0)  # its sends are not settled yet
         rem = max(0, LAST - lo) * row.min_layer  # remaining decoder layers at >= the fastest (the head: >= 0)
         left = {g: caps[g] - used[g] for g in GPUS}
         tau_rest = row.tau_lb(left, LAST - lo, max_stages - S)
-        bound = (M - 1) * max(settled_max, last_comp, tau_rest) + comp_sum + rem + sync_max + upd_max
+        bound = (M - 1) * max(settled_max, open_lb, tau_rest) + comp_sum + rem + sync_max + upd_max
         if bound >= best[0]:
             return
         if lo == LAST + 1:
