@@ -10,7 +10,6 @@ For each row (32+96, 80+240, 128+384 GPUs) this script
      them against haap's own plan by haap's predicted time;
   4. repeats 2-3 without the profile (the analytic fp32 path) and re-scores each analytic plan with the
      profile, for the analytic / profile ratio (the issue's goal: within 25 %);
-  5. re-prices each plan with per-replica p2p (`per_replica`), which presolve's group-pair table cannot hold.
 
     python benchmarks/sailor_fig8b.py [--time-limit S] [--out benchmarks/results/sailor_fig8b.md]
 
@@ -122,40 +121,19 @@ def describe(plan: dict) -> str:
     return f"{len(st)} stages, mbs {plan['micro_batch_size']}, M {plan['num_microbatches']}: " + "; ".join(parts)
 
 
-def per_replica(plan: dict, net: Path) -> float:
-    """Profile-based time (1024 samples) with every boundary priced per replica (p2p_model "per_gpu": streams =
-    min(tp x dp) of the two stages, at their real message size) instead of presolve's per-group-pair table, which
-    under DeepSpeed's blocking sends counts at most one stream per sample of the micro-batch (exact for tp 1 at
-    micro-batch 1; pessimistic between two tp > 1 stages, optimistic for micro-batches > 1)."""
-    from haap_milp.catalog import load_cluster, load_model
-    from haap_milp.estimator import Estimator
-    from haap_milp.estimator.profile_format import load_profiles
-    from haap_milp.network.merge import apply_network_option
-    from haap_milp.specs import Plan, TrainingSpec
-
-    cluster = apply_network_option(load_cluster(plan["cluster"]), net)
-    tr = TrainingSpec(global_batch_size=plan["global_batch_size"], seq_len=2048, precision="fp32", engine="deepspeed",
-                      distributed_optimizer=False, recompute_modes=("none",))
-    prof = load_profiles([PROFILE], {"A100": "a100-40g", "V100": "v100-16g"}, "fp32")
-    p = Plan.model_validate({**plan, "distributed_optimizer": False})
-    pe = Estimator(load_model("opt-350m"), cluster, tr, profile=prof, p2p_model="per_gpu").estimate(p)
-    return pe.iteration_time_s * 1024 / p.global_batch_size
-
-
 def row_lines(label: str, na: int, nv: int, published, net: Path, time_limit: float | None, tmp: Path,
               keep: Path | None = None) -> list[str]:
     cluster = f"a100-40g:{na}/4,v100-16g:{nv}/4"
     lines = [f"## {label} ({cluster})", "",
              ("| plan | published it/s | Sailor-sim it/s | haap it/s (profile) | haap / Sailor-sim | haap time (profile) "
-              "| haap rank | Sailor-sim rank | haap time (analytic) | analytic / profile | per-replica p2p (profile) |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    rows = []  # (name, published it/s, profile time, analytic time, per-replica time, Sailor-sim it/s)
+              "| haap rank | Sailor-sim rank | haap time (analytic) | analytic / profile |"),
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []  # (name, published it/s, profile time, analytic time, Sailor-sim it/s)
     for with_profile in (True, False):
         doc = solve(cluster, net, time_limit, with_profile, tmp)
         key = "profile" if with_profile else "analytic"
         if "error" in doc:
-            rows.append((f"haap solve ({key}) error after {doc['wall_s']:.0f} s: {doc['error']}", None, None, None, None,
-                         None))
+            rows.append((f"haap solve ({key}) error after {doc['wall_s']:.0f} s: {doc['error']}", None, None, None, None))
             continue
         plan = doc["plan"]
         name = (f"haap solve ({key}, {doc['status']}, gap {doc.get('gap') or 0:.3f}, {doc['wall_s']:.0f} s) — "
@@ -166,7 +144,7 @@ def row_lines(label: str, na: int, nv: int, published, net: Path, time_limit: fl
         sim = sailor_sim.score(plan)
         if sim.notes:
             name += " [Sailor-sim: " + "; ".join(sim.notes) + "]"
-        rows.append((name, None, t_prof, t_an, per_replica(plan, net), sim.its))
+        rows.append((name, None, t_prof, t_an, sim.its))
         if keep is not None:
             (keep / f"{label}-{key}.json").write_text(json.dumps({"plan": plan}, indent=1))
     for who, its, stages, mbs, gbs in published:
@@ -177,24 +155,24 @@ def row_lines(label: str, na: int, nv: int, published, net: Path, time_limit: fl
         e_a, _ = estimate(plan, tmp / f"pub-{label}-{who[:5]}-a.json", net, False)
         name = who + (f" (scored at gbs {gbs}, M {plan['num_microbatches']}, time x 1024/{gbs})" if gbs != 1024 else "")
         if e_p is None:
-            rows.append((f"{name}: error {err}", its, None, None, None, sim_its))
+            rows.append((f"{name}: error {err}", its, None, None, sim_its))
             continue
         rows.append((name, its, e_p["iteration_time_s"] * scale,
-                     e_a["iteration_time_s"] * scale if e_a else None, per_replica(plan, net), sim_its))
+                     e_a["iteration_time_s"] * scale if e_a else None, sim_its))
     ranked = sorted((r[2], i) for i, r in enumerate(rows) if r[2] is not None)
     rank = {i: k + 1 for k, (_, i) in enumerate(ranked)}
-    sim_ranked = sorted((-r[5], i) for i, r in enumerate(rows) if r[5] is not None)
+    sim_ranked = sorted((-r[4], i) for i, r in enumerate(rows) if r[4] is not None)
     sim_rank = {i: k + 1 for k, (_, i) in enumerate(sim_ranked)}
 
     def f(x, fmt="{:.3f}"):
         return "" if x is None else fmt.format(x)
 
-    for i, (name, its, tp_, ta_, wi, sim) in enumerate(rows):
+    for i, (name, its, tp_, ta_, sim) in enumerate(rows):
         h_its = None if tp_ is None else 1 / tp_
         lines.append(f"| {name} | {f(its, '{}')} | {f(sim)} | {f(h_its)} | "
                      f"{f(None if h_its is None or sim is None else h_its / sim, '{:.2f}')} | {f(tp_)} | "
                      f"{rank.get(i, '')} | {sim_rank.get(i, '')} | {f(ta_)} | "
-                     f"{f(None if ta_ is None or tp_ is None else ta_ / tp_, '{:.2f}')} | {f(wi)} |")
+                     f"{f(None if ta_ is None or tp_ is None else ta_ / tp_, '{:.2f}')} |")
     return [*lines, ""]
 
 
@@ -215,9 +193,9 @@ def main() -> int:
              "'haap / Sailor-sim': haap's predicted it/s (profile) over Sailor-sim's. 'haap rank' / 'Sailor-sim rank'",
              "order the plans of the row by haap's profile-based time / by Sailor-sim.",
              "'analytic / profile': the same plan priced without the profile over with it",
-             "(for haap's analytic plan: its own time over its profile re-score). 'per-replica p2p': the",
-             "profile-based time with each boundary priced from the two stages' own replicas instead of presolve's",
-             "group-pair table (see the script's `per_replica`). DeepSpeed's sends block their stages (eq. T2b).",
+             "(for haap's analytic plan: its own time over its profile re-score). DeepSpeed's sends block their",
+             "stages (eq. T2b); between two stages of one dp each replica sends to its partner, its tp GPUs carrying",
+             "the message together (eqs. Q1, Q2: presolve's (group, tp) endpoints; `estimate --plan` alike).",
              "Sailor's 80+240 plan runs dp 20 with M = ceil(1024/20) = 52 micro-batches of 1 (1040 samples) and its",
              "32+96 plan dp 27 with M = ceil(1024/54) = 19 micro-batches of 2 (1026 samples); haap requires",
              "gbs = mbs x dp x M exactly, so haap scores them at gbs 1040 / 1026 and scales the time by 1024/gbs",
@@ -233,6 +211,9 @@ def main() -> int:
             return 1
         for label, na, nv, published in ROWS:
             lines += row_lines(label, na, nv, published, net, args.time_limit, tmp, args.keep_plans)
+    load = os.getloadavg()
+    lines.append(f"Load average at the end of the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} "
+                 "CPUs (the solves share them; their 60 s limit is wall time).")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

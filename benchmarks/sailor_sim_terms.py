@@ -28,27 +28,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sailor_fig8b as fig
 import sailor_sim
 
-from haap_milp.pipeline import exposed_sync, steady_period
+from haap_milp.pipeline import exposed_sync, steady_period, sync_share
 
 FORMULAS = [
     "Where the two formulas differ (haap file / function vs Sailor's `runtime_simulator.py`):", "",
-    "1. **p2p price of a boundary** (`estimator/cost_model.py` `Estimator._p2p`, default `p2p_model=\"group\"`):",
-    "   haap sends the whole micro-batch B = mbs x dp samples (B x s x h x 4 bytes) as `min(group GPUs, B)`",
-    "   streams of B/streams samples each, each stream at the per-GPU share of k = min(streams, 4) senders per",
-    "   node (network/pricing.py `_one_way`). Sailor (`estimate_p2p_pipeline_times`): each replica sends its own",
-    "   mbs x s x h x 4 bytes at the VM-pair coefficient [g][min(tp,4)][g'][min(tp',4)] (the whole rate of",
-    "   the tp GPUs, not a per-GPU share), max over replicas. So haap is optimistic for tp 1 at mbs > 1",
-    "   (it counts B streams where there are dp senders: A100 tp1 mbs 2 one-way 5.9 ms vs Sailor 10.2 ms) and",
-    "   pessimistic for tp > 1 (one stream per sample where Sailor uses the tp GPUs' aggregate: V100 tp4 mbs 1",
-    "   7.7 ms vs 1.9 ms; V100 tp4 -> A100 tp1 7.7 vs 5.5 ms, Sailor's V100x4 -> A100x1 entry being the A100",
-    "   curve). `p2p_model=\"per_gpu\"` (streams = min(tp dp) of the two stages) is much closer (the",
-    "   'per-replica p2p' column of sailor_fig8b.md).",
+    "1. **p2p price of a boundary** (eqs. Q1, Q2; `Estimator.replica_send_s`): between two stages of one dp",
+    "   under the blocking runtime each replica sends its own mbs x s x h x 4 bytes to its partner replica, its",
+    "   tp GPUs carrying the message together at the measured figure with min(tp, 4) senders read at the",
+    "   message size, the slower end binding - the same number as Sailor's `estimate_send_time` at",
+    "   [g][min(tp,4)][g'][min(tp',4)] for every (type, tp) pair (tests/test_sailor_sim.py). So haap's",
+    "   one-way c_j / 2 equals Sailor's send and a middle stage's charge (c_(j-1) + c_j) / 2 equals its",
+    "   act + grad. (Before eq. Q2 a tp > 1 replica was priced as one GPU stream: V100 tp4 mbs 1 7.7 ms",
+    "   vs Sailor's 1.9 ms, which put Sailor's plans at 0.84-0.85 of the simulator.)",
     "2. **End stages in the steady period** (`pipeline.py` `steady_period`, eq. T2b): haap charges stage j",
     "   t_j + 1/2 (c_(j-1) + c_j), so the first and last stage pay one one-way send. Sailor: the last stage pays",
     "   2 x its gradient send, the first 2 x its activation send when S >= 4 (1 x when S <= 3); middle stages",
     "   act + grad as haap.",
-    "3. **DP sync exposure** (`pipeline.py` `exposed_sync`, eq. T3): haap sigma = max_j (s_j - 2/3 sum_(k<j) t_k)",
-    "   (stage j's all-reduce starts when its own last backward ends). Sailor adds max_j s_j in full after T_pp,",
+    "3. **DP sync exposure** (`pipeline.py` `exposed_sync`, eq. T3): under the blocking runtime beta = 0, so haap's",
+    "   sigma = max_j s_j, as Sailor's max_s sync after T_pp; Sailor also adds",
     "   plus max_j update_j (the profile's optimizer-step time of the stage's first layer; haap: none, 1-5 ms).",
     "4. **DP sync of a stage** (`estimator/costs.py` ring, `runtime.py` deepspeed preset): haap buckets 5e8",
     "   elements (2e9 bytes in fp32; Sailor 5e8 bytes: `--grad-bucket 5e8` moves haap's s_j by only +1 %) and,",
@@ -69,7 +66,8 @@ def haap_terms(est: dict) -> dict:
     s = [s["breakdown"]["sync_s"] for s in est["stages"]]
     M = est["micro_batches"]
     tau = steady_period(t, c, M, est.get("schedule", "1f1b"), blocking=est["runtime"].get("p2p_blocking", False))
-    sigma = exposed_sync(t, s)
+    blocking = est["runtime"].get("p2p_blocking", False)
+    sigma = exposed_sync(t, s, sync_share(blocking))
     return {"M": M, "t": t, "c": c, "s": s, "tau": tau, "steady": (M - 1) * tau, "sum_t": sum(t), "sum_c": sum(c),
             "sigma": sigma, "total": est["iteration_time_s"]}
 

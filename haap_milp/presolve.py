@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -195,7 +195,9 @@ def build(
                           training.uniform)
     pairs = mixed_stages.island_pairs(groups) if mixed else []
     pair_index = {pr: len(groups) + i for i, pr in enumerate(pairs)}  # eq. H5: one p2p endpoint per pair
-    cps = cp_etp.cp_candidates(options.cp, training.seq_len, caps.context_parallel)  # eq. CP1: one cp per variant
+    # eq. CP1: one cp per variant; DeepSpeed's PipelineEngine (blocking sends) has no context parallelism, and
+    # eq. Q2's per-replica sends are priced for whole sequences
+    cps = cp_etp.cp_candidates(options.cp, training.seq_len, caps.context_parallel and not est.p2p_blocking)
     cp_etp.check_etp(options.etp, model, caps.expert_tensor_parallel)
     n_before = 0
     opts: list[Option] = []
@@ -241,12 +243,15 @@ def build(
             variant_opts[(b, cp)] = allowed
     variants, bounds = [], {}
     ends = mixed_stages.endpoint_members(groups, pairs)
+    replica_ends = None
     if est.p2p_per_replica:  # eq. Q1: one dp per variant, so the p2p table can price each replica's stream
         variant_opts = {(b, dp, cp): [i for i in ids if opts[i].dp == dp]
                         for (b, cp), ids in variant_opts.items() for dp in sorted({opts[i].dp for i in ids})}
+        replica_ends = _replica_endpoints(opts, len(groups))  # eq. Q2: one endpoint per (group, tp) / mix
     else:
         variant_opts = {(b, None, cp): ids for (b, cp), ids in variant_opts.items()}
-    priced = {(b, dp, cp): _price_variant(est, model, training, groups, opts, b, ids, uniform, ends, dp, cp)
+    priced = {(b, dp, cp): _price_variant(est, model, training, groups, opts, b, ids, uniform, ends, dp, cp,
+                                              replica_ends)
               for (b, dp, cp), ids in variant_opts.items()}
     held = [k for k, (var, _lb) in priced.items() if var.allowed.any()]
     cp_dominated = {held[v] for v in cp_etp.dominated_cp_variants(opts, held, [priced[k][0] for k in held])}
@@ -417,9 +422,58 @@ def _option_costs(est, groups, o: Option, b: int):
             est.stage_fixed_sync_s(g.gpu_type, g.island, o.tp, o.dp, ep=o.ep, cp=o.cp, etp=o.etp, zero=o.zero))
 
 
+def _replica_endpoints(opts: list[Option], G: int) -> list[tuple[tuple[int, int, int | None], ...]]:
+    """Eq. Q2: under eq. Q1 a boundary's price depends on the GPU type and tp of each replica on both sides
+    (and a mixed stage's per-type samples), so every single-group option gets the endpoint of its (group, tp)
+    and every mixed option the endpoint of its replica types (group, tp, samples); ``opts`` is rewritten in
+    place with those endpoints (``Option.link`` = G + index). Returns the members of endpoints G.. as
+    (group, tp, samples per replica or None: the variant's B / dp)."""
+    keys: dict[tuple, int] = {}
+    for i, o in enumerate(opts):
+        key = tuple((r.group, r.tp, r.samples) for r in o.mix) if o.mix else ((o.group, o.tp, None),)
+        opts[i] = replace(o, link=G + keys.setdefault(key, len(keys)))
+    return list(keys)
+
+
+def _replica_p2p(est, groups, members, G: int, b: int, dp: int) -> np.ndarray:
+    """Eq. Q2's table [G + len(members)]^2 for micro-batch b at dp: an endpoint pair's price is its slowest
+    member pair's round trip (eq. H5 over replica types; exact for single-group options), each way at the
+    sender replica's samples; rows < G (no option's endpoint under eq. Q1: only the bounds read them, eq. B2)
+    hold the least price of any endpoint pair on those groups, so they stay lower bounds."""
+    def key(m):
+        g, tp, samples = m
+        return (groups[g].gpu_type, groups[g].island), tp, (b / dp if samples is None else samples)
+
+    def one_way(x, y):
+        (ga, ta, sa), (gb, tb, _) = key(x), key(y)
+        return est.replica_send_s(ga, gb, ta, tb, sa)
+
+    E = G + len(members)
+    p2p = np.full((E, E), np.inf)
+    for e, xs in enumerate(members):
+        for f, ys in enumerate(members):
+            p2p[G + e, G + f] = max(one_way(x, y) + one_way(y, x) for x in xs for y in ys)
+    return fill_group_rows(p2p, [[G + e for e, xs in enumerate(members) if any(x[0] == g for x in xs)]
+                                 for g in range(G)])
+
+
+def fill_group_rows(p2p: np.ndarray, of: list[list[int]]) -> np.ndarray:
+    """Eq. Q2: rows and columns g < G (``of[g]``: the endpoints holding group g) get the least price over the
+    group's endpoints (0 where it has none), so that every bound reading group pairs (eq. B2's knapsack and
+    link components) stays a lower bound; no option's endpoint is a group row under eq. Q2."""
+    G = len(of)
+    for g in range(G):
+        p2p[g, G:] = p2p[of[g], G:].min(axis=0) if of[g] else 0.0
+        p2p[G:, g] = p2p[G:, of[g]].min(axis=1) if of[g] else 0.0
+    for g in range(G):
+        for h in range(G):
+            p2p[g, h] = p2p[np.ix_(of[g], of[h])].min() if of[g] and of[h] else 0.0
+    return p2p
+
+
 def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = False,
-                   ends: list[tuple[int, ...]] | None = None, dp: int | None = None, cp: int = 1
-                   ) -> tuple[Variant, float]:
+                   ends: list[tuple[int, ...]] | None = None, dp: int | None = None, cp: int = 1,
+                   replica_ends: list | None = None) -> tuple[Variant, float]:
     """Cost arrays for one micro-batch choice and cp (eq. CP1; under eq. Q1, one dp) and its eq. B1 bound."""
     n = len(opts)
     z = lambda: np.zeros(n)
@@ -447,15 +501,10 @@ def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = F
         allowed = zero.drop_outclassed_stages(opts, allowed, a, OUTCLASS_KEYS)
     G = len(groups)
     ends = ends or [(g,) for g in range(G)]
-    p2p = np.zeros((len(ends), len(ends)))
-    for x in range(G):
-        for y in range(G):
-            ga, gb = (groups[x].gpu_type, groups[x].island), (groups[y].gpu_type, groups[y].island)
-            p2p[x, y] = est.p2p_time(ga, gb, b, dp_a=dp, dp_b=dp, cp=cp)
-    for x, xs in enumerate(ends):  # eq. H5: a mixed endpoint's boundary is its slowest group pair
-        for y, ys in enumerate(ends):
-            if x >= G or y >= G:
-                p2p[x, y] = max(p2p[g, h] for g in xs for h in ys)
+    if replica_ends is not None:
+        p2p = _replica_p2p(est, groups, replica_ends, G, b, dp)
+    else:
+        p2p = _group_p2p(est, groups, ends, b, dp, cp)
     var = Variant(
         samples_per_microbatch=b, num_microbatches=m_count,
         layer_time=a["lt"], first_time=a["ft"], last_time=a["lat"],
@@ -466,6 +515,22 @@ def _price_variant(est, model, training, groups, opts, b, ids, uniform: bool = F
         p2p_time=p2p, allowed=allowed,
     )
     return var, compute_bound(opts, groups, var, model.num_layers)
+
+
+def _group_p2p(est, groups, ends, b: int, dp: int | None, cp: int = 1) -> np.ndarray:
+    """The group-pair table (eq. T1b) and its mixed endpoints (eq. H5: a mixed endpoint's boundary is its
+    slowest group pair)."""
+    G = len(groups)
+    p2p = np.zeros((len(ends), len(ends)))
+    for x in range(G):
+        for y in range(G):
+            ga, gb = (groups[x].gpu_type, groups[x].island), (groups[y].gpu_type, groups[y].island)
+            p2p[x, y] = est.p2p_time(ga, gb, b, dp_a=dp, dp_b=dp, cp=cp)
+    for x, xs in enumerate(ends):
+        for y, ys in enumerate(ends):
+            if x >= G or y >= G:
+                p2p[x, y] = max(p2p[g, h] for g in xs for h in ys)
+    return p2p
 
 
 #: the time, memory and sync coefficients outclassing compares (arrays of ``_price_variant``)

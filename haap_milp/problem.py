@@ -50,7 +50,8 @@ Memory (eq. M2), per stage::
 GPUs (eq. G1): ``sum_j usage[o_j][g] <= group_capacity[g]`` for every group; a single-group option uses
 ``num_gpus`` of its own group, a mixed option (eq. H1) the GPUs of each of its replica types' groups.
 Boundaries (eq. T1b) read ``p2p_time`` at the options' *endpoints*: a single-group option's endpoint is its
-group, a mixed option's is a row of its own (indices >= G) priced by presolve (eq. H5).
+group, a mixed option's is a row of its own (indices >= G) priced by presolve (eq. H5); under eq. Q1 (per-replica
+sends) every option's endpoint is its (group, tp) or replica types' row >= G (eq. Q2), and rows < G are lower bounds.
 Budget (eq. W1, optional): ``sum_j weight[o_j] <= limit`` over the chosen stages, integer weights per
 option (an hourly price or idle power of the option's GPUs, ``haap_milp/economics.py``); the time
 objective is unchanged, so eq. W1 is what the epsilon-constraint sweep of ``frontier.py`` tightens.
@@ -94,7 +95,7 @@ class Option:
     #: uniform target engine: all three); not part of the option's identity
     uniform_dims: tuple[str, ...] = field(default=("tp", "dp", "recompute", "ep"), compare=False)
     mix: tuple[Replicas, ...] = ()  # empty: a single-group option
-    link: int = -1  # mixed option: its row/column of Variant.p2p_time (>= len(groups)); -1: its group's
+    link: int = -1  # its own row/column of Variant.p2p_time (>= len(groups): a mixed option, or eq. Q2); -1: its group's
     zero: int | None = None  # ZeRO stage (eq. Z1; priced into every coefficient); None: the runtime's
     cp: int = 1  # context-parallel degree (eq. CP1): tp*dp*cp GPUs; one cp per variant, so per plan
     etp: int = 1  # expert-tensor-parallel degree (eq. CP4): ep*etp divides tp*dp*cp
@@ -115,8 +116,9 @@ class Option:
 
     @property
     def endpoint(self) -> int:
-        """Row/column of ``Variant.p2p_time`` for boundaries at this stage (eq. T1b, H5)."""
-        return self.link if self.mix else self.group
+        """Row/column of ``Variant.p2p_time`` for boundaries at this stage (eq. T1b, H5; under eq. Q1 every
+        option has its own (group, tp) endpoint, eq. Q2)."""
+        return self.link if self.link >= 0 else self.group
 
     @property
     def signature(self) -> tuple:

@@ -82,3 +82,140 @@ def test_sync_waits_for_the_flush_under_blocking_runtimes():
     free = pipeline.iteration_time(t, c, s, 4)
     blocked = pipeline.iteration_time(t, c, s, 4, blocking=True)
     assert blocked - free == pytest.approx(pipeline.BWD_SHARE * 22.0)
+
+
+def _q2(problem, seed: int):
+    """Eq. Q2's shape on a random problem: every option gets the endpoint of its (group, tp), each endpoint pair
+    its own price (tp > 1 faster, as a replica's tp GPUs carry the message together), the group rows the least
+    over their endpoints (presolve.fill_group_rows)."""
+    from haap_milp.presolve import fill_group_rows
+
+    G = len(problem.groups)
+    keys = sorted({(o.group, o.tp) for o in problem.options})
+    link = {k: G + i for i, k in enumerate(keys)}
+    options = tuple(replace(o, link=link[(o.group, o.tp)]) for o in problem.options)
+    rng = np.random.default_rng(seed)
+    E = G + len(keys)
+    variants = []
+    for v in problem.variants:
+        p2p = np.zeros((E, E))
+        base = np.asarray(v.p2p_time)
+        for (g, ta), e in link.items():
+            for (h, tb), f in link.items():
+                p2p[e, f] = base[g, h] * 20.0 / min(ta, tb) * rng.uniform(0.5, 1.5)
+        variants.append(replace(v, p2p_time=fill_group_rows(p2p, [[link[k] for k in keys if k[0] == g]
+                                                                  for g in range(G)])))
+    return replace(problem, options=options, variants=tuple(variants), p2p_blocking=True)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1))
+def test_exact_solvers_match_brute_force_with_group_tp_endpoints(seed):
+    """Eq. Q2: options whose p2p endpoints are (group, tp) rows >= G, the group rows only lower bounds (what the
+    bounds read): CP-SAT and the MILP still reach brute force's optimum, and evaluate reads the endpoints."""
+    problem = _q2(random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=4, max_options=5), seed)
+    brute = get_solver("brute")(problem, EXACT)
+    for name in ("cpsat", "milp"):
+        res = get_solver(name)(problem, EXACT)
+        assert res.status == brute.status, (name, res.status, brute.status, res.message)
+        if brute.status != "OPTIMAL":
+            continue
+        assert violations(problem, res.assignment) == []
+        assert res.objective_s == pytest.approx(evaluate(problem, res.assignment), rel=1e-3)
+        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
+        assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol
+
+
+def test_group_rows_are_lower_bounds_of_their_endpoints():
+    from haap_milp.presolve import fill_group_rows
+
+    p2p = np.zeros((5, 5))
+    p2p[2:, 2:] = [[4.0, 3.0, 9.0], [3.0, 1.0, 8.0], [9.0, 8.0, 2.0]]
+    out = fill_group_rows(p2p, [[2, 3], [4]])  # group 0: endpoints 2, 3; group 1: endpoint 4
+    assert out[0, 0] == 1.0 and out[0, 1] == 8.0 and out[1, 0] == 8.0 and out[1, 1] == 2.0
+    assert list(out[0, 2:]) == [3.0, 1.0, 8.0] and list(out[2:, 1]) == [9.0, 8.0, 2.0]
+
+
+def test_presolve_prices_each_group_tp_endpoint_as_estimate_does():
+    """Eq. Q2 end to end (OPT-350M, fp32, DeepSpeed, Sailor's measured network, --uniform dp): every option has its
+    (group, tp) endpoint, and the objective of a pipeline mixing tp 1 and tp 4 stages of both types (eq. T1 with
+    eq. Q1's boundaries) equals `estimate` of the decoded plan."""
+    from haap_milp import presolve
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.estimator import Estimator
+    from haap_milp.network import sailor
+    from haap_milp.network.merge import with_network
+    from haap_milp.network.spec import MeasuredNetwork
+    from haap_milp.problem import Assignment, Stage
+    from haap_milp.specs import TrainingSpec
+
+    data = pathlib.Path(__file__).parent / "data" / "sailor_network" / "multizone_bandwidths_het.json"
+    net = MeasuredNetwork(links=tuple(sailor.import_links(data, "us-central1-a", {})))
+    model, cluster = load_model("opt-350m"), with_network(load_cluster("a100-40g:16/4,v100-16g:32/4"), net)
+    tr = TrainingSpec(global_batch_size=64, seq_len=2048, precision="fp32", engine="deepspeed",
+                      distributed_optimizer=False, recompute_modes=("none",), uniform=("dp",))
+    est = Estimator(model, cluster, tr)
+    pre = presolve.build(model, cluster, tr, SolveOptions(mixed_stages="off"), est)
+    pb, G = pre.problem, len(pre.problem.groups)
+    assert all(o.endpoint >= G for o in pb.options)
+    assert len({o.endpoint for o in pb.options}) == len({(o.group, o.tp) for o in pb.options})
+    v = next(i for i, var in enumerate(pb.variants) if var.samples_per_microbatch == 8
+             and any(pb.options[k].dp == 8 for k in np.flatnonzero(var.allowed)))
+    ok = [k for k in np.flatnonzero(pb.variants[v].allowed) if pb.options[k].dp == 8]
+    pick = {(pb.groups[pb.options[k].group].split("@")[0], pb.options[k].tp): int(k) for k in ok}
+    chain = [("v100-16g", 1), ("a100-40g", 1), ("v100-16g", 2), ("v100-16g", 1)]
+    chain = [c for c in chain if c in pick]
+    assert len({tp for _, tp in chain}) > 1 and len({g for g, _ in chain}) == 2
+    a = Assignment(v, tuple(Stage(pick[c], n) for c, n in zip(chain, (6, 8, 6, 4)[:len(chain)])))
+    a = Assignment(v, a.stages[:-1] + (Stage(a.stages[-1].option, 24 - sum(s.num_layers for s in a.stages[:-1])),))
+    plan = presolve.decode(pre, a, model, cluster, tr)
+    pe = est.estimate(plan)
+    c = [pb.variants[v].p2p_time[pb.options[x.option].endpoint, pb.options[y.option].endpoint]
+         for x, y in zip(a.stages, a.stages[1:])]
+    assert pe.boundary_s == pytest.approx(c, rel=1e-12)
+    assert evaluate(pb, a) == pytest.approx(pe.iteration_time_s, rel=1e-9)
+
+
+def test_mixed_stage_endpoint_is_priced_per_replica_type_as_estimate_does():
+    """Eqs. Q1, Q2 with a mixed stage (eq. H1, on for --target any): its endpoint's members are its replica types
+    (group, tp, samples), each sending its own share; the objective equals `estimate` of the decoded plan."""
+    from haap_milp import presolve
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.estimator import Estimator
+    from haap_milp.network import sailor
+    from haap_milp.network.merge import with_network
+    from haap_milp.network.spec import MeasuredNetwork
+    from haap_milp.problem import Assignment, Stage
+    from haap_milp.specs import TrainingSpec
+
+    data = pathlib.Path(__file__).parent / "data" / "sailor_network" / "multizone_bandwidths_het.json"
+    net = MeasuredNetwork(links=tuple(sailor.import_links(data, "us-central1-a", {})))
+    model, cluster = load_model("opt-350m"), with_network(load_cluster("a100-40g:16/4,v100-16g:32/4"), net)
+    tr = TrainingSpec(global_batch_size=64, seq_len=2048, precision="fp32", engine="deepspeed",
+                      distributed_optimizer=False, recompute_modes=("none",), uniform=("dp",))
+    est = Estimator(model, cluster, tr)
+    pre = presolve.build(model, cluster, tr, SolveOptions(mixed_stages="on"), est)
+    pb = pre.problem
+    found = None
+    for v, var in enumerate(pb.variants):
+        ok = np.flatnonzero(var.allowed)
+        mixed = [int(k) for k in ok if pb.options[k].mix]
+        for m in mixed:
+            o = pb.options[m]
+            used = dict(o.usage)
+            single = [int(k) for k in ok if not pb.options[k].mix and pb.options[k].dp == o.dp
+                      and used.get(pb.options[k].group, 0) + pb.options[k].num_gpus <= pb.group_capacity[pb.options[k].group]]
+            if single:
+                found = (v, m, single[0])
+                break
+        if found:
+            break
+    assert found is not None
+    v, m, s = found
+    assert len({(r.group, r.tp) for r in pb.options[m].mix}) == 2
+    a = Assignment(v, (Stage(m, 12), Stage(s, 12)))
+    plan = presolve.decode(pre, a, model, cluster, tr)
+    pe = est.estimate(plan)
+    assert pe.boundary_s == pytest.approx([pb.variants[v].p2p_time[pb.options[m].endpoint, pb.options[s].endpoint]],
+                                          rel=1e-12)
+    assert evaluate(pb, a) == pytest.approx(pe.iteration_time_s, rel=1e-9)

@@ -235,24 +235,90 @@ class Estimator:
     def p2p_time(self, group_a: tuple[str, str], group_b: tuple[str, str], samples_per_microbatch: int,
                  tp_a: int = 1, tp_b: int = 1, *, dp_a: int | None = None, dp_b: int | None = None,
                  cp: int = 1) -> float:
-        """Forward activations a -> b plus backward gradients b -> a of one micro-batch (B samples, 16-bit).
+        """Forward activations a -> b plus backward gradients b -> a of one micro-batch (B samples; 16-bit, or
+        4-byte in fp32 / tf32 training).
 
-        Every sending GPU moves its share of the micro-batch over its own share of its node's NICs
+        Eq. Q1 (sends block, ``dp_a == dp_b`` given): replica r of a sends its own B/dp samples to replica r
+        of b and back, each replica's tp GPUs carrying its message together (``replica_send_s``).
+        Otherwise every sending GPU moves its share of the micro-batch over its own share of its node's NICs
         (rail-optimised nodes, Megatron scatter/gather), so the rate is (number of GPUs on the narrower
         side) x NIC share per GPU. ``p2p_model="per_gpu"`` with ``dp_a``/``dp_b`` given: that number is
         min(tp_a·dp_a, tp_b·dp_b)·cp, exact for the plan. ``"group"`` (default; what problem.py's
         group-pair table can hold, so presolve's objective equals ``estimate``): it is the GPU count of the
         smaller of the two node groups - exact when stages fill their groups, optimistic for stages much
-        smaller than their group; under a runtime with blocking sends (runtime.py) at most B streams, one per
-        replica of micro-batch 1 at tp 1 (exact there, pessimistic for tp > 1 on both sides). Between islands
-        the island link, shared by all senders, also bounds the rate; latencies: NIC (+ island link)."""
+        smaller than their group; under a runtime with blocking sends (runtime.py) at most B streams.
+        Between islands the island link, shared by all senders, also bounds the rate; latencies: NIC (+ island
+        link)."""
+        if self.p2p_blocking and dp_a is not None and dp_a == dp_b and self.p2p_model == "group":
+            per = samples_per_microbatch / dp_a  # eq. Q1: B / dp samples per replica
+            return (self.replica_send_s(group_a, group_b, tp_a * cp, tp_b * cp, per)
+                    + self.replica_send_s(group_b, group_a, tp_b * cp, tp_a * cp, per))
         streams = None
         if self.p2p_model == "per_gpu" and dp_a is not None and dp_b is not None:
             streams = min(tp_a * dp_a, tp_b * dp_b) * cp
-        elif self.p2p_per_replica and dp_a is not None and dp_a == dp_b:
-            streams = dp_a * cp  # eq. Q1: one stream per replica pair, B / dp samples each
         key = (group_a, group_b, samples_per_microbatch, streams)
         return self._memo("p2p_time", key, lambda: self._p2p(group_a, group_b, samples_per_microbatch, streams))
+
+    def replica_send_s(self, group_a: tuple[str, str], group_b: tuple[str, str], gpus_a: int, gpus_b: int,
+                       samples: float) -> float:
+        """Eq. Q1: one way, one data-parallel replica of ``gpus_a`` GPUs (tp·cp) of group a sends the activation
+        of its ``samples`` samples (x bytes) to its partner replica of ``gpus_b`` GPUs of group b.
+
+        Each end's n = min(GPUs of the replica, GPUs per node) GPUs carry x together (DeepSpeed pairs the dp
+        ranks of neighbouring stages one to one; a replica's tp GPUs split the message), so an end's rate is the
+        measured figure with n senders of its own type (``inter_node``; n = 1: one GPU's stream), read at x
+        bytes - what n GPUs move together -, and the pair gets the slower end; two types with as many GPUs on
+        both ends use the measured ``cross_type`` figure when there is one. This is the pricing of Sailor's
+        runtime simulator (``estimate_send_time`` at ``bandwidths[g][min(tp, 4)][g'][min(tp', 4)]``,
+        validated on its authors' Fig. 8b cluster: its table between two VM sizes is the smaller side's own
+        curve, and between two types at one size the slower type's). Other replicas sharing the node's NIC
+        are not charged (as that simulator; on that cluster four 1-GPU streams reach 3.7x one stream).
+        Replicas spanning nodes (n > GPUs per node) use each node's figure for their node's part. Without a
+        measured figure: n x the datasheet NIC share per GPU. Between islands the island link also bounds the
+        rate and adds its latency (as ``round_trip_s``)."""
+        key = (group_a, group_b, gpus_a, gpus_b, samples)
+        return self._memo("replica_send_s", key, lambda: self._replica_send(group_a, group_b, gpus_a, gpus_b,
+                                                                          samples))
+
+    def _replica_send(self, ga, gb, gpus_a: int, gpus_b: int, samples: float) -> float:
+        x = samples * self.training.seq_len * self.model.hidden * compute.act_bytes(self.training.precision)
+        if x <= 0:
+            return 0.0
+        hw_a, hw_b = self.hardware(*ga), self.hardware(*gb)
+        ends = [(hw_a, max(1, gpus_a)), (hw_b, max(1, gpus_b))]
+        net = hw_a.network
+        cross = ()
+        if net is not None and hw_a.gpu.name != hw_b.gpu.name and min(gpus_a, hw_a.gpus_per_node) == \
+                min(gpus_b, hw_b.gpus_per_node):
+            cross = pricing.links_of(net, "cross_type", (hw_a.gpu.name, hw_b.gpu.name), ga[1])
+        rates, lats = [], []
+        if cross:
+            n = min(gpus_a, hw_a.gpus_per_node)
+            nodes = -(-gpus_a // hw_a.gpus_per_node)
+            got = pricing.aggregate_gbps(cross, n, x / nodes)
+            rates.append(nodes * got[0] * 1e9)
+            lats.append(got[1])
+        else:
+            for hw, gpus in ends:
+                n, nodes = min(gpus, hw.gpus_per_node), -(-gpus // hw.gpus_per_node)
+                links = pricing.links_of(net, "inter_node", (hw.gpu.name,), hw.group.island) if net else ()
+                got = pricing.aggregate_gbps(links, n, x / nodes)
+                if got is None:  # datasheet: n GPUs' shares of the node's NICs
+                    rates.append(nodes * n * hw.nic_gpu.bytes_per_s)
+                    lats.append(hw.nic_gpu.latency_s)
+                else:
+                    rates.append(nodes * got[0] * 1e9)
+                    lats.append(got[1])
+        rate, lat = min(rates), max(lats)
+        if ga[1] != gb[1]:
+            measured = pricing.aggregate_gbps(pricing.island_links_of(net, ga[1], gb[1]), 1, x) if net else None
+            link = self.cluster.island_link(ga[1], gb[1])
+            if measured is not None:
+                rate, lat = min(rate, measured[0] * 1e9), lat + measured[1]
+            elif link is not None:
+                rate = min(rate, link.bandwidth_gbps * 1e9 * min(hw_a.params.nic_eff, hw_b.params.nic_eff))
+                lat += link.latency_us * 1e-6
+        return x / rate + lat
 
     def _p2p(self, ga, gb, samples, streams) -> float:
         # activations of B samples: 16-bit, or 4-byte in fp32 / tf32 training
@@ -286,10 +352,10 @@ class Estimator:
         """Eq. Q1: under a runtime whose sends block (DeepSpeed) and with every stage at the same dp
         (``--uniform dp``), replica r of stage j sends its own B/dp samples to replica r of stage j+1 over one
         GPU's stream (DeepSpeed's PipelineEngine pairs the dp ranks of neighbouring stages one to one; Sailor's
-        simulator prices each replica's send alike). The boundary is then priced per replica, with the stage's
-        dp known: presolve splits each micro-batch variant by dp (one dp per variant) so its table holds it.
-        tp > 1 replicas are priced as one stream (their tp GPUs really split the message: pessimistic there).
-        Otherwise the group-pair model (``p2p_time``'s docstring) applies."""
+        simulator prices each replica's send alike). The boundary is then priced per replica pair
+        (``replica_send_s``: the replicas' tp GPUs carry the message together), with the stage's dp known:
+        presolve splits each micro-batch variant by dp (one dp per variant) and gives every (group, tp) its own
+        p2p endpoint so its table holds it. Otherwise the group-pair model (``p2p_time``'s docstring) applies."""
         t = self.training
         return self.p2p_blocking and bool({"dp", "mbs"} & set(t.uniform))
 

@@ -175,4 +175,15 @@ def boundary_s(est: Any, a: tuple[tuple[str, str, int, int], ...], b: tuple[tupl
                for ga, ia, ta, da in a for gb, ib, tb, db in b)
 
 
-__all__ = ["MixedCosts", "ReplicaKey", "TypeCosts", "boundary_s", "mixed_costs", "type_memory_bytes"]
+def replica_boundary_s(est: Any, a: tuple[tuple[str, str, int, float], ...], b: tuple[tuple[str, str, int, float], ...],
+                       cp: int = 1) -> float:
+    """Eqs. Q1, Q2: the round trip of a boundary between two stages of one dp, given as (gpu_type, island, tp,
+    samples per replica) per replica type: replica r of a sends its activation to replica r of b and b its
+    gradient back, each way at the sender's samples (``Estimator.replica_send_s``); the slowest type pair
+    (eq. H5; exact for single-type stages, where every pair is alike)."""
+    return max(est.replica_send_s((ga, ia), (gb, ib), ta * cp, tb * cp, sa)
+               + est.replica_send_s((gb, ib), (ga, ia), tb * cp, ta * cp, sb)
+               for ga, ia, ta, sa in a for gb, ib, tb, sb in b)
+
+
+__all__ = ["MixedCosts", "ReplicaKey", "TypeCosts", "boundary_s", "replica_boundary_s", "mixed_costs", "type_memory_bytes"]

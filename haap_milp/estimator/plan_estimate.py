@@ -41,6 +41,7 @@ class Estimator(Protocol):
     def stage_fixed_sync_s(self, *args: Any, **kw: Any) -> float: ...
     def usable_memory_bytes(self, gpu_type: str) -> float: ...
     def p2p_time(self, *args: Any, **kw: Any) -> float: ...
+    def replica_send_s(self, *args: Any, **kw: Any) -> float: ...
     def mixed_costs(self, *args: Any, **kw: Any) -> Any: ...
     @property
     def p2p_blocking(self) -> bool: ...
@@ -145,13 +146,20 @@ def _ends(s) -> tuple[tuple[str, str, int, int], ...]:
 
 def _boundary(est: Estimator, plan: Plan, a: int, b: int) -> float:
     """c_j: with the default group-level p2p model this is exactly presolve's p2p_time[g_a][g_b]; a mixed
-    stage's boundary is its slowest type pair (eq. H5)."""
+    stage's boundary is its slowest type pair (eq. H5). Under a runtime whose sends block, two stages of one dp
+    exchange per replica pair (eqs. Q1, Q2: presolve's (group, tp) endpoints), each way at the sending
+    replica's samples (B / dp; a mixed stage's type: its own share)."""
     sa, sb = plan.stages[a], plan.stages[b]
-    ea, eb = _ends(sa), _ends(sb)
-    if est.p2p_per_replica and sa.dp == sb.dp:  # eq. Q1: per replica pair, at the stages' common dp
-        ea = tuple((g, isl, tp, sa.dp) for g, isl, tp, _ in ea)
-        eb = tuple((g, isl, tp, sb.dp) for g, isl, tp, _ in eb)
-    return mixed.boundary_s(est, ea, eb, plan.samples_per_microbatch, cp=plan.cp)
+    if est.p2p_blocking and est.p2p_model == "group" and sa.dp == sb.dp:
+        return mixed.replica_boundary_s(est, _replica_ends(plan, sa), _replica_ends(plan, sb), cp=plan.cp)
+    return mixed.boundary_s(est, _ends(sa), _ends(sb), plan.samples_per_microbatch, cp=plan.cp)
+
+
+def _replica_ends(plan: Plan, s) -> tuple[tuple[str, str, int, float], ...]:
+    """(gpu_type, island, tp, samples per replica) per replica type of a stage (eq. Q2's endpoint members)."""
+    if s.replicas:
+        return tuple((r.gpu_type, r.island, r.tp, r.micro_batch) for r in s.replicas)
+    return ((s.gpu_type, s.island, s.tp, plan.samples_per_microbatch / s.dp),)
 
 
 def _finish(est: Estimator, plan: Plan, it: float, totals: list[StageCost], mems: list[dict[str, float]],

@@ -80,7 +80,9 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
 
 def _restrictions(problem: Problem, t: Tables) -> list[Restriction]:
     """U1: one run per (tp, dp, recompute) signature; U2: one run per tp of the pipeline ends."""
-    every = (t.use > 0).sum(axis=1) == 1  # mixed options (eq. H1) span groups: outside the group-segment DP
+    # mixed options (eq. H1) span groups and eq. Q2's (group, tp) endpoints are not groups: outside the
+    # group-segment DP, which indexes GPU capacities and links by the endpoint (beam search covers them)
+    every = ((t.use > 0).sum(axis=1) == 1) & (t.group < len(problem.groups))
     if problem.uniform:
         return [Restriction((t.sig == s) & every, (t.sig == s) & every) for s in np.unique(t.sig)]
     if problem.same_tp_first_last:
