@@ -95,8 +95,8 @@ def table(rows: list[dict]) -> list[str]:
     pairs: dict = {}
     for r in rows:
         pairs.setdefault((r["set"], r["cluster"], r["model"], r["gbs"]), {})[str(r["vpp_flag"])] = r
-    out = ["| set | cluster | model | gbs | T vpp 1 (s) | T auto (s) | T change | plan (auto) | gap 1 / auto | "
-           "wall 1 / auto (s) | variants 1 / auto |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [("| set | cluster | model | gbs | T vpp 1 (s) | T auto (s) | T change | plan (auto) | gap 1 / auto | "
+           "wall 1 / auto (s) | variants 1 / auto |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (st, cl, mo, gbs), d in pairs.items():
         a, b = d.get("1"), d.get("auto")
         if not a or not b or a["time_s"] is None or b["time_s"] is None:

@@ -83,9 +83,9 @@ def main(argv: list[str]) -> int:
                     for r in (0.0, 0.1, 0.5, 2.0):
                         t1, ref = cell(rng, schedule, p, m, a, r, duplex, vpp, section)
                         lines.append(f"| {p} | {m} | {a} | {r} | {_fmt(t1)} | {_fmt(ref) if schedule == '1f1b' else 'n/a'} |")
-        lines += ["", f"All {len(section)} instances of this section vs the planner closed form: mean "
+        lines += ["", (f"All {len(section)} instances of this section vs the planner closed form: mean "
                   f"{statistics.fmean(section):+.3f}, mean |.| {statistics.fmean(map(abs, section)):.3f}, min "
-                  f"{min(section):+.3f}, max {max(section):+.3f}.", ""]
+                  f"{min(section):+.3f}, max {max(section):+.3f}."), ""]
     text = "\n".join(lines)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n")

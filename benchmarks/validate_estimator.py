@@ -229,8 +229,8 @@ def render(rows: list[dict], mem: list[dict], cal, loo: dict | None = None) -> s
                      f"{'yes' if m['mapped'] else 'no (op-level SAC)'} |")
     cfg = config_memory(cal)
     lines += ["", "## Memory of the published non-FSDP configurations (no published peak; each ran, so each should fit)",
-              "", "Peak stage, GiB per GPU, by kind (grads: 4 B/param, or 2 B with grad_reduce_in_fp32=False for "
-              "NVIDIA's performance recipes, measured_runs.bf16_grad_recipe). Sorted by peak / capacity.", "",
+              "", ("Peak stage, GiB per GPU, by kind (grads: 4 B/param, or 2 B with grad_reduce_in_fp32=False for "
+              "NVIDIA's performance recipes, measured_runs.bf16_grad_recipe). Sorted by peak / capacity."), "",
               "| id | stack | stage | weights | grads | optimizer | activations | overhead | peak | capacity | fits |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in sorted(cfg, key=lambda m: -m["peak_gib"] / m["capacity_gib"]):

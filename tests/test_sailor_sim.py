@@ -57,12 +57,12 @@ def test_send_time_formula():
 
 # ------------------------------------------------------------------ haap's eq. Q1 / Q2 p2p against the judge's
 
-from haap_milp.catalog import load_cluster, load_model  # noqa: E402
-from haap_milp.estimator import Estimator  # noqa: E402
-from haap_milp.network import sailor as sailor_net  # noqa: E402
-from haap_milp.network.merge import with_network  # noqa: E402
-from haap_milp.network.spec import MeasuredNetwork  # noqa: E402
-from haap_milp.specs import Plan, TrainingSpec  # noqa: E402
+from haap_milp.catalog import load_cluster, load_model
+from haap_milp.estimator import Estimator
+from haap_milp.network import sailor as sailor_net
+from haap_milp.network.merge import with_network
+from haap_milp.network.spec import MeasuredNetwork
+from haap_milp.specs import Plan, TrainingSpec
 
 NET_JSON = ROOT / "tests" / "data" / "sailor_network" / "multizone_bandwidths_het.json"
 HAAP = {"A100-40": "a100-40g", "V100-16": "v100-16g"}

@@ -186,4 +186,4 @@ def replica_boundary_s(est: Any, a: tuple[tuple[str, str, int, float], ...], b: 
                for ga, ia, ta, sa in a for gb, ib, tb, sb in b)
 
 
-__all__ = ["MixedCosts", "ReplicaKey", "TypeCosts", "boundary_s", "replica_boundary_s", "mixed_costs", "type_memory_bytes"]
+__all__ = ["MixedCosts", "ReplicaKey", "TypeCosts", "boundary_s", "mixed_costs", "replica_boundary_s", "type_memory_bytes"]
