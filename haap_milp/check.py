@@ -221,7 +221,9 @@ def _runtime(plan: Plan, training: TrainingSpec) -> list[Violation]:
         if training.micro_batch_size and not s.replicas and plan.stage_micro_batch(j) != training.micro_batch_size:
             out.append(Violation("runtime.mbs", j, f"per-replica micro-batch {plan.stage_micro_batch(j):g} is not "
                                  f"the runtime's fixed {training.micro_batch_size}"))
-    for dim in training.uniform:
+    # DeepSpeed's PipelineEngine lays its ranks out as one pp x dp grid (PipeModelDataParallelTopology): one dp
+    dims = (*training.uniform, *(("dp",) if training.engine == "deepspeed" and "dp" not in training.uniform else ()))
+    for dim in dims:
         values = {plan.stage_micro_batch(j) if dim == "mbs" else getattr(s, dim) for j, s in enumerate(plan.stages)}
         if len(values) > 1:
             out.append(Violation(f"runtime.uniform_{dim}", None, f"{dim} differs between stages "

@@ -219,3 +219,27 @@ def test_mixed_stage_endpoint_is_priced_per_replica_type_as_estimate_does():
     assert pe.boundary_s == pytest.approx([pb.variants[v].p2p_time[pb.options[m].endpoint, pb.options[s].endpoint]],
                                           rel=1e-12)
     assert evaluate(pb, a) == pytest.approx(pe.iteration_time_s, rel=1e-9)
+
+
+def test_deepspeed_runtime_gives_every_stage_one_dp_without_the_flag():
+    """DeepSpeed's PipelineEngine lays its ranks out as one pp x dp grid, so `--engine deepspeed` implies one dp per
+    plan (eqs. Q1, Q2) even without `--uniform dp`: presolve keeps one dp per variant, and the checker refuses a
+    plan whose stages differ in dp under that runtime (but not under Megatron's)."""
+    from haap_milp import presolve
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.check import check_plan
+    from haap_milp.specs import Plan, StagePlan, TrainingSpec
+
+    model, cluster = load_model("gpt3-125m"), load_cluster("a100-80g:8,v100-32g:8")
+    training = TrainingSpec(global_batch_size=32, seq_len=1024, engine="deepspeed")
+    pre = presolve.build(model, cluster, training, SolveOptions(max_stages=4))
+    for v in pre.problem.variants:
+        assert len({pre.problem.options[i].dp for i in np.flatnonzero(v.allowed)}) == 1
+    stages = (StagePlan(first_layer=0, num_layers=6, gpu_type="a100-80g", island="main", tp=1, dp=8),
+              StagePlan(first_layer=6, num_layers=6, gpu_type="v100-32g", island="main", tp=2, dp=4))
+    plan = Plan(model=model.name, cluster=cluster.name, stages=stages, micro_batch_size=1, num_microbatches=4,
+                global_batch_size=32, seq_len=1024)
+    rules = {v.rule for v in check_plan(plan, model, cluster, training, memory=False)}
+    assert "runtime.uniform_dp" in rules
+    megatron = TrainingSpec(global_batch_size=32, seq_len=1024)
+    assert "runtime.uniform_dp" not in {v.rule for v in check_plan(plan, model, cluster, megatron, memory=False)}

@@ -349,15 +349,14 @@ class Estimator:
 
     @property
     def p2p_per_replica(self) -> bool:
-        """Eq. Q1: under a runtime whose sends block (DeepSpeed) and with every stage at the same dp
-        (``--uniform dp``), replica r of stage j sends its own B/dp samples to replica r of stage j+1 over one
+        """Eq. Q1: under a runtime whose sends block (DeepSpeed), every stage has the same dp (its PipelineEngine
+        lays the ranks out as one pp x dp grid, ``PipeModelDataParallelTopology``), and replica r of stage j sends its own B/dp samples to replica r of stage j+1 over one
         GPU's stream (DeepSpeed's PipelineEngine pairs the dp ranks of neighbouring stages one to one; Sailor's
         simulator prices each replica's send alike). The boundary is then priced per replica pair
         (``replica_send_s``: the replicas' tp GPUs carry the message together), with the stage's dp known:
         presolve splits each micro-batch variant by dp (one dp per variant) and gives every (group, tp) its own
         p2p endpoint so its table holds it. Otherwise the group-pair model (``p2p_time``'s docstring) applies."""
-        t = self.training
-        return self.p2p_blocking and bool({"dp", "mbs"} & set(t.uniform))
+        return self.p2p_blocking  # one dp per plan: ``--uniform dp`` is implied (and harmless when given)
 
     @property
     def p2p_blocking(self) -> bool:
