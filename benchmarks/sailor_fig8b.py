@@ -43,6 +43,10 @@ import sailor_sim
 
 ROOT = Path(__file__).resolve().parent.parent
 NET_SRC = ROOT / "tests" / "data" / "sailor_network" / "multizone_bandwidths_het.json"
+# --intra-node: also import Sailor's measured intra-VM streams (the GPU types not in these clusters left out)
+INTRA_SRC = ROOT / "tests" / "data" / "sailor_network" / "intra_node_bandwidths.json"
+INTRA_ARGS = [str(INTRA_SRC)] + [a for n in ("A100-80", "GH-96", "RTX-2080", "Titan-RTX", "RTX-3090")
+                                 for a in ("--gpu-name", f"{n}=none")]
 PROFILE = ROOT / "tests" / "data" / "profiles" / "OPT-350"
 EXE = os.environ.get("HAAP_SOLVE", "haap-solve")
 RUNTIME = ["--precision", "fp32", "--engine", "deepspeed", "--no-dist-opt", "--recompute", "none"]
@@ -181,6 +185,8 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=None, help="solve's --time-limit (default: solve's own)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sailor_fig8b.md")
     ap.add_argument("--keep-plans", type=Path, default=None, help="write haap's solved plans (JSON) into this folder")
+    ap.add_argument("--intra-node", action="store_true", help="also import tests/data/sailor_network/intra_node_bandwidths.json "
+                    "(Sailor's measured intra-VM GPU streams: the TP all-reduce on them, not the datasheet NVLink)")
     args = ap.parse_args()
     if args.keep_plans is not None:
         args.keep_plans.mkdir(parents=True, exist_ok=True)
@@ -205,7 +211,7 @@ def main() -> int:
         tmp = Path(d)
         net = tmp / "net.yaml"
         code, out, _ = run(["network", "import", "--format", "sailor", str(NET_SRC), "--zone", "us-central1-a", "-o",
-                            str(net)])
+                            str(net)] + (INTRA_ARGS if args.intra_node else []))
         if code != 0:
             print(out)
             return 1
