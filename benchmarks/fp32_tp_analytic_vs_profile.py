@@ -68,9 +68,9 @@ def rows() -> list[dict]:
 
 
 def table(rs: list[dict]) -> list[str]:
-    lines = ["| GPU | tp | mbs | measured ms | analytic compute ms | TP all-reduce ms (datasheet NVLink) | "
-             "TP all-reduce ms (measured intra-VM) | analytic / measured (NVLink) | analytic / measured (intra-VM) | "
-             "analytic / measured (intra-VM, no SP) |",
+    lines = [("| GPU | tp | mbs | measured ms | analytic compute ms | TP all-reduce ms (datasheet NVLink) | "
+              "TP all-reduce ms (measured intra-VM) | analytic / measured (NVLink) | analytic / measured (intra-VM) | "
+              "analytic / measured (intra-VM, no SP) |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rs:
         lines.append(f"| {r['gpu']} | {r['tp']} | {r['mbs']} | {r['measured_ms']:.2f} | {r['compute_ms']:.2f} | "

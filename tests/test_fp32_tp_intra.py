@@ -12,7 +12,7 @@ import pytest
 from haap_milp.estimator import comm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import fp32_tp_analytic_vs_profile as bench  # noqa: E402
+import fp32_tp_analytic_vs_profile as bench
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +25,8 @@ def test_tp_ring_reads_the_measured_p2p_stream_at_the_step_size(est):
     m = 16.8e6
     link, at = hw.tp_ring_step(m, 4)
     assert at == pytest.approx(m / 4)
-    curve = [lk for lk in est.cluster.network.links if lk.link == "intra_node" and lk.senders == 4
-             and lk.gpu_types == ("v100-16g",)][0]
+    curve = next(lk for lk in est.cluster.network.links if lk.link == "intra_node" and lk.senders == 4
+                 and lk.gpu_types == ("v100-16g",))
     assert link.bytes_per_s == pytest.approx(curve.bandwidth_gbps(m / 4) * 1e9)
     # 2(n-1) steps of M/n bytes each
     assert comm.ring("all_reduce", 4, link).time(m) == pytest.approx(6 * (m / 4) / link.bytes_per_s + 6 * link.latency_s)
