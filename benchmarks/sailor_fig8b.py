@@ -43,6 +43,10 @@ import sailor_sim
 
 ROOT = Path(__file__).resolve().parent.parent
 NET_SRC = ROOT / "tests" / "data" / "sailor_network" / "multizone_bandwidths_het.json"
+# --intra-node: also import Sailor's measured intra-VM streams (the GPU types not in these clusters left out)
+INTRA_SRC = ROOT / "tests" / "data" / "sailor_network" / "intra_node_bandwidths.json"
+INTRA_ARGS = [str(INTRA_SRC)] + [a for n in ("A100-80", "GH-96", "RTX-2080", "Titan-RTX", "RTX-3090")
+                                 for a in ("--gpu-name", f"{n}=none")]
 PROFILE = ROOT / "tests" / "data" / "profiles" / "OPT-350"
 EXE = os.environ.get("HAAP_SOLVE", "haap-solve")
 RUNTIME = ["--precision", "fp32", "--engine", "deepspeed", "--no-dist-opt", "--recompute", "none"]
@@ -181,11 +185,14 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=None, help="solve's --time-limit (default: solve's own)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sailor_fig8b.md")
     ap.add_argument("--keep-plans", type=Path, default=None, help="write haap's solved plans (JSON) into this folder")
+    ap.add_argument("--intra-node", action="store_true", help="also import tests/data/sailor_network/intra_node_bandwidths.json "
+                    "(Sailor's measured intra-VM GPU streams: the TP all-reduce on them, not the datasheet NVLink)")
     args = ap.parse_args()
     if args.keep_plans is not None:
         args.keep_plans.mkdir(parents=True, exist_ok=True)
     lines = ["# Sailor Fig. 8b rows planned from measurements", "",
-             "Produced by `python benchmarks/sailor_fig8b.py` (see its docstring for the inputs). Times are haap's",
+             "Produced by `python benchmarks/sailor_fig8b.py" + (" --intra-node" if args.intra_node else "")
+             + "` (see its docstring for the inputs). Times are haap's",
              "predictions in seconds per iteration of 1024 samples; it/s = 1 / time. 'published' is the throughput",
              "Sailor's simulator gives the published plan. 'Sailor-sim it/s': the plan scored by",
              "`benchmarks/sailor_sim.py`, a re-implementation of Sailor's runtime simulator (the judge; it reproduces",
@@ -200,12 +207,17 @@ def main() -> int:
              "32+96 plan dp 27 with M = ceil(1024/54) = 19 micro-batches of 2 (1026 samples); haap requires",
              "gbs = mbs x dp x M exactly, so haap scores them at gbs 1040 / 1026 and scales the time by 1024/gbs",
              "(Sailor-sim scores every plan at gbs 1024, as Sailor's simulator does). Term-by-term comparison of",
-             "haap's estimate with Sailor-sim: `benchmarks/results/sailor_sim_terms.md`", "(`python benchmarks/sailor_sim_terms.py --plans ...`, with the plans `--keep-plans DIR` writes).", ""]
+             "haap's estimate with Sailor-sim: `benchmarks/results/sailor_sim_terms.md`", "(`python benchmarks/sailor_sim_terms.py --plans ...`, with the plans `--keep-plans DIR` writes)."]
+    if args.intra_node:
+        lines += ["With --intra-node the network also holds Sailor's measured intra-VM GPU streams",
+                  "(tests/data/sailor_network/intra_node_bandwidths.json): the analytic TP all-reduce runs on them",
+                  "(benchmarks/results/fp32_tp_analytic_vs_profile.md) instead of the datasheet NVLink."]
+    lines.append("")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         net = tmp / "net.yaml"
         code, out, _ = run(["network", "import", "--format", "sailor", str(NET_SRC), "--zone", "us-central1-a", "-o",
-                            str(net)])
+                            str(net)] + (INTRA_ARGS if args.intra_node else []))
         if code != 0:
             print(out)
             return 1

@@ -37,6 +37,21 @@ class Hardware:
         links = pricing.links_of(self.network, "intra_node", (self.gpu.name,), self.group.island)
         return pricing.intra_link(links, n, message_bytes, self.nvlink, op)
 
+    def tp_ring_step(self, message_bytes: float, n: int) -> tuple[Link, float]:
+        """(link, bytes at which it was read) for a ring all-reduce of ``message_bytes`` among n GPUs of one node
+        (tensor parallelism). A measured all-reduce figure (nccl-tests busbw) is read at the message size; a
+        figure measured as one GPU's point-to-point stream with n GPUs of the node sending (Sailor's
+        intra_node_bandwidths.json) is read at the size each ring step actually sends, M / n: a ring is
+        2(n-1) such steps (Thakur et al. 2005; Sailor's ``estimate_ar_time`` is the same sum), the rule the DP
+        ring already follows (comm.ring_measured). Without measured intra-node links: the datasheet NVLink."""
+        if self.network is None or n <= 1:
+            return self.nvlink, message_bytes
+        links = pricing.links_of(self.network, "intra_node", (self.gpu.name,), self.group.island)
+        if links and not any(lk.op == "all_reduce" for lk in links) and any(lk.op == "p2p" for lk in links):
+            chunk = message_bytes / n
+            return self.intra(chunk, n, "p2p"), chunk
+        return self.intra(message_bytes, n), message_bytes
+
     def nic_gpu_at(self, message_bytes: float, op: str = "p2p", k: int | None = None) -> Link:
         """One GPU's share of the inter-node network while k (default: all) GPUs of its node send."""
         if self.network is None:

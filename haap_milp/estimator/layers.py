@@ -86,8 +86,10 @@ def _attention_block(model: ModelSpec, hw: Hardware, precision: str, tokens: flo
 
 
 def _tp_collective(hw: Hardware, tp: int, message_bytes: float) -> float:
-    """One all-reduce (no SP) or all-gather + reduce-scatter (SP): same bytes, inside a node."""
-    return comm.ring("all_reduce", tp, hw.intra(message_bytes, tp)).time(message_bytes)
+    """One all-reduce (no SP) or all-gather + reduce-scatter (SP): same bytes, inside a node, on the link
+    ``Hardware.tp_ring_step`` gives (a measured p2p stream read at the ring's step size)."""
+    link, _ = hw.tp_ring_step(message_bytes, tp)
+    return comm.ring("all_reduce", tp, link).time(message_bytes)
 
 
 def _cp_exchange(hw: Hardware, tokens: float, kv: int, tp: int, cp: int, a_f: float, a_b: float,
