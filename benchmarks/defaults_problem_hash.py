@@ -1,5 +1,7 @@
 """Issue #15 defaults: hash the Problem presolve builds for the default grid's instances (benchmarks/specs/
-default.yaml, seq 4096) with plain SolveOptions (no dimension asked), so the Problem can be compared before
+default.yaml, seq 4096) as a plain CLI `solve` builds it (no dimension
+flag: SolveOptions vpp/cp/zero "default", eqs. D1-D3; on code older than the defaults, which rejects "default",
+the old defaults apply), so the Problem can be compared before
 and after a change of defaults. Prints one line per instance: model, cluster, options, variants, vpp>1
 variants, cp>1 options, zero-searched options, sha256 of the pickled Problem (first 16 hex digits).
 
@@ -23,7 +25,11 @@ from haap_milp.specs import SolveOptions, TrainingSpec
 def problem_line(model: str, cluster: str, gbs: int, seq: int, engine: str = "megatron") -> str:
     m, c = load_model(model), load_cluster(cluster)
     training = TrainingSpec(global_batch_size=gbs, seq_len=seq, engine=engine)
-    p = build(m, c, training, SolveOptions(time_limit_s=10, threads=2)).problem
+    try:
+        opts = SolveOptions(time_limit_s=10, threads=2, vpp="default", cp="default", zero="default")
+    except ValueError:  # before eqs. D1-D3: the old defaults (vpp 1, cp 1, the runtime's ZeRO)
+        opts = SolveOptions(time_limit_s=10, threads=2)
+    p = build(m, c, training, opts).problem
     digest = hashlib.sha256(pickle.dumps(p)).hexdigest()[:16]
     return (f"{model} {cluster} gbs={gbs} seq={seq} engine={engine} options={len(p.options)} "
             f"variants={len(p.variants)} vpp>1={sum(v.vpp > 1 for v in p.variants)} "

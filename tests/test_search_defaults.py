@@ -1,4 +1,4 @@
-"""Issue #15 defaults (formulations/ eqs. D1-D3): a plain SolveOptions() searches cp from 32k tokens, interleaving
+"""Issue #15 defaults (formulations/ eqs. D1-D3): "default" (what a plain CLI solve passes) searches cp from 32k tokens, interleaving
 where 1F1B's fill/drain share is material and the ZeRO stage under the fsdp runtime, and builds exactly the
 Problem of the explicit old values (cp 1, vpp 1, the runtime's ZeRO) elsewhere. Presolve only (fast)."""
 
@@ -16,9 +16,11 @@ from haap_milp.specs import SolveOptions, TrainingSpec
 from haap_milp.zero import default_zero
 
 OLD = {"vpp": 1, "cp": 1, "zero": None}  # the explicit values that were the defaults before eqs. D1-D3
+NEW = {"vpp": "default", "cp": "default", "zero": "default"}  # what the CLI passes when no flag is given
 
 
 def _problem(model, cluster, gbs, seq=4096, engine="megatron", zero_stage=None, **opts):
+    opts = {**NEW, **opts}
     training = TrainingSpec(global_batch_size=gbs, seq_len=seq, engine=engine, zero_stage=zero_stage)
     return build(load_model(model), load_cluster(cluster), training, SolveOptions(**opts)).problem
 
@@ -70,3 +72,12 @@ def test_d3_zero_searched_under_fsdp_only():
     assert {o.zero for o in _problem("llama2-13b", "a100-40g:16", 64, engine="fsdp", zero_stage=3,
                                      target="torchtitan", max_stages=1).options} == {None}
     assert {o.zero for o in _problem("llama2-13b", "a100-40g:16", 64).options} == {None}
+
+
+def test_api_defaults_are_the_old_values_and_the_cli_passes_default():
+    """SolveOptions() keeps the old values (API callers, oracles); the CLI's unset flags mean "default"."""
+    from haap_milp.cli.solve_cmds import _options, _zero
+    assert SolveOptions().vpp == 1 and SolveOptions().cp == 1 and SolveOptions().zero is None
+    o = _options("auto", 10.0, 2, "any", None, 0.01, 0, "auto", _zero(None, None, False))
+    assert (o.vpp, o.cp, o.zero) == ("default", "default", "default")
+    assert _zero(None, 3, False) is None and _zero(None, None, True) is None  # a fixed stage: not searched

@@ -37,17 +37,17 @@ class SolveOptions(Frozen):
         default="auto", description="Stages whose data-parallel replicas differ in GPU type (formulations/ eqs. "
         "H1-H6); auto: on where the target engine and the runtime can run them.")
     zero: Literal["auto", "default"] | tuple[Literal[0, 1, 2, 3], ...] | None = Field(
-        default="default", description="ZeRO stages the search may give each stage (formulations/ eq. Z1): auto = "
+        default=None, description="ZeRO stages the search may give each stage (formulations/ eq. Z1): auto = "
         "every stage the runtime and the target engine run; None: the runtime's one stage, not searched; default "
-        "(eq. D3): auto under the fsdp runtime when no ZeRO stage is fixed, else None.")
+        "(eq. D3, the CLI's when --zero is unset): auto under the fsdp runtime when no ZeRO stage is fixed, else None.")
     vpp: int | Literal["auto", "default"] = Field(
-        default="default", description="Interleaved 1F1B (formulations/ eqs. I1-I5): 1 off; N: plans with vpp 1 or "
-        "N; auto: vpp 1, 2, 3 or 4 where the target engine interleaves; default (eq. D2): auto only where the "
-        "1F1B fill/drain share is material, else 1.")
+        default=1, description="Interleaved 1F1B (formulations/ eqs. I1-I5): 1 off; N: plans with vpp 1 or "
+        "N; auto: vpp 1, 2, 3 or 4 where the target engine interleaves; default (eq. D2, the CLI's when --vpp is "
+        "unset): auto only where the 1F1B fill/drain share is material, else 1.")
     cp: Literal["auto", "default"] | int = Field(
-        default="default", description="Context-parallel degree (formulations/ eqs. CP1-CP3): a number fixes it, "
-        "auto searches every cp with seq_len % (2*cp) == 0 up to 16 (one cp per plan); default (eq. D1): auto "
-        "from seq_len 32768 up, else 1.")
+        default=1, description="Context-parallel degree (formulations/ eqs. CP1-CP3): a number fixes it, "
+        "auto searches every cp with seq_len % (2*cp) == 0 up to 16 (one cp per plan); default (eq. D1, the CLI's "
+        "when --cp is unset): auto from seq_len 32768 up, else 1.")
     etp: Literal["auto"] | int = Field(
         default=1, description="Expert-tensor-parallel degree of MoE layers (eq. CP4): a number fixes it, auto "
         "searches the divisors of the expert FFN that fit a node and fold onto the stage (per stage).")
