@@ -258,7 +258,7 @@ def report(limit: float) -> None:
           "2 cores) startup and presolve take most of the limit, the heuristics on the larger problem stop earlier, "
           "and some plans come out worse than without cp (gpt3-1.3b on mixed-nic-256: -79 %, on 16 H100: -15 %; the "
           "same gpt3-1.3b / 16 H100 search through the API with its own 10 s reaches the cp 1 optimum, see the CP5 "
-          "table). `--cp` therefore stays 1 by default."), "",
+          "table). `--cp` therefore stays 1 by default below 32k tokens (eq. D1, section \"Defaults\")."), "",
           "### Default grid (seq 4096), 10 s limit", "", *table("default-cp", "cp"), "",
           "### Long context (32k-128k tokens), 10 s limit", "", *table("long", "cp"), "",
           "### Long context on 32 H100 + 32 A100 at a 60 s limit (`--set long-mixed-60 --time-limit 60`)", "",

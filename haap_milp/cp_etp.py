@@ -33,9 +33,27 @@ _KEYS = ("layer_time", "first_time", "last_time", "layer_static_mem", "layer_act
          "sync_first", "sync_last")
 
 
+LONG_CONTEXT_TOKENS = 32_768  # eq. D1: the default searches cp from this seq_len up (see default_cp)
+
+
+def default_cp(asked, seq_len: int):
+    """Eq. D1: ``--cp`` left unset searches cp (auto) from ``LONG_CONTEXT_TOKENS`` tokens per sequence up, and
+    keeps cp 1 below. Why 32k: a layer's activations grow with s and its attention FLOPs with s^2 while its
+    weights do not, so from 32k tokens activations (not weights) set the memory a stage needs and attention
+    is a large share of the layer's time; cp divides both by cp per rank (eqs. CP2, CP3), and every long-context
+    recipe (Megatron, torchtitan, Llama 3's 128k stage) uses it there. At 4k-8k tokens a cp ring only adds
+    traffic that tp/dp/pp do without, and searching it costs solve time (benchmarks/results/
+    search_dimensions.md). Any other ``asked`` (a number or auto) is returned unchanged."""
+    if asked != "default":
+        return asked
+    return "auto" if seq_len >= LONG_CONTEXT_TOKENS else 1
+
+
 def cp_candidates(asked, seq_len: int, engine_cp: bool = True) -> list[int]:
-    """Context-parallel degrees to search: ``asked`` = 1 (default), a number N (checked: 2N divides seq_len) or
-    "auto" (every candidate whose 2*cp divides seq_len; only 1 where the target engine cannot run cp)."""
+    """Context-parallel degrees to search: ``asked`` = 1, a number N (checked: 2N divides seq_len), "auto"
+    (every candidate whose 2*cp divides seq_len; only 1 where the target engine cannot run cp) or "default"
+    (eq. D1: auto from 32k tokens up, else 1)."""
+    asked = default_cp(asked, seq_len)
     if asked == "auto":
         return [c for c in CP_CANDIDATES if cp_divides_seq(seq_len, c) and (engine_cp or c == 1)]
     if not cp_divides_seq(seq_len, asked):

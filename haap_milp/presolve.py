@@ -267,10 +267,14 @@ def build(
     max_stages = _max_stages(model, groups, options, variants, opts)
     if caps.max_stages_when_tied is not None and model.tied_embeddings:
         max_stages = min(max_stages, caps.max_stages_when_tied)  # e.g. torchtitan cannot tie first and last stage
-    vpps = interleave.vpp_candidates(options.vpp, caps.interleave and not est.p2p_blocking,
+    vpp_asked = interleave.default_vpp(options.vpp, [v.num_microbatches for v in variants], max_stages,
+                                       model.num_layers)  # eq. D2: "default" -> auto or 1
+    vpps = interleave.vpp_candidates(vpp_asked, caps.interleave and not est.p2p_blocking,
                                      "DeepSpeed's PipelineEngine has no interleaved schedule" if est.p2p_blocking
                                      else f"target {caps.name} has no interleaved schedule")
-    for var in interleave.interleaved_variants(list(variants), vpps, max_stages, model.num_layers):  # eq. I5
+    min_fill = interleave.MATERIAL_FILL if options.vpp == "default" else 0.0
+    for var in interleave.interleaved_variants(list(variants), vpps, max_stages, model.num_layers,
+                                               min_fill):  # eqs. I5, D2
         bounds[len(variants)] = compute_bound(opts, groups, var, model.num_layers)
         variants.append(var)
     problem = Problem(

@@ -83,7 +83,7 @@ MixedOpt = Annotated[str, typer.Option("--mixed-stages", help="auto | on | off: 
                                        "(formulations/ eqs. H1-H7). auto: on for --target any without --uniform.")]
 CpOpt = Annotated[str, typer.Option("--cp", help="auto | N: context-parallel degree (ring attention, formulations/ "
                                     "eqs. CP1-CP3, one per plan); auto searches every cp with seq % (2*cp) == 0 up "
-                                    "to 16. Default 1.")]
+                                    "to 16. Unset (default): auto from --seq 32768 up, else 1 (formulations/ eq. D1).")]
 EtpOpt = Annotated[str, typer.Option("--etp", help="auto | N: expert-tensor-parallel degree of MoE layers (eq. CP4, "
                                      "per stage); auto searches the divisors of the expert FFN that fit a node. "
                                      "Default 1.")]
@@ -92,8 +92,8 @@ EtpOpt = Annotated[str, typer.Option("--etp", help="auto | N: expert-tensor-para
 def parse_degree(value: str, flag: str):
     """'auto' or a positive integer (one paragraph naming the flag otherwise)."""
     v = value.strip().lower()
-    if v == "auto":
-        return "auto"
+    if v in ("auto", "default"):
+        return v
     if v.isdigit() and int(v) >= 1:
         return int(v)
     raise HaapInputError(f"{flag} {value!r}: use auto or a positive integer (e.g. {flag} 2).", field=flag, value=value)
@@ -110,13 +110,15 @@ def _inputs(model: str, cluster: str, gbs: int | None, seq: int | None, precisio
 
 VppOpt = Annotated[str, typer.Option("--vpp", help="auto | N: interleaved 1F1B chosen by the search (formulations/ "
                                      "eqs. I1-I5): N searches vpp 1 and N, auto vpp 1-4 where the target "
-                                     "interleaves; 1 (default): plain 1F1B.")]
+                                     "interleaves; 1: plain 1F1B. Unset (default): auto where the 1F1B "
+                                     "fill/drain share at the smallest micro-batch and deepest pipeline is >= 10 %, "
+                                     "else 1 (formulations/ eq. D2).")]
 
 
 def _vpp(value: str) -> int | str:
     """--vpp as SolveOptions takes it (auto or a whole number >= 1; anything else: exit 2, one paragraph)."""
-    if value == "auto":
-        return "auto"
+    if value in ("auto", "default"):
+        return value
     try:
         n = int(value)
     except ValueError:
@@ -127,8 +129,16 @@ def _vpp(value: str) -> int | str:
     return n
 
 
+def _zero(text: str | None, zero_stage: int | None, no_dist_opt: bool):
+    """--zero as SolveOptions.zero; with none of --zero, --zero-stage, --no-dist-opt given: "default" (eq. D3:
+    searched under the fsdp runtime, the runtime's stage elsewhere)."""
+    if text is None and zero_stage is None and not no_dist_opt:
+        return "default"
+    return zero_search(text, zero_stage, False if no_dist_opt else None)
+
+
 def _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed: str = "auto", zero=None,
-             vpp: str = "1", cp: str = "1", etp: str = "1") -> SolveOptions:
+             vpp: str = "default", cp: str = "default", etp: str = "1") -> SolveOptions:
     finite(time_limit, "--time-limit")
     finite(gap, "--gap")
     vpp_value = _vpp(vpp)
@@ -185,8 +195,8 @@ def solve(
     prices: PricesOpt = None,
     price: PriceKindOpt = "on_demand",
     mixed_stages: MixedOpt = "auto",
-    vpp: VppOpt = "1",
-    cp: CpOpt = "1",
+    vpp: VppOpt = "default",
+    cp: CpOpt = "default",
     etp: EtpOpt = "1",
 ) -> None:
     """Find the plan with the shortest iteration time (or least cost or energy) that fits, with its gap."""
@@ -200,7 +210,7 @@ def solve(
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed_stages,
-                    zero_search(zero, zero_stage, False if no_dist_opt else None), vpp, cp, etp)
+                    _zero(zero, zero_stage, no_dist_opt), vpp, cp, etp)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     book = price_book(prices, price)
     goal = goal_from_flags(objective, max_cost_per_hour, min_tokens_per_s, max_iteration_time, robust,
@@ -295,8 +305,8 @@ def compare(
     mixed_stages: MixedOpt = "auto",
     prices: PricesOpt = None,
     price: PriceKindOpt = "on_demand",
-    vpp: VppOpt = "1",
-    cp: CpOpt = "1",
+    vpp: VppOpt = "default",
+    cp: CpOpt = "default",
     etp: EtpOpt = "1",
 ) -> None:
     """Run CP-SAT, MILP, the DP heuristic and the uniform Megatron-style baseline on one problem."""
@@ -306,7 +316,7 @@ def compare(
     m, c, training = _inputs(model, cluster, gbs, seq, precision, memory_headroom, training_file, rt)
     c = apply_network_option(c, network)
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed, mixed_stages,
-                    zero_search(zero, zero_stage, False if no_dist_opt else None), vpp, cp, etp)
+                    _zero(zero, zero_stage, no_dist_opt), vpp, cp, etp)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
     book = price_book(prices, price)
     outs = run_interruptible(lambda: planner.compare(m, c, training, opts, profile=prof, deadline=dl), dl,

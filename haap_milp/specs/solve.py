@@ -36,15 +36,18 @@ class SolveOptions(Frozen):
     mixed_stages: Literal["auto", "on", "off"] = Field(
         default="auto", description="Stages whose data-parallel replicas differ in GPU type (formulations/ eqs. "
         "H1-H6); auto: on where the target engine and the runtime can run them.")
-    zero: Literal["auto"] | tuple[Literal[0, 1, 2, 3], ...] | None = Field(
-        default=None, description="ZeRO stages the search may give each stage (formulations/ eq. Z1): auto = every "
-        "stage the runtime and the target engine run; None: the runtime's one stage, not searched.")
-    vpp: int | Literal["auto"] = Field(
-        default=1, description="Interleaved 1F1B (formulations/ eqs. I1-I5): 1 off; N: plans with vpp 1 or N; "
-        "auto: vpp 1, 2, 3 or 4 where the target engine interleaves.")
-    cp: Literal["auto"] | int = Field(
-        default=1, description="Context-parallel degree (formulations/ eqs. CP1-CP3): a number fixes it, auto "
-        "searches every cp with seq_len % (2*cp) == 0 up to 16 (one cp per plan).")
+    zero: Literal["auto", "default"] | tuple[Literal[0, 1, 2, 3], ...] | None = Field(
+        default=None, description="ZeRO stages the search may give each stage (formulations/ eq. Z1): auto = "
+        "every stage the runtime and the target engine run; None: the runtime's one stage, not searched; default "
+        "(eq. D3, the CLI's when --zero is unset): auto under the fsdp runtime when no ZeRO stage is fixed, else None.")
+    vpp: int | Literal["auto", "default"] = Field(
+        default=1, description="Interleaved 1F1B (formulations/ eqs. I1-I5): 1 off; N: plans with vpp 1 or "
+        "N; auto: vpp 1, 2, 3 or 4 where the target engine interleaves; default (eq. D2, the CLI's when --vpp is "
+        "unset): auto only where the 1F1B fill/drain share is material, else 1.")
+    cp: Literal["auto", "default"] | int = Field(
+        default=1, description="Context-parallel degree (formulations/ eqs. CP1-CP3): a number fixes it, "
+        "auto searches every cp with seq_len % (2*cp) == 0 up to 16 (one cp per plan); default (eq. D1, the CLI's "
+        "when --cp is unset): auto from seq_len 32768 up, else 1.")
     etp: Literal["auto"] | int = Field(
         default=1, description="Expert-tensor-parallel degree of MoE layers (eq. CP4): a number fixes it, auto "
         "searches the divisors of the expert FFN that fit a node and fold onto the stage (per stage).")
@@ -52,7 +55,7 @@ class SolveOptions(Frozen):
     @field_validator("cp", "etp")
     @classmethod
     def _positive(cls, v, info):
-        if v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        if v not in ("auto", "default") and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{info.field_name} must be 'auto' or a positive integer, got {v!r}")
         return v
 
