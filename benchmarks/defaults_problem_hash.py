@@ -14,6 +14,7 @@ import hashlib
 import pickle
 import sys
 import time
+from pathlib import Path
 
 import yaml
 
@@ -39,7 +40,7 @@ def problem_line(model: str, cluster: str, gbs: int, seq: int, engine: str = "me
 
 def main() -> None:
     budget = float(sys.argv[1]) if len(sys.argv) > 1 else 600.0
-    spec = yaml.safe_load(open("benchmarks/specs/default.yaml"))
+    spec = yaml.safe_load(Path("benchmarks/specs/default.yaml").read_text())
     t0 = time.perf_counter()
     for c in spec["clusters"]:
         for mm in spec["models"]:
