@@ -278,7 +278,7 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
-        if M > 1 and b - a > _split_width(options, a):
+        if M > 1 and b - a > _split_width(options, a, M, vb.rest_lb):
             _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu)
             return
         if t.p_max > t.p_min:  # then on the number of stages
@@ -352,9 +352,16 @@ def _safe(x: float) -> float:
     return x - 1e-9 * abs(x) if math.isfinite(x) else x
 
 
-def _split_width(options, a: float) -> float:
-    """Intervals are split by LP until tau is known to within half the requested gap."""
-    return max(options.relative_gap, 2e-3) * a / 2
+SPLIT_BY_T = True
+
+
+def _split_width(options, a: float, M: float = 2.0, rest_lb: float = 0.0) -> float:
+    """Intervals are split by LP until the (M - 1) tau term is known to within half the requested gap of the
+    node's least T ((M - 1) a + rest_lb, eq. B2). Any width is exact (the engine solves the node); only the
+    work changes. Before: half the gap of tau itself, which split (M - 1) times finer than T needs."""
+    if not SPLIT_BY_T:
+        return max(options.relative_gap, 2e-3) * a / 2
+    return max(options.relative_gap, 2e-3) * (a + max(rest_lb, 0.0) / max(M - 1, 1.0)) / 2
 
 
 def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=None) -> None:

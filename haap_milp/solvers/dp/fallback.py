@@ -16,11 +16,13 @@ BEAM = 4000  # states kept per slot
 TIME_LIMIT_S = 1.0
 
 
-def beam_search(problem: Problem, beam: int = BEAM, time_limit_s: float = TIME_LIMIT_S) -> Assignment | None:
-    """Best plan found (by ``evaluate``), or None."""
+def beam_search(problem: Problem, beam: int = BEAM, time_limit_s: float = TIME_LIMIT_S,
+                order=None) -> Assignment | None:
+    """Best plan found (by ``evaluate``), or None. ``order``: the variants in the order to search them (the
+    caller's most promising first: the time limit usually ends the search after a few variants)."""
     deadline = time.perf_counter() + time_limit_s
     best: tuple[float, Assignment] | None = None
-    for v in range(len(problem.variants)):
+    for v in (range(len(problem.variants)) if order is None else order):
         t = build_tables(problem, v)
         if t.p_min == 0:
             continue

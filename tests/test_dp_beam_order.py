@@ -1,0 +1,24 @@
+"""The DP heuristic's beam search (eq. DP6) searches the variants in the order it is given (formulations/dp.md)."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from synthetic import random_problem
+
+from haap_milp.problem import violations
+from haap_milp.solvers.dp.fallback import beam_search
+
+
+def test_beam_search_keeps_to_the_given_variants():
+    for seed in range(6):
+        problem = random_problem(seed, num_layers=6, max_stages=3, max_options=4)
+        everywhere = beam_search(problem, time_limit_s=5.0)
+        for v in range(len(problem.variants)):
+            a = beam_search(problem, time_limit_s=5.0, order=[v])
+            if a is not None:
+                assert a.variant == v and violations(problem, a) == []
+        if everywhere is not None:  # the default order is every variant: its plan is found again from its variant
+            assert beam_search(problem, time_limit_s=5.0, order=[everywhere.variant]) is not None
