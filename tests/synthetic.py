@@ -234,3 +234,27 @@ def count_options(problem: Problem) -> list[int]:
 
 
 __all__ = ["GPU_TYPES", "ModelShape", "count_options", "large_problem", "random_problem"]
+
+
+def assert_exact_solvers_match_brute(problem: Problem, options, rel: float = 1e-3, check_bound: bool = False):
+    """CP-SAT and the MILP return brute force's status and, when it is OPTIMAL, a valid plan whose objective is
+    evaluate's (to ``rel``) and brute force's optimum (within CP-SAT's stated rounding). Returns brute force's
+    result."""
+    import pytest
+
+    from haap_milp.problem import evaluate, violations
+    from haap_milp.solvers import get_solver
+
+    brute = get_solver("brute")(problem, options)
+    for name in ("cpsat", "milp"):
+        res = get_solver(name)(problem, options)
+        assert res.status == brute.status, (name, res.status, brute.status, res.message)
+        if brute.status != "OPTIMAL":
+            continue
+        assert violations(problem, res.assignment) == []
+        assert res.objective_s == pytest.approx(evaluate(problem, res.assignment), rel=rel)
+        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
+        assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol
+        if check_bound:
+            assert res.bound_s <= brute.objective_s * (1 + 1e-9)
+    return brute

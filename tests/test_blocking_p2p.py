@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
+from synthetic import assert_exact_solvers_match_brute, random_problem
 
 from haap_milp import pipeline
-from haap_milp.problem import evaluate, violations
+from haap_milp.problem import evaluate
 from haap_milp.solvers import get_solver
 from haap_milp.specs import SolveOptions
 
@@ -49,16 +49,7 @@ def _blocking(problem, scale: float):
 @given(seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1.0, 20.0, 200.0]))
 def test_exact_solvers_match_brute_force_with_blocking_sends(seed, scale):
     problem = _blocking(random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=4, max_options=4), scale)
-    brute = get_solver("brute")(problem, EXACT)
-    for name in ("cpsat", "milp"):
-        res = get_solver(name)(problem, EXACT)
-        assert res.status == brute.status, (name, res.status, brute.status, res.message)
-        if brute.status != "OPTIMAL":
-            continue
-        assert violations(problem, res.assignment) == []
-        assert res.objective_s == pytest.approx(evaluate(problem, res.assignment), rel=1e-3)
-        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
-        assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol
+    brute = assert_exact_solvers_match_brute(problem, EXACT)
     if brute.status == "OPTIMAL":  # the oracle's vectorised eq. T2b equals evaluate's scalar one
         assert brute.objective_s == pytest.approx(evaluate(problem, brute.assignment), rel=1e-12)
 
@@ -114,16 +105,7 @@ def test_exact_solvers_match_brute_force_with_group_tp_endpoints(seed):
     """Eq. Q2: options whose p2p endpoints are (group, tp) rows >= G, the group rows only lower bounds (what the
     bounds read): CP-SAT and the MILP still reach brute force's optimum, and evaluate reads the endpoints."""
     problem = _q2(random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=4, max_options=5), seed)
-    brute = get_solver("brute")(problem, EXACT)
-    for name in ("cpsat", "milp"):
-        res = get_solver(name)(problem, EXACT)
-        assert res.status == brute.status, (name, res.status, brute.status, res.message)
-        if brute.status != "OPTIMAL":
-            continue
-        assert violations(problem, res.assignment) == []
-        assert res.objective_s == pytest.approx(evaluate(problem, res.assignment), rel=1e-3)
-        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
-        assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol
+    assert_exact_solvers_match_brute(problem, EXACT)
 
 
 def test_group_rows_are_lower_bounds_of_their_endpoints():

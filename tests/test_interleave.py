@@ -11,12 +11,12 @@ from dataclasses import replace
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
+from synthetic import assert_exact_solvers_match_brute, random_problem
 
 from haap_milp import pipeline
 from haap_milp.errors import HaapInputError
 from haap_milp.interleave import chunk_layers, interleaved_variants, stage_counts, vpp_candidates
-from haap_milp.problem import evaluate, violations
+from haap_milp.problem import violations
 from haap_milp.simulate import simulate
 from haap_milp.solvers import get_solver
 from haap_milp.specs import SolveOptions
@@ -78,17 +78,7 @@ def test_exact_solvers_match_brute_force_on_interleaved_variants(seed):
     problem = random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=5, max_options=4)
     extra = interleaved_variants(problem.variants, (2, 3), problem.max_stages, problem.num_layers)
     problem = replace(problem, variants=problem.variants + tuple(extra))
-    brute = get_solver("brute")(problem, EXACT)
-    for name in ("cpsat", "milp"):
-        res = get_solver(name)(problem, EXACT)
-        assert res.status == brute.status, (name, res.status, brute.status, res.message)
-        if brute.status != "OPTIMAL":
-            continue
-        assert violations(problem, res.assignment) == []
-        assert res.objective_s == pytest.approx(evaluate(problem, res.assignment), rel=1e-9)
-        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
-        assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol
-        assert res.bound_s <= brute.objective_s * (1 + 1e-9)
+    assert_exact_solvers_match_brute(problem, EXACT, rel=1e-9, check_bound=True)
 
 
 def test_interleaved_variant_rules_in_violations():

@@ -414,21 +414,33 @@ def _wrap(m: LinModel, tau_hi: float) -> tuple[dict, float]:
         _acc(first.setdefault(int(t.group[i]), {}), {x: 1})
     if not last or not first:
         return {}, 0.0
+    return _transport(m, last, first, lambda g, h: ("zw", (g, h)), INF, "I1 wrap"), 0.0
+
+
+def _transport(m: LinModel, up: dict, down: dict, key, tau_hi: float, label: str) -> dict:
+    """Eq. Z1's transport rows between the endpoints of an earlier (``up``) and a later (``down``) stage, each
+    {endpoint: {var: coefficient}}: sum_h z[g, h] = u_up[g], sum_g z[g, h] <= u_down[h]. ``key(g, h)``: the
+    variable's (dict name on m, key). Links slower than ``tau_hi`` alone get no variable (eq. X1). Returns
+    {z: p2p price}."""
+    t = m.t
     cost: dict = {}
-    zin: dict = {h: {} for h in first}
-    for g in last:
-        row = {x: -c for x, c in last[g].items()}
-        for h in first:
-            zv = m.var(f"zw[{g},{h}]", 0, 1, integer=False)
-            m.zw[g, h] = zv
+    zin: dict = {h: {} for h in down}
+    for g, terms in up.items():
+        row = {v: -cc for v, cc in terms.items()}
+        for h in down:
+            if t.p2p[g, h] / 2 > tau_hi:
+                continue
+            store, idx = key(g, h)
+            zv = m.var(f"{store}[{','.join(map(str, idx))}]", 0, 1, integer=False)
+            getattr(m, store)[idx] = zv
             row[zv] = 1
             zin[h][zv] = 1
             cost[zv] = float(t.p2p[g, h])
-        m.add(row, 0, 0, label="I1 wrap out")
+        m.add(row, 0, 0, label=f"{label} out")
     for h, row in zin.items():
-        _acc(row, first[h], -1.0)
-        m.add(row, -INF, 0, label="I1 wrap in")
-    return cost, 0.0
+        _acc(row, down[h], -1.0)
+        m.add(row, -INF, 0, label=f"{label} in")
+    return cost
 
 
 def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
@@ -450,22 +462,7 @@ def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
         _acc(m.obj_time, row, float(t.vpp) if t.vpp > 1 else 1.0)  # eq. I1: vpp * sum c
         m.obj_const += (max(1, t.vpp)) * p0 * uconst
         return row, p0 * uconst
-    cost: dict = {}
-    zin: dict = {h: {} for h in down}
-    for g in up:
-        row = {v: -cc for v, cc in up[g].items()}
-        for h in down:
-            if t.p2p[g, h] / 2 > tau_hi:
-                continue  # eq. X1: this link alone is slower than the cut-off
-            zv = m.var(f"z[{k},{g},{h}]", 0, 1, integer=False)
-            m.z[k, g, h] = zv
-            row[zv] = 1
-            zin[h][zv] = 1
-            cost[zv] = float(t.p2p[g, h])
-        m.add(row, 0, 0, label="Z1 out")
-    for h, row in zin.items():
-        _acc(row, down[h], -1.0)
-        m.add(row, -INF, 0, label="Z1 in")
+    cost = _transport(m, up, down, lambda g, h: ("z", (k, g, h)), tau_hi, "Z1")  # eq. X1 drops too-slow links
     hv = 0.5 * t.vpp if t.vpp > 1 else 0.5  # eq. I2: vpp crossings per micro-batch
     m.tdef({v: hv * c for v, c in cost.items()}, m.tau, label="T2 tau >= c_k/2")
     _acc(m.obj_time, cost, float(t.vpp) if t.vpp > 1 else 1.0)  # eq. I1: vpp * sum c
