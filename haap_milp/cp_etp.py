@@ -49,7 +49,9 @@ def default_cp(asked, seq_len: int):
     return "auto" if seq_len >= LONG_CONTEXT_TOKENS else 1
 
 
-def cp_candidates(asked, seq_len: int, engine_cp: bool = True) -> list[int]:
+def cp_candidates(asked, seq_len: int, engine_cp: bool = True,
+                  why_not: str = "the target engine cannot run context parallelism; use --cp 1 or another --target"
+                  ) -> list[int]:
     """Context-parallel degrees to search: ``asked`` = 1, a number N (checked: 2N divides seq_len), "auto"
     (every candidate whose 2*cp divides seq_len; only 1 where the target engine cannot run cp) or "default"
     (eq. D1: auto from 32k tokens up, else 1)."""
@@ -61,8 +63,7 @@ def cp_candidates(asked, seq_len: int, engine_cp: bool = True) -> list[int]:
                              f"chunks (load-balanced causal ring attention), so 2*cp must divide --seq {seq_len}; "
                              "pick a cp with seq % (2*cp) == 0 or --cp auto.", field="--cp", value=asked)
     if asked > 1 and not engine_cp:
-        raise HaapInputError(f"--cp {asked}: the target engine cannot run context parallelism; use --cp 1 or "
-                             "another --target.", field="--cp", value=asked)
+        raise HaapInputError(f"--cp {asked}: {why_not}.", field="--cp", value=asked)
     return [asked]
 
 

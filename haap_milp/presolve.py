@@ -197,7 +197,10 @@ def build(
     pair_index = {pr: len(groups) + i for i, pr in enumerate(pairs)}  # eq. H5: one p2p endpoint per pair
     # eq. CP1: one cp per variant; DeepSpeed's PipelineEngine (blocking sends) has no context parallelism, and
     # eq. Q2's per-replica sends are priced for whole sequences
-    cps = cp_etp.cp_candidates(options.cp, training.seq_len, caps.context_parallel and not est.p2p_blocking)
+    cps = cp_etp.cp_candidates(options.cp, training.seq_len, caps.context_parallel and not est.p2p_blocking,
+                               "DeepSpeed's PipelineEngine (--engine deepspeed) has no context parallelism; use "
+                               "--cp 1 or another --engine" if est.p2p_blocking else
+                               f"target {caps.name} cannot run context parallelism; use --cp 1 or another --target")
     cp_etp.check_etp(options.etp, model, caps.expert_tensor_parallel)
     n_before = 0
     opts: list[Option] = []

@@ -185,7 +185,7 @@ def test_fixed_cp_must_split_the_sequence_and_engines_refuse_what_they_cannot_ru
     training = TrainingSpec(global_batch_size=16, seq_len=4096)
     with pytest.raises(HaapInputError, match="--cp 3"):
         presolve.build(model, cluster, training, SolveOptions(cp=3))
-    with pytest.raises(HaapInputError, match="--cp 2: the target engine"):
+    with pytest.raises(HaapInputError, match="--cp 2: target flagscale cannot"):
         presolve.build(model, cluster, training, SolveOptions(cp=2, target="flagscale"))
     with pytest.raises(HaapInputError, match="--etp 2: expert tensor parallelism needs an MoE"):
         presolve.build(model, cluster, training, SolveOptions(etp=2))
@@ -224,3 +224,16 @@ def test_plan_json_carries_cp_and_etp(tmp_path):
     code, _out, err = invoke_cli(["estimate", "--plan", str(path), "--seq", "131072", "--gbs", "16", "-c",
                                  "h100-80g:16"])
     assert code == 0, err
+
+
+def test_cp_under_the_deepspeed_runtime_is_refused_naming_the_engine():
+    """DeepSpeed's PipelineEngine has no context parallelism: an explicit --cp 2 with --engine deepspeed exits 2
+    naming --engine (not the target), and cp auto keeps cp 1 there."""
+    from haap_milp.errors import HaapInputError
+
+    model, cluster = load_model("gpt3-125m"), load_cluster("a100-80g:8")
+    training = TrainingSpec(global_batch_size=32, seq_len=32768, engine="deepspeed")
+    with pytest.raises(HaapInputError, match="--engine deepspeed"):
+        presolve.build(model, cluster, training, SolveOptions(cp=2))
+    pre = presolve.build(model, cluster, training, SolveOptions(cp="auto"))
+    assert {o.cp for o in pre.problem.options} == {1}
