@@ -144,3 +144,20 @@ def test_time_limit_is_honoured(name):
     assert res.objective_s <= dp.objective_s + 1e-9
     assert res.bound_s is not None and res.bound_s <= res.objective_s
     assert np.isfinite(res.bound_s)
+
+
+def test_slot_table_memo_is_per_thread():
+    """The slot tables' memory part is memoized per problem; a solve in another thread (another problem) must
+    neither evict nor feed this thread's memo (it would hand one problem's tables to another)."""
+    import threading
+
+    from haap_milp.solvers.common import slot_bounds
+
+    p1, p2 = random_problem(1, num_layers=6, max_stages=4), random_problem(2, num_layers=7, max_stages=4)
+    mine = slot_bounds._memory_part(p1, 0)
+    other = {}
+    worker = threading.Thread(target=lambda: other.setdefault("t", slot_bounds._memory_part(p2, 0)))
+    worker.start()
+    worker.join()
+    assert slot_bounds._memory_part(p1, 0) is mine  # not evicted by the other thread's problem
+    assert other["t"]["L"] == p2.num_layers and mine["L"] == p1.num_layers

@@ -7,6 +7,7 @@ is linear in its layer count (eq. M2). Equation labels: formulations/README.md.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -162,14 +163,16 @@ def usage_matrix(problem: Problem, op: list) -> np.ndarray:
 # depend on the time cut-off; the branch and bound builds tables per node, so it is kept for the last problem
 # seen (by identity). Measured: mixtral-8x7b on 4096 GPUs x 3 types (1278 options) 0.11 s per node, most of it
 # the [n, n] dominance matrix, before this.
-_MEMO: dict = {"problem": None, "variants": {}}
+# (per thread: two solves running at once in one process, e.g. through the Python API, never share it)
+_MEMO = threading.local()
 
 
 def _memory_part(problem: Problem, v: int) -> dict:
-    if _MEMO["problem"] is not problem:
-        _MEMO["problem"], _MEMO["variants"] = problem, {}
-    if v in _MEMO["variants"]:
-        return _MEMO["variants"][v]
+    memo = _MEMO.__dict__
+    if memo.get("problem") is not problem:
+        memo["problem"], memo["variants"] = problem, {}
+    if v in memo["variants"]:
+        return memo["variants"][v]
     var = problem.variants[v]
     L, K = problem.num_layers, min(problem.max_stages, problem.num_layers)
     opts = usable_options(problem, v)
@@ -196,7 +199,7 @@ def _memory_part(problem: Problem, v: int) -> dict:
            "tp": np.array([o.tp for o in op], np.int64), "sig": np.array([sigs.index(o.signature) for o in op], np.int64),
            "coef": coef, "p2p": np.asarray(var.p2p_time, float), "U_mem": U_mem, "Uf_mem": Uf_mem, "lo": lo, "lof": lof,
            "dom": D, "vpp": var.vpp, "num_stages": var.num_stages}
-    _MEMO["variants"][v] = out
+    memo["variants"][v] = out
     return out
 
 
