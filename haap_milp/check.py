@@ -32,6 +32,7 @@ from collections import Counter
 
 from haap_milp.emit import engine_module
 from haap_milp.errors import HaapInputError
+from haap_milp.estimator.runtime import uniform_dims as runtime_uniform_dims
 from haap_milp.parallel_rules import (
     cp_divides_seq,
     ep_divides_experts,
@@ -221,9 +222,7 @@ def _runtime(plan: Plan, training: TrainingSpec) -> list[Violation]:
         if training.micro_batch_size and not s.replicas and plan.stage_micro_batch(j) != training.micro_batch_size:
             out.append(Violation("runtime.mbs", j, f"per-replica micro-batch {plan.stage_micro_batch(j):g} is not "
                                  f"the runtime's fixed {training.micro_batch_size}"))
-    # DeepSpeed's PipelineEngine lays its ranks out as one pp x dp grid (PipeModelDataParallelTopology): one dp
-    dims = (*training.uniform, *(("dp",) if training.engine == "deepspeed" and "dp" not in training.uniform else ()))
-    for dim in dims:
+    for dim in runtime_uniform_dims(training):  # the spec's and the engine's (DeepSpeed: one dp)
         values = {plan.stage_micro_batch(j) if dim == "mbs" else getattr(s, dim) for j, s in enumerate(plan.stages)}
         if len(values) > 1:
             out.append(Violation(f"runtime.uniform_{dim}", None, f"{dim} differs between stages "

@@ -54,7 +54,7 @@ PRESETS: dict[str, dict] = {
                  "p2p_blocking": False, "what": "Megatron-Core DDP, overlap_grad_reduce + overlap_param_gather; dist-opt = ZeRO-1"},
     "deepspeed": {"zero": (0, 1), "zero_stages": (0, 1), "grad_overlap": False, "param_overlap": False,
                   "bucket_elements": DEEPSPEED_BUCKET_ELEMENTS, "ring": True,
-                  "tp_overlap": False, "p2p_blocking": True,
+                  "tp_overlap": False, "p2p_blocking": True, "uniform": ("dp",),
                   "what": "PipelineEngine: gradient all-reduce after the last backward (ReduceGrads), exposed"},
     "fsdp": {"zero": (0, 3), "zero_stages": (0, 1, 2, 3), "grad_overlap": True, "param_overlap": True, "bucket_elements": None, "ring": False,
              "tp_overlap": True, "p2p_blocking": False, "what": "FSDP FULL_SHARD (ZeRO-3): per-layer all-gather fwd + bwd, reduce-scatter, prefetched"},
@@ -112,6 +112,12 @@ def resolve(t: TrainingSpec) -> Runtime:
     if bucket is None and pre["bucket_elements"] is not None:
         bucket = pre["bucket_elements"] * (4.0 if t.precision != "fp16" else 2.0)
     return Runtime(t.engine, zero, grad, param, bucket, pre["ring"], pre["tp_overlap"], pre["p2p_blocking"])
+
+
+def uniform_dims(t: TrainingSpec) -> tuple[str, ...]:
+    """The dimensions every stage must share: the spec's ``uniform`` plus the engine's own (DeepSpeed's
+    PipelineEngine lays its ranks out as one pp x dp grid, ``PipeModelDataParallelTopology``: one dp)."""
+    return (*t.uniform, *(d for d in PRESETS[t.engine].get("uniform", ()) if d not in t.uniform))
 
 
 def describe(t: TrainingSpec) -> dict:
