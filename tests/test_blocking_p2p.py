@@ -123,20 +123,9 @@ def test_presolve_prices_each_group_tp_endpoint_as_estimate_does():
     (group, tp) endpoint, and the objective of a pipeline mixing tp 1 and tp 4 stages of both types (eq. T1 with
     eq. Q1's boundaries) equals `estimate` of the decoded plan."""
     from haap_milp import presolve
-    from haap_milp.catalog import load_cluster, load_model
-    from haap_milp.estimator import Estimator
-    from haap_milp.network import sailor
-    from haap_milp.network.merge import with_network
-    from haap_milp.network.spec import MeasuredNetwork
     from haap_milp.problem import Assignment, Stage
-    from haap_milp.specs import TrainingSpec
 
-    data = pathlib.Path(__file__).parent / "data" / "sailor_network" / "multizone_bandwidths_het.json"
-    net = MeasuredNetwork(links=tuple(sailor.import_links(data, "us-central1-a", {})))
-    model, cluster = load_model("opt-350m"), with_network(load_cluster("a100-40g:16/4,v100-16g:32/4"), net)
-    tr = TrainingSpec(global_batch_size=64, seq_len=2048, precision="fp32", engine="deepspeed",
-                      distributed_optimizer=False, recompute_modes=("none",), uniform=("dp",))
-    est = Estimator(model, cluster, tr)
+    model, cluster, tr, est = _sailor_opt350m()
     pre = presolve.build(model, cluster, tr, SolveOptions(mixed_stages="off"), est)
     pb, G = pre.problem, len(pre.problem.groups)
     assert all(o.endpoint >= G for o in pb.options)
@@ -162,20 +151,9 @@ def test_mixed_stage_endpoint_is_priced_per_replica_type_as_estimate_does():
     """Eqs. Q1, Q2 with a mixed stage (eq. H1, on for --target any): its endpoint's members are its replica types
     (group, tp, samples), each sending its own share; the objective equals `estimate` of the decoded plan."""
     from haap_milp import presolve
-    from haap_milp.catalog import load_cluster, load_model
-    from haap_milp.estimator import Estimator
-    from haap_milp.network import sailor
-    from haap_milp.network.merge import with_network
-    from haap_milp.network.spec import MeasuredNetwork
     from haap_milp.problem import Assignment, Stage
-    from haap_milp.specs import TrainingSpec
 
-    data = pathlib.Path(__file__).parent / "data" / "sailor_network" / "multizone_bandwidths_het.json"
-    net = MeasuredNetwork(links=tuple(sailor.import_links(data, "us-central1-a", {})))
-    model, cluster = load_model("opt-350m"), with_network(load_cluster("a100-40g:16/4,v100-16g:32/4"), net)
-    tr = TrainingSpec(global_batch_size=64, seq_len=2048, precision="fp32", engine="deepspeed",
-                      distributed_optimizer=False, recompute_modes=("none",), uniform=("dp",))
-    est = Estimator(model, cluster, tr)
+    model, cluster, tr, est = _sailor_opt350m()
     pre = presolve.build(model, cluster, tr, SolveOptions(mixed_stages="on"), est)
     pb = pre.problem
     found = None
@@ -225,3 +203,21 @@ def test_deepspeed_runtime_gives_every_stage_one_dp_without_the_flag():
     assert "runtime.uniform_dp" in rules
     megatron = TrainingSpec(global_batch_size=32, seq_len=1024)
     assert "runtime.uniform_dp" not in {v.rule for v in check_plan(plan, model, cluster, megatron, memory=False)}
+
+
+def _sailor_opt350m():
+    """OPT-350M in fp32 under DeepSpeed on 16 A100-40GB + 32 V100-16GB VMs of 4, with Sailor's measured network
+    (tests/data/sailor_network): (model, cluster, training, estimator)."""
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.estimator import Estimator
+    from haap_milp.network import sailor
+    from haap_milp.network.merge import with_network
+    from haap_milp.network.spec import MeasuredNetwork
+    from haap_milp.specs import TrainingSpec
+
+    data = pathlib.Path(__file__).parent / "data" / "sailor_network" / "multizone_bandwidths_het.json"
+    net = MeasuredNetwork(links=tuple(sailor.import_links(data, "us-central1-a", {})))
+    model, cluster = load_model("opt-350m"), with_network(load_cluster("a100-40g:16/4,v100-16g:32/4"), net)
+    tr = TrainingSpec(global_batch_size=64, seq_len=2048, precision="fp32", engine="deepspeed",
+                      distributed_optimizer=False, recompute_modes=("none",), uniform=("dp",))
+    return model, cluster, tr, Estimator(model, cluster, tr)
