@@ -240,6 +240,9 @@ def test_training_file_with_an_unknown_key_exits_2(run_cli, tmp_path):
     assert code == 2 and "overlap_everything" in err
     code, _, err = run_cli(SOLVE + ["--training", str(tmp_path / "missing.yaml")])
     assert code == 2 and "--training" in err
+    f.write_text("grad_reduce_in_fp32: sometimes\n")  # a field of issue 12's round: a bad value names it
+    code, _, err = run_cli(SOLVE + ["--training", str(f)])
+    assert code == 2 and "grad_reduce_in_fp32" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--engine", "horovod"), ("--zero-stage", "4"), ("--recompute", "some"),
