@@ -30,8 +30,8 @@ ZeroOpt = Annotated[int | None, Opt("--zero-stage", help="ZeRO stage 0-3 (0 plai
 ZeroSearchOpt = Annotated[str | None, Opt("--zero", help="ZeRO stage per pipeline stage, searched: auto (every stage the "
                                           "runtime and --target run), one of 0-3, or a list such as 1,3 (formulations/ "
                                           "eq. Z1). Default: auto under --engine fsdp (eq. D3), else the runtime's one "
-                                          "stage, not searched; --zero-stage N fixes one stage. --dist-opt means 1, "
-                                          "--no-dist-opt 0; a --zero that says otherwise is an error.")]
+                                          "stage, not searched; --zero-stage N fixes one stage. --no-dist-opt means 0 (and, on "
+                                          "estimate, --dist-opt 1); a --zero that says otherwise is an error.")]
 NoDistOptOpt = Annotated[bool, Opt("--no-dist-opt", help="No distributed optimizer: plain data parallel (ZeRO-0; "
                                   "fsdp: NO_SHARD). Default: on (ZeRO-1).")]
 OptStateOpt = Annotated[float | None, Opt("--opt-state-bytes", help="Optimizer bytes per parameter incl. the "
