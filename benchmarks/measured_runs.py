@@ -143,7 +143,21 @@ def _recompute(run: Run) -> str:
     if r is None:
         run.assumptions.append("recompute=none (not stated)")
         return "none"
-    return "full" if r.startswith("full") else "selective" if r.startswith("selective") else "none"
+    return recompute_mode(run.row)
+
+
+def recompute_mode(row: dict[str, Any]) -> str:
+    """haap's recompute mode of a row: torchtitan's 'selective' is op-level SAC (haap's ``op``) where the row says
+    op-level or names no option (torchtitan's llama3 train_configs set ``selective_ac_option = 'op'``); its
+    per-layer option stays ``selective`` (not modelled as such)."""
+    r = row.get("recompute") or "none"
+    if r.startswith("full"):
+        return "full"
+    if not r.startswith("selective"):
+        return "none"
+    if "op-level" in r or (stack(row) == "torchtitan" and r == "selective"):
+        return "op"
+    return "selective"
 
 
 def recompute_modules(text: str | None) -> tuple[str, ...] | None:
@@ -237,13 +251,14 @@ def _plan(run: Run, model: ModelSpec, cluster: ClusterSpec) -> tuple[Plan, Train
         dist = True
         run.assumptions.append("distributed optimizer (not stated)")
     recompute = _recompute(run)
-    fp32_grads = None
-    if bf16_grad_recipe(r):
+    fp32_grads = r.get("grad_reduce_in_fp32")  # stated by the row (its derived_fields say where from)
+    if fp32_grads is None and bf16_grad_recipe(r):
         fp32_grads = False
         run.assumptions.append("grad_reduce_in_fp32=False (NVIDIA performance-recipe setting, not in the row)")
+    opt = {"optimizer_state_bytes_per_param": r["optimizer_state_bytes"]} if r.get("optimizer_state_bytes") else {}
     training = TrainingSpec(global_batch_size=gbs, seq_len=model.seq_len, precision=_precision(r.get("precision")),
                             sequence_parallel=bool(sp), distributed_optimizer=bool(dist or run.fsdp),
-                            memory_headroom_fraction=0.0, grad_reduce_in_fp32=fp32_grads)
+                            memory_headroom_fraction=0.0, grad_reduce_in_fp32=fp32_grads, **opt)
     pos, stages = 0, []
     for nl in _split(model.num_layers, pp):
         stages.append(StagePlan(first_layer=pos, num_layers=nl, gpu_type=run.gpu, tp=tp, dp=dp, ep=ep, etp=etp,
@@ -356,21 +371,21 @@ class MemoryCase:
 
 
 def memory_cases(rows: list[dict[str, Any]], overhead_bytes: float) -> list[MemoryCase]:
-    """The torchtitan FSDP peak-memory rows. Only full activation checkpointing maps onto haap's recompute
-    modes (torchtitan's 'selective' is op-level SAC, not Megatron's selective): those are ``mapped``."""
+    """The torchtitan FSDP peak-memory rows. Full activation checkpointing and op-level SAC (``recompute_mode``:
+    torchtitan's 'selective' is op-level, haap's ``op``) map onto haap's recompute modes: those are ``mapped``."""
     from haap_milp.estimator import memory
     from haap_milp.estimator.kernels import TORCH_EAGER_LOSS
 
     out = []
     for row, model, measured in memory_rows(rows):
         tp, cp = row.get("tp") or 1, row.get("cp") or 1
-        rec = "full" if row["recompute"].startswith("full") else "selective"
+        rec = recompute_mode(row)
         training = TrainingSpec(global_batch_size=row["global_batch"], seq_len=model.seq_len, sequence_parallel=True)
         base = fsdp_memory_bytes(model, training, tp, row["num_gpus"] // tp, row["micro_batch"], rec, cp,
                                  TORCH_EAGER_LOSS, overhead_bytes)
         big = memory.largest_allocation_bytes(model, row["micro_batch"], model.seq_len, tp, cp, 1, TORCH_EAGER_LOSS,
                                               head=True)
-        out.append(MemoryCase(row["id"], measured, base, big, rec == "full"))
+        out.append(MemoryCase(row["id"], measured, base, big, rec in ("full", "op")))
     return out
 
 

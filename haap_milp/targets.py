@@ -51,7 +51,7 @@ class EmitError(HaapInputError):
 TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
     EngineCapabilities("any", None, "any plan (no engine restriction)", mixed_stages=True, interleave=True),
     EngineCapabilities("megatron", "haap_milp.emit.megatron", "Megatron-LM: one tp/dp/recompute/ep, any layer split",
-                       uniform_stages=True, interleave=True, zero_stages=(0, 1), zero_why="haap emits Megatron-Core's DDP and its "
+                       uniform_stages=True, interleave=True, recompute_modes=("none", "selective", "full"), zero_stages=(0, 1), zero_why="haap emits Megatron-Core's DDP and its "
                        "distributed optimizer (ZeRO-1, --use-distributed-optimizer); ZeRO-2/3 would need Megatron-FSDP "
                        "(--use-megatron-fsdp), which haap neither prices nor emits",
                        mixed_stages_why="Megatron-LM builds one data-parallel group size and one "
