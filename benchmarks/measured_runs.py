@@ -364,7 +364,8 @@ class MemoryCase:
     measured: float  # bytes
     base: float  # predicted bytes, frag_fraction = 0
     largest: float  # bytes
-    mapped: bool  # the run's recomputation maps onto haap's (full activation checkpointing)
+    mapped: bool  # the run's recomputation maps onto haap's (full activation checkpointing, op-level SAC)
+    recompute: str = "full"  # haap's mode for it
 
     def predicted(self, frag_fraction: float) -> float:
         return self.base + frag_fraction * self.largest
@@ -385,7 +386,7 @@ def memory_cases(rows: list[dict[str, Any]], overhead_bytes: float) -> list[Memo
                                  TORCH_EAGER_LOSS, overhead_bytes)
         big = memory.largest_allocation_bytes(model, row["micro_batch"], model.seq_len, tp, cp, 1, TORCH_EAGER_LOSS,
                                               head=True)
-        out.append(MemoryCase(row["id"], measured, base, big, rec in ("full", "op")))
+        out.append(MemoryCase(row["id"], measured, base, big, rec in ("full", "op"), rec))
     return out
 
 
@@ -395,6 +396,13 @@ def fit_frag_fraction(cases: list[MemoryCase], exclude: str | None = None) -> fl
     den = sum(c.largest**2 for c in use)
     k = sum((c.measured - c.base) * c.largest for c in use) / den if den else 0.0
     return min(4.0, max(0.0, k))
+
+
+def fit_frag_constant(cases: list[MemoryCase], exclude: str | None = None) -> float:
+    """The alternative the share is validated against: fragmentation as one constant (bytes), the mean shortfall
+    of the mapped rows."""
+    use = [c.measured - c.base for c in cases if c.mapped and c.id != exclude]
+    return max(0.0, sum(use) / len(use)) if use else 0.0
 
 
 def memory_rows(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], ModelSpec, float]]:
