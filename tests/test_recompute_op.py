@@ -44,3 +44,22 @@ def test_recompute_op_sits_between_selective_and_full(run_cli):
     assert out["selective"][0] < out["op"][0] < out["full"][0]
     code, _, err = run_cli(["estimate", "--model", "llama3-8b", "--cluster", "h100-80g:8", "--recompute", "bogus"])
     assert code == 2 and "none, selective, full or op" in err
+
+
+def test_search_sets_per_target():
+    """torchtitan searches op where the runtime allows selective (its SelectiveAC is op-level); Megatron never
+    searches op; any target searches op only when the runtime's --recompute names it."""
+    from haap_milp.catalog.loaders import load_cluster, load_model
+    from haap_milp.presolve import build
+    from haap_milp.specs import SolveOptions, TrainingSpec
+
+    def modes(target, allowed=("none", "selective", "full")):
+        tr = TrainingSpec(global_batch_size=64, seq_len=4096, recompute_modes=allowed)
+        prob = build(load_model("llama3-8b"), load_cluster("h100-80g:16"), tr, SolveOptions(target=target)).problem
+        return {o.recompute for o in prob.options}
+
+    assert modes("torchtitan") == {"none", "op", "full"}
+    assert modes("megatron") == {"none", "selective", "full"}
+    assert modes("any") == {"none", "selective", "full"}
+    assert modes("any", ("none", "op")) == {"none", "op"}
+    assert modes("megatron", ("none", "selective", "full", "op")) == {"none", "selective", "full"}
