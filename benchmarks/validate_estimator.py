@@ -238,8 +238,8 @@ def render(rows: list[dict], mem: list[dict], cal, loo: dict | None = None) -> s
                  "linears whole (kernels.Implementation.tp_saves_gathered_input). Targets (issue #12): every row "
                  "within 15 %.")
     lines += ["", "## Memory (torchtitan FSDP rows, GiB per GPU, max over ranks)", "", mem_intro, "",
-              "| id | recompute | measured | predicted | error % | LOO error % | LOO, constant frag. % | "
-              "largest allocation GiB |", "|---|---|---|---|---|---|---|---|"]
+              ("| id | recompute | measured | predicted | error % | LOO error % | LOO, constant frag. % | "
+               "largest allocation GiB |"), "|---|---|---|---|---|---|---|---|"]
     for m in mem:
         lines.append(f"| {m['id']} | {m['recompute']} | {m['measured_gib']:.1f} | {m['predicted_gib']:.1f} | "
                      f"{m['error_pct']:+.1f} | {m['loo_error_pct']:+.1f} | {m['loo_const_error_pct']:+.1f} | "
