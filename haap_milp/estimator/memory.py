@@ -12,6 +12,9 @@
   5·a·s²·b/t for the unfused softmax path). Sequence parallelism shards the first part too;
   selective recompute drops the s² part; full recompute keeps only the layer input (2·sbh, /t with
   SP). Flash attention (Megatron-Core/TE default) stores no s² part, only a fp32 log-sum-exp per head.
+* Recompute ``op`` (torchtitan's op-level selective checkpointing): what its policy saves, per block
+  (``op_sac_layer_bytes``); PyTorch DTensor TP keeps the all-gathered inputs of column-parallel linears
+  (``Implementation.tp_saves_gathered_input``).
 * Embedding input ``8·s·b`` and output layer + cross-entropy ``4·s·b·h·(1 + V/h)/t``:
   Megatron-LM ``megatron/training/theoretical_memory_usage.py``.
 """
