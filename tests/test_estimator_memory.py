@@ -129,6 +129,13 @@ def test_op_sac_keeps_odd_matmuls_sdpa_and_block_input():
     # the transient of the recomputed layer is what op-level SAC dropped
     work = memory.recompute_working_bytes(m, False, 1, 4096, 1, False, "op")
     assert work == pytest.approx(none - got)
+    # MoE layer: the attention part by the same rule, the routed and shared experts kept as without recompute
+    from estimator_helpers import MOE
+
+    moe = [memory.layer_activation_bytes(MOE, True, 1, 4096, 2, True, rc) for rc in ("full", "op", "none")]
+    assert moe[0] < moe[1] < moe[2]
+    experts = memory._expert_parts(MOE, 4096.0, 2, 1, memory.MODERN)[0]
+    assert moe[1] > experts
 
 
 def test_op_sac_time_repeats_the_even_matmuls():

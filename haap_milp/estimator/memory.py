@@ -188,7 +188,7 @@ def op_sac_layer_bytes(model: ModelSpec, moe: bool, tokens: float, tp: int, sp: 
         experts = _expert_parts(model, tokens, tp, etp, impl, a, g)[0]
         shared = (_mlp_parts(model, tokens, model.shared_ffn * model.num_shared_experts, impl, a, g)[1] / tp
                   if model.num_shared_experts else 0.0)
-        kept += experts + shared + tokens * a * model.hidden * 2 / rep_div  # + norm in, router/dispatch input
+        kept += experts + shared  # the norm and router input are recomputed (a norm, a force-recomputed gate mm)
     kept += sum(tokens * a * out for i, (_, out) in enumerate(mms) if i % 2 == 0)  # mm 1, 3, 5, 7 (1-based)
     return kept
 
