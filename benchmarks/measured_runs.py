@@ -143,7 +143,21 @@ def _recompute(run: Run) -> str:
     if r is None:
         run.assumptions.append("recompute=none (not stated)")
         return "none"
-    return "full" if r.startswith("full") else "selective" if r.startswith("selective") else "none"
+    return recompute_mode(run.row)
+
+
+def recompute_mode(row: dict[str, Any]) -> str:
+    """haap's recompute mode of a row: torchtitan's 'selective' is op-level SAC (haap's ``op``) where the row says
+    op-level or names no option (torchtitan's llama3 train_configs set ``selective_ac_option = 'op'``); its
+    per-layer option stays ``selective`` (not modelled as such)."""
+    r = row.get("recompute") or "none"
+    if r.startswith("full"):
+        return "full"
+    if not r.startswith("selective"):
+        return "none"
+    if "op-level" in r or (stack(row) == "torchtitan" and r == "selective"):
+        return "op"
+    return "selective"
 
 
 def recompute_modules(text: str | None) -> tuple[str, ...] | None:
@@ -237,13 +251,14 @@ def _plan(run: Run, model: ModelSpec, cluster: ClusterSpec) -> tuple[Plan, Train
         dist = True
         run.assumptions.append("distributed optimizer (not stated)")
     recompute = _recompute(run)
-    fp32_grads = None
-    if bf16_grad_recipe(r):
+    fp32_grads = r.get("grad_reduce_in_fp32")  # stated by the row (its derived_fields say where from)
+    if fp32_grads is None and bf16_grad_recipe(r):
         fp32_grads = False
         run.assumptions.append("grad_reduce_in_fp32=False (NVIDIA performance-recipe setting, not in the row)")
+    opt = {"optimizer_state_bytes_per_param": r["optimizer_state_bytes"]} if r.get("optimizer_state_bytes") else {}
     training = TrainingSpec(global_batch_size=gbs, seq_len=model.seq_len, precision=_precision(r.get("precision")),
                             sequence_parallel=bool(sp), distributed_optimizer=bool(dist or run.fsdp),
-                            memory_headroom_fraction=0.0, grad_reduce_in_fp32=fp32_grads)
+                            memory_headroom_fraction=0.0, grad_reduce_in_fp32=fp32_grads, **opt)
     pos, stages = 0, []
     for nl in _split(model.num_layers, pp):
         stages.append(StagePlan(first_layer=pos, num_layers=nl, gpu_type=run.gpu, tp=tp, dp=dp, ep=ep, etp=etp,
@@ -349,28 +364,29 @@ class MemoryCase:
     measured: float  # bytes
     base: float  # predicted bytes, frag_fraction = 0
     largest: float  # bytes
-    mapped: bool  # the run's recomputation maps onto haap's (full activation checkpointing)
+    mapped: bool  # the run's recomputation maps onto haap's (full activation checkpointing, op-level SAC)
+    recompute: str = "full"  # haap's mode for it
 
     def predicted(self, frag_fraction: float) -> float:
         return self.base + frag_fraction * self.largest
 
 
 def memory_cases(rows: list[dict[str, Any]], overhead_bytes: float) -> list[MemoryCase]:
-    """The torchtitan FSDP peak-memory rows. Only full activation checkpointing maps onto haap's recompute
-    modes (torchtitan's 'selective' is op-level SAC, not Megatron's selective): those are ``mapped``."""
+    """The torchtitan FSDP peak-memory rows. Full activation checkpointing and op-level SAC (``recompute_mode``:
+    torchtitan's 'selective' is op-level, haap's ``op``) map onto haap's recompute modes: those are ``mapped``."""
     from haap_milp.estimator import memory
     from haap_milp.estimator.kernels import TORCH_EAGER_LOSS
 
     out = []
     for row, model, measured in memory_rows(rows):
         tp, cp = row.get("tp") or 1, row.get("cp") or 1
-        rec = "full" if row["recompute"].startswith("full") else "selective"
+        rec = recompute_mode(row)
         training = TrainingSpec(global_batch_size=row["global_batch"], seq_len=model.seq_len, sequence_parallel=True)
         base = fsdp_memory_bytes(model, training, tp, row["num_gpus"] // tp, row["micro_batch"], rec, cp,
                                  TORCH_EAGER_LOSS, overhead_bytes)
         big = memory.largest_allocation_bytes(model, row["micro_batch"], model.seq_len, tp, cp, 1, TORCH_EAGER_LOSS,
                                               head=True)
-        out.append(MemoryCase(row["id"], measured, base, big, rec == "full"))
+        out.append(MemoryCase(row["id"], measured, base, big, rec in ("full", "op"), rec))
     return out
 
 
@@ -380,6 +396,13 @@ def fit_frag_fraction(cases: list[MemoryCase], exclude: str | None = None) -> fl
     den = sum(c.largest**2 for c in use)
     k = sum((c.measured - c.base) * c.largest for c in use) / den if den else 0.0
     return min(4.0, max(0.0, k))
+
+
+def fit_frag_constant(cases: list[MemoryCase], exclude: str | None = None) -> float:
+    """The alternative the share is validated against: fragmentation as one constant (bytes), the mean shortfall
+    of the mapped rows."""
+    use = [c.measured - c.base for c in cases if c.mapped and c.id != exclude]
+    return max(0.0, sum(use) / len(use)) if use else 0.0
 
 
 def memory_rows(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], ModelSpec, float]]:

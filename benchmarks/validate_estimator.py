@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from measured_runs import (
     error_pct,
     estimator_for,
+    fit_frag_constant,
     fit_frag_fraction,
     load_rows,
     memory_cases,
@@ -157,9 +158,22 @@ def memory_table(cal) -> list[dict]:
     out = []
     for c in cases:
         pred, loo = c.predicted(cal.globals.frag_fraction), c.predicted(fit_frag_fraction(cases, exclude=c.id))
+        const = c.base + fit_frag_constant(cases, exclude=c.id)
         out.append({"id": c.id, "measured_gib": c.measured / GIB, "predicted_gib": pred / GIB,
                     "error_pct": error_pct(pred, c.measured), "loo_error_pct": error_pct(loo, c.measured),
-                    "largest_gib": c.largest / GIB, "mapped": c.mapped})
+                    "loo_const_error_pct": error_pct(const, c.measured),
+                    "loo_none_error_pct": error_pct(c.base, c.measured),
+                    "largest_gib": c.largest / GIB, "mapped": c.mapped, "recompute": c.recompute})
+    return out
+
+
+def _frag_forms(mem: list[dict]) -> list[str]:
+    """LOO MAPE / max of the fragmentation share against the alternatives (a constant, none)."""
+    out = ["", "| fragmentation model (LOO) | MAPE % | max abs % |", "|---|---|---|"]
+    for name, key in (("share of the largest allocation (packaged)", "loo_error_pct"),
+                      ("one constant (GiB)", "loo_const_error_pct"), ("none", "loo_none_error_pct")):
+        errs = [abs(m[key]) for m in mem if m["mapped"]]
+        out.append(f"| {name} | {sum(errs) / len(errs):.1f} | {max(errs):.1f} |")
     return out
 
 
@@ -218,19 +232,25 @@ def render(rows: list[dict], mem: list[dict], cal, loo: dict | None = None) -> s
                  "activations after Korthikanti Table 2, unfused fp32 loss, framework overhead "
                  f"{cal.globals.overhead_gib:g} GiB) plus allocator fragmentation = "
                  f"{cal.globals.frag_fraction:.2f} x the largest allocation (fitted on the mapped rows; LOO: refitted "
-                 "without the row). Only full activation checkpointing maps onto haap's recomputation; "
-                 "torchtitan's op-level SAC does not (those rows are shown, not fitted).")
+                 "without the row). Full activation checkpointing is haap's `full`; torchtitan's 'selective' is "
+                 "op-level SAC, haap's `op` (memory.op_sac_layer_bytes: every odd matmul, the SDPA outputs and "
+                 "the block input kept). PyTorch DTensor TP keeps the all-gathered inputs of its column-parallel "
+                 "linears whole (kernels.Implementation.tp_saves_gathered_input). Targets (issue #12): every row "
+                 "within 15 %.")
     lines += ["", "## Memory (torchtitan FSDP rows, GiB per GPU, max over ranks)", "", mem_intro, "",
-              "| id | measured | predicted | error % | LOO error % | largest allocation GiB | mapped |",
-              "|---|---|---|---|---|---|---|"]
+              ("| id | recompute | measured | predicted | error % | LOO error % | LOO, constant frag. % | "
+               "largest allocation GiB |"), "|---|---|---|---|---|---|---|---|"]
     for m in mem:
-        lines.append(f"| {m['id']} | {m['measured_gib']:.1f} | {m['predicted_gib']:.1f} | {m['error_pct']:+.1f} | "
-                     f"{m['loo_error_pct']:+.1f} | {m['largest_gib']:.1f} | "
-                     f"{'yes' if m['mapped'] else 'no (op-level SAC)'} |")
+        lines.append(f"| {m['id']} | {m['recompute']} | {m['measured_gib']:.1f} | {m['predicted_gib']:.1f} | "
+                     f"{m['error_pct']:+.1f} | {m['loo_error_pct']:+.1f} | {m['loo_const_error_pct']:+.1f} | "
+                     f"{m['largest_gib']:.1f} |")
+    lines += _frag_forms(mem)
     cfg = config_memory(cal)
     lines += ["", "## Memory of the published non-FSDP configurations (no published peak; each ran, so each should fit)",
               "", ("Peak stage, GiB per GPU, by kind (grads: 4 B/param, or 2 B with grad_reduce_in_fp32=False for "
-              "NVIDIA's performance recipes, measured_runs.bf16_grad_recipe). Sorted by peak / capacity."), "",
+              "NVIDIA's performance recipes, measured_runs.bf16_grad_recipe, or where the row states it; optimizer: "
+              "12 B/param sharded, or the row's optimizer_state_bytes, e.g. 10 for NeMo 1's Apex distributed Adam "
+              "with bf16 parameter remainders). Sorted by peak / capacity."), "",
               "| id | stack | stage | weights | grads | optimizer | activations | overhead | peak | capacity | fits |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in sorted(cfg, key=lambda m: -m["peak_gib"] / m["capacity_gib"]):

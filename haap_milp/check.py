@@ -216,7 +216,8 @@ def _runtime(plan: Plan, training: TrainingSpec) -> list[Violation]:
         elif s.replicas and {"tp", "mbs"} & set(training.uniform):  # dp and recompute are compared below
             out.append(Violation("runtime.uniform_mixed", j, "replicas of several GPU types (tp, micro-batch) in one "
                                  f"stage; the runtime needs {', '.join(training.uniform)} equal in every stage"))
-        if s.recompute not in training.recompute_modes:
+        if s.recompute not in training.recompute_modes and not (s.recompute == "op"
+                                                                 and "selective" in training.recompute_modes):
             out.append(Violation("runtime.recompute", j, f"recompute {s.recompute!r} is not among the runtime's "
                                  f"allowed modes ({', '.join(training.recompute_modes)})"))
         if training.micro_batch_size and not s.replicas and plan.stage_micro_batch(j) != training.micro_batch_size:

@@ -182,6 +182,8 @@ def build(
     same_tp = caps.same_tp_first_last_when_tied and model.tied_embeddings
     total = sum(g.capacity for g in groups)
     modes = tuple(m for m in options.recompute if m in training.recompute_modes)  # the runtime's allowed set
+    if caps.selective_runs_as:  # torchtitan: the selective checkpointing it runs is op-level SAC (haap's "op")
+        modes = tuple(dict.fromkeys(caps.selective_runs_as if m == "selective" else m for m in modes))
     dims = uniform_dims(training, uniform)
     uniform = uniform or bool(dims)
     dims = dims or ("tp", "dp", "recompute")

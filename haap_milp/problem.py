@@ -90,7 +90,7 @@ class Option:
     tp: int
     dp: int
     ep: int
-    recompute: str  # none | selective | full
+    recompute: str  # none | selective | full | op
     #: the dimensions eq. U1 makes equal across stages when ``Problem.uniform`` (runtime's ``--uniform``; a
     #: uniform target engine: all three); not part of the option's identity
     uniform_dims: tuple[str, ...] = field(default=("tp", "dp", "recompute", "ep"), compare=False)

@@ -26,6 +26,7 @@ class EngineCapabilities:
     uniform_stages: bool = False  # one (tp, dp, recompute, ep) on every stage (eq. U1)
     same_tp_first_last_when_tied: bool = False  # tied embeddings: first and last stage the same tp (eq. U2)
     recompute_modes: tuple[str, ...] | None = None  # per-stage recompute modes it can mix (None: all)
+    selective_runs_as: str | None = None  # the haap mode its selective checkpointing is (None: Megatron's modules)
     max_stages_when_tied: int | None = None  # pipeline stages with tied embeddings (None: no limit)
     mixed_stages: bool = False  # a stage's data-parallel replicas may differ in GPU type and tp (eq. H1)
     mixed_stages_why: str = ""  # why it cannot (the refusal's reason)
@@ -51,7 +52,7 @@ class EmitError(HaapInputError):
 TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
     EngineCapabilities("any", None, "any plan (no engine restriction)", mixed_stages=True, interleave=True),
     EngineCapabilities("megatron", "haap_milp.emit.megatron", "Megatron-LM: one tp/dp/recompute/ep, any layer split",
-                       uniform_stages=True, interleave=True, zero_stages=(0, 1), zero_why="haap emits Megatron-Core's DDP and its "
+                       uniform_stages=True, interleave=True, recompute_modes=("none", "selective", "full"), zero_stages=(0, 1), zero_why="haap emits Megatron-Core's DDP and its "
                        "distributed optimizer (ZeRO-1, --use-distributed-optimizer); ZeRO-2/3 would need Megatron-FSDP "
                        "(--use-megatron-fsdp), which haap neither prices nor emits",
                        mixed_stages_why="Megatron-LM builds one data-parallel group size and one "
@@ -69,6 +70,8 @@ TARGETS: dict[str, EngineCapabilities] = {c.name: c for c in (
                        context_parallel=False),  # emit/flagscale.py refuses cp > 1 (flagscale.cp)
     EngineCapabilities("torchtitan", "haap_milp.emit.torchtitan", "torchtitan: one device mesh, any layer split",
                        uniform_stages=True, max_stages_when_tied=1, zero_stages=(0, 1), zero_stages_single=(0, 2, 3),
+                       # its SelectiveAC is op-level SAC (torchtitan 0.3.0 distributed/activation_checkpoint.py)
+                       selective_runs_as="op", recompute_modes=("none", "op", "full"),
                        zero_why="with pipeline parallelism torch.distributed.pipelining runs FSDP without gradient sync "
                        "and without resharding until the last backward (stage.py backward_maybe_with_nosync), which is "
                        "ZeRO-1 (data_parallel_shard_degree under pp > 1); ZeRO-2/3 (fsdp_reshard_after_forward never / "

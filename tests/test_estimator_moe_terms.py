@@ -144,7 +144,7 @@ def _validation() -> dict:
 
 def test_memory_of_mapped_torchtitan_rows_within_15_percent_leave_one_out():
     mapped = [m for m in _validation()["memory"] if m["mapped"]]
-    assert len(mapped) == 3
+    assert len(mapped) == 12  # full activation checkpointing and op-level SAC (recompute "op")
     for m in mapped:
         assert abs(m["loo_error_pct"]) <= 15.0, m
 

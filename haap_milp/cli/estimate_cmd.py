@@ -224,7 +224,8 @@ def estimate(
     dp: Annotated[int, Opt("--dp", help="Data-parallel replicas.")] = 1,
     mbs: Annotated[int, Opt("--mbs", help="Micro-batch per replica.")] = 1,
     vpp: Annotated[int, Opt("--vpp", help="Virtual stages per stage (interleaved 1F1B).")] = 1,
-    recompute: Annotated[str, Opt("--recompute", help="none | selective | full.")] = "none",
+    recompute: Annotated[str, Opt("--recompute", help="none | selective | full | op (torchtitan's op-level "
+                                  "selective checkpointing).")] = "none",
     recompute_modules: Annotated[str | None, Opt("--recompute-modules", help="What selective recompute "
                                                  "recomputes, Megatron-Core names, comma-separated: core_attn, "
                                                  "layernorm, mlp, moe, moe_act, shared_experts, mla_up_proj "
@@ -268,12 +269,12 @@ def estimate(
     c = apply_network_option(c, network)
     impl = _implementation(recompute_modules, moe_dispatcher)
     if p is None:
-        if recompute not in ("none", "selective", "full"):
-            raise HaapInputError(f"--recompute {recompute!r} must be none, selective or full.", field="recompute")
+        if recompute not in ("none", "selective", "full", "op"):
+            raise HaapInputError(f"--recompute {recompute!r} must be none, selective, full or op.", field="recompute")
         if recompute_modules is not None:
-            if recompute == "full":
+            if recompute in ("full", "op"):
                 raise HaapInputError("--recompute-modules names what selective recompute recomputes; it cannot go "
-                                     "with --recompute full (Megatron-Core: --recompute-granularity selective).",
+                                     f"with --recompute {recompute} (Megatron-Core: --recompute-granularity selective).",
                                      field="recompute_modules", value=recompute_modules)
             recompute = "selective"
         _check_uniform(m, c, training.global_batch_size, tp, pp, dp, mbs, cp, ep, vpp)

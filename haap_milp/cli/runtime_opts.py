@@ -106,7 +106,7 @@ def build_training(file: str | None, base: dict[str, Any], flags: RuntimeFlags,
     command's own flags (field -> value; None: not given)."""
     data: dict[str, Any] = {**(start or {}), **(load_training(file) if file else {})}
     upd: dict[str, Any] = {k: v for k, v in base.items() if v is not None}
-    recompute = _set(flags.recompute, "--recompute", ("none", "selective", "full"))
+    recompute = _set(flags.recompute, "--recompute", ("none", "selective", "full", "op"))
     uniform = _set(flags.uniform, "--uniform", ("tp", "dp", "mbs", "recompute", "ep"))
     grad_overlap, param_overlap = _on_off(flags.grad_overlap, "--grad-overlap"), _on_off(flags.param_overlap,
                                                                                           "--param-overlap")

@@ -176,6 +176,9 @@ def refusals(plan: Plan, model: ModelSpec | None = None) -> list[Violation]:
     if plan.schedule == "gpipe":
         out.append(Violation("flagscale.schedule", None, "FlagScale runs 1F1B, not GPipe"))
     modes = {s.recompute for s in plan.stages}
+    if "op" in modes:
+        out.append(Violation("flagscale.recompute", None, "recompute op (torchtitan's op-level selective activation "
+                             "checkpointing) has no FlagScale setting; use --target torchtitan"))
     if "selective" in modes and len(modes) > 1:
         out.append(Violation("flagscale.recompute", None, f"per-stage recompute mixing selective with others "
                              f"({sorted(modes)}): FlagScale chooses only full-or-none per stage"))

@@ -64,6 +64,10 @@ def refusals(plan: Plan, model: ModelSpec) -> list[Violation]:
             out.append(Violation("megatron.uniform", None,
                                  f"per-stage {name} ({values}) is not supported by Megatron-LM, which runs one value "
                                  f"on every stage; use --target flagscale (heterogeneous process meshes)"))
+    if first.recompute == "op":
+        out.append(Violation("megatron.recompute", None, "recompute op (torchtitan's op-level selective activation "
+                             "checkpointing) has no Megatron-LM flag (--recompute-granularity is full or selective, "
+                             "by module); use --target torchtitan or re-plan with --recompute none,selective,full"))
     if first.zero in (2, 3):  # eq. Z1 (targets.py: the megatron target runs ZeRO 0 and 1)
         out.append(Violation("megatron.zero", None, f"ZeRO {first.zero}: haap emits Megatron-Core's DDP and its "
                              "distributed optimizer (ZeRO-1, --use-distributed-optimizer) only; ZeRO-2/3 need "

@@ -208,8 +208,8 @@ def build_toml(plan: Plan, model: ModelSpec) -> str:
         "training": {"local_batch_size": local_batch(plan), "global_batch_size": plan.global_batch_size,
                      "seq_len": plan.seq_len, "mixed_precision_param": "bfloat16"},
         "parallelism": parallelism(plan, model, "0.1"),
-        "activation_checkpoint": {"mode": s.recompute, **({"selective_ac_option": "op"}
-                                                          if s.recompute == "selective" else {})},
+        "activation_checkpoint": ({"mode": "selective", "selective_ac_option": "op"}
+                                  if s.recompute in ("selective", "op") else {"mode": s.recompute}),
     }
     lines = [f"# torchtitan job config (haap) for {VERSIONS['0.1']}. Add [optimizer], data and checkpoint sections.",
              f"# [model] {choice.family} {choice.flavor} = {model.name} on every field ({choice.source} in 0.3.0).",
@@ -267,7 +267,9 @@ def import_lines(imports: list[tuple[str, tuple[str, ...]]], built: bool) -> lis
 def build_python(plan: Plan, model: ModelSpec) -> str:
     """``haap_torchtitan.py``: the config-registry module of torchtitan 0.3 for this plan."""
     s, choice = plan.stages[0], _choice(plan, model, "0.3")
-    ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}[s.recompute]
+    # haap's "op" is torchtitan's SelectiveAC (op-level SAC; 0.3 has no other selective mode)
+    ac = {"none": "None", "selective": "SelectiveAC.Config()", "op": "SelectiveAC.Config()",
+          "full": "FullAC.Config()"}[s.recompute]
     par = parallelism(plan, model, "0.3")
     doc, imports, set_model = _model_lines(choice, model)
     lines = [f'"""torchtitan config (haap) for {VERSIONS["0.3"]}: {plan.model} on {plan.cluster or "cluster"}.',

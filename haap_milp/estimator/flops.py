@@ -41,6 +41,23 @@ def mlp_gemms(model: ModelSpec, tokens: float, ffn: int, tp: int, count: float =
     return [Gemm(tokens, up, model.hidden, count), Gemm(tokens, model.hidden, ffn / tp, count)]
 
 
+def op_sac_matmuls(model: ModelSpec, tp: int) -> list[tuple[float, float]]:
+    """(input width, output width per GPU) of a decoder block's matmuls in forward order, as torchtitan's Llama-style
+    blocks run them (torchtitan models/llama3: ``wq, wk, wv`` then ``wo``; FeedForward ``w2(silu(w1(x)) * w3(x))``:
+    w1, w3, w2; a 2-matrix MLP w1, w2). Column-parallel outputs are split over tp; the row-parallel ``wo`` / ``w2``
+    produce a full-width partial sum."""
+    h, q, kv = model.hidden, model.num_heads * model.dim_head, model.kv_heads * model.dim_head
+    f = model.ffn_hidden
+    mlp = [(h, f / tp), (h, f / tp), (f / tp, h)] if model.activation == "swiglu" else [(h, f / tp), (f / tp, h)]
+    return [(h, q / tp), (h, kv / tp), (h, kv / tp), (q / tp, h), *mlp]
+
+
+def op_sac_recomputed_matmuls(model: ModelSpec, tokens: float, tp: int, moe: bool) -> list[tuple[float, float, float]]:
+    """(m, n, k) of the matmuls op-level SAC runs again in the backward (the even-numbered ones)."""
+    mms = op_sac_matmuls(model, tp)[: 4 if moe else None]
+    return [(tokens, out, k) for i, (k, out) in enumerate(mms) if i % 2 == 1]
+
+
 def attention_core_fwd_flops(model: ModelSpec, tokens: float, seq: float, causal: bool = True) -> float:
     """QK^T and AV of ``tokens`` queries against ``seq`` keys: 2 x 2·tokens·seq·q_dim (SC'21 eq. 1)."""
     full = 4.0 * tokens * seq * model.num_heads * model.dim_head
@@ -63,14 +80,22 @@ class LayerFlops:
     def model(self) -> float:
         return 3.0 * (self.gemm_fwd + self.attn_fwd)
 
+    op_fwd: float = 0.0  # matmuls torchtitan's op-level SAC repeats (recompute "op")
+
     def hardware(self, recompute: str) -> float:
-        extra = {"none": 0.0, "selective": self.attn_fwd, "full": self.gemm_fwd + self.attn_fwd}[recompute]
+        extra = {"none": 0.0, "selective": self.attn_fwd, "full": self.gemm_fwd + self.attn_fwd,
+                 "op": self.op_fwd}[recompute]
         return self.model + extra
 
 
 def dense_layer_flops(model: ModelSpec, tokens: float, seq: float, causal: bool = True) -> LayerFlops:
     gemms = attention_gemms(model, tokens, 1) + mlp_gemms(model, tokens, model.ffn_hidden, 1)
-    return LayerFlops(sum(g.flops for g in gemms), attention_core_fwd_flops(model, tokens, seq, causal))
+    return LayerFlops(sum(g.flops for g in gemms), attention_core_fwd_flops(model, tokens, seq, causal),
+                      _op_flops(model, tokens, False))
+
+
+def _op_flops(model: ModelSpec, tokens: float, moe: bool) -> float:
+    return sum(2.0 * m * n * k for m, n, k in op_sac_recomputed_matmuls(model, tokens, 1, moe))
 
 
 def moe_layer_flops(model: ModelSpec, tokens: float, seq: float, causal: bool = True) -> LayerFlops:
@@ -80,7 +105,8 @@ def moe_layer_flops(model: ModelSpec, tokens: float, seq: float, causal: bool = 
     gemms += mlp_gemms(model, routed_tokens(model, tokens), model.expert_ffn, 1)
     if model.num_shared_experts:
         gemms += mlp_gemms(model, tokens, model.shared_ffn, 1, count=model.num_shared_experts)
-    return LayerFlops(sum(g.flops for g in gemms), attention_core_fwd_flops(model, tokens, seq, causal))
+    return LayerFlops(sum(g.flops for g in gemms), attention_core_fwd_flops(model, tokens, seq, causal),
+                      _op_flops(model, tokens, True))
 
 
 def head_flops(model: ModelSpec, tokens: float) -> LayerFlops:
@@ -96,7 +122,8 @@ def mean_layer_flops(model: ModelSpec, tokens: float, seq: float, causal: bool =
     if not n_moe:
         return d
     m = moe_layer_flops(model, tokens, seq, causal)
-    return LayerFlops((1 - frac) * d.gemm_fwd + frac * m.gemm_fwd, (1 - frac) * d.attn_fwd + frac * m.attn_fwd)
+    return LayerFlops((1 - frac) * d.gemm_fwd + frac * m.gemm_fwd, (1 - frac) * d.attn_fwd + frac * m.attn_fwd,
+                      (1 - frac) * d.op_fwd + frac * m.op_fwd)
 
 
 def model_flops_per_sample(model: ModelSpec, seq: int, causal: bool = True) -> float:

@@ -116,8 +116,8 @@ def check_stage(model: ModelSpec, hw: Hardware, precision: str, tp: int, dp: int
         raise HaapInputError(
             f"GPU {gpu.name!r} does not support precision {precision!r} (it supports {', '.join(have) or 'none'}); "
             "choose a supported precision or leave this GPU type out.", field="precision", value=precision)
-    if recompute not in ("none", "selective", "full"):
-        raise HaapInputError(f"recompute={recompute!r} is not one of none, selective, full.", field="recompute",
+    if recompute not in ("none", "selective", "full", "op"):
+        raise HaapInputError(f"recompute={recompute!r} is not one of none, selective, full, op.", field="recompute",
                              value=recompute)
     for name, v in (("tp", tp), ("dp", dp), ("ep", ep), ("etp", etp), ("cp", cp), ("samples_per_microbatch", samples)):
         if not isinstance(v, int) or v < 1:

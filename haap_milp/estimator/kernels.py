@@ -26,13 +26,18 @@ class Implementation:
     + fp32 gradient 4; torchtitan computes ``cross_entropy(pred.float(), ...)``).
     ``recompute_modules``: what a stage with ``recompute="selective"`` recomputes (Megatron-Core module
     names, RECOMPUTE_MODULES; memory.py and layers.py price each). ``moe_dispatcher``: the MoE token
-    dispatcher (MOE_DISPATCHERS; layers.py / memory.py price its traffic and buffers)."""
+    dispatcher (MOE_DISPATCHERS; layers.py / memory.py price its traffic and buffers).
+    ``tp_saves_gathered_input``: PyTorch DTensor tensor parallelism (torchtitan's ColwiseParallel behind
+    PrepareModuleInput(Shard(1) -> Replicate())) keeps the all-gathered, full-sequence input of the column-parallel
+    linears for their weight gradient; Megatron's sequence parallelism keeps its sequence shard and all-gathers it
+    again in the backward (Korthikanti et al. sec. 4.2.2), which is the default here."""
 
     flash_attention: bool = True
     dropout: bool = False
     logit_bytes: float = 4.0
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
     moe_dispatcher: str = "alltoall"
+    tp_saves_gathered_input: bool = False
 
     def recomputes(self, module: str) -> bool:
         return module in self.recompute_modules
@@ -40,7 +45,7 @@ class Implementation:
 
 MODERN = Implementation()
 MEGATRON_2021 = Implementation(flash_attention=False, dropout=True)
-TORCH_EAGER_LOSS = Implementation(logit_bytes=10.0)
+TORCH_EAGER_LOSS = Implementation(logit_bytes=10.0, tp_saves_gathered_input=True)  # torchtitan (PyTorch eager loss, DTensor TP)
 
 
 def parse_recompute_modules(text: str, flag: str = "--recompute-modules") -> tuple[str, ...]:

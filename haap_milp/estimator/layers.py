@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 from haap_milp.estimator import comm, compute
 from haap_milp.estimator.calibration import Calibration
-from haap_milp.estimator.flops import Gemm, attention_core_fwd_flops, attention_gemms, mlp_gemms
+from haap_milp.estimator.flops import (
+    Gemm,
+    attention_core_fwd_flops,
+    attention_gemms,
+    mlp_gemms,
+    op_sac_recomputed_matmuls,
+)
 from haap_milp.estimator.hardware import Hardware
 from haap_milp.estimator.kernels import MODERN, Implementation
 from haap_milp.specs import ModelSpec
@@ -34,18 +40,23 @@ class Passes:
     cp_bwd_s: float  # exposed context-parallel exchange, backward
     selective_fwd_s: float | None = None  # what selective recompute repeats (None: the core attention)
     selective_ep: float = 0.0  # EP exchanges selective recompute repeats (1: the whole MoE layer is recomputed)
+    op_fwd_s: float = 0.0  # what torchtitan's op-level SAC (recompute "op") repeats: even mms + elementwise ops
 
     def compute_s(self, recompute: str) -> float:
         sel = self.attn_fwd_s if self.selective_fwd_s is None else self.selective_fwd_s
-        extra = {"none": 0.0, "selective": sel, "full": self.fwd_s}[recompute]
+        extra = {"none": 0.0, "selective": sel, "full": self.fwd_s, "op": self.op_fwd_s}[recompute]
         return self.fwd_s + self.bwd_s + extra
 
     def passes(self, recompute: str) -> float:
-        """How many times the forward communication runs: fwd + bwd (+ recomputed fwd)."""
-        return 3.0 if recompute == "full" else 2.0
+        """How many times the forward communication runs: fwd + bwd (+ recomputed fwd). Op-level SAC saves the
+        TP reduce-scatter outputs but not the all-gathers, so it repeats half of SP's pair (2.5)."""
+        return {"full": 3.0, "op": 2.5}.get(recompute, 2.0)
 
     def ep_passes(self, recompute: str) -> float:
-        """How many times the EP exchange runs (a recomputed MoE layer dispatches and combines again)."""
+        """How many times the EP exchange runs (a recomputed MoE layer dispatches and combines again; op-level SAC
+        saves all-to-all outputs, torchtitan 0.3 ``_get_default_save_ops``)."""
+        if recompute == "op":
+            return 2.0
         return self.passes(recompute) + (self.selective_ep if recompute == "selective" else 0.0)
 
 
@@ -188,7 +199,22 @@ def layer_passes(model: ModelSpec, moe: bool, hw: Hardware, precision: str, toke
         m_f, m_b, tp_m = _mlp_block(model, hw, precision, tokens, tp, sp, model.ffn_hidden)
         ep_f = 0.0
     sel, sel_ep = _selective_fwd_s(model, moe, hw, precision, tokens, tp, sp, etp, impl, attn, m_f)
-    return Passes(a_f + m_f, a_b + m_b, attn, tp_a + tp_m, ep_f, cp_f, cp_b, sel, sel_ep)
+    op = _op_sac_fwd_s(model, moe, hw, precision, tokens, tp, attn, a_f, m_f)
+    return Passes(a_f + m_f, a_b + m_b, attn, tp_a + tp_m, ep_f, cp_f, cp_b, sel, sel_ep, op)
+
+
+def _op_sac_fwd_s(model: ModelSpec, moe: bool, hw: Hardware, precision: str, tokens: float, tp: int,
+                  attn_core_fwd: float, attn_fwd: float, mlp_fwd: float) -> float:
+    """Seconds torchtitan's op-level SAC repeats in the backward (memory.op_sac_layer_bytes: what it saves): the
+    even-numbered matmuls (wk, wo, w3 of a Llama block) and every memory-bound op (norms, RoPE, activation,
+    residual adds); the SDPA and the odd matmuls are saved. MoE layers: the attention part only (their experts
+    are modelled as saved)."""
+    attn_gemm = _gemms_time(attention_gemms(model, tokens, tp), hw, precision)[0]
+    t = attn_fwd - attn_gemm - attn_core_fwd  # attention block's memory-bound ops
+    if not moe:
+        t += mlp_fwd - _gemms_time(mlp_gemms(model, tokens, model.ffn_hidden, tp), hw, precision)[0]
+    again = [Gemm(m, n, k) for m, n, k in op_sac_recomputed_matmuls(model, tokens, tp, moe)]
+    return t + _gemms_time(again, hw, precision)[0]
 
 
 def _selective_fwd_s(model: ModelSpec, moe: bool, hw: Hardware, precision: str, tokens: float, tp: int, sp: bool,

@@ -12,6 +12,9 @@
   5·a·s²·b/t for the unfused softmax path). Sequence parallelism shards the first part too;
   selective recompute drops the s² part; full recompute keeps only the layer input (2·sbh, /t with
   SP). Flash attention (Megatron-Core/TE default) stores no s² part, only a fp32 log-sum-exp per head.
+* Recompute ``op`` (torchtitan's op-level selective checkpointing): what its policy saves, per block
+  (``op_sac_layer_bytes``); PyTorch DTensor TP keeps the all-gathered inputs of column-parallel linears
+  (``Implementation.tp_saves_gathered_input``).
 * Embedding input ``8·s·b`` and output layer + cross-entropy ``4·s·b·h·(1 + V/h)/t``:
   Megatron-LM ``megatron/training/theoretical_memory_usage.py``.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from haap_milp.estimator.flops import op_sac_matmuls
 from haap_milp.estimator.kernels import MODERN, Implementation
 from haap_milp.specs import ModelSpec
 
@@ -129,6 +133,8 @@ def layer_activation_bytes(
     rep_div = tp if (sp and tp > 1) else 1
     if recompute == "full":
         return a * model.hidden * tokens / rep_div
+    if recompute == "op":
+        return op_sac_layer_bytes(model, moe, tokens, tp, sp, etp, impl, a, g)
     sel = recompute == "selective"
     drop_norm = sel and impl.recomputes("layernorm")
     norm_out = tokens * g * model.hidden if drop_norm else 0.0  # a norm output that feeds a GEMM
@@ -136,11 +142,13 @@ def layer_activation_bytes(
     rep_a -= norm_out
     if sel and impl.recomputes("core_attn") and not impl.flash_attention:
         scores = 0.0
+    # DTensor TP keeps the gathered GEMM input (the norm output) whole: move it from the sequence-sharded part
+    gathered = tokens * g * model.hidden - norm_out if impl.tp_saves_gathered_input and rep_div > 1 else 0.0
     if not moe:
         rep_m, sh_m = _mlp_parts(model, tokens, model.ffn_hidden, impl, a, g)
         if sel and impl.recomputes("mlp"):
             sh_m = 0.0
-        return (rep_a + rep_m - norm_out) / rep_div + (sh_a + sh_m + scores) / tp
+        return (rep_a + rep_m - norm_out - 2 * gathered) / rep_div + 2 * gathered + (sh_a + sh_m + scores) / tp
     # norm in + router/dispatcher input (norm out, 16-bit: the router and the dispatch are not fp8)
     rep_m = tokens * a * model.hidden * (1 if drop_norm else 2)
     shared = 0.0
@@ -152,7 +160,37 @@ def layer_activation_bytes(
         experts = 0.0
     elif sel and impl.recomputes("moe_act"):
         experts -= act_out
-    return (rep_a + rep_m) / rep_div + (sh_a + scores) / tp + shared + experts
+    return (rep_a - gathered) / rep_div + gathered + rep_m / rep_div + (sh_a + scores) / tp + shared + experts
+
+
+def op_sac_layer_bytes(model: ModelSpec, moe: bool, tokens: float, tp: int, sp: bool, etp: int = 1,
+                       impl: Implementation = MODERN, a: float = A, g: float = A) -> float:
+    """Bytes one GPU keeps per decoder layer and micro-batch under torchtitan's op-level selective activation
+    checkpointing (recompute mode ``op``; torchtitan ``activation_checkpoint.mode = "selective"``,
+    ``selective_ac_option = "op"``, its 0.3 ``SelectiveAC``). The policy (torchtitan parallelisms/
+    parallelize_llama.py ``_save_list`` / ``_custom_policy``, Dec 2024; distributed/activation_checkpoint.py
+    ``SelectiveAC`` in 0.3.0) saves the outputs of compute-intensive ops - every odd-numbered ``aten.mm`` of the
+    block (a fresh counter per checkpointed call: mm 1, 3, 5, 7 = wq, wv, w1, w2 of a Llama block), the SDPA
+    outputs (attention output + fp32 log-sum-exp per head), the TP reduce-scatter outputs - and recomputes
+    everything else (every even mm, norms, RoPE, activations); the checkpoint keeps the block input.
+    Outputs are 16-bit (``a``): torchao Float8 linears return bf16 and mm counts the same.
+    MoE layers: the effect on the routed experts is not modelled; they keep what they keep without recompute
+    (an upper bound), the attention part follows the rule above."""
+    h, q = model.hidden, model.num_heads * model.dim_head
+    rep_div = tp if (sp and tp > 1) else 1
+    kept = tokens * a * h / rep_div  # the checkpointed block's input
+    kept += tokens * (a * q / tp + model.num_heads / tp * 4.0)  # SDPA output + log-sum-exp
+    if tp > 1 and sp:
+        kept += 2 * tokens * a * h / tp  # reduce-scatter outputs of wo and w2 (sequence parallel)
+    mms = op_sac_matmuls(model, tp)
+    if moe:
+        mms = mms[:4]
+        experts = _expert_parts(model, tokens, tp, etp, impl, a, g)[0]
+        shared = (_mlp_parts(model, tokens, model.shared_ffn * model.num_shared_experts, impl, a, g)[1] / tp
+                  if model.num_shared_experts else 0.0)
+        kept += experts + shared  # the norm and router input are recomputed (a norm, a force-recomputed gate mm)
+    kept += sum(tokens * a * out for i, (_, out) in enumerate(mms) if i % 2 == 0)  # mm 1, 3, 5, 7 (1-based)
+    return kept
 
 
 def embedding_activation_bytes(micro_batch: float, seq: int, cp: int = 1) -> float:

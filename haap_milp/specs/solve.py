@@ -31,8 +31,8 @@ class SolveOptions(Frozen):
     max_stages: int | None = Field(default=None, description="Upper limit on pipeline stages (None: presolve bound).", ge=1)
     micro_batch_sizes: tuple[int, ...] | None = Field(
         default=None, description="Samples per micro-batch to consider (None: presolve picks).")
-    recompute: tuple[Recompute, ...] = Field(
-        default=("none", "selective", "full"), description="Recompute modes the search may use.")
+    recompute: tuple[Recompute, ...] = Field(  # "op" is searched only where the runtime allows it (TrainingSpec)
+        default=("none", "selective", "full", "op"), description="Recompute modes the search may use.")
     mixed_stages: Literal["auto", "on", "off"] = Field(
         default="auto", description="Stages whose data-parallel replicas differ in GPU type (formulations/ eqs. "
         "H1-H6); auto: on where the target engine and the runtime can run them.")
