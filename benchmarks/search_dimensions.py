@@ -12,6 +12,13 @@ benchmarks/results/search_dimensions.md (other sections of that file are left as
 
     python benchmarks/search_dimensions.py --set long --time-limit 10     # or default-cp, moe, default-etp
     python benchmarks/search_dimensions.py --report                       # write the markdown from the CSVs
+
+The default grid on the current code, interleaving and ZeRO (section "Default grid on the current code"), and every
+dimension at once (section "Every dimension at once"):
+
+    python benchmarks/search_dimensions.py --set default-vpp --time-limit 10 --threads 1
+    python benchmarks/search_dimensions.py --set default-zero --time-limit 10 --threads 1
+    python benchmarks/search_dimensions.py --set all-on --time-limit 60
 """
 
 from __future__ import annotations
@@ -52,7 +59,20 @@ MOE = [(f"{m} / {cl}", m, c, gbs, 4096)
                      ("a100-80g+40g-64", "a100-80g:32,a100-40g:32"))]
 MOE += [("mixtral-8x7b / h100-16 / 32k", "mixtral-8x7b", "h100-80g:16", 64, 32768),
         ("mixtral-8x7b / h100+a100-64 / 32k", "mixtral-8x7b", "h100-80g:32,a100-80g:32", 64, 32768)]
+# every dimension at once (`--vpp auto --zero auto --cp auto --etp auto`, mixed stages on as by default for target
+# any) against the plain command: a default-grid subset, the long-context set's smallest cluster and an MoE row
+ALL_ON = [r for r in _default_grid() if r[0] in ("gpt3-1.3b / h100-16", "llama3-8b / h100-16", "mixtral-8x7b / h100-16",
+                                                  "llama3-8b / h100+a100-64", "gpt3-13b / a100-80g+40g-64")]
+ALL_ON += [r for r in LONG if r[0] in ("llama3-8b / h100-16 / 32k", "llama3-8b / h100-16 / 128k",
+                                       "llama3-70b / h100-16 / 64k")]
+ALL_ON += [r for r in MOE if r[0] == "mixtral-8x7b / h100-16 / 32k"]
+ALL_FLAGS = ["--vpp", "auto", "--zero", "auto", "--cp", "auto", "--etp", "auto", "--mixed-stages", "on"]
 SETS = {
+    "default-vpp": (lambda: _default_grid(), {"base": ["--vpp", "1"], "vpp": ["--vpp", "auto"]}),
+    # the fsdp runtime: without = its own one stage (ZeRO-3 per micro-batch; --zero-stage 3 keeps eq. D3 off)
+    "default-zero": (lambda: _default_grid(), {"base": ["--engine", "fsdp", "--zero-stage", "3"],
+                                               "zero": ["--engine", "fsdp", "--zero", "auto"]}),
+    "all-on": (lambda: ALL_ON, {"base": [], "all": ALL_FLAGS}),
     "default-cp": (lambda: _default_grid(), {"base": ["--cp", "1"], "cp": ["--cp", "auto"]}),
     "long": (lambda: LONG, {"base": ["--cp", "1"], "cp": ["--cp", "auto"]}),
     "long-mixed-60": (lambda: [r for r in LONG if "h100+a100" in r[0] and "70b" not in r[0]] +
@@ -67,9 +87,9 @@ SETS = {
 }
 
 
-def solve(model, cluster, gbs, seq, extra, limit, out: Path) -> dict:
+def solve(model, cluster, gbs, seq, extra, limit, out: Path, threads: int = 2) -> dict:
     args = [EXE, "solve", "-m", model, "-c", cluster, "--gbs", str(gbs), "--seq", str(seq), "--time-limit",
-            str(limit), "--threads", "2", "--solver", "cpsat", "--json", str(out), *extra]
+            str(limit), "--threads", str(threads), "--solver", "cpsat", "--json", str(out), *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(args, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
@@ -89,15 +109,18 @@ def describe(doc: dict) -> str:
     for s in plan["stages"]:
         ep = f" ep{s['ep']}" if s.get("ep", 1) > 1 else ""
         etp = f" etp{s['etp']}" if s.get("etp", 1) > 1 else ""
-        st.append(f"{s['gpu_type'][:4]} tp{s['tp']} dp{s['dp']}{ep}{etp} [{s['num_layers']}L]")
-    return (f"cp{plan['cp']}: " if plan.get("cp", 1) > 1 else "") + "; ".join(st)
+        zero = f" z{s['zero']}" if s.get("zero") is not None else ""
+        mixed = " mixed" if s.get("replicas") else ""
+        st.append(f"{s['gpu_type'][:4]} tp{s['tp']} dp{s['dp']}{ep}{etp}{zero}{mixed} [{s['num_layers']}L]")
+    head = "".join(f"{k}{plan[k]} " for k in ("cp", "vpp") if (plan.get(k) or 1) > 1).strip()
+    return (f"{head}: " if head else "") + "; ".join(st)
 
 
-def run(name: str, limit: float, only: str = "") -> Path:
+def run(name: str, limit: float, only: str = "", threads: int = 2) -> Path:
     rows_fn, configs = SETS[name]
     path = OUT / f"search_dimensions_{name}.csv"
     fields = ["instance", "config", "status", "iteration_s", "gap", "presolve_s", "options_kept", "variants_kept",
-              "cp_variants_dominated", "search_s", "command_s", "plan", "load"]
+              "cp_variants_dominated", "search_s", "command_s", "plan", "load", "threads", "limit_s"]
     with tempfile.TemporaryDirectory() as d, path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
@@ -105,7 +128,7 @@ def run(name: str, limit: float, only: str = "") -> Path:
             if only not in label:
                 continue
             for cfg, extra in configs.items():
-                doc = solve(model, cluster, gbs, seq, extra, limit, Path(d) / "r.json")
+                doc = solve(model, cluster, gbs, seq, extra, limit, Path(d) / "r.json", threads)
                 stats = doc.get("stats", {})
                 w.writerow({"instance": label, "config": cfg, "status": doc.get("status", "ERROR"),
                             "iteration_s": doc.get("iteration_time_s"), "gap": doc.get("gap"),
@@ -113,7 +136,8 @@ def run(name: str, limit: float, only: str = "") -> Path:
                             "variants_kept": stats.get("variants_kept"),
                             "cp_variants_dominated": stats.get("cp_variants_dominated"),
                             "search_s": doc.get("wall_time_s"), "command_s": round(doc["command_s"], 2),
-                            "plan": describe(doc), "load": os.getloadavg()[0]})
+                            "plan": describe(doc), "load": os.getloadavg()[0], "threads": threads,
+                            "limit_s": limit})
                 fh.flush()
                 print(label, cfg, doc.get("status"), doc.get("iteration_time_s"), round(doc["command_s"], 1),
                       flush=True)
@@ -318,11 +342,12 @@ def main() -> int:
     ap.add_argument("--set", choices=sorted(SETS))
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--only", default="")
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--report", action="store_true")
     ap.add_argument("--prune-ablation", action="store_true")
     args = ap.parse_args()
     if args.set:
-        run(args.set, args.time_limit, args.only)
+        run(args.set, args.time_limit, args.only, args.threads)
     if args.prune_ablation:
         prune_ablation(args.time_limit)
     if args.report:
