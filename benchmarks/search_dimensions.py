@@ -267,6 +267,63 @@ def table(name: str, dim: str) -> list[str]:
     return out
 
 
+def provenance(name: str) -> str:
+    """Where a set's CSV comes from: rows written with this script's `threads` / `limit_s` columns were measured on
+    the current code (after issue 12's refit and eq. Q2); older CSVs on the cp/etp branch before the merges."""
+    path = OUT / f"search_dimensions_{name}.csv"
+    if not path.exists():
+        return ""
+    rows = list(csv.DictReader(path.open()))
+    if not rows or "threads" not in rows[0]:
+        return ("*Measured on the cp/etp branch before this round's merges (before issue 12's estimator refit and "
+                "eq. Q2), 2 threads, load 13-18; not re-run on the current code.*")
+    loads = [float(r["load"]) for r in rows if r.get("load")]
+    return (f"*Current code; `--set {name} --time-limit {rows[0]['limit_s']} --threads {rows[0]['threads']}`, "
+            f"{len(rows)} commands one after the other under `nice -n 10`, 1-minute load average "
+            f"{min(loads):.1f}-{max(loads):.1f} on the shared 2-core machine.*")
+
+
+def bar_line(name: str, dim: str, bar_s: float = 10.0) -> str:
+    """Issue 11's bar on a set: how many commands proved their optimum (OPTIMAL at the 1 % gap) within bar_s of wall
+    time, without and with the dimension."""
+    path = OUT / f"search_dimensions_{name}.csv"
+    if not path.exists():
+        return ""
+    by: dict = {}
+    for r in csv.DictReader(path.open()):
+        by.setdefault(r["config"], []).append(r)
+
+    def count(cfg):
+        rows = by.get(cfg, [])
+        ok = [r for r in rows if r["status"] == "OPTIMAL" and (_f(r["command_s"]) or 1e9) <= bar_s]
+        proven = [r for r in rows if r["status"] in ("OPTIMAL", "INFEASIBLE")]
+        return f"{len(ok)} of {len(rows)} proven within {bar_s:g} s ({len(proven)} proven OPTIMAL/INFEASIBLE at all)"
+    return f"Issue 11's bar (proven 1 % within {bar_s:g} s of command wall): without {count('base')}; with {dim} {count(dim)}."
+
+
+def current_sections() -> list[tuple[str, list[str]]]:
+    """The sections measured on the current code: the default grid's interleaving and ZeRO columns, and every
+    dimension switched on at once."""
+    grid = ["## Default grid on the current code: interleaving and ZeRO", "",
+            ("The 49 instances of benchmarks/specs/default.yaml (7 models x 7 clusters, seq 4096, gbs 512-2048), each "
+             "solved without and with the dimension by `haap-solve solve` (CP-SAT, the limit bounding the whole "
+             "command). T = predicted iteration time; gain = (without - with) / without. The search with the dimension "
+             "is a superset of the one without, so a negative gain is the time limit cutting the larger search short, "
+             "not a worse optimum."), "",
+            "### Interleaving (`--vpp auto` against `--vpp 1`, the megatron runtime)", "", provenance("default-vpp"), "",
+            *table("default-vpp", "vpp"), "", bar_line("default-vpp", "vpp"), "",
+            ("### ZeRO per stage under the fsdp runtime (`--engine fsdp --zero auto` against `--engine fsdp "
+             "--zero-stage 3`, FSDP's own ZeRO-3 per micro-batch)"), "", provenance("default-zero"), "",
+            *table("default-zero", "zero"), "", bar_line("default-zero", "zero"), ""]
+    every = ["## Every dimension at once", "",
+             ("`--vpp auto --zero auto --cp auto --etp auto --mixed-stages on` against the plain command (whose "
+              "defaults, eqs. D1-D3, already turn cp on from 32k tokens and leave the rest off here) on a few "
+              "instances of the default grid, the long-context set and the MoE set, at a 60 s limit, 2 threads, "
+              "so that the time to a proven 1 % gap shows (an OPTIMAL command stops as soon as it is proven)."), "",
+             provenance("all-on"), "", *table("all-on", "all"), "", bar_line("all-on", "all"), ""]
+    return [("## Default grid on the current code: interleaving and ZeRO", grid), ("## Every dimension at once", every)]
+
+
 def report(limit: float) -> None:
     intro = (f"Produced by `python benchmarks/search_dimensions.py --set NAME --time-limit {limit:g}` then `--report` "
              "(CP-SAT through `haap-solve solve`, 2 threads, the limit bounding the whole command; this machine was "
@@ -283,11 +340,11 @@ def report(limit: float) -> None:
           "and some plans come out worse than without cp (gpt3-1.3b on mixed-nic-256: -79 %, on 16 H100: -15 %; the "
           "same gpt3-1.3b / 16 H100 search through the API with its own 10 s reaches the cp 1 optimum, see the CP5 "
           "table). `--cp` therefore stays 1 by default below 32k tokens (eq. D1, section \"Defaults\")."), "",
-          "### Default grid (seq 4096), 10 s limit", "", *table("default-cp", "cp"), "",
-          "### Long context (32k-128k tokens), 10 s limit", "", *table("long", "cp"), "",
+          "### Default grid (seq 4096), 10 s limit", "", provenance("default-cp"), "", *table("default-cp", "cp"), "",
+          "### Long context (32k-128k tokens), 10 s limit", "", provenance("long"), "", *table("long", "cp"), "",
           "### Long context on 32 H100 + 32 A100 at a 60 s limit (`--set long-mixed-60 --time-limit 60`)", "",
           *table("long-mixed-60", "cp"), "",
-          "### MoE set, 10 s limit (`--cp auto`)", "", *table("moe", "cp"), "",
+          "### MoE set, 10 s limit (`--cp auto`)", "", provenance("moe"), "", *table("moe", "cp"), "",
           "### A case where cp clearly pays: 128k tokens", "",
           ("`haap-solve solve -m llama3-8b -c h100-80g:16 --seq 131072 --gbs 64 --cp auto --target megatron` "
           "(run by hand for this page): OPTIMAL (gap 1 %), one stage of 16 H100 at tp 2 x cp 8 (the ring crosses "
@@ -314,24 +371,28 @@ def report(limit: float) -> None:
            "by the 8 experts (tests/test_cp_etp.py). Its cost: presolve x1.5-3.5 (up to 32 s on 4096 GPUs under this "
            "load), `--etp` stays 1 by default. For the dense models "
            "of the default grid `--etp auto` enumerates exactly the options of `--etp 1` (gain 0 by construction, not run)."),
-           "", "### Default grid, MoE models (seq 4096), 10 s limit", "", *table("default-etp", "etp"), "",
-           "### MoE set, 10 s limit (`--etp auto`)", "", *table("moe", "etp"), "",
+           "", "### Default grid, MoE models (seq 4096), 10 s limit", "", provenance("default-etp"), "", *table("default-etp", "etp"), "",
+           "### MoE set, 10 s limit (`--etp auto`)", "", provenance("moe"), "", *table("moe", "etp"), "",
            "### Mixtral-8x7B at a 60 s limit (`--set moe-60 --time-limit 60`): `--etp auto`", "",
-           *table("moe-60", "etp"), "", "`--cp auto`:", "", *table("moe-60", "cp"), "",
-           "`--cp auto --etp auto` (the six dimensions):", "", *table("moe-60", "cp+etp"), "",
+           *table("moe-60", "etp"), "", "`--cp auto`:", "", provenance("moe-60"), "", *table("moe-60", "cp"), "",
+           "`--cp auto --etp auto` (the six dimensions):", "", provenance("moe-60"), "", *table("moe-60", "cp+etp"), "",
            ("### MoE set, 10 s limit, the six dimensions (`--cp auto --etp auto`: dp, tp, pp, ep, etp, cp with the non-uniform "
-           "layer split)"), "", *table("moe", "cp+etp"), ""]
+           "layer split)"), "", provenance("moe"), "", *table("moe", "cp+etp"), ""]
     text = MD.read_text() if MD.exists() else "# Search dimensions: gain and solve-time cost\n\n"
-    for title, body in (("## Context parallelism", cp), ("## Expert-tensor parallelism", etp)):
+    for title, body in (("## Context parallelism", cp), ("## Expert-tensor parallelism", etp), *current_sections()):
         text = _replace_section(text, title, "\n".join(body))
     MD.write_text(text)
     print(f"wrote {MD}")
 
 
-def _replace_section(text: str, title: str, body: str) -> str:
-    """Replace the section ``title`` (up to the next '## ' heading) or append it."""
+def _replace_section(text: str, title: str, body: str, before: str = "## ZeRO / FSDP") -> str:
+    """Replace the section ``title`` (up to the next '## ' heading), or insert it before the section ``before``
+    (appended when that is missing too)."""
     start = text.find(title + "\n")
     if start < 0:
+        at = text.find(before + "\n")
+        if at >= 0:
+            return text[:at] + body + "\n\n" + text[at:]
         return text.rstrip("\n") + "\n\n" + body + "\n"
     end = text.find("\n## ", start + len(title))
     return text[:start] + body + ("\n" + text[end + 1:] if end >= 0 else "\n")
