@@ -166,7 +166,7 @@ def cp_values(options: SolveOptions, seq_len: int, most_gpus: int) -> list[int]:
 
 def vpp_values(options: SolveOptions) -> tuple[int, ...]:
     """Model chunks per stage to enumerate (eq. I1): 1 alone unless the target interleaves; "auto" 1-4; N: 1, N."""
-    if not capabilities(options.target).interleave or options.vpp in (1, "default"):
+    if not capabilities(options.target).interleave or options.vpp == 1:
         return (1,)
     return (1, 2, 3, 4) if options.vpp == "auto" else (1, int(options.vpp))
 
@@ -187,6 +187,8 @@ def _stage(cfg, first: int, n: int) -> StagePlan:
 
 def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions):
     """Every candidate Plan (see module docstring)."""
+    fixed = [k for k in ("vpp", "cp", "zero") if getattr(options, k) == "default"]
+    assert not fixed, f"the oracle enumerates explicit search spaces; resolve {fixed} = 'default' (eqs. D1-D3) first"
     gbs = training.global_batch_size
     sizes = options.micro_batch_sizes or tuple(b for b in range(1, gbs + 1) if gbs % b == 0)
     caps = {k: v[0] for k, v in _groups(cluster).items()}
