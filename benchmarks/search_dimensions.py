@@ -19,6 +19,7 @@ dimension at once (section "Every dimension at once"):
     python benchmarks/search_dimensions.py --set default-vpp --time-limit 10 --threads 1
     python benchmarks/search_dimensions.py --set default-zero --time-limit 10 --threads 1
     python benchmarks/search_dimensions.py --set all-on --time-limit 60
+    python benchmarks/search_dimensions.py --rerun-errors default-vpp --time-limit 10 --threads 1   # failed rows
 """
 
 from __future__ import annotations
@@ -142,6 +143,34 @@ def run(name: str, limit: float, only: str = "", threads: int = 2) -> Path:
                 print(label, cfg, doc.get("status"), doc.get("iteration_time_s"), round(doc["command_s"], 1),
                       flush=True)
     return path
+
+
+def rerun_errors(name: str, limit: float, threads: int) -> None:
+    """Solve again the rows of a set's CSV whose command failed (status ERROR: e.g. a package being reinstalled under
+    the running benchmark) and write them back in place."""
+    rows_fn, configs = SETS[name]
+    spec = {label: (model, cluster, gbs, seq) for label, model, cluster, gbs, seq in rows_fn()}
+    path = OUT / f"search_dimensions_{name}.csv"
+    with path.open() as fh:
+        reader = csv.DictReader(fh)
+        fields, rows = reader.fieldnames, list(reader)
+    with tempfile.TemporaryDirectory() as d:
+        for r in rows:
+            if r["status"] != "ERROR":
+                continue
+            model, cluster, gbs, seq = spec[r["instance"]]
+            doc = solve(model, cluster, gbs, seq, configs[r["config"]], limit, Path(d) / "r.json", threads)
+            stats = doc.get("stats", {})
+            r.update({"status": doc.get("status", "ERROR"), "iteration_s": doc.get("iteration_time_s"),
+                      "gap": doc.get("gap"), "presolve_s": stats.get("presolve_s"),
+                      "options_kept": stats.get("options_kept"), "variants_kept": stats.get("variants_kept"),
+                      "cp_variants_dominated": stats.get("cp_variants_dominated"), "search_s": doc.get("wall_time_s"),
+                      "command_s": round(doc["command_s"], 2), "plan": describe(doc), "load": os.getloadavg()[0]})
+            print(r["instance"], r["config"], r["status"], r["iteration_s"], flush=True)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
 
 
 PRUNE = [("llama3-8b / h100-16 / 32k", "llama3-8b", "h100-80g:16", 64, 32768),
@@ -404,11 +433,14 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--only", default="")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rerun-errors", metavar="SET", choices=sorted(SETS))
     ap.add_argument("--report", action="store_true")
     ap.add_argument("--prune-ablation", action="store_true")
     args = ap.parse_args()
     if args.set:
         run(args.set, args.time_limit, args.only, args.threads)
+    if args.rerun_errors:
+        rerun_errors(args.rerun_errors, args.time_limit, args.threads)
     if args.prune_ablation:
         prune_ablation(args.time_limit)
     if args.report:
