@@ -74,6 +74,10 @@ SETS = {
     "default-zero": (lambda: _default_grid(), {"base": ["--engine", "fsdp", "--zero-stage", "3"],
                                                "zero": ["--engine", "fsdp", "--zero", "auto"]}),
     "all-on": (lambda: ALL_ON, {"base": [], "all": ALL_FLAGS}),
+    # the default-grid rows where the 10 s searches disagreed most, again at 60 s and 2 threads
+    "default-vpp-60": (lambda: [r for r in _default_grid() if r[0] in (
+        "gpt3-1.3b / 3types-4096", "qwen3-235b-a22b / 3types-1024", "qwen3-235b-a22b / 3types-4096")],
+        {"base": ["--vpp", "1"], "vpp": ["--vpp", "auto"]}),
     "default-cp": (lambda: _default_grid(), {"base": ["--cp", "1"], "cp": ["--cp", "auto"]}),
     "long": (lambda: LONG, {"base": ["--cp", "1"], "cp": ["--cp", "auto"]}),
     "long-mixed-60": (lambda: [r for r in LONG if "h100+a100" in r[0] and "70b" not in r[0]] +
