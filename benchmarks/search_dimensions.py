@@ -401,14 +401,14 @@ def report(limit: float) -> None:
     cp = ["## Context parallelism", "", intro, "",
           ("cp is one per plan (eq. CP1), priced by ring attention on the real link (eq. CP2), activations and "
           "attention FLOPs per rank / cp (eq. CP3); eq. CP5 drops cp variants a cp 1 twin beats in every coefficient."),
-          "", ("Reading (this run): where the search finishes (OPTIMAL both ways) cp gains 2-16 % at 32k-128k tokens "
-          "(llama3-8b on 16 H100: +2.2 / +4.6 / +10.9 % at 32k / 64k / 128k; on 32 H100 + 32 A100 at 60 s every "
-          "instance gains, +5 to +16 %) and next to nothing at 4k. Its cost is a larger search: presolve x2-5 and "
-          "2-4x the options and about 3x the variants; at a 10 s limit on this loaded machine (load average 14-18 on "
-          "2 cores) startup and presolve take most of the limit, the heuristics on the larger problem stop earlier, "
-          "and some plans come out worse than without cp (gpt3-1.3b on mixed-nic-256: -79 %, on 16 H100: -15 %; the "
-          "same gpt3-1.3b / 16 H100 search through the API with its own 10 s reaches the cp 1 optimum, see the CP5 "
-          "table). `--cp` therefore stays 1 by default below 32k tokens (eq. D1, section \"Defaults\")."), "",
+          "", ("Reading. Long-context set on the current code (10 s, 1 thread): where both searches prove their optimum "
+          "(llama3-8b on 16 H100) cp gains +0.9 / +2.1 / +9.5 % at 32k / 64k / 128k tokens; on 32 H100 + 32 A100 "
+          "every row gains (+1.1 to +15.5 %) but neither side is proven there; llama3-70b on 16 H100 has no plan "
+          "with or without cp (proven infeasible in 5-8 s). The older tables (marked) were measured before issue "
+          "12's refit: cp gained 2-16 % at 32k-128k there too and next to nothing at 4k, and at 10 s on the then more "
+          "loaded machine the larger search sometimes returned worse plans (gpt3-1.3b on mixed-nic-256: -79 %). The "
+          "cost is a larger search: presolve x2-5, 2-4x the options, about 3x the variants. `--cp` stays 1 by "
+          "default below 32k tokens (eq. D1, section 'Defaults')."), "",
           "### Default grid (seq 4096), 10 s limit", "", provenance("default-cp"), "", *table("default-cp", "cp"), "",
           "### Long context (32k-128k tokens), 10 s limit", "", provenance("long"), "", *table("long", "cp"), "",
           "### Long context on 32 H100 + 32 A100 at a 60 s limit (`--set long-mixed-60 --time-limit 60`)", "",
@@ -419,7 +419,8 @@ def report(limit: float) -> None:
           "(run by hand for this page): OPTIMAL (gap 1 %), one stage of 16 H100 at tp 2 x cp 8 (the ring crosses "
           "the NIC: tp*cp = 16 > 8 GPUs per node, and still hides behind the attention compute at 16k tokens per "
           "rank), 192.6 s per iteration, against 216.2 s for the best plan without cp (two pipeline stages of "
-          "tp 8, OPTIMAL, in the long-context table). `haap-solve emit --target megatron` "
+          "tp 8, OPTIMAL; measured before issue 12's refit: on the current code the long-context table's 128k row "
+          "gives 194.5 s against 214.8 s, with the same tp 2 x cp 8 shape). `haap-solve emit --target megatron` "
           "writes `--tensor-model-parallel-size 2 --context-parallel-size 8` for it (Megatron-Core's "
           "TransformerConfig accepts the arguments: tests/test_cp_etp_emit.py)."), "",
           "### Defaults unchanged", "",
