@@ -364,7 +364,9 @@ def current_sections() -> list[tuple[str, list[str]]]:
              "1F1B fill share of 7/15), while the plain search's own bound puts every vpp 1 plan at >= 0.0606 s "
              "(its 0.0716 s plan at a 15.4 % gap): a proven gain of at least 7.8 % (22 % over the plain plan found). "
              "Eq. D2 misses this: it judges the fill share at the most micro-batches a variant has (M* = gbs), the "
-             "regime of small clusters, so a plain command keeps vpp 1 on these rows."), "",
+             "regime of small clusters, so a plain command keeps vpp 1 on these rows. The two Qwen3 rows find better "
+             "interleaved plans too (+3.3 % and +16.1 %) but neither side is proven; their four commands overlapped "
+             "a full test run (load about 14), so their plans are what 60 s reached under that load."), "",
             ("Cost: presolve copies each micro-batch variant once per (vpp, P) (about 10x the option-variant pairs), "
              "so fewer instances are proven at the same limit (see the bar line)."), "",
             ("### ZeRO per stage under the fsdp runtime (`--engine fsdp --zero auto` against `--engine fsdp "
