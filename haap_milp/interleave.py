@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from haap_milp.errors import HaapInputError
+from haap_milp.estimator.schedule import inflight, loss_inflight
 
 AUTO_CANDIDATES = (2, 3, 4)  # --vpp auto: vpp > 1 candidates (beside vpp = 1); Megatron's recipes use 2-8
 MIN_STAGES = 3  # eq. I5: pp > 2 (Megatron without --overlap-p2p-comm)
@@ -87,14 +88,25 @@ def interleaved_variants(variants, vpps: tuple[int, ...], max_stages: int, num_l
     """One copy of each plain variant per (vpp, P) of eq. I5, in that order (the plain variants are kept
     first by the caller, so vpp = 1 plans keep their indices). ``min_fill`` > 0 (eq. D2, the default) keeps
     only the (M, P) whose 1F1B fill/drain share reaches it: a shallower pipeline would gain less than the rule's
-    bound from interleaving."""
+    bound from interleaving. Each copy's LM-head activations are rescaled (``_loss_share``)."""
     out = []
     for var in variants:
         for v in vpps:
             for p in stage_counts(var.num_microbatches, max_stages, num_layers):
                 if fill_share(var.num_microbatches, p) >= min_fill:
-                    out.append(replace(var, vpp=v, num_stages=p))
+                    share = _loss_share(var.num_microbatches, p, v)
+                    out.append(replace(var, vpp=v, num_stages=p, last_act_mem=var.last_act_mem * share))
     return out
+
+
+def _loss_share(num_microbatches: int, num_stages: int, vpp: int) -> float:
+    """Eq. M2 charges the last stage a_{P-1} * last_act_mem for its LM head (input and fp32 logits); the estimator
+    keeps only ``loss_inflight`` micro-batches of them (one under interleaving: each micro-batch's loss chunk runs
+    its backward at once). With P fixed per copy (eq. I5), a_{P-1} is a constant of the copy, so scaling
+    last_act_mem by loss_inflight / a_{P-1} makes the Problem's memory row equal the estimator's (without it the
+    solvers rejected interleaved plans that fit, and missed the optimum: tests/test_spec_oracle_dimensions.py)."""
+    a_last = inflight("interleaved", num_stages - 1, num_stages, num_microbatches, vpp)
+    return min(a_last, loss_inflight("interleaved", num_microbatches)) / a_last
 
 
 def chunk_layers(num_layers: int, vpp: int) -> list[int]:

@@ -19,6 +19,19 @@ Context parallelism (formulations/ eq. CP1): one cp per plan, every cp up to the
 divides seq_len under ``SolveOptions.cp`` "auto" (presolve's candidates are powers of two: an oracle with every
 integer is stricter), each stage then on tp*dp*cp GPUs.
 
+MoE models (eq. CP4): every ep that divides the experts and every etp of ``SolveOptions.etp`` ("auto": every etp
+up to a node; presolve's are powers of two) per single-type stage, where ep*etp divides tp*dp*cp (the expert grid;
+check_plan's ``ep.fold``, so dropping the others early changes nothing). Dense models: ep = etp = 1.
+
+ZeRO (eq. Z1): per single-type stage, every stage of ``SolveOptions.zero`` ("auto": 0-3, check_plan drops what the
+runtime and target cannot run); None (the runtime's) when ``zero`` is None. Mixed stages keep the runtime's.
+
+Interleaving (eqs. I1-I5): one vpp per plan, each of ``SolveOptions.vpp`` (1 alone; N: 1 and N; "auto": 1-4)
+where the target interleaves. An interleaved plan needs P >= 3 stages (Megatron's pp > 2 without
+--overlap-p2p-comm, eq. I5: the one rule of the plan space written here rather than in check_plan, which does not
+hold it) and M a multiple of P (check_plan's ``schedule.vpp_microbatches``, left to it). Each stage's layers are
+split over its chunks as the plan file says (``interleave.chunk_layers``, priced by the estimator).
+
 Plans using more GPUs of a (type, island) than it has are skipped before scoring (check_plan would
 reject them as ``gpus.*``); everything else is left to check_plan, which is called in increasing
 order of estimated time until one plan passes.
@@ -79,9 +92,24 @@ def zero_set(options: SolveOptions) -> tuple:
     return (0, 1, 2, 3) if options.zero == "auto" else tuple(options.zero)
 
 
-def stage_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute, zeros=(None,), cp: int = 1) -> list[tuple]:
-    """(gpu_type, island, tp, dp, recompute, zero) a stage may use with B = b samples per micro-batch and
-    context-parallel degree cp (tp*dp*cp GPUs)."""
+def etp_set(options: SolveOptions, per_node: int) -> tuple[int, ...]:
+    """etp values of an MoE stage (eq. CP4): "auto" every etp that fits a node, else the one asked."""
+    return tuple(range(1, per_node + 1)) if options.etp == "auto" else (int(options.etp),)
+
+
+def expert_grids(model: ModelSpec, ranks: int, etps) -> list[tuple[int, int]]:
+    """(ep, etp) of a stage of ``ranks`` = tp*dp*cp GPUs: (1, 1) for a dense model; for an MoE model every ep
+    dividing the experts and every etp of ``etps`` dividing the expert FFN, ep*etp dividing the ranks."""
+    if not model.is_moe:
+        return [(1, 1)]
+    return [(ep, etp) for ep in range(1, model.num_experts + 1) if model.num_experts % ep == 0
+            for etp in etps if model.expert_ffn % etp == 0 and ranks % (ep * etp) == 0]
+
+
+def stage_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute, zeros=(None,), cp: int = 1,
+                  etps=(1,)) -> list[tuple]:
+    """(gpu_type, island, tp, dp, recompute, zero, ep, etp) a stage may use with B = b samples per micro-batch and
+    context-parallel degree cp (tp*dp*cp GPUs); ``etps`` the etp values an MoE stage may take (capped by a node)."""
     out = []
     for (gpu, island), (cap, per_node) in _groups(cluster).items():
         for tp in range(1, per_node + 1):
@@ -90,7 +118,9 @@ def stage_configs(model: ModelSpec, cluster: ClusterSpec, b: int, recompute, zer
             for dp in range(1, cap // (tp * cp) + 1):
                 if b % dp:
                     continue
-                out.extend((gpu, island, tp, dp, rc, z) for rc in recompute for z in zeros)
+                grids = expert_grids(model, tp * dp * cp, [e for e in etps if e <= per_node])
+                out.extend((gpu, island, tp, dp, rc, z, ep, etp) for rc in recompute for z in zeros
+                           for ep, etp in grids)
     return out
 
 
@@ -134,26 +164,40 @@ def cp_values(options: SolveOptions, seq_len: int, most_gpus: int) -> list[int]:
     return [c for c in range(1, most_gpus + 1) if c == 1 or seq_len % (2 * c) == 0]
 
 
+def vpp_values(options: SolveOptions) -> tuple[int, ...]:
+    """Model chunks per stage to enumerate (eq. I1): 1 alone unless the target interleaves; "auto" 1-4; N: 1, N."""
+    if not capabilities(options.target).interleave or options.vpp == 1:
+        return (1,)
+    return (1, 2, 3, 4) if options.vpp == "auto" else (1, int(options.vpp))
+
+
+MIN_INTERLEAVED_STAGES = 3  # eq. I5: Megatron's pp > 2 for interleaving without --overlap-p2p-comm
+
+
 def _stage(cfg, first: int, n: int) -> StagePlan:
     if cfg[0] == "mixed":
         reps = tuple(Replica(gpu_type=g, island=i, tp=tp, count=c, micro_batch=m) for g, i, tp, c, m in cfg[1])
         r0 = reps[0]
         return StagePlan(first_layer=first, num_layers=n, gpu_type=r0.gpu_type, island=r0.island, tp=r0.tp,
                          dp=sum(r.count for r in reps), recompute=cfg[2], replicas=reps)
-    gpu, island, tp, dp, rc, z = cfg
-    return StagePlan(first_layer=first, num_layers=n, gpu_type=gpu, island=island, tp=tp, dp=dp, recompute=rc, zero=z)
+    gpu, island, tp, dp, rc, z, ep, etp = cfg
+    return StagePlan(first_layer=first, num_layers=n, gpu_type=gpu, island=island, tp=tp, dp=dp, recompute=rc, zero=z,
+                     ep=ep, etp=etp)
 
 
 def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions):
     """Every candidate Plan (see module docstring)."""
+    fixed = [k for k in ("vpp", "cp", "zero") if getattr(options, k) == "default"]
+    assert not fixed, f"the oracle enumerates explicit search spaces; resolve {fixed} = 'default' (eqs. D1-D3) first"
     gbs = training.global_batch_size
     sizes = options.micro_batch_sizes or tuple(b for b in range(1, gbs + 1) if gbs % b == 0)
     caps = {k: v[0] for k, v in _groups(cluster).items()}
     max_p = min(model.num_layers, options.max_stages or model.num_layers)
+    etps = etp_set(options, max(v[1] for v in _groups(cluster).values()))
     for b, cp in itertools.product(sorted(set(sizes)), cp_values(options, training.seq_len, max(caps.values()))):
         if gbs % b:
             continue
-        configs = stage_configs(model, cluster, b, options.recompute, zero_set(options), cp)
+        configs = stage_configs(model, cluster, b, options.recompute, zero_set(options), cp, etps)
         if cp == 1 and options.mixed_stages != "off" and capabilities(options.target).mixed_stages:
             configs += mixed_configs(model, cluster, b, options.recompute)
         for p in range(1, max_p + 1):
@@ -165,16 +209,19 @@ def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                 if any(n > caps[k] for k, n in used.items()):
                     continue
                 mbs = combo[0][1][0][4] if combo[0][0] == "mixed" else b // combo[0][3]
+                vpps = [v for v in vpp_values(options) if v == 1 or p >= MIN_INTERLEAVED_STAGES]
                 for comp in _compositions(model.num_layers, p):
                     stages, first = [], 0
                     for cfg, n in zip(combo, comp):
                         stages.append(_stage(cfg, first, n))
                         first += n
-                    yield Plan(model=model.name, cluster=cluster.name, stages=tuple(stages),
-                               micro_batch_size=mbs, num_microbatches=gbs // b, global_batch_size=gbs,
-                               seq_len=training.seq_len, precision=training.precision,
-                               sequence_parallel=training.sequence_parallel,
-                               distributed_optimizer=training.distributed_optimizer, cp=cp)
+                    for v in vpps:
+                        yield Plan(model=model.name, cluster=cluster.name, stages=tuple(stages),
+                                   micro_batch_size=mbs, num_microbatches=gbs // b, global_batch_size=gbs,
+                                   seq_len=training.seq_len, precision=training.precision,
+                                   sequence_parallel=training.sequence_parallel,
+                                   distributed_optimizer=training.distributed_optimizer, cp=cp, vpp=v,
+                                   schedule="interleaved" if v > 1 else "1f1b")
 
 
 def score_plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SolveOptions,
