@@ -354,3 +354,201 @@ def point_document(p: Point, book: PriceBook) -> dict:
     return {"iteration_time_s": p.iteration_time_s, "bound_s": p.bound_s, "gap": r.gap,
             "tokens_per_s": e.tokens_per_s, **{k: v for k, v in econ.items() if k != "price_kind"},
             "gpus": gpus, "status": r.status.value, "plan": r.plan.model_dump(mode="json")}
+
+
+# --- The exact band search of the cost and energy objectives (eqs. EB1-EB4) ------------------------------------
+
+BAND_MIN_S = 0.5  # s: the least time a band's solve is given under a deadline (doubled on each retry)
+
+
+@dataclass
+class _Band:
+    """Rates [lo, hi] (integer units of eq. W1, undivided) and the band's proven lower bound of the measure."""
+
+    lower: float
+    lo: int
+    hi: int
+    tries: int = 0
+
+    def __lt__(self, other):
+        return (self.lower, -self.hi) < (other.lower, -other.hi)
+
+
+def _rate_terms(prob, types: list[str], book: PriceBook, measure: str):
+    """Per option: R_true (W of idle power, or $ per s) and rho (W of dynamic power; zeros for cost)."""
+    if measure == "cost":
+        per = np.array([book.usd_per_gpu_hour(k) / SECONDS_PER_HOUR for k in types])
+        rho = np.zeros(prob.num_options)
+    else:
+        per = np.array([book.idle_w(k) for k in types])
+        rho = economics.dynamic_rate(prob, types, book)
+    r_true = np.array([sum(n * per[g] for g, n in o.usage) for o in prob.options], float)
+    return r_true, rho
+
+
+def _kappa(types: list[str], book: PriceBook, measure: str) -> float:
+    """Eq. EB2: R_true >= kappa U R_units for every plan (U the unit of W1: the per-GPU rounding of the weights)."""
+    unit = economics.USD_UNIT / SECONDS_PER_HOUR if measure == "cost" else economics.WATT_UNIT
+    ks = []
+    for k in types:
+        true = book.usd_per_gpu_hour(k) / SECONDS_PER_HOUR if measure == "cost" else book.idle_w(k)
+        rounded = round(true / unit) * unit
+        if rounded > 0:
+            ks.append(true / rounded)
+    return min(min(ks, default=1.0), 1.0)
+
+
+def plan_value(prob, a, r_true: np.ndarray, rho: np.ndarray) -> float:
+    """The measure of an assignment on the Problem: T R_true (cost, $) or T R_idle + M sum_j rho_j t_j (J,
+    eq. E4)."""
+    from haap_milp.problem import evaluate, stage_times
+
+    t = evaluate(prob, a)
+    r = float(sum(r_true[s.option] for s in a.stages))
+    m = prob.variants[a.variant].num_microbatches
+    d = m * float(sum(rho[s.option] * tj for s, tj in zip(a.stages, stage_times(prob, a))))
+    return t * r + d
+
+
+def band_problem(prob, weights: np.ndarray, rho: np.ndarray, lo: int, hi: int, t_lo: float, r_lo: float):
+    """Eq. EB1: the Problem of the band [lo, hi]: eq. W1 with its floor (W1b), G1 tightened, and the extra
+    objective terms of eq. EX1 that make its objective f = T + (T_lo/lo)(R - lo) + D / r_lo, so that every plan
+    of the band has E >= r_lo f (eq. EB3; r_lo = kappa U lo, T_lo a lower bound of T over every plan)."""
+    from haap_milp.problem import Budget, ExtraObjective
+
+    g = int(np.gcd.reduce(weights[weights > 0])) if (weights > 0).any() else 1
+    b = Budget(weights // g, hi // g, name="rate band", lower=-(-lo // g))
+    per_stage = t_lo / lo * weights.astype(float) if lo > 0 else np.zeros(len(weights))
+    variants = []
+    for v in prob.variants:
+        c = v.num_microbatches * rho / r_lo if r_lo > 0 else np.zeros(len(rho))
+        x = ExtraObjective(per_stage, c * v.layer_time, c * v.first_time, c * v.last_time,
+                           -t_lo if lo > 0 else 0.0)
+        variants.append(replace(v, extra=x))
+    return replace(prob, budget=b, group_capacity=_capacity(prob, b), variants=tuple(variants))
+
+
+def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | None = None,
+                deadline: Deadline | None = None) -> Frontier:
+    """The cost or energy optimum, proven within the solver's relative gap (eqs. EB1-EB4): best-first branch and
+    bound over bands of the rate R (idle W or $/h, W1's integer units); each band's solve minimises the linear
+    objective of eq. EB1 on the exact solver, whose bound times r_lo bounds the band's measure; a band is split at
+    its plan's rate until it is pruned. ``cap``: the largest rate ($/h or W). Points: the plans found."""
+    import heapq
+
+    from haap_milp.planner import finish, run_method
+    from haap_milp.problem import RawResult, evaluate, violations
+
+    if measure not in economics.MEASURES:
+        raise ValueError(measure)
+    types = check_prices(ctx, book, measure)
+    prob = ctx.presolved.problem
+    weights = economics.option_weights(prob, types, book, measure)
+    r_true, rho = _rate_terms(prob, types, book, measure)
+    unit_w = economics.USD_UNIT / SECONDS_PER_HOUR if measure == "cost" else economics.WATT_UNIT
+    kappa = _kappa(types, book, measure)
+    gap = ctx.options.relative_gap
+    dl = deadline or current()
+    fr = Frontier(measure)
+    per_gpu = [round((book.usd_per_gpu_hour(k) / economics.USD_UNIT) if measure == "cost"
+                     else book.idle_w(k) / economics.WATT_UNIT) for k in types]
+    top = int(sum(c * w for c, w in zip(prob.group_capacity, per_gpu)))
+    if cap is not None:
+        top = min(top, math.floor(cap / (economics.USD_UNIT if measure == "cost" else economics.WATT_UNIT) + 1e-9))
+    bottom = max(1, math.ceil(rate_floor(prob, weights) - 1e-9))
+
+    # the time optimum first: a plan (a candidate) and T_lo, a lower bound of T over every plan (eq. EB1)
+    first_dl = dl.cap(dl.remaining() * FIRST_SHARE) if dl.limited else dl
+    base = _with_budget(ctx, weights, top if cap is not None else None, measure)
+    out = orchestrate(base, [(ctx.options.solver, None)], deadline=first_dl).outcomes[0]
+    t_lo = max(out.result.bound_s or 0.0, 0.0) if cap is not None else \
+        max(out.result.bound_s or 0.0, ctx.presolved.lower_bound_s or 0.0)
+    found: dict = {}  # assignment -> value on the Problem
+
+    def offer(a):
+        if a is not None and a not in found and not violations(prob, a) and \
+                (cap is None or economics.rate_of(weights, [s.option for s in a.stages]) <= top):
+            found[a] = plan_value(prob, a, r_true, rho)
+    offer(out.raw_assignment)
+    if out.result.status == Status.INFEASIBLE:
+        fr.complete, fr.stopped, fr.lower_bound = True, "proven: no plan", None
+        return fr
+    heap = [_Band(0.0, bottom, top)] if bottom <= top else []
+    closed: list[float] = []
+    tol = 0.0
+    solves = 0
+    while heap:
+        best = min(found.values(), default=math.inf)
+        band = heap[0]
+        if band.lower + tol >= best * (1 - gap) - 1e-9 * best:
+            break
+        if dl.limited and dl.remaining() < MIN_POINT_S / 4 or dl.interrupted:
+            fr.stopped = "time limit reached"
+            break
+        heapq.heappop(heap)
+        r_lo = kappa * unit_w * band.lo
+        bprob = band_problem(prob, weights, rho, band.lo, band.hi, t_lo, r_lo)
+        bctx = replace(ctx, presolved=replace(ctx.presolved, problem=bprob))
+        share = max(BAND_MIN_S * 2 ** min(band.tries, 10), dl.remaining() / (2 + len(heap))) if dl.limited else None
+        if share is not None:
+            bctx = replace(bctx, options=ctx.options.model_copy(update={"time_limit_s": min(share, dl.remaining())}))
+        fits = [a for a in found if not violations(bprob, a)]
+        hint = None
+        if fits:
+            a0 = min(fits, key=lambda a: evaluate(bprob, a))
+            hint = RawResult("FEASIBLE", "band", assignment=a0, objective_s=evaluate(bprob, a0))
+        with use(dl.cap(share) if share is not None else dl):
+            raw, _ = run_method(bctx, ctx.options.solver, hint)
+        solves += 1
+        if raw.status == "INFEASIBLE":
+            closed.append(math.inf)
+            continue
+        a = raw.assignment
+        offer(a)
+        lower = band.lower
+        if raw.bound_s is not None:
+            lower = max(lower, r_lo * raw.bound_s)
+            tol = max(tol, r_lo * float(raw.stats.get("tolerance_s", 0.0)))
+        best = min(found.values(), default=math.inf)
+        if lower + tol >= best * (1 - gap) - 1e-9 * best:
+            closed.append(lower)
+            continue
+        rate = None if a is None else economics.rate_of(weights, [s.option for s in a.stages])
+        if raw.status == "OPTIMAL" and rate is not None and band.lo < rate <= band.hi:
+            heapq.heappush(heap, _Band(lower, band.lo, rate - 1))  # eq. EB4: split at the plan's rate
+            heapq.heappush(heap, _Band(lower, rate, band.hi))
+        elif band.lo < band.hi and raw.status != "OPTIMAL":
+            mid = (band.lo + band.hi) // 2
+            heapq.heappush(heap, _Band(lower, band.lo, mid, band.tries + 1))
+            heapq.heappush(heap, _Band(lower, mid + 1, band.hi, band.tries + 1))
+        elif raw.status == "OPTIMAL":  # the plan is at the band's floor: proven within the solver's gap
+            closed.append(lower)
+        else:
+            heapq.heappush(heap, _Band(lower, band.lo, band.hi, band.tries + 1))
+    else:
+        fr.complete = True
+    if heap and not fr.stopped:
+        fr.complete = True
+    fr.stopped = fr.stopped or "proven within the gap (eq. EB4)"
+    lows = closed + [b.lower for b in heap]
+    best_a = min(found, key=found.get) if found else None
+    fr.lower_bound = min([*lows, found[best_a]] if best_a is not None else lows, default=None)
+    if fr.lower_bound is not None and not math.isfinite(fr.lower_bound):
+        fr.lower_bound = None
+    # the plans found, each decoded and priced like a frontier point (the best first)
+    for a in sorted(found, key=found.get)[:MAX_BAND_POINTS]:
+        raw = RawResult("FEASIBLE", f"{ctx.options.solver} (eq. EB1)", assignment=a, objective_s=evaluate(prob, a),
+                        bound_s=out.result.bound_s if cap is None else None)
+        got = finish(ctx, raw)
+        if got.result.plan is None or got.violations:
+            continue
+        econ = economics.plan_economics(got.result.plan, got.estimate, book)
+        value = econ["usd_per_iteration"] if measure == "cost" else econ["joules_per_iteration"]
+        fr.points.append(Point(got, None, economics.rate_of(weights, [s.option for s in a.stages]),
+                               float(got.estimate.iteration_time_s), got.result.bound_s, value, None))
+    fr.points.sort(key=lambda p: p.rate, reverse=True)
+    return fr
+
+
+FIRST_SHARE = 0.25  # of the deadline for the time optimum that starts the band search
+MAX_BAND_POINTS = 8  # plans of the band search kept as points
