@@ -23,6 +23,7 @@ bounds the band's energy. Energy is not proven optimal in general: the stated ga
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -34,10 +35,11 @@ from haap_milp.catalog.prices import PriceBook
 from haap_milp.deadline import Deadline, current, use
 from haap_milp.errors import HaapInputError
 from haap_milp.planner import Context, Outcome, orchestrate
-from haap_milp.problem import RawResult
+from haap_milp.problem import Budget, RawResult
 from haap_milp.specs import Status
 
 SECONDS_PER_HOUR = 3600.0
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -430,10 +432,11 @@ def band_problem(prob, weights: np.ndarray, rho: np.ndarray, lo: int, hi: int, t
 
 def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | None = None,
                 deadline: Deadline | None = None) -> Frontier:
-    """The cost or energy optimum, proven within the solver's relative gap (eqs. EB1-EB4): best-first branch and
-    bound over bands of the rate R (idle W or $/h, W1's integer units); each band's solve minimises the linear
-    objective of eq. EB1 on the exact solver, whose bound times r_lo bounds the band's measure; a band is split at
-    its plan's rate until it is pruned. ``cap``: the largest rate ($/h or W). Points: the plans found."""
+    """The cost or energy optimum, proven within the solver's relative gap (eqs. EB1-EB5): best-first branch and
+    bound over bands of the rate R (idle W or $/h, W1's integer units). A band's cheap bound (eq. EB5) orders
+    the search; its solve minimises the linear objective of eq. EB1 on the exact solver, whose bound times r_lo
+    bounds the band's measure (eq. EB3); a band is split at its plan's rate (or, unfinished, at its geometric
+    middle) until it is pruned (eq. EB4). ``cap``: the largest rate ($/h or W). Points: the plans found."""
     import heapq
 
     from haap_milp.planner import finish, run_method
@@ -457,13 +460,12 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
         top = min(top, math.floor(cap / (economics.USD_UNIT if measure == "cost" else economics.WATT_UNIT) + 1e-9))
     bottom = max(1, math.ceil(rate_floor(prob, weights) - 1e-9))
 
-    # the time optimum first: a plan (a candidate) and T_lo, a lower bound of T over every plan (eq. EB1)
+    # the time optimum first (within the cap): a candidate, a warm start, and a lower bound of T over every plan
     first_dl = dl.cap(dl.remaining() * FIRST_SHARE) if dl.limited else dl
     base = _with_budget(ctx, weights, top if cap is not None else None, measure)
     out = orchestrate(base, [(ctx.options.solver, None)], deadline=first_dl).outcomes[0]
-    t_lo = max(out.result.bound_s or 0.0, 0.0) if cap is not None else \
-        max(out.result.bound_s or 0.0, ctx.presolved.lower_bound_s or 0.0)
-    found: dict = {}  # assignment -> value on the Problem
+    t_all = max(out.result.bound_s or 0.0, 0.0 if cap is not None else ctx.presolved.lower_bound_s or 0.0)
+    found: dict = {}  # assignment -> its measure on the Problem
 
     def offer(a):
         if a is not None and a not in found and not violations(prob, a) and \
@@ -471,71 +473,85 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
             found[a] = plan_value(prob, a, r_true, rho)
     offer(out.raw_assignment)
     if out.result.status == Status.INFEASIBLE:
-        fr.complete, fr.stopped, fr.lower_bound = True, "proven: no plan", None
+        fr.complete, fr.stopped = True, "proven: no plan"
         return fr
-    heap = [_Band(0.0, bottom, top)] if bottom <= top else []
+    t_floor = _TimeFloor(prob, weights, t_all)
+
+    def band(lo: int, hi: int, lower: float = 0.0, tries: int = 0) -> _Band:
+        # eq. EB5: R >= kappa U lo, T >= the budget-hi bound of T, D >= eq. E6b's bound
+        d_lb = economics.dynamic_energy_lb(prob, types, book, weights, hi) if measure == "energy" else 0.0
+        return _Band(max(lower, kappa * unit_w * lo * t_floor(hi) + d_lb), lo, hi, tries)
+
+    heap = [band(lo, hi) for lo, hi in _geometric(bottom, top, BAND_RATIO)]
+    heapq.heapify(heap)
     closed: list[float] = []
     tol = 0.0
-    solves = 0
     while heap:
         best = min(found.values(), default=math.inf)
-        band = heap[0]
-        if band.lower + tol >= best * (1 - gap) - 1e-9 * best:
-            break
-        if dl.limited and dl.remaining() < MIN_POINT_S / 4 or dl.interrupted:
+        b = heap[0]
+        if b.lower + tol >= best * (1 - gap) - 1e-9 * best:
+            break  # every open band is pruned
+        if dl.interrupted or (dl.limited and dl.remaining() < BAND_MIN_S):
             fr.stopped = "time limit reached"
             break
         heapq.heappop(heap)
-        r_lo = kappa * unit_w * band.lo
-        bprob = band_problem(prob, weights, rho, band.lo, band.hi, t_lo, r_lo)
+        r_lo = kappa * unit_w * b.lo
+        t_lo = t_floor(b.hi)
+        bprob = band_problem(prob, weights, rho, b.lo, b.hi, t_lo, r_lo)
         bctx = replace(ctx, presolved=replace(ctx.presolved, problem=bprob))
-        share = max(BAND_MIN_S * 2 ** min(band.tries, 10), dl.remaining() / (2 + len(heap))) if dl.limited else None
-        if share is not None:
-            bctx = replace(bctx, options=ctx.options.model_copy(update={"time_limit_s": min(share, dl.remaining())}))
+        share = None
+        if dl.limited:
+            share = min(dl.remaining(), max(BAND_MIN_S * 2 ** min(b.tries, 10),
+                                            dl.remaining() / min(len(heap) + 1, BAND_FOCUS)))
+            bctx = replace(bctx, options=ctx.options.model_copy(update={"time_limit_s": share}))
         fits = [a for a in found if not violations(bprob, a)]
+        if not fits and b.lo > bottom:  # DP plans on whole-node capacities within the band's top (eq. W1)
+            for r in _budget_hints(bctx, weights, b.hi, dl.cap(share) if share is not None else dl):
+                offer(r.assignment)
+                if not violations(bprob, r.assignment):
+                    fits.append(r.assignment)
         hint = None
         if fits:
             a0 = min(fits, key=lambda a: evaluate(bprob, a))
             hint = RawResult("FEASIBLE", "band", assignment=a0, objective_s=evaluate(bprob, a0))
         with use(dl.cap(share) if share is not None else dl):
             raw, _ = run_method(bctx, ctx.options.solver, hint)
-        solves += 1
         if raw.status == "INFEASIBLE":
             closed.append(math.inf)
             continue
         a = raw.assignment
         offer(a)
-        lower = band.lower
+        lower = b.lower
         if raw.bound_s is not None:
             lower = max(lower, r_lo * raw.bound_s)
             tol = max(tol, r_lo * float(raw.stats.get("tolerance_s", 0.0)))
         best = min(found.values(), default=math.inf)
+        rate = None if a is None else economics.rate_of(weights, [s.option for s in a.stages])
+        log.debug("band [%d, %d] %s bound %s lower %.6g best %.6g plan rate %s (%.2f s left)", b.lo, b.hi,
+                  raw.status, raw.bound_s, lower, best, rate, dl.remaining() if dl.limited else -1)
         if lower + tol >= best * (1 - gap) - 1e-9 * best:
             closed.append(lower)
-            continue
-        rate = None if a is None else economics.rate_of(weights, [s.option for s in a.stages])
-        if raw.status == "OPTIMAL" and rate is not None and band.lo < rate <= band.hi:
-            heapq.heappush(heap, _Band(lower, band.lo, rate - 1))  # eq. EB4: split at the plan's rate
-            heapq.heappush(heap, _Band(lower, rate, band.hi))
-        elif band.lo < band.hi and raw.status != "OPTIMAL":
-            mid = (band.lo + band.hi) // 2
-            heapq.heappush(heap, _Band(lower, band.lo, mid, band.tries + 1))
-            heapq.heappush(heap, _Band(lower, mid + 1, band.hi, band.tries + 1))
-        elif raw.status == "OPTIMAL":  # the plan is at the band's floor: proven within the solver's gap
+        elif raw.status == "OPTIMAL" and rate is not None and b.lo < rate <= b.hi:  # eq. EB4: at the plan's rate
+            heapq.heappush(heap, band(b.lo, rate - 1, lower))
+            heapq.heappush(heap, band(rate, b.hi, lower))
+        elif raw.status == "OPTIMAL":  # the plan is at the band's floor: the band is proven within the gap
             closed.append(lower)
+        elif b.lo < b.hi:  # unfinished: two narrower bands (tighter r_lo and T_lo)
+            mid = max(b.lo, min(b.hi - 1, int(math.sqrt(b.lo * b.hi))))
+            heapq.heappush(heap, band(b.lo, mid, lower, b.tries + 1))
+            heapq.heappush(heap, band(mid + 1, b.hi, lower, b.tries + 1))
         else:
-            heapq.heappush(heap, _Band(lower, band.lo, band.hi, band.tries + 1))
-    else:
-        fr.complete = True
-    if heap and not fr.stopped:
-        fr.complete = True
-    fr.stopped = fr.stopped or "proven within the gap (eq. EB4)"
-    lows = closed + [b.lower for b in heap]
+            heapq.heappush(heap, band(b.lo, b.hi, lower, b.tries + 1))
+    if not fr.stopped:
+        fr.complete, fr.stopped = True, "proven within the gap (eq. EB4)"
+    lows = closed + [x.lower for x in heap]
     best_a = min(found, key=found.get) if found else None
-    fr.lower_bound = min([*lows, found[best_a]] if best_a is not None else lows, default=None)
+    if best_a is not None:
+        lows.append(found[best_a])
+    fr.lower_bound = min(lows, default=None)
     if fr.lower_bound is not None and not math.isfinite(fr.lower_bound):
         fr.lower_bound = None
-    # the plans found, each decoded and priced like a frontier point (the best first)
+    # the plans found, each decoded and priced like a frontier point
     for a in sorted(found, key=found.get)[:MAX_BAND_POINTS]:
         raw = RawResult("FEASIBLE", f"{ctx.options.solver} (eq. EB1)", assignment=a, objective_s=evaluate(prob, a),
                         bound_s=out.result.bound_s if cap is None else None)
@@ -550,5 +566,39 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
     return fr
 
 
+class _TimeFloor:
+    """Eq. EB5's T_lo(hi): a lower bound of T over the plans with rate <= hi, the least of eq. B2's variant bounds
+    on the problem with eq. W1 at hi (eq. C2 lifts them: fewer affordable GPUs, a longer period), and never
+    below ``t_all`` (a bound over every plan). Memoised per hi."""
+
+    def __init__(self, prob, weights: np.ndarray, t_all: float):
+        self.prob, self.weights, self.t_all, self.memo = prob, weights, t_all, {}
+
+    def __call__(self, hi: int) -> float:
+        from haap_milp.solvers.common.bounds import variant_bound
+        from haap_milp.solvers.common.slot_bounds import build_tables
+
+        if hi not in self.memo:
+            g = int(np.gcd.reduce(self.weights[self.weights > 0])) if (self.weights > 0).any() else 1
+            b = Budget(self.weights // g, hi // g, name="rate")
+            p = replace(self.prob, budget=b, group_capacity=_capacity(self.prob, b))
+            vals = [variant_bound(p, build_tables(p, v)).total_s for v in range(len(p.variants))]
+            best = min(vals, default=math.inf)
+            self.memo[hi] = max(self.t_all, best)  # inf: no plan within hi
+        return self.memo[hi]
+
+
+def _geometric(lo: int, hi: int, ratio: float) -> list[tuple[int, int]]:
+    """[lo, hi] cut into bands whose top is at most ``ratio`` times their floor."""
+    out = []
+    while lo <= hi:
+        top = min(hi, max(lo, math.floor(lo * ratio)))
+        out.append((lo, top))
+        lo = top + 1
+    return out
+
+
+BAND_RATIO = 1.25  # the initial bands' top / floor
+BAND_FOCUS = 3  # a band's solve gets at least 1/BAND_FOCUS of the time left (best first)
 FIRST_SHARE = 0.25  # of the deadline for the time optimum that starts the band search
 MAX_BAND_POINTS = 8  # plans of the band search kept as points

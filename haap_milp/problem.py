@@ -167,8 +167,9 @@ class Variant:
 @dataclass(frozen=True)
 class ExtraObjective:
     """Eq. EX1: ``sum_j (per_stage[o_j] + n_j per_layer[o_j] + [j=0] first[o_j] + [j=P-1] last[o_j]) + const``
-    (seconds), added to T. Arrays [O]. Solvers rely on it being >= 0 on every feasible plan (their bounds bound
-    T alone), which the band search guarantees with eq. W1's lower row (``Budget.lower``)."""
+    (seconds), added to T. Arrays [O]. Solvers rely on per_layer, first, last >= 0 and on the per-stage sum with
+    ``const`` being >= 0 on every feasible plan (their bounds bound T, plus the least per-layer, first and last
+    terms), which the band search guarantees with eq. W1's lower row (``Budget.lower``)."""
 
     per_stage: np.ndarray
     per_layer: np.ndarray
