@@ -505,7 +505,7 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
                                             dl.remaining() / min(len(heap) + 1, BAND_FOCUS)))
             bctx = replace(bctx, options=ctx.options.model_copy(update={"time_limit_s": share}))
         fits = [a for a in found if not violations(bprob, a)]
-        if not fits and b.lo > bottom:  # DP plans on whole-node capacities within the band's top (eq. W1)
+        if not fits and dl.limited and b.lo > bottom:  # DP plans on whole-node capacities within the band's top (eq. W1)
             for r in _budget_hints(bctx, weights, b.hi, dl.cap(share) if share is not None else dl):
                 offer(r.assignment)
                 if not violations(bprob, r.assignment):
