@@ -18,7 +18,9 @@ the stages' capacities must add up to L, the covering LP's bound. Energy
 (eq. E4: E = T R_idle + D) sweeps the idle power R_idle the same way and adds eq. E6's lower bound of D (E6b:
 over the options within the band's budget); the energy objective also solves each band once more on eq. E7's
 problem (stage times inflated by their dynamic power), whose plan is a candidate and whose bound times R_lo
-bounds the band's energy. Energy is not proven optimal in general: the stated gap is what is proven.
+bounds the band's energy. The sweep does not prove energy optimal in general (the stated gap is what is
+proven); ``band_search`` (eqs. EX1, W1b, EB1-EB5, at the end of this module) does, and answers ``--objective
+cost|energy`` when T has no bound.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class Frontier:
     stopped: str = ""  # why it ended
     lower_bound: float | None = None  # of the measure over every plan within the cap (eqs. F2, F3)
     candidates: list[Point] = field(default_factory=list)  # energy objective: eq. E7's plans (not frontier points)
+    solves: int = 0  # band search: the bands solved (eq. EB4)
+    search: str = "sweep"  # sweep (eqs. F1-F3) | band (eqs. EB1-EB5)
 
     @property
     def pareto(self) -> list[Point]:
@@ -452,7 +456,7 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
     kappa = _kappa(types, book, measure)
     gap = ctx.options.relative_gap
     dl = deadline or current()
-    fr = Frontier(measure)
+    fr = Frontier(measure, search="band")
     per_gpu = [round((book.usd_per_gpu_hour(k) / economics.USD_UNIT) if measure == "cost"
                      else book.idle_w(k) / economics.WATT_UNIT) for k in types]
     top = int(sum(c * w for c, w in zip(prob.group_capacity, per_gpu)))
@@ -516,6 +520,7 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
             hint = RawResult("FEASIBLE", "band", assignment=a0, objective_s=evaluate(bprob, a0))
         with use(dl.cap(share) if share is not None else dl):
             raw, _ = run_method(bctx, ctx.options.solver, hint)
+        fr.solves += 1
         if raw.status == "INFEASIBLE":
             closed.append(math.inf)
             continue
