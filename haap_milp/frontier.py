@@ -455,6 +455,7 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
     unit_w = economics.USD_UNIT / SECONDS_PER_HOUR if measure == "cost" else economics.WATT_UNIT
     kappa = _kappa(types, book, measure)
     gap = ctx.options.relative_gap
+    t_start = time.perf_counter()
     dl = deadline or current()
     fr = Frontier(measure, search="band")
     per_gpu = [round((book.usd_per_gpu_hour(k) / economics.USD_UNIT) if measure == "cost"
@@ -556,10 +557,13 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
     fr.lower_bound = min(lows, default=None)
     if fr.lower_bound is not None and not math.isfinite(fr.lower_bound):
         fr.lower_bound = None
-    # the plans found, each decoded and priced like a frontier point
+    # the plans found, each decoded and priced like a frontier point; the best is OPTIMAL when the search proved
+    # it (for the measure: a plan's time bound means nothing here, so none is given)
     for a in sorted(found, key=found.get)[:MAX_BAND_POINTS]:
-        raw = RawResult("FEASIBLE", f"{ctx.options.solver} (eq. EB1)", assignment=a, objective_s=evaluate(prob, a),
-                        bound_s=out.result.bound_s if cap is None else None)
+        proven = fr.complete and a == best_a
+        raw = RawResult("OPTIMAL" if proven else "FEASIBLE", f"{ctx.options.solver} (band search, eq. EB4)",
+                        assignment=a, objective_s=evaluate(prob, a), wall_time_s=time.perf_counter() - t_start,
+                        message="" if proven else "not proven: see the objective's gap")
         got = finish(ctx, raw)
         if got.result.plan is None or got.violations:
             continue
