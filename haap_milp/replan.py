@@ -184,8 +184,8 @@ def rebalance(prob, a: Assignment) -> Assignment | None:
     time max_j t_j (eq. T1a) within each stage's memory (eq. M2): the least candidate tau whose per-stage layer
     caps min(U_j, floor((tau - e_j) / lambda_j)) reach L, then layers taken off the last stages until they sum
     to L (which never raises a stage time). None when no split fits."""
-    from haap_milp.problem import stage_memory
     from haap_milp.pipeline import fits_memory
+    from haap_milp.problem import stage_memory
 
     var = prob.variants[a.variant]
     p, big = len(a.stages), prob.num_layers
@@ -207,7 +207,7 @@ def rebalance(prob, a: Assignment) -> Assignment | None:
         return None
 
     def layers(tau: float) -> list[int]:
-        return [min(u, int(math.floor((tau - e) / lm + 1e-9)) if lm > 0 else u) for u, e, lm in zip(caps, extra, lam)]
+        return [min(u, math.floor((tau - e) / lm + 1e-9) if lm > 0 else u) for u, e, lm in zip(caps, extra, lam)]
     cands = sorted({n * lm + e for lm, e, u in zip(lam, extra, caps) for n in range(1, u + 1)})
     lo, hi = 0, len(cands) - 1
     while lo < hi:  # the least candidate tau whose caps reach L (monotone in tau)

@@ -12,7 +12,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_frontier import _setup
 
-from haap_milp.problem import Assignment, Stage, stage_memory, stage_times, violations
+from haap_milp.problem import Assignment, Stage, stage_times, violations
 from haap_milp.replan import rebalance
 from haap_milp.solvers import brute
 
