@@ -139,3 +139,21 @@ def test_exact_solvers_minimise_the_extra_objective():
         band = frontier.band_problem(prob, w, rho, lo, hi, 0.01, economics.WATT_UNIT * lo)
         ref = assert_exact_solvers_match_brute(band, OPTS, check_bound=True)
         assert ref.status == "OPTIMAL"
+
+
+def test_cli_energy_objective_is_proven(run_cli, tmp_path):
+    """`solve --objective energy --gap 0` runs the band search and states a proven optimum."""
+    import json
+
+    from test_economics import TINY
+
+    out = tmp_path / "plan.json"
+    code, stdout, err = run_cli(["solve", *TINY, "--objective", "energy", "--gap", "0", "--json", str(out)])
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    obj = doc["objective"]
+    assert obj["search"] == "band" and obj["frontier_complete"] and obj["solves"] >= 1
+    assert obj["objective_gap"] <= 1e-5 and doc["status"] == "OPTIMAL"
+    assert doc["joules_per_iteration"] == pytest.approx(obj["joules_per_iteration"])
+    assert obj["joules_per_iteration_lower_bound"] <= obj["joules_per_iteration"] * (1 + 1e-9)
+    assert "plan(s) kept, proven" in stdout
