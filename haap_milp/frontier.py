@@ -440,7 +440,8 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
     bound over bands of the rate R (idle W or $/h, W1's integer units). A band's cheap bound (eq. EB5) orders
     the search; its solve minimises the linear objective of eq. EB1 on the exact solver, whose bound times r_lo
     bounds the band's measure (eq. EB3); a band is split at its plan's rate (or, unfinished, at its geometric
-    middle) until it is pruned (eq. EB4). ``cap``: the largest rate ($/h or W). Points: the plans found."""
+    middle) until it is pruned (eq. EB4). ``cap``: the largest rate ($/h or W). Points: the plans found. A price
+    book with a GPU type of price (idle power) 0 has plans of rate 0, which no band covers: the sweep answers."""
     import heapq
 
     from haap_milp.planner import finish, run_method
@@ -451,6 +452,8 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
     types = check_prices(ctx, book, measure)
     prob = ctx.presolved.problem
     weights = economics.option_weights(prob, types, book, measure)
+    if (weights <= 0).any():  # a free (or zero-idle) GPU type: plans of rate 0 lie below every band (r_lo = 0)
+        return sweep(ctx, book, measure, cap=cap, stop_when_bounded=True, deadline=deadline)
     r_true, rho = _rate_terms(prob, types, book, measure)
     unit_w = economics.USD_UNIT / SECONDS_PER_HOUR if measure == "cost" else economics.WATT_UNIT
     kappa = _kappa(types, book, measure)

@@ -157,3 +157,18 @@ def test_cli_energy_objective_is_proven(run_cli, tmp_path):
     assert doc["joules_per_iteration"] == pytest.approx(obj["joules_per_iteration"])
     assert obj["joules_per_iteration_lower_bound"] <= obj["joules_per_iteration"] * (1 + 1e-9)
     assert "plan(s) kept, proven" in stdout
+
+
+def test_a_zero_idle_gpu_type_falls_back_to_the_sweep_and_its_bound_holds():
+    """Rate-0 plans (a GPU type idling at 0 W) lie below every band (r_lo = 0): the sweep answers, with a bound
+    that still holds for every plan."""
+    book = PriceBook("on_demand", {"a100-80g": GpuRates(2.0, 1.0, 0, 400), "h100-80g": GpuRates(9.0, 3.0, 105, 700)},
+                     0.15, "test")
+    ctx = _ctx("two-islands", "cpsat")
+    prob = ctx.presolved.problem
+    types = [g.gpu_type for g in ctx.presolved.groups]
+    r_true, rho = frontier._rate_terms(prob, types, book, "energy")
+    opt = min(frontier.plan_value(prob, a, r_true, rho) for a in _plans(prob))
+    fr = frontier.band_search(ctx, book, "energy")
+    assert fr.search == "sweep"
+    assert fr.lower_bound <= opt * (1 + 1e-9) <= fr.best.value * (1 + 1e-9)
