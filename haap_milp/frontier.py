@@ -18,11 +18,14 @@ the stages' capacities must add up to L, the covering LP's bound. Energy
 (eq. E4: E = T R_idle + D) sweeps the idle power R_idle the same way and adds eq. E6's lower bound of D (E6b:
 over the options within the band's budget); the energy objective also solves each band once more on eq. E7's
 problem (stage times inflated by their dynamic power), whose plan is a candidate and whose bound times R_lo
-bounds the band's energy. Energy is not proven optimal in general: the stated gap is what is proven.
+bounds the band's energy. The sweep does not prove energy optimal in general (the stated gap is what is
+proven); ``band_search`` (eqs. EX1, W1b, EB1-EB5, at the end of this module) does, and answers ``--objective
+cost|energy`` when T has no bound.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -34,10 +37,11 @@ from haap_milp.catalog.prices import PriceBook
 from haap_milp.deadline import Deadline, current, use
 from haap_milp.errors import HaapInputError
 from haap_milp.planner import Context, Outcome, orchestrate
-from haap_milp.problem import RawResult
+from haap_milp.problem import Budget, RawResult
 from haap_milp.specs import Status
 
 SECONDS_PER_HOUR = 3600.0
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -61,6 +65,8 @@ class Frontier:
     stopped: str = ""  # why it ended
     lower_bound: float | None = None  # of the measure over every plan within the cap (eqs. F2, F3)
     candidates: list[Point] = field(default_factory=list)  # energy objective: eq. E7's plans (not frontier points)
+    solves: int = 0  # band search: the bands solved (eq. EB4)
+    search: str = "sweep"  # sweep (eqs. F1-F3) | band (eqs. EB1-EB5)
 
     @property
     def pareto(self) -> list[Point]:
@@ -354,3 +360,257 @@ def point_document(p: Point, book: PriceBook) -> dict:
     return {"iteration_time_s": p.iteration_time_s, "bound_s": p.bound_s, "gap": r.gap,
             "tokens_per_s": e.tokens_per_s, **{k: v for k, v in econ.items() if k != "price_kind"},
             "gpus": gpus, "status": r.status.value, "plan": r.plan.model_dump(mode="json")}
+
+
+# --- The exact band search of the cost and energy objectives (eqs. EB1-EB4) ------------------------------------
+
+BAND_MIN_S = 0.5  # s: the least time a band's solve is given under a deadline (doubled on each retry)
+
+
+@dataclass
+class _Band:
+    """Rates [lo, hi] (integer units of eq. W1, undivided) and the band's proven lower bound of the measure."""
+
+    lower: float
+    lo: int
+    hi: int
+    tries: int = 0
+
+    def __lt__(self, other):
+        return (self.lower, -self.hi) < (other.lower, -other.hi)
+
+
+def _rate_terms(prob, types: list[str], book: PriceBook, measure: str):
+    """Per option: R_true (W of idle power, or $ per s) and rho (W of dynamic power; zeros for cost)."""
+    if measure == "cost":
+        per = np.array([book.usd_per_gpu_hour(k) / SECONDS_PER_HOUR for k in types])
+        rho = np.zeros(prob.num_options)
+    else:
+        per = np.array([book.idle_w(k) for k in types])
+        rho = economics.dynamic_rate(prob, types, book)
+    r_true = np.array([sum(n * per[g] for g, n in o.usage) for o in prob.options], float)
+    return r_true, rho
+
+
+def _kappa(types: list[str], book: PriceBook, measure: str) -> float:
+    """Eq. EB2: R_true >= kappa U R_units for every plan (U the unit of W1: the per-GPU rounding of the weights)."""
+    unit = economics.USD_UNIT / SECONDS_PER_HOUR if measure == "cost" else economics.WATT_UNIT
+    ks = []
+    for k in types:
+        true = book.usd_per_gpu_hour(k) / SECONDS_PER_HOUR if measure == "cost" else book.idle_w(k)
+        rounded = round(true / unit) * unit
+        if rounded > 0:
+            ks.append(true / rounded)
+    return min(min(ks, default=1.0), 1.0)
+
+
+def plan_value(prob, a, r_true: np.ndarray, rho: np.ndarray) -> float:
+    """The measure of an assignment on the Problem: T R_true (cost, $) or T R_idle + M sum_j rho_j t_j (J,
+    eq. E4)."""
+    from haap_milp.problem import evaluate, stage_times
+
+    t = evaluate(prob, a)
+    r = float(sum(r_true[s.option] for s in a.stages))
+    m = prob.variants[a.variant].num_microbatches
+    d = m * float(sum(rho[s.option] * tj for s, tj in zip(a.stages, stage_times(prob, a))))
+    return t * r + d
+
+
+def band_problem(prob, weights: np.ndarray, rho: np.ndarray, lo: int, hi: int, t_lo: float, r_lo: float):
+    """Eq. EB1: the Problem of the band [lo, hi]: eq. W1 with its floor (W1b), G1 tightened, and the extra
+    objective terms of eq. EX1 that make its objective f = T + (T_lo/lo)(R - lo) + D / r_lo, so that every plan
+    of the band has E >= r_lo f (eq. EB3; r_lo = kappa U lo, T_lo a lower bound of T over every plan)."""
+    from haap_milp.problem import Budget, ExtraObjective
+
+    g = int(np.gcd.reduce(weights[weights > 0])) if (weights > 0).any() else 1
+    b = Budget(weights // g, hi // g, name="rate band", lower=-(-lo // g))
+    per_stage = t_lo / lo * weights.astype(float) if lo > 0 else np.zeros(len(weights))
+    variants = []
+    for v in prob.variants:
+        c = v.num_microbatches * rho / r_lo if r_lo > 0 else np.zeros(len(rho))
+        x = ExtraObjective(per_stage, c * v.layer_time, c * v.first_time, c * v.last_time,
+                           -t_lo if lo > 0 else 0.0)
+        variants.append(replace(v, extra=x))
+    return replace(prob, budget=b, group_capacity=_capacity(prob, b), variants=tuple(variants))
+
+
+def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | None = None,
+                deadline: Deadline | None = None) -> Frontier:
+    """The cost or energy optimum, proven within the solver's relative gap (eqs. EB1-EB5): best-first branch and
+    bound over bands of the rate R (idle W or $/h, W1's integer units). A band's cheap bound (eq. EB5) orders
+    the search; its solve minimises the linear objective of eq. EB1 on the exact solver, whose bound times r_lo
+    bounds the band's measure (eq. EB3); a band is split at its plan's rate (or, unfinished, at its geometric
+    middle) until it is pruned (eq. EB4). ``cap``: the largest rate ($/h or W). Points: the plans found. A price
+    book with a GPU type of price (idle power) 0 has plans of rate 0, which no band covers: the sweep answers."""
+    import heapq
+
+    from haap_milp.planner import finish, run_method
+    from haap_milp.problem import RawResult, evaluate, violations
+
+    if measure not in economics.MEASURES:
+        raise ValueError(measure)
+    types = check_prices(ctx, book, measure)
+    prob = ctx.presolved.problem
+    weights = economics.option_weights(prob, types, book, measure)
+    if (weights <= 0).any():  # a free (or zero-idle) GPU type: plans of rate 0 lie below every band (r_lo = 0)
+        return sweep(ctx, book, measure, cap=cap, stop_when_bounded=True, deadline=deadline)
+    r_true, rho = _rate_terms(prob, types, book, measure)
+    unit_w = economics.USD_UNIT / SECONDS_PER_HOUR if measure == "cost" else economics.WATT_UNIT
+    kappa = _kappa(types, book, measure)
+    gap = ctx.options.relative_gap
+    t_start = time.perf_counter()
+    dl = deadline or current()
+    fr = Frontier(measure, search="band")
+    per_gpu = [round((book.usd_per_gpu_hour(k) / economics.USD_UNIT) if measure == "cost"
+                     else book.idle_w(k) / economics.WATT_UNIT) for k in types]
+    top = int(sum(c * w for c, w in zip(prob.group_capacity, per_gpu)))
+    if cap is not None:
+        top = min(top, math.floor(cap / (economics.USD_UNIT if measure == "cost" else economics.WATT_UNIT) + 1e-9))
+    bottom = max(1, math.ceil(rate_floor(prob, weights) - 1e-9))
+
+    # the time optimum first (within the cap): a candidate, a warm start, and a lower bound of T over every plan
+    first_dl = dl.cap(dl.remaining() * FIRST_SHARE) if dl.limited else dl
+    base = _with_budget(ctx, weights, top if cap is not None else None, measure)
+    out = orchestrate(base, [(ctx.options.solver, None)], deadline=first_dl).outcomes[0]
+    t_all = max(out.result.bound_s or 0.0, 0.0 if cap is not None else ctx.presolved.lower_bound_s or 0.0)
+    found: dict = {}  # assignment -> its measure on the Problem
+
+    def offer(a):
+        if a is not None and a not in found and not violations(prob, a) and \
+                (cap is None or economics.rate_of(weights, [s.option for s in a.stages]) <= top):
+            found[a] = plan_value(prob, a, r_true, rho)
+    offer(out.raw_assignment)
+    if out.result.status == Status.INFEASIBLE:
+        fr.complete, fr.stopped = True, "proven: no plan"
+        return fr
+    t_floor = _TimeFloor(prob, weights, t_all)
+
+    def band(lo: int, hi: int, lower: float = 0.0, tries: int = 0) -> _Band:
+        # eq. EB5: R >= kappa U lo, T >= the budget-hi bound of T, D >= eq. E6b's bound
+        d_lb = economics.dynamic_energy_lb(prob, types, book, weights, hi) if measure == "energy" else 0.0
+        return _Band(max(lower, kappa * unit_w * lo * t_floor(hi) + d_lb), lo, hi, tries)
+
+    heap = [band(lo, hi) for lo, hi in _geometric(bottom, top, BAND_RATIO)]
+    heapq.heapify(heap)
+    closed: list[float] = []
+    tol = 0.0
+    while heap:
+        best = min(found.values(), default=math.inf)
+        b = heap[0]
+        if b.lower + tol >= best * (1 - gap) - 1e-9 * best:
+            break  # every open band is pruned
+        if dl.interrupted or (dl.limited and dl.remaining() < BAND_MIN_S):
+            fr.stopped = "time limit reached"
+            break
+        heapq.heappop(heap)
+        r_lo = kappa * unit_w * b.lo
+        t_lo = t_floor(b.hi)
+        bprob = band_problem(prob, weights, rho, b.lo, b.hi, t_lo, r_lo)
+        bctx = replace(ctx, presolved=replace(ctx.presolved, problem=bprob))
+        share = None
+        if dl.limited:
+            share = min(dl.remaining(), max(BAND_MIN_S * 2 ** min(b.tries, 10),
+                                            dl.remaining() / min(len(heap) + 1, BAND_FOCUS)))
+            bctx = replace(bctx, options=ctx.options.model_copy(update={"time_limit_s": share}))
+        fits = [a for a in found if not violations(bprob, a)]
+        if not fits and dl.limited and b.lo > bottom:  # DP plans on whole-node capacities within the band's top (eq. W1)
+            for r in _budget_hints(bctx, weights, b.hi, dl.cap(share) if share is not None else dl):
+                offer(r.assignment)
+                if not violations(bprob, r.assignment):
+                    fits.append(r.assignment)
+        hint = None
+        if fits:
+            a0 = min(fits, key=lambda a: evaluate(bprob, a))
+            hint = RawResult("FEASIBLE", "band", assignment=a0, objective_s=evaluate(bprob, a0))
+        with use(dl.cap(share) if share is not None else dl):
+            raw, _ = run_method(bctx, ctx.options.solver, hint)
+        fr.solves += 1
+        if raw.status == "INFEASIBLE":
+            closed.append(math.inf)
+            continue
+        a = raw.assignment
+        offer(a)
+        lower = b.lower
+        if raw.bound_s is not None:
+            lower = max(lower, r_lo * raw.bound_s)
+            tol = max(tol, r_lo * float(raw.stats.get("tolerance_s", 0.0)))
+        best = min(found.values(), default=math.inf)
+        rate = None if a is None else economics.rate_of(weights, [s.option for s in a.stages])
+        log.debug("band [%d, %d] %s bound %s lower %.6g best %.6g plan rate %s (%.2f s left)", b.lo, b.hi,
+                  raw.status, raw.bound_s, lower, best, rate, dl.remaining() if dl.limited else -1)
+        if lower + tol >= best * (1 - gap) - 1e-9 * best:
+            closed.append(lower)
+        elif raw.status == "OPTIMAL" and rate is not None and b.lo < rate <= b.hi:  # eq. EB4: at the plan's rate
+            heapq.heappush(heap, band(b.lo, rate - 1, lower))
+            heapq.heappush(heap, band(rate, b.hi, lower))
+        elif raw.status == "OPTIMAL":  # the plan is at the band's floor: the band is proven within the gap
+            closed.append(lower)
+        elif b.lo < b.hi:  # unfinished: two narrower bands (tighter r_lo and T_lo)
+            mid = max(b.lo, min(b.hi - 1, int(math.sqrt(b.lo * b.hi))))
+            heapq.heappush(heap, band(b.lo, mid, lower, b.tries + 1))
+            heapq.heappush(heap, band(mid + 1, b.hi, lower, b.tries + 1))
+        else:
+            heapq.heappush(heap, band(b.lo, b.hi, lower, b.tries + 1))
+    if not fr.stopped:
+        fr.complete, fr.stopped = True, "proven within the gap (eq. EB4)"
+    lows = closed + [x.lower for x in heap]
+    best_a = min(found, key=found.get) if found else None
+    if best_a is not None:
+        lows.append(found[best_a])
+    fr.lower_bound = min(lows, default=None)
+    if fr.lower_bound is not None and not math.isfinite(fr.lower_bound):
+        fr.lower_bound = None
+    # the plans found, each decoded and priced like a frontier point; the best is OPTIMAL when the search proved
+    # it (for the measure: a plan's time bound means nothing here, so none is given)
+    for a in sorted(found, key=found.get)[:MAX_BAND_POINTS]:
+        proven = fr.complete and a == best_a
+        raw = RawResult("OPTIMAL" if proven else "FEASIBLE", f"{ctx.options.solver} (band search, eq. EB4)",
+                        assignment=a, objective_s=evaluate(prob, a), wall_time_s=time.perf_counter() - t_start,
+                        message="" if proven else "not proven: see the objective's gap")
+        got = finish(ctx, raw)
+        if got.result.plan is None or got.violations:
+            continue
+        econ = economics.plan_economics(got.result.plan, got.estimate, book)
+        value = econ["usd_per_iteration"] if measure == "cost" else econ["joules_per_iteration"]
+        fr.points.append(Point(got, None, economics.rate_of(weights, [s.option for s in a.stages]),
+                               float(got.estimate.iteration_time_s), got.result.bound_s, value, None))
+    fr.points.sort(key=lambda p: p.rate, reverse=True)
+    return fr
+
+
+class _TimeFloor:
+    """Eq. EB5's T_lo(hi): a lower bound of T over the plans with rate <= hi, the least of eq. B2's variant bounds
+    on the problem with eq. W1 at hi (eq. C2 lifts them: fewer affordable GPUs, a longer period), and never
+    below ``t_all`` (a bound over every plan). Memoised per hi."""
+
+    def __init__(self, prob, weights: np.ndarray, t_all: float):
+        self.prob, self.weights, self.t_all, self.memo = prob, weights, t_all, {}
+
+    def __call__(self, hi: int) -> float:
+        from haap_milp.solvers.common.bounds import variant_bound
+        from haap_milp.solvers.common.slot_bounds import build_tables
+
+        if hi not in self.memo:
+            g = int(np.gcd.reduce(self.weights[self.weights > 0])) if (self.weights > 0).any() else 1
+            b = Budget(self.weights // g, hi // g, name="rate")
+            p = replace(self.prob, budget=b, group_capacity=_capacity(self.prob, b))
+            vals = [variant_bound(p, build_tables(p, v)).total_s for v in range(len(p.variants))]
+            best = min(vals, default=math.inf)
+            self.memo[hi] = max(self.t_all, best)  # inf: no plan within hi
+        return self.memo[hi]
+
+
+def _geometric(lo: int, hi: int, ratio: float) -> list[tuple[int, int]]:
+    """[lo, hi] cut into bands whose top is at most ``ratio`` times their floor."""
+    out = []
+    while lo <= hi:
+        top = min(hi, max(lo, math.floor(lo * ratio)))
+        out.append((lo, top))
+        lo = top + 1
+    return out
+
+
+BAND_RATIO = 1.25  # the initial bands' top / floor
+BAND_FOCUS = 3  # a band's solve gets at least 1/BAND_FOCUS of the time left (best first)
+FIRST_SHARE = 0.25  # of the deadline for the time optimum that starts the band search
+MAX_BAND_POINTS = 8  # plans of the band search kept as points

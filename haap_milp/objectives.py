@@ -2,7 +2,9 @@
 
 - time, no bound: ``planner.orchestrate`` as before;
 - time under ``--max-cost-per-hour``: one step of the sweep (eq. W1 with the cap);
-- cost / energy: the epsilon-constraint sweep (``frontier.sweep``, eqs. F1-F3), the best point;
+- cost / energy: the band search (``frontier.band_search``, eqs. EB1-EB4), proven within the gap;
+  with ``--max-iteration-time`` / ``--min-tokens-per-s`` the epsilon-constraint sweep (``frontier.sweep``,
+  eqs. F1-F3), the best point;
 - ``--max-iteration-time`` / ``--min-tokens-per-s``: a bound on T; a plan past it is not returned;
 - ``--robust PCT``: the time optimum of the worst-case Problem (``robust``, eq. R3).
 """
@@ -79,10 +81,14 @@ def plan_for(ctx: Context, book: PriceBook, goal: Goal, deadline: Deadline | Non
                                f"the {t_max:.4g} s bound (--max-iteration-time / --min-tokens-per-s)")
         return Answer(out, {"objective": "time"})
     measure = "cost" if goal.objective in ("time", "cost") else "energy"
-    fr = frontier.sweep(ctx, book, measure, max_points=1 if goal.objective == "time" else goal.max_points,
-                        cap=goal.max_usd_per_hour, max_time_s=goal.max_iteration_time_s,
-                        stop_when_bounded=True, step=goal.step, deadline=deadline)
-    doc = {"objective": goal.objective, "points_searched": len(fr.points), "frontier_complete": fr.complete,
+    if goal.objective != "time" and goal.max_iteration_time_s is None:  # the exact band search (eqs. EB1-EB4)
+        fr = frontier.band_search(ctx, book, measure, cap=goal.max_usd_per_hour, deadline=deadline)
+    else:  # a bound on T: the sweep, which stops at the first plan past it (eq. F1)
+        fr = frontier.sweep(ctx, book, measure, max_points=1 if goal.objective == "time" else goal.max_points,
+                            cap=goal.max_usd_per_hour, max_time_s=goal.max_iteration_time_s,
+                            stop_when_bounded=True, step=goal.step, deadline=deadline)
+    doc = {"objective": goal.objective, "search": fr.search, "solves": fr.solves,
+           "points_searched": len(fr.points), "frontier_complete": fr.complete,
            "stopped": fr.stopped, "max_usd_per_hour": goal.max_usd_per_hour,
            "max_iteration_time_s": goal.max_iteration_time_s}
     pick = fr.points[0] if goal.objective == "time" and fr.points else fr.best

@@ -159,6 +159,23 @@ class Variant:
     #: and eq. I3's round trips are constants per slot and the slot model stays linear
     vpp: int = 1
     num_stages: int = 0  # 0: any (vpp = 1)
+    #: linear terms added to T in the objective (eq. EX1; None: the objective is T). The energy and cost band
+    #: search of ``frontier.py`` sets them; every solver's objective and ``evaluate`` include them
+    extra: ExtraObjective | None = None
+
+
+@dataclass(frozen=True)
+class ExtraObjective:
+    """Eq. EX1: ``sum_j (per_stage[o_j] + n_j per_layer[o_j] + [j=0] first[o_j] + [j=P-1] last[o_j]) + const``
+    (seconds), added to T. Arrays [O]. Solvers rely on per_layer, first, last >= 0 and on the per-stage sum with
+    ``const`` being >= 0 on every feasible plan (their bounds bound T, plus the least per-layer, first and last
+    terms), which the band search guarantees with eq. W1's lower row (``Budget.lower``)."""
+
+    per_stage: np.ndarray
+    per_layer: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    const: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -171,6 +188,7 @@ class Budget:
     weight: np.ndarray
     limit: int
     name: str = "budget"
+    lower: int = 0  # eq. W1b: sum_j weight[o_j] >= lower (a band of the energy / cost search, eq. EB1)
 
     def used(self, options) -> int:
         """Left-hand side of eq. W1 for a list of option indices."""
@@ -272,12 +290,28 @@ def sync_times(problem: Problem, a: Assignment) -> list[float]:
 
 
 def evaluate(problem: Problem, a: Assignment) -> float:
-    """Iteration time T of eq. T1 (seconds, ``pipeline.iteration_time`` under 1F1B). Does not check feasibility."""
+    """The objective: iteration time T of eq. T1 (seconds, ``pipeline.iteration_time`` under 1F1B), plus the
+    variant's linear terms of eq. EX1 when it has them. Does not check feasibility."""
     v = problem.variants[a.variant]
     t, c, s = stage_times(problem, a), boundary_times(problem, a), sync_times(problem, a)
     if v.vpp > 1:  # eq. I1
-        return iteration_time(t, c, s, v.num_microbatches, "interleaved", v.vpp, wrap_time(problem, a))
-    return iteration_time(t, c, s, v.num_microbatches, blocking=problem.p2p_blocking)
+        return iteration_time(t, c, s, v.num_microbatches, "interleaved", v.vpp, wrap_time(problem, a)) \
+            + extra_objective(problem, a)
+    return iteration_time(t, c, s, v.num_microbatches, blocking=problem.p2p_blocking) + extra_objective(problem, a)
+
+
+def extra_objective(problem: Problem, a: Assignment) -> float:
+    """Eq. EX1 of the assignment (0.0 when its variant has no extra terms)."""
+    x = problem.variants[a.variant].extra
+    if x is None:
+        return 0.0
+    p = len(a.stages)
+    out = x.const
+    for j, st in enumerate(a.stages):
+        o = st.option
+        out += float(x.per_stage[o] + st.num_layers * x.per_layer[o] + (x.first[o] if j == 0 else 0.0)
+                     + (x.last[o] if j == p - 1 else 0.0))
+    return out
 
 
 def violations(problem: Problem, a: Assignment) -> list[str]:
@@ -304,6 +338,8 @@ def violations(problem: Problem, a: Assignment) -> list[str]:
         b = problem.budget
         if b.used([s.option for s in a.stages]) > b.limit:
             out.append(f"{b.name} {b.used([s.option for s in a.stages])} over its limit {b.limit}")
+        if b.used([s.option for s in a.stages]) < b.lower:  # eq. W1b
+            out.append(f"{b.name} {b.used([s.option for s in a.stages])} under its floor {b.lower}")
     v = problem.variants[a.variant]
     if v.vpp > 1 and v.num_stages and len(a.stages) != v.num_stages:  # eq. I5
         out.append(f"{len(a.stages)} stages, variant {a.variant} (vpp {v.vpp}) has {v.num_stages}")

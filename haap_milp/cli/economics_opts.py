@@ -25,7 +25,8 @@ MaxTimeOpt = Annotated[float | None, typer.Option("--max-iteration-time", help="
 RobustOpt = Annotated[float | None, typer.Option(
     "--robust", help="PCT: the plan whose worst-case iteration time is least when each GPU type's compute may be "
                      "off by +/-PCT %% (links as measured).")]
-MaxPointsOpt = Annotated[int, typer.Option("--max-points", help="Most frontier points (solves) to search.")]
+MaxPointsOpt = Annotated[int, typer.Option("--max-points", help="Most frontier points (solves) to search (pareto; "
+                                                                 "solve --objective cost|energy with a bound on T).")]
 StepOpt = Annotated[float, typer.Option(
     "--step", help="Relative rate step between frontier points (eq. F1): 0 = every frontier point, 0.05 = the next "
                    "budget 5 %% below the last plan's rate (the stated bound then allows for it).")]

@@ -163,8 +163,12 @@ def objective_lines(doc: dict | None) -> list[str]:
         return [f"robust      worst case {doc['worst_case_iteration_time_s']:.3f} s at +{doc['robust_pct']:g} % compute"
                 + (f"; the nominal plan's worst case {nom:.3f} s" if nom is not None else "")]
     unit = {"cost": ("usd_per_iteration", "$", ".4g"), "energy": ("joules_per_iteration", "J ", ",.4g")}
-    head = f"objective   {doc['objective']}: {doc['points_searched']} frontier point(s), " + \
-        ("complete" if doc.get("frontier_complete") else "incomplete") + f" ({doc.get('stopped', '')})"
+    if doc.get("search") == "band":  # eqs. EB1-EB5
+        head = f"objective   {doc['objective']}: {doc['points_searched']} plan(s) kept, " + \
+            ("proven" if doc.get("frontier_complete") else "not proven") + f" ({doc.get('stopped', '')})"
+    else:
+        head = f"objective   {doc['objective']}: {doc['points_searched']} frontier point(s), " + \
+            ("complete" if doc.get("frontier_complete") else "incomplete") + f" ({doc.get('stopped', '')})"
     if doc["objective"] in unit:
         key, sym, fmt = unit[doc["objective"]]
         lb, gap = doc.get(f"{key}_lower_bound"), doc.get("objective_gap")

@@ -84,7 +84,7 @@ def _best_of(problem: Problem, v: int, p: int):
     c = np.asarray(var.p2p_time, float)[grp[:, :-1], grp[:, 1:]][:, None, :]  # [T, 1, p-1]
     if var.vpp > 1:
         obj = _interleaved(var, t, c, s, np.asarray(var.p2p_time, float)[grp[:, -1], grp[:, 0]][:, None])
-        return _argmin(np.where(fits, obj, np.inf), combos, comp)
+        return _argmin(np.where(fits, obj + _extra(var, col, n, first, last), np.inf), combos, comp)
     steady = np.maximum(t.max(axis=2), c.max(axis=2) / 2 if p > 1 else 0.0)  # eq. T2
     c_pad = np.concatenate([c, np.zeros(c.shape[:2] + (1,))], axis=2)  # [T, 1, p]: c_j for j < p-1
     suffix = np.flip(np.cumsum(np.flip(t + c_pad, axis=2), axis=2), axis=2)  # sum_{k>=j} (t_k + c_k)
@@ -98,7 +98,15 @@ def _best_of(problem: Problem, v: int, p: int):
     before = np.cumsum(t, axis=2) - t  # sum_{k<j} t_k
     sigma = (s - sync_share(problem.p2p_blocking) * before).max(axis=2)  # eq. T3
     obj = compose_iteration_time(var.num_microbatches, steady, t.sum(axis=2), c.sum(axis=2), sigma)  # eq. T1
-    return _argmin(np.where(fits, obj, np.inf), combos, comp)
+    return _argmin(np.where(fits, obj + _extra(var, col, n, first, last), np.inf), combos, comp)
+
+
+def _extra(var, col, n, first, last):
+    """Eq. EX1 vectorised ([T, C]; 0 when the variant has no extra terms)."""
+    x = var.extra
+    if x is None:
+        return 0.0
+    return (col(x.per_stage) + n * col(x.per_layer) + first * col(x.first) + last * col(x.last)).sum(axis=2) + x.const
 
 
 def _interleaved(var, t, c, s, cw):
@@ -139,7 +147,8 @@ def _combo_ok(problem: Problem, combos: np.ndarray) -> np.ndarray:
     for g, cap in enumerate(problem.group_capacity):  # eq. G1 (a mixed option uses several groups)
         ok &= use[combos, g].sum(axis=1) <= cap
     if problem.budget is not None:  # eq. W1
-        ok &= np.asarray(problem.budget.weight, np.int64)[combos].sum(axis=1) <= problem.budget.limit
+        used = np.asarray(problem.budget.weight, np.int64)[combos].sum(axis=1)
+        ok &= (used <= problem.budget.limit) & (used >= problem.budget.lower)  # eq. W1b: the floor
     if problem.uniform:
         sigs = sorted({o.signature for o in opts})
         sid = np.array([sigs.index(o.signature) for o in opts])[combos]

@@ -155,6 +155,8 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     t = lm.t
     S = _scale(t, b)
     _, _, W = _slack(t)
+    if problem.variants[t.v].extra is not None:  # eq. EX1: a rounded-up constant on each used slot
+        W += t.K
     kv = max(1, t.vpp)  # eq. I1: tau's weight M - 1/vpp; the CP-SAT objective is kv times T (kv = 1: T itself)
     cp = cp_model.CpModel()
     x, lows = _variables(cp, lm, t, b, S)

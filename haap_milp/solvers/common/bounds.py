@@ -128,8 +128,18 @@ def _rest_bound(problem: Problem, t: Tables) -> float:
     # eq. T3: sigma >= s_0, the first stage's sync (at least one layer and the embedding)
     sync = float((c["sync_fixed"] + c["sync_per_layer"] + c["sync_first"]).min())
     if t.vpp > 1:  # eq. I1: sum t / vpp + vpp * sum c (+ the wrap, >= 0); sigma_v >= s_0 still
-        return float(fill / t.vpp + (t.p_min - 1) * p2p_min * t.vpp + sync)
-    return float(fill + (t.p_min - 1) * p2p_min + sync)
+        return float(fill / t.vpp + (t.p_min - 1) * p2p_min * t.vpp + sync) + _extra_bound(problem, t)
+    return float(fill + (t.p_min - 1) * p2p_min + sync) + _extra_bound(problem, t)
+
+
+def _extra_bound(problem: Problem, t: Tables) -> float:
+    """Eq. EX1's terms are at least L min per_layer + min first + min last over the usable options (their
+    per-stage part with the constant is >= 0 on every feasible plan, ``problem.ExtraObjective``); 0 without."""
+    x = problem.variants[t.v].extra
+    if x is None or t.n == 0:
+        return 0.0
+    o = t.opts
+    return float(t.L * x.per_layer[o].min() + x.first[o].min() + x.last[o].min())
 
 
 def _coverage_reason(problem: Problem, t: Tables) -> str:

@@ -119,13 +119,33 @@ def _acc(d: dict, terms: dict, scale: float = 1.0) -> None:
 
 
 def build_model(problem: Problem, t: Tables, tau_lb: float = 0.0) -> LinModel:
-    """Variables and rows of eqs. A1-A4, M3, D1, G1, G2, W1, U1, U2, T1-T3, Z1, C1, C2, S1 for one variant."""
+    """Variables and rows of eqs. A1-A4, M3, D1, G1, G2, W1, U1, U2, T1-T3, Z1, C1, C2, S1 for one variant, and
+    the objective's extra terms of eq. EX1 when the variant has them."""
     m = LinModel(t)
     _slot_vars(m)
     _slot_rows(problem, m)
     _time_rows(problem, m, tau_lb)
+    _extra_objective(problem, m)
     _symmetry_rows(m)
     return m
+
+
+def _extra_objective(problem: Problem, m: LinModel) -> None:
+    """Eq. EX1: the variant's linear terms added to the objective (per used slot: a constant per option, per
+    layer, the embedding's when first, the head's at slot 1)."""
+    x = problem.variants[m.t.v].extra
+    if x is None:
+        return
+    for k, opts in m.slots.items():
+        for i in opts:
+            o = int(m.t.opts[i])
+            _acc(m.obj_time, m.x(k, i), float(x.per_stage[o]))
+            _acc(m.obj_time, {m.nv[k, i]: float(x.per_layer[o])})
+            if (k, i) in m.xf:
+                _acc(m.obj_time, {m.xf[k, i]: float(x.first[o])})
+            if k == 1:
+                _acc(m.obj_time, m.x(k, i), float(x.last[o]))
+    m.obj_const += float(x.const)
 
 
 def _slot_vars(m: LinModel) -> None:
@@ -201,7 +221,7 @@ def _budget_row(problem: Problem, m: LinModel) -> None:
     for k, opts in m.slots.items():
         for i in opts:
             _acc(row, m.x(k, i), float(b.weight[int(m.t.opts[i])]))
-    m.add(row, -INF, float(b.limit), label="W1 budget")
+    m.add(row, float(b.lower) if b.lower > 0 else -INF, float(b.limit), label="W1 budget")  # eq. W1b: its floor
 
 
 def _cg_cuts(problem: Problem, m: LinModel) -> None:
