@@ -315,7 +315,7 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     t = dp.t
     t0 = time.perf_counter()
     if USE_BUNDLE and np.count_nonzero(dp.usage.any(axis=0)) > 1:  # eq. N7 (one row: eq. N4's bisection)
-        nb = bundle_bound(problem, t, a, dp, cutoff, mu, deadline=deadline)
+        nb = bundle_bound(problem, t, a, dp, cutoff, mu, deadline=deadline, b=b)
     else:
         nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu, dp)
     # before the first capacity DP, guess it from one stage DP run (measured: 10-60 runs' time)
