@@ -140,7 +140,7 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
     best = NodeBound(-INF, mu.copy())
     center = x.copy()
     master = _Master(R + nl) if highspy is not None else None
-    step = 0
+    step, plan, plan_cost = 0, None, INF
     for step in range(1, max_steps + 1):
         mu, lam = x[:R], x[R:]
         if gtr is None:
@@ -148,16 +148,18 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
         else:
             res, gt = gtr.run(mu, lam)
         if res is None:
-            return NodeBound(INF, mu, None, step)
+            return NodeBound(INF, mu, plan, step)
         w = t.tau_weight - (float(lam @ capg) if nl else 0.0)
         tau = a if w >= 0 else b  # the least of (tau_weight - lam . cap) tau over [a, b]
         val = w * tau + res.cost - float(mu @ cap)
         g = np.r_[res.used - cap, (gt - capg * tau) if nl else np.zeros(0)]  # the piece's slope at x
-        if np.all(g[:R] <= 1e-9 * cap) and best.plan is None:
-            best.plan = _assignment(t, res)
+        if np.all(g[:R] <= 1e-9 * cap):  # a path within every row: a plan; keep the cheapest (its time terms)
+            cost = res.cost - float(mu @ res.used) - (float(lam @ gt) if nl else 0.0)
+            if cost < plan_cost:
+                plan, plan_cost = _assignment(t, res), cost
         if val > best.bound_s:
             raised = val > best.bound_s + 1e-9 * abs(val)
-            best = NodeBound(val, mu.copy(), best.plan, step, res.used)
+            best = NodeBound(val, mu.copy(), None, step, res.used)
             center = x.copy()
             delta = delta * 2 if raised else delta
         else:
@@ -179,5 +181,5 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
             break  # the model (above LB) is no higher in a box around the best x: a maximum (LB is concave)
         if cutoff is not None and z < cutoff and interior and phase.all():
             break  # the model's global maximum (the box does not bind) is below the cut-off: no prune here
-    best.steps = step
+    best.steps, best.plan = step, plan
     return best
