@@ -20,7 +20,8 @@ from test_stage_dp import _with_mixed
 from haap_milp.problem import Budget, violations
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common.branch_and_bound import _steady
-from haap_milp.solvers.common.dual_bundle import bundle_bound
+from haap_milp.solvers.common.capacity_dp import capacity_bound, island_bound
+from haap_milp.solvers.common.dual_bundle import bundle_bound, with_gpu_time
 from haap_milp.solvers.common.slot_bounds import build_tables
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 from haap_milp.specs import SolveOptions
@@ -43,12 +44,12 @@ def _node(problem, v: int, a: float, b: float):
 @pytest.mark.parametrize("mixed,budget", [(False, False), (True, False), (False, True)])
 def test_bundle_bound_never_exceeds_the_optimum_of_its_node(mixed, budget):
     """Every node [a, b] holding the brute-force optimum's steady period tau* (a <= tau* <= b) is bounded at or below
-    the optimum, with or without a cut-off, from any warm start, with and without the GPU-time rows (eq. C1);
-    plans it offers are valid. Not vacuous: at
+    the optimum, with or without a cut-off, from any warm start, with and without the GPU-time rows (eq. C1), and
+    so are eqs. N5 and N6 with the C1 rows priced at the multipliers it reached (eq. N8); plans it offers are valid. Not vacuous: at
     a = b = tau* it is within 5 % of the optimum on most instances, and strictly above eq. N4's subgradient bound
     on some nodes (where the cutting planes bind)."""
     rng = np.random.default_rng(5)
-    checked = tight = above = lifted = 0
+    checked = tight = above = lifted = priced = 0
     for seed in range(32):
         problem = _three_group(seed, mixed, rng)
         if problem is None:
@@ -78,6 +79,18 @@ def test_bundle_bound_never_exceeds_the_optimum_of_its_node(mixed, budget):
                 assert nb.bound_s <= opt * (1 + 1e-9) + 1e-12, (seed, lo, hi, nb.bound_s, opt)
                 assert nb.plan is None or violations(problem, nb.plan) == []
                 got[gpu_time] = nb.bound_s
+            # eqs. N5, N6 with the C1 rows priced at the multipliers reached (each group its own block: a partition)
+            calls = [(capacity_bound, (problem, dp, a, nb.mu[:len(dp.cap)], int(rng.integers(0, 3))))]
+            own = dp.row_usage[:, :dp.G] > 0
+            if (own.sum(axis=1) == 1).all():  # (eq. N6 needs one block per endpoint: no mixed options)
+                ends = np.zeros(dp.E, np.int64)
+                ends[dp.row_group] = own.argmax(axis=1)
+                calls.append((island_bound, (problem, dp, a, ends, nb.mu[:len(dp.cap)])))
+            for fn, args in calls:
+                val, *_ = with_gpu_time(dp, t, a, nb.mu, fn, *args)
+                plain, *_ = fn(*args)
+                assert val <= opt * (1 + 1e-9) + 1e-12, (seed, lo, hi, fn.__name__, val, opt)
+                priced += val > plain + 1e-6 * abs(opt)
             sub = node_bound(problem, t, a, b, t.p_min, t.p_max, None, None, dp).bound_s
             above += got[False] > sub + 1e-6 * abs(opt)
             lifted += got[True] > got[False] + 1e-6 * abs(opt)
@@ -85,7 +98,7 @@ def test_bundle_bound_never_exceeds_the_optimum_of_its_node(mixed, budget):
                 tight += got[True] >= 0.95 * opt
     assert checked >= 10, checked
     assert tight >= checked * 3 // 4, (checked, tight)
-    assert above >= 1 and lifted >= 1, (above, lifted)
+    assert above >= 1 and lifted >= 1 and priced >= 1, (above, lifted, priced)
 
 
 def test_bundle_reaches_the_dual_maximum_of_a_multiplier_grid():

@@ -37,7 +37,7 @@ from haap_milp.problem import (
 )
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound
-from haap_milp.solvers.common.dual_bundle import bundle_bound
+from haap_milp.solvers.common.dual_bundle import bundle_bound, with_gpu_time
 from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
@@ -316,8 +316,10 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     t0 = time.perf_counter()
     if USE_BUNDLE and np.count_nonzero(dp.usage.any(axis=0)) > 1:  # eq. N7 (one row: eq. N4's bisection)
         nb = bundle_bound(problem, t, a, dp, cutoff, mu, deadline=deadline, b=b)
+        warm, nb.mu = nb.mu, nb.mu[:len(dp.cap)]  # (the children's warm start keeps eq. N8's lam after mu)
     else:
         nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu, dp)
+        warm = nb.mu
     # before the first capacity DP, guess it from one stage DP run (measured: 10-60 runs' time)
     st.cap_dp_s = max(st.cap_dp_s, 20 * (time.perf_counter() - t0) / max(nb.steps, 1))
     st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
@@ -328,7 +330,7 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     blocks = island_blocks(problem, dp) if np.any(over > 1) else None
     if blocks is not None and math.isfinite(bound) and (cutoff is None or bound < cutoff) and _room(st, deadline):
         t0 = time.perf_counter()
-        ib, fits = island_bound(problem, dp, a, blocks, nb.mu)  # eq. N6: by cases on the islands the pipeline touches
+        ib, fits = with_gpu_time(dp, t, a, warm, island_bound, problem, dp, a, blocks, nb.mu)  # eqs. N6, N8
         st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
         st.stats["island_dp"] = st.stats.get("island_dp", 0) + 1
         bound = max(bound, _safe(ib))
@@ -338,7 +340,7 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
         if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff) or not _room(st, deadline):
             break  # (measured: a group that fits adds little and costs 0.1 s a DP on 1278 MoE options)
         t0 = time.perf_counter()
-        cb, plan = capacity_bound(problem, dp, a, nb.mu, s)
+        cb, plan = with_gpu_time(dp, t, a, warm, capacity_bound, problem, dp, a, nb.mu, s)  # eqs. N5, N8
         st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
         st.stats["capacity_dp"] = st.stats.get("capacity_dp", 0) + 1
         bound = max(bound, _safe(cb))
@@ -346,7 +348,7 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     for plan in plans:
         if plan is not None and not violations(problem, plan):  # the DPs leave U2 out
             st.offer(problem, plan, f"{name} stage DP")
-    return bound, nb.mu
+    return bound, warm
 
 
 def _room(st: _State, deadline: float) -> bool:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -82,17 +84,31 @@ class GpuTimeRows:
                 self.work[first, k] = np.where(np.isfinite(least), least, 0.0)  # (the row's cost is inf there)
         self.use = dp.row_usage[:, :dp.G]  # [rows, G] GPUs of each group
 
-    def run(self, mu: np.ndarray, lam: np.ndarray):
-        """One DP run with the rows' costs raised by lam_r x time; (path result, [G] the path's GPU-time)."""
+    @contextmanager
+    def priced(self, lam: np.ndarray):
+        """The DP's stage costs raised by lam_r x time while inside (any DP over ``dp.first``/``dp.nonfirst``,
+        e.g. eqs. N5, N6, then prices the C1 rows too)."""
         dp = self.dp
         lam_r = (self.use @ lam)[:, None]
         saved = dp.first, dp.nonfirst
         try:
             dp.first = {k: (cost + lam_r * self.work[True, k], opt) for k, (cost, opt) in saved[0].items()}
             dp.nonfirst = {k: (cost + lam_r * self.work[False, k], opt) for k, (cost, opt) in saved[1].items()}
-            res = dp.run(mu)
+            yield
         finally:
             dp.first, dp.nonfirst = saved
+
+    def tau_shift(self, t: Tables, a: float, lam: np.ndarray) -> float:
+        """What to add to a bound that charged tau_weight x a: (tau_weight - lam . cap) tau at its least over
+        [a, b], less tau_weight x a."""
+        w = t.tau_weight - float(lam @ self.dp.cap[:self.dp.G])
+        return w * (a if w >= 0 else self.b) - t.tau_weight * a
+
+    def run(self, mu: np.ndarray, lam: np.ndarray):
+        """One DP run with the rows' costs raised by lam_r x time; (path result, [G] the path's GPU-time)."""
+        dp = self.dp
+        with self.priced(lam):
+            res = dp.run(mu)
         if res is None:
             return None, None
         P = len(res.stages)
@@ -101,6 +117,23 @@ class GpuTimeRows:
             r = int(dp._row_of[i])
             gt += self.use[r] * self.work[j == 0, P - j][r, n]
         return res, gt
+
+
+_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # PathDP -> its GpuTimeRows (built once a node)
+
+
+def with_gpu_time(dp: PathDP, t: Tables, a: float, x: np.ndarray, bound_fn, *args):
+    """Eq. N8 around another DP bound of the node (eqs. N5, N6): ``bound_fn(*args)`` -> (bound, ...) run with the C1
+    rows priced at ``x``'s lam (the multipliers ``bundle_bound`` returned: mu, then lam) and its bound moved by
+    the tau term; without lam, or before ``bundle_bound`` priced them on this ``dp``, ``bound_fn(*args)`` as it is.
+    Sound for any lam >= 0 (the same Lagrangian argument as eq. N8, with the state DP's own G1 handling)."""
+    gtr = _ROWS.get(dp)
+    lam = np.maximum(np.asarray(x, float)[len(dp.cap):], 0.0)
+    if gtr is None or len(lam) != dp.G or not lam.any():
+        return bound_fn(*args)
+    with gtr.priced(lam):
+        val, *rest = bound_fn(*args)
+    return (val + gtr.tau_shift(t, a, lam), *rest)
 
 
 def _next(master: _Master, center: np.ndarray, width: np.ndarray, free: np.ndarray):
@@ -120,24 +153,30 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
     """Eq. N7: the Lagrangian bound of eq. N4 with mu chosen by the trust-region cutting-plane method; stops at
     ``cutoff``, at convergence, after ``max_steps`` DP runs or at ``deadline`` (perf_counter). ``b``: the node's
     upper tau; when given (finite) the GPU-time rows of eq. C1 are priced too (``GpuTimeRows``). Same result type
-    as ``stage_dp.node_bound`` (its ``plan``: a path within every row, offered by the caller; its ``mu``: the G1
-    and budget multipliers)."""
+    as ``stage_dp.node_bound`` (its ``plan``: the cheapest path within every row, offered by the caller; its
+    ``mu``: the G1 and budget multipliers, then C1's lam when priced; ``mu0`` may be either form)."""
     cap = dp.cap
     R, G = len(cap), dp.G
     gtr = GpuTimeRows(dp, t, b) if USE_GPU_TIME and b is not None and math.isfinite(b) else None
+    if gtr is not None:
+        _ROWS[dp] = gtr
     nl = G if gtr is not None else 0  # the lam coordinates follow mu's
     capg = cap[:G]
-    mu = np.zeros(R) if mu0 is None or len(mu0) != R else np.maximum(np.asarray(mu0, float), 0.0)
+    x0 = np.zeros(R + nl)
+    if mu0 is not None and len(mu0) in (R, R + G):  # mu, or mu then lam (a parent's warm start)
+        m0 = np.maximum(np.asarray(mu0, float), 0.0)[:R + nl]
+        x0[:len(m0)] = m0
+    mu = x0[:R]
     active = np.r_[dp.usage.any(axis=0), dp.usage[:, :G].any(axis=0)[:nl]]  # rows some option draws from
     # first the G1 (and budget) rows alone: they find the rays of nodes with no plan in a few runs; the C1 rows join
     # once that converges (their cuts are kept from the start: every run returns the path's GPU-time too)
-    phase = np.r_[np.ones(R, bool), np.zeros(nl, bool)]
-    x = np.where(active, np.r_[mu, np.zeros(nl)], 0.0)
+    phase = np.r_[np.ones(R, bool), np.full(nl, bool(x0[R:].any()))]  # (a warm lam: all at once)
+    x = np.where(active, x0, 0.0)
     # trust-region half-widths per coordinate: mu in s per GPU, lam in 1 / GPU (lam . cap ~ tau's weight)
     unit = np.r_[np.full(R, _mu_scale(t, cap)), np.full(nl, t.tau_weight / max(float(capg.sum()), 1.0))]
     unit = np.where(unit > 0, unit, 1e-9)  # (M = 1: tau has no weight)
     delta = max(1.0, float(np.max(x / unit)))
-    best = NodeBound(-INF, mu.copy())
+    best = NodeBound(-INF, x.copy())
     center = x.copy()
     master = _Master(R + nl) if highspy is not None else None
     step, plan, plan_cost = 0, None, INF
@@ -159,7 +198,7 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
                 plan, plan_cost = _assignment(t, res), cost
         if val > best.bound_s:
             raised = val > best.bound_s + 1e-9 * abs(val)
-            best = NodeBound(val, mu.copy(), None, step, res.used)
+            best = NodeBound(val, x.copy(), None, step, res.used)
             center = x.copy()
             delta = delta * 2 if raised else delta
         else:
