@@ -50,7 +50,7 @@ def test_bundle_bound_never_exceeds_the_optimum_of_its_node(mixed, budget):
     on some nodes (where the cutting planes bind)."""
     rng = np.random.default_rng(5)
     checked = tight = above = lifted = priced = 0
-    for seed in range(32):
+    for seed in range(24):
         problem = _three_group(seed, mixed, rng)
         if problem is None:
             continue
