@@ -271,6 +271,9 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             st.dp_wins += 1
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
+        if st.inc is not None and time.perf_counter() > deadline:  # the DPs took the rest: back, with their bound
+            _push(heap, bound, v, a, b, tries, plo, phi, mu)  # (the model build below is not interruptible)
+            return
     t0 = time.perf_counter()
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
     st.build_s += time.perf_counter() - t0
