@@ -329,7 +329,9 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     plans = [nb.plan]
     bound = _safe(nb.bound_s)
     cap = np.asarray(problem.group_capacity, float)
-    over = nb.used[:len(cap)] / cap if nb.used is not None else np.zeros(len(cap))  # groups (not the budget row)
+    over = np.zeros(len(cap))  # GPUs used over capacity per group (not the budget row; a 0-GPU group: 0)
+    if nb.used is not None:
+        np.divide(nb.used[:len(cap)], cap, out=over, where=cap > 0)
     blocks = island_blocks(problem, dp) if np.any(over > 1) else None
     if blocks is not None and math.isfinite(bound) and (cutoff is None or bound < cutoff) and _room(st, deadline):
         t0 = time.perf_counter()
