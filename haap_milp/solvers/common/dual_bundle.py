@@ -30,8 +30,8 @@ from haap_milp.solvers.common.slot_bounds import Tables
 from haap_milp.solvers.common.stage_dp import INF, NodeBound, PathDP, _assignment, _mu_scale
 
 MAX_STEPS = 30  # DP runs a node (each 5-40 ms on 3 types); most nodes stop earlier (cut-off or converged)
-CONVERGED_RTOL = 1e-4
-USE_GPU_TIME = True  # price eq. C1 too (class GpuTimeRows)  # stop when the model's best inside the box is within this of the best bound (relative)
+CONVERGED_RTOL = 1e-4  # stop when the model's best inside the box is within this of the best bound (relative)
+USE_GPU_TIME = True  # price eq. C1 too (eq. N8, class GpuTimeRows)
 
 
 class _Master:
