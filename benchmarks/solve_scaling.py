@@ -41,7 +41,7 @@ LIMITS = (1.0, 10.0, 60.0)
 QUICK = {"gpus": (64, 1024, 4096), "types": (1, 3), "limits": (1.0, 10.0)}
 GBS, SEQ, THREADS = 2048, 4096, 2
 COLUMNS = ("kind", "model", "gpus", "types", "islands", "profile", "cluster", "limit_s", "wall_s", "status", "gap_pct",
-           "objective_s", "bound_s", "presolve_s", "exact_s", "load1", "message")
+           "objective_s", "bound_s", "presolve_s", "exact_s", "nodes", "load1", "message")
 
 
 def scaling_cluster(num_gpus: int, types: tuple[str, ...], islands: int) -> str:
@@ -76,6 +76,7 @@ def run_one(spec: dict) -> dict:
     from haap_milp.deadline import Deadline, process_age_s, use  # imports after the clock: they count
 
     dl = Deadline(spec["limit_s"], start=time.monotonic() - process_age_s())
+    _apply_settings(spec.get("set", ()))
     from haap_milp import planner
     from haap_milp.catalog import load_cluster, load_model
     from haap_milp.estimator import Estimator, load_profile
@@ -97,7 +98,18 @@ def run_one(spec: dict) -> dict:
     return {"status": r.status.value, "gap_pct": None if r.gap is None else round(100 * r.gap, 3),
             "objective_s": r.objective_s, "bound_s": r.bound_s,
             "presolve_s": ctx.presolved.stats.get("presolve_s"), "exact_s": round(r.wall_time_s, 3),
-            "message": (r.message or "")[:120]}
+            "nodes": (r.stats or {}).get("nodes"), "message": (r.message or "")[:120]}
+
+
+def _apply_settings(items) -> None:
+    """``--set module:NAME=literal`` (before/after comparisons of a module switch in one session)."""
+    import ast
+    import importlib
+
+    for item in items:
+        target, value = item.split("=", 1)
+        mod, name = target.split(":")
+        setattr(importlib.import_module(mod), name, ast.literal_eval(value))
 
 
 def measure(spec: dict, limit: float) -> dict:
@@ -257,6 +269,8 @@ def main(argv=None) -> int:
     ap.add_argument("--from-csv", action="store_true", help="rewrite the md and plot from the csv in --out")
     ap.add_argument("--before", type=Path, help="an earlier run's csv: its result at the largest limit is shown "
                     "next to each instance (before/after a change)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="MODULE:NAME=VALUE",
+                    help="set a module constant in each solve (e.g. haap_milp.solvers.common.branch_and_bound:USE_BUNDLE=False)")
     ap.add_argument("--note", default="", help="a paragraph put first in the md (what was compared, the machine)")
     args = ap.parse_args(argv)
     if args.one:
@@ -271,7 +285,7 @@ def main(argv=None) -> int:
                      "gpus": int(r["gpus"])} for r in csv.DictReader(f)]
         limits = tuple(sorted({r["limit_s"] for r in rows}))
         return report(rows, limits, args)
-    specs = instances(args)
+    specs = [{**s, "set": args.set} if args.set else s for s in instances(args)]
     rows = []
     for i, spec in enumerate(specs):
         for lim in limits:

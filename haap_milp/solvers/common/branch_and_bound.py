@@ -37,6 +37,7 @@ from haap_milp.problem import (
 )
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound
+from haap_milp.solvers.common.dual_bundle import bundle_bound, with_gpu_time
 from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
@@ -56,6 +57,10 @@ PRIMAL_SHARE = 0.0
 # took 2 s on a 1278-option MoE problem, 200 us each)
 OFFER_MOVES = 2_000
 USE_STAGE_DP = True
+# eq. N7: the Lagrangian multipliers of the stage DP by a trust-region cutting-plane method when several rows are
+# priced (measured: llama3-70b x 3 types x 1024 GPUs, nodes the LP proves empty reached the cut-off in 5-9 DP runs;
+# the subgradient's 12 stopped at 9-13 s against a 15.9 s cut-off)
+USE_BUNDLE = True
 # the stage DPs stop for the rest of a search after this many nodes without a prune or a better plan from them
 # (measured: llama3-8b on 32 A100-80 + 32 A100-40, 1 thread, 24 nodes: OPTIMAL in 2.5 s without them, 4.2 s with;
 # the LP pruned every node there)
@@ -266,6 +271,9 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             st.dp_wins += 1
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
+        if st.inc is not None and time.perf_counter() > deadline:  # the DPs took the rest: back, with their bound
+            _push(heap, bound, v, a, b, tries, plo, phi, mu)  # (the model build below is not interruptible)
+            return
     t0 = time.perf_counter()
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
     st.build_s += time.perf_counter() - t0
@@ -309,18 +317,25 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     eq. N5 with each group the Lagrangian path overfills in the DP's state in turn (the most overfilled first)."""
     t = dp.t
     t0 = time.perf_counter()
-    nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu, dp)
+    if USE_BUNDLE and np.count_nonzero(dp.usage.any(axis=0)) > 1:  # eq. N7 (one row: eq. N4's bisection)
+        nb = bundle_bound(problem, t, a, dp, cutoff, mu, deadline=deadline, b=b)
+        warm, nb.mu = nb.mu, nb.mu[:len(dp.cap)]  # (the children's warm start keeps eq. N8's lam after mu)
+    else:
+        nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu, dp)
+        warm = nb.mu
     # before the first capacity DP, guess it from one stage DP run (measured: 10-60 runs' time)
     st.cap_dp_s = max(st.cap_dp_s, 20 * (time.perf_counter() - t0) / max(nb.steps, 1))
     st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
     plans = [nb.plan]
     bound = _safe(nb.bound_s)
     cap = np.asarray(problem.group_capacity, float)
-    over = nb.used[:len(cap)] / cap if nb.used is not None else np.zeros(len(cap))  # groups (not the budget row)
+    over = np.zeros(len(cap))  # GPUs used over capacity per group (not the budget row; a 0-GPU group: 0)
+    if nb.used is not None:
+        np.divide(nb.used[:len(cap)], cap, out=over, where=cap > 0)
     blocks = island_blocks(problem, dp) if np.any(over > 1) else None
     if blocks is not None and math.isfinite(bound) and (cutoff is None or bound < cutoff) and _room(st, deadline):
         t0 = time.perf_counter()
-        ib, fits = island_bound(problem, dp, a, blocks, nb.mu)  # eq. N6: by cases on the islands the pipeline touches
+        ib, fits = with_gpu_time(dp, t, a, warm, island_bound, problem, dp, a, blocks, nb.mu)  # eqs. N6, N8
         st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
         st.stats["island_dp"] = st.stats.get("island_dp", 0) + 1
         bound = max(bound, _safe(ib))
@@ -330,7 +345,7 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
         if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff) or not _room(st, deadline):
             break  # (measured: a group that fits adds little and costs 0.1 s a DP on 1278 MoE options)
         t0 = time.perf_counter()
-        cb, plan = capacity_bound(problem, dp, a, nb.mu, s)
+        cb, plan = with_gpu_time(dp, t, a, warm, capacity_bound, problem, dp, a, nb.mu, s)  # eqs. N5, N8
         st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
         st.stats["capacity_dp"] = st.stats.get("capacity_dp", 0) + 1
         bound = max(bound, _safe(cb))
@@ -338,7 +353,7 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     for plan in plans:
         if plan is not None and not violations(problem, plan):  # the DPs leave U2 out
             st.offer(problem, plan, f"{name} stage DP")
-    return bound, nb.mu
+    return bound, warm
 
 
 def _room(st: _State, deadline: float) -> bool:
