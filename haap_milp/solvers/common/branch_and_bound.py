@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from haap_milp.deadline import current
-from haap_milp.pipeline import TIME_RTOL, interleaved_period, steady_period
+from haap_milp.pipeline import TIME_RTOL, interleaved_period, steady_period, sync_share
 from haap_milp.problem import (
     Assignment,
     Problem,
@@ -42,7 +42,7 @@ from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables
-from haap_milp.solvers.common.stage_dp import PathDP, node_bound
+from haap_milp.solvers.common.stage_dp import PathDP, node_bound, sigma_bound
 
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left
@@ -56,6 +56,8 @@ PRIMAL_SHARE = 0.0
 # took 2 s on a 1278-option MoE problem, 200 us each)
 OFFER_MOVES = 2_000
 USE_STAGE_DP = True
+USE_SIGMA = True  # eq. N8 after eq. N4 when the node survives
+SIGMA_OFFERS = 4  # of eq. N8's paths that fit, the last this many are offered as plans (each checked, maybe polished)
 # the stage DPs stop for the rest of a search after this many nodes without a prune or a better plan from them
 # (measured: llama3-8b on 32 A100-80 + 32 A100-40, 1 thread, 24 nodes: OPTIMAL in 2.5 s without them, 4.2 s with;
 # the LP pruned every node there)
@@ -103,6 +105,8 @@ class _State:
     dp_calls: int = 0  # nodes the stage DPs ran on
     dp_wins: int = 0  # of them: pruned by the DPs, or a better incumbent from their paths
     cap_dp_s: float = 0.0  # the longest capacity DP (eqs. N5, N6) so far, s
+    sigma_calls: int = 0  # nodes eq. N8 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
+    sigma_wins: int = 0
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
 
@@ -315,6 +319,16 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
     plans = [nb.plan]
     bound = _safe(nb.bound_s)
+    if (USE_SIGMA and cutoff is not None and math.isfinite(bound) and bound < cutoff
+            and (st.sigma_calls < DP_TRIAL or st.sigma_wins > 0)):  # eq. N8: sigma's later rows
+        t0 = time.perf_counter()
+        found: list = []
+        bound = max(bound, _safe(sigma_bound(dp, a, nb.mu, cutoff, sync_share(problem.p2p_blocking), found)))
+        plans += found[-SIGMA_OFFERS:]  # (the last ones: the thresholds split finest there)
+        st.sigma_calls += 1
+        st.sigma_wins += bound >= cutoff
+        st.stats["sigma_dp_s"] = st.stats.get("sigma_dp_s", 0.0) + time.perf_counter() - t0
+        st.stats["sigma_prunes"] = st.sigma_wins
     cap = np.asarray(problem.group_capacity, float)
     over = nb.used[:len(cap)] / cap if nb.used is not None else np.zeros(len(cap))  # groups (not the budget row)
     blocks = island_blocks(problem, dp) if np.any(over > 1) else None
