@@ -230,7 +230,7 @@ def test_sigma_and_inflight_bounds_hold_per_node_and_bind(blocking, monkeypatch)
     from haap_milp.pipeline import sync_share
 
     rng = np.random.default_rng(5)
-    checked = lifted = 0
+    checked = lifted = split = 0
     for seed in range(40):
         base = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
                               max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1)
@@ -260,6 +260,20 @@ def test_sigma_and_inflight_bounds_hold_per_node_and_bind(blocking, monkeypatch)
             if not math.isfinite(opt) or not math.isfinite(nb.bound_s):
                 continue
             checked += around
+            # eqs. N6, N9, N10: the capacity DPs with the in-flight cut, the islands' cases (each group its own block)
+            ends = np.full(dp.E, -1)
+            ends[dp.row_group] = [int(np.flatnonzero(u)[0]) for u in dp.row_usage[:, :dp.G] > 0]
+            ib, fits = capacity_dp.island_bound(problem, dp, float(a), ends, nb.mu)
+            cb, plan = capacity_bound(problem, dp, float(a), np.zeros_like(nb.mu), int(rng.integers(0, dp.G)))
+            assert max(ib, cb) <= opt * (1 + 1e-9) + 1e-12, (seed, a, b, ib, cb, opt)
+            parts = capacity_dp.island_parts(replace(problem, groups=tuple(f"g@{i}" for i in range(dp.G))), dp)
+            if parts is not None:  # no usable link between groups: the least over the parts' own bounds
+                part_lb = min(node_bound(problem, t, float(a), float(b), plo, phi, None, None,
+                                         PathDP(problem, t, float(b), plo, phi, m)).bound_s for m in parts)
+                assert part_lb <= opt * (1 + 1e-9) + 1e-12, (seed, a, b, part_lb, opt)
+                split += 1
+            for p in (plan, *fits):
+                assert p is None or violations(problem, p) == []
             found: list = []
             cut = opt * (1 + 1e-7) + 1e-12  # a node holding a plan below the cutoff must not be pruned
             assert stage_dp.sigma_bound(dp, float(a), nb.mu, cut, sync_share(blocking), found) < cut, (seed, a, b)
@@ -269,4 +283,4 @@ def test_sigma_and_inflight_bounds_hold_per_node_and_bind(blocking, monkeypatch)
             if around and opt > nb.bound_s * (1 + 1e-4) and stage_dp.sigma_bound(dp, float(a), nb.mu, mid,
                                                                                  sync_share(blocking)) >= mid:
                 lifted += 1
-    assert checked >= 30 and lifted >= checked // 5, (checked, lifted)
+    assert checked >= 30 and lifted >= checked // 5, (checked, lifted, split)

@@ -36,7 +36,7 @@ from haap_milp.problem import (
     wrap_time,
 )
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
-from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound
+from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
 from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
@@ -57,6 +57,7 @@ PRIMAL_SHARE = 0.0
 OFFER_MOVES = 2_000
 USE_STAGE_DP = True
 USE_SIGMA = True  # eq. N8 after eq. N4 when the node survives
+USE_ISLAND_PARTS = True  # eq. N9: each island bounded on its own when no link between islands is usable
 SIGMA_OFFERS = 4  # of eq. N8's paths that fit, the last this many are offered as plans (each checked, maybe polished)
 # the stage DPs stop for the rest of a search after this many nodes without a prune or a better plan from them
 # (measured: llama3-8b on 32 A100-80 + 32 A100-40, 1 thread, 24 nodes: OPTIMAL in 2.5 s without them, 4.2 s with;
@@ -300,11 +301,14 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
     sigs = np.unique(t.sig).tolist() if problem.uniform else [None]
     best, best_mu = math.inf, mu
     for sig in sigs:
-        keep = None if sig is None else t.sig == sig
-        val, mu_s = _dp_bound(problem, st, PathDP(problem, t, b, t.p_min, t.p_max, keep), a, b, cutoff, mu, name,
-                              deadline)
-        if val < best:
-            best, best_mu = val, mu_s
+        keep = np.ones(t.n, bool) if sig is None else t.sig == sig
+        dp = PathDP(problem, t, b, t.p_min, t.p_max, keep)
+        parts = island_parts(problem, dp) if USE_ISLAND_PARTS else None  # eq. N9: no usable link between islands
+        for part in [None] if parts is None else parts:
+            one = dp if part is None else PathDP(problem, t, b, t.p_min, t.p_max, keep & part)
+            val, mu_s = _dp_bound(problem, st, one, a, b, cutoff, mu, name, deadline)
+            if val < best:
+                best, best_mu = val, mu_s
     return max(bound, best), best_mu
 
 
