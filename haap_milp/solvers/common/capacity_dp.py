@@ -13,6 +13,10 @@ Eq. N6: ``s`` may be a set S of groups; the state then counts their summed GPUs 
 sound for any S). It is what bounds two islands of one GPU type: the Lagrangian path put 1536 GPUs on one of
 two 512-GPU groups and the single-group DP let the path move them to the other group's multiplier; with
 both groups' GPUs in the state the 1024-GPU total binds (the links stay exact: the state keeps the endpoint).
+
+Eq. N10: where every priced row is in the state a slot's cost is its time and links alone, so the in-flight rows of
+eq. T2 cut states (``crossing_bound``: eq. N6's crossing case with its real links); eq. N9 (``island_parts``): with
+no usable link between islands each island is bounded on its own.
 """
 
 from __future__ import annotations

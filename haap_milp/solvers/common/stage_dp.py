@@ -22,6 +22,10 @@ links are priced exactly between endpoints; ``usage[i]`` is what option i takes 
 the multipliers price that row, so an option whose replicas draw from several groups is priced right. mu is
 improved by projected subgradient steps (one group: bisection), warm-started from the parent node. A path
 that fits every group's GPUs is a plan (it is offered as an incumbent once checked).
+
+Two more terms (formulations/README.md): eq. N7 prices the in-flight rows of eq. T2 by slot weights (off by default:
+measured no gain), and eq. N8 (``sigma_bound``) adds sigma's later rows (eq. T3) by cases on their bottleneck per
+stage count, for pruning against the incumbent.
 """
 
 from __future__ import annotations
