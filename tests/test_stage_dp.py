@@ -15,7 +15,7 @@ from synthetic import random_problem
 
 from haap_milp.problem import Budget, violations
 from haap_milp.solvers import get_solver
-from haap_milp.solvers.common import capacity_dp, stage_dp
+from haap_milp.solvers.common import capacity_dp, sigma_dp, stage_dp
 from haap_milp.solvers.common.bounds import variant_bound
 from haap_milp.solvers.common.branch_and_bound import _steady, _worst_tau
 from haap_milp.solvers.common.capacity_dp import capacity_bound
@@ -276,11 +276,11 @@ def test_sigma_and_inflight_bounds_hold_per_node_and_bind(blocking, monkeypatch)
                 assert p is None or violations(problem, p) == []
             found: list = []
             cut = opt * (1 + 1e-7) + 1e-12  # a node holding a plan below the cutoff must not be pruned
-            assert stage_dp.sigma_bound(dp, float(a), nb.mu, cut, sync_share(blocking), found) < cut, (seed, a, b)
+            assert sigma_dp.sigma_bound(dp, float(a), nb.mu, cut, sync_share(blocking), found) < cut, (seed, a, b)
             for p in found:
                 assert violations(problem, p) == []
             mid = nb.bound_s + 0.5 * (opt - nb.bound_s)  # not vacuous: proven above eq. N4's bound
-            if around and opt > nb.bound_s * (1 + 1e-4) and stage_dp.sigma_bound(dp, float(a), nb.mu, mid,
+            if around and opt > nb.bound_s * (1 + 1e-4) and sigma_dp.sigma_bound(dp, float(a), nb.mu, mid,
                                                                                  sync_share(blocking)) >= mid:
                 lifted += 1
     assert checked >= 30 and lifted >= checked // 5, (checked, lifted, split)

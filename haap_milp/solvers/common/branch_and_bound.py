@@ -41,8 +41,9 @@ from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
+from haap_milp.solvers.common.sigma_dp import sigma_bound
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables
-from haap_milp.solvers.common.stage_dp import PathDP, node_bound, sigma_bound
+from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left

@@ -150,7 +150,7 @@ def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, cross: np.ndarray) -> f
     t, cap = dp.t, dp.cap
     S = np.zeros(len(cap), bool)
     S[:dp.G] = True
-    w, R, q = _units(dp.usage[:, S].sum(axis=1), int(cap[S].sum()))
+    _, R, q = _units(dp.usage[:, S].sum(axis=1), int(cap[S].sum()))
     w_row = (dp.row_usage[:, S].sum(axis=1) // q).astype(np.int64)
     mu_o = np.where(S, 0.0, np.maximum(mu, 0.0))
     mu_cost = (dp.row_usage @ mu_o)[:, None]
