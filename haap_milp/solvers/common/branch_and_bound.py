@@ -325,7 +325,7 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     plans = [nb.plan]
     bound = _safe(nb.bound_s)
     if (USE_SIGMA and cutoff is not None and math.isfinite(bound) and bound < cutoff
-            and (st.sigma_calls < DP_TRIAL or st.sigma_wins > 0)):  # eq. N8: sigma's later rows
+            and (st.sigma_calls < DP_TRIAL or st.sigma_wins > 0) and _room(st, deadline)):  # eq. N8: sigma's rows
         t0 = time.perf_counter()
         found: list = []
         bound = max(bound, _safe(sigma_bound(dp, a, nb.mu, cutoff, sync_share(problem.p2p_blocking), found)))
