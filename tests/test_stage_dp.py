@@ -229,6 +229,7 @@ def test_sigma_and_inflight_bounds_hold_per_node_and_bind(blocking, monkeypatch)
 
     from haap_milp.pipeline import sync_share
 
+    monkeypatch.setattr(stage_dp, "NU_STEPS", 40)  # eq. N7 on (off by default): its bound must hold too
     rng = np.random.default_rng(5)
     checked = lifted = split = 0
     for seed in range(40):

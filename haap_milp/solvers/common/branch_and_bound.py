@@ -335,7 +335,9 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
         st.stats["sigma_dp_s"] = st.stats.get("sigma_dp_s", 0.0) + time.perf_counter() - t0
         st.stats["sigma_prunes"] = st.sigma_wins
     cap = np.asarray(problem.group_capacity, float)
-    over = nb.used[:len(cap)] / cap if nb.used is not None else np.zeros(len(cap))  # groups (not the budget row)
+    over = np.zeros(len(cap))  # GPUs used / capacity per group (not the budget row; a group of none: 0)
+    if nb.used is not None:
+        np.divide(nb.used[:len(cap)], cap, out=over, where=cap > 0)
     blocks = island_blocks(problem, dp) if np.any(over > 1) else None
     if blocks is not None and math.isfinite(bound) and (cutoff is None or bound < cutoff) and _room(st, deadline):
         t0 = time.perf_counter()

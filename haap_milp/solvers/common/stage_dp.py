@@ -54,7 +54,6 @@ class PathResult:
     cost: float
     used: np.ndarray  # [R]: GPUs per group, then the scaled budget row when there is one
     stages: tuple[tuple[int, int], ...]  # (local option, layers) in pipeline order
-    prefix: np.ndarray | None = None  # [J]: S_j of eq. N7 (time of slots 1..j and the links between them), j = 1..J
 
 
 @dataclass
@@ -247,9 +246,7 @@ class PathDP:
             trace.append((argI, argN, argH))
         if not math.isfinite(best[0]):
             return None
-        res = _backtrack(self.t, self.usage, best, trace)
-        res.prefix = self.prefix(res.stages)
-        return res
+        return _backtrack(self.t, self.usage, best, trace)
 
 
 def _backtrack(t: Tables, usage: np.ndarray, best, trace) -> PathResult:
@@ -366,7 +363,7 @@ def _inflight_phase(dp: PathDP, a: float, b: float, cutoff: float | None, best: 
         if cutoff is not None and best.bound_s >= cutoff:
             break
         coef = dp.t.tau_weight - float(jj @ nu)
-        sub = res.prefix - jj * (a if coef >= 0 else b)  # row j's violation by the path at tau*
+        sub = dp.prefix(res.stages) - jj * (a if coef >= 0 else b)  # row j's violation by the path at tau*
         grad = np.where((nu > 0) | (sub > 0), sub, 0.0)
         if not np.any(grad > 1e-12 * max(a, 1e-12)) and not np.any(nu > 0):
             break  # no in-flight row is violated by the least path: nu = 0 is optimal here
