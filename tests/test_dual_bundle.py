@@ -1,4 +1,4 @@
-"""Eq. N7: the stage DP's Lagrangian bound with multipliers by the trust-region cutting-plane method, against the
+"""Eq. N11: the stage DP's Lagrangian bound with multipliers by the trust-region cutting-plane method, against the
 brute-force oracle on small three-group instances (soundness), a grid of multipliers (it maximises the dual) and
 the subgradient of eq. N4 (it binds where that does not)."""
 
@@ -45,7 +45,7 @@ def _node(problem, v: int, a: float, b: float):
 def test_bundle_bound_never_exceeds_the_optimum_of_its_node(mixed, budget):
     """Every node [a, b] holding the brute-force optimum's steady period tau* (a <= tau* <= b) is bounded at or below
     the optimum, with or without a cut-off, from any warm start, with and without the GPU-time rows (eq. C1), and
-    so are eqs. N5 and N6 with the C1 rows priced at the multipliers it reached (eq. N8); plans it offers are valid. Not vacuous: at
+    so are eqs. N5 and N6 with the C1 rows priced at the multipliers it reached (eq. N12); plans it offers are valid. Not vacuous: at
     a = b = tau* it is within 5 % of the optimum on most instances, and strictly above eq. N4's subgradient bound
     on some nodes (where the cutting planes bind)."""
     rng = np.random.default_rng(5)

@@ -15,7 +15,7 @@ from synthetic import random_problem
 
 from haap_milp.problem import Budget, violations
 from haap_milp.solvers import get_solver
-from haap_milp.solvers.common import capacity_dp, stage_dp
+from haap_milp.solvers.common import capacity_dp, sigma_dp, stage_dp
 from haap_milp.solvers.common.bounds import variant_bound
 from haap_milp.solvers.common.branch_and_bound import _steady, _worst_tau
 from haap_milp.solvers.common.capacity_dp import capacity_bound
@@ -190,3 +190,98 @@ def test_node_bounds_hold_with_mixed_endpoints_and_island_cases(blocking, budget
     # x20 links or a budget: the mixed options go unused
     assert checked >= 10 and (blocking or budget or mixed_used >= 1), (checked, mixed_used)
     assert not budget or lifted >= 2, lifted
+
+
+def _node_plans(problem, v: int):
+    """Every feasible plan of variant v as (P, tau, T, assignment): the node-level oracle of eqs. N7, N8."""
+    from haap_milp.problem import Assignment, Stage, evaluate
+
+    L, var = problem.num_layers, problem.variants[v]
+    opts = np.flatnonzero(var.allowed).tolist()
+    out = []
+    for P in range(1, min(problem.max_stages, L) + 1):
+        for cuts in itertools.combinations(range(1, L), P - 1):
+            sizes = np.diff([0, *cuts, L]).tolist()
+            for combo in itertools.product(opts, repeat=P):
+                a = Assignment(v, tuple(Stage(int(o), int(n)) for o, n in zip(combo, sizes)))
+                if not violations(problem, a):
+                    out.append((P, _steady(problem, a), evaluate(problem, a), a))
+    return out
+
+
+def _sync_heavy(problem, factor: float):
+    """``problem`` with every DP sync x ``factor`` (MoE-like: sigma, eq. T3, is then a large part of T)."""
+    from dataclasses import replace
+
+    keys = ("sync_fixed", "sync_per_layer", "sync_first", "sync_last")
+    return replace(problem, variants=tuple(replace(v, **{k: np.asarray(getattr(v, k)) * factor for k in keys})
+                                           for v in problem.variants))
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_sigma_and_inflight_bounds_hold_per_node_and_bind(blocking, monkeypatch):
+    """Eqs. N7 (in-flight rows as multipliers) and N8 (sigma's later rows by cases on its bottleneck, per stage count)
+    against a node-level oracle: every plan of the variant enumerated, the node's optimum the least T among the plans
+    with tau in [a, b] and P in [P_lo, P_hi]. Neither bound may exceed it (eq. N8 may not claim a cutoff above it), the
+    paths eq. N8 offers are plans, and eq. N8 lifts the bound above eq. N4's on a good share of the nodes (syncs
+    scaled x20-x60 so that sigma's later rows bind, as on MoE). Under blocking sends beta = 0 (eq. T3)."""
+    from dataclasses import replace
+
+    from haap_milp.pipeline import sync_share
+
+    monkeypatch.setattr(stage_dp, "NU_STEPS", 40)  # eq. N7 on (off by default): its bound must hold too
+    rng = np.random.default_rng(5)
+    checked = lifted = split = 0
+    for seed in range(40):
+        base = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
+                              max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1)
+        problem = _sync_heavy(base, float(rng.uniform(20, 60)))
+        if blocking:
+            problem = replace(problem, p2p_blocking=True)
+        plans = _node_plans(problem, 0)
+        if not plans:
+            continue
+        t0 = build_tables(problem, 0)
+        vb = variant_bound(problem, t0)
+        bot, top = vb.tau_lb, max(_worst_tau(t0), vb.tau_lb) * 1.01
+        edges = np.sort(np.concatenate([[bot, top], rng.uniform(bot, top, 3)]))
+        best = min(plans, key=lambda x: x[2])  # and a narrow node around the optimum's own period and stage count
+        for a, b, around in [(*ab, False) for ab in itertools.pairwise(edges)] + [(best[1] * 0.999, best[1] * 1.001, True)]:
+            t = build_tables(problem, 0, float(b))
+            if t.p_min == 0:
+                continue
+            plo = best[0] if around else int(rng.integers(t.p_min, t.p_max + 1))
+            phi = best[0] if around else int(rng.integers(plo, t.p_max + 1))
+            t.p_min, t.p_max = plo, phi
+            inside = [T for P, tau, T, _ in plans if plo <= P <= phi and a * (1 - 1e-12) <= tau <= b * (1 + 1e-9)]
+            opt = min(inside, default=math.inf)
+            dp = PathDP(problem, t, float(b), plo, phi)
+            nb = node_bound(problem, t, float(a), float(b), plo, phi, None, None, dp)
+            assert nb.bound_s <= opt * (1 + 1e-9) + 1e-12, (seed, a, b, nb.bound_s, opt)
+            if not math.isfinite(opt) or not math.isfinite(nb.bound_s):
+                continue
+            checked += around
+            # eqs. N6, N9, N10: the capacity DPs with the in-flight cut, the islands' cases (each group its own block)
+            ends = np.full(dp.E, -1)
+            ends[dp.row_group] = [int(np.flatnonzero(u)[0]) for u in dp.row_usage[:, :dp.G] > 0]
+            ib, fits = capacity_dp.island_bound(problem, dp, float(a), ends, nb.mu)
+            cb, plan = capacity_bound(problem, dp, float(a), np.zeros_like(nb.mu), int(rng.integers(0, dp.G)))
+            assert max(ib, cb) <= opt * (1 + 1e-9) + 1e-12, (seed, a, b, ib, cb, opt)
+            parts = capacity_dp.island_parts(replace(problem, groups=tuple(f"g@{i}" for i in range(dp.G))), dp)
+            if parts is not None:  # no usable link between groups: the least over the parts' own bounds
+                part_lb = min(node_bound(problem, t, float(a), float(b), plo, phi, None, None,
+                                         PathDP(problem, t, float(b), plo, phi, m)).bound_s for m in parts)
+                assert part_lb <= opt * (1 + 1e-9) + 1e-12, (seed, a, b, part_lb, opt)
+                split += 1
+            for p in (plan, *fits):
+                assert p is None or violations(problem, p) == []
+            found: list = []
+            cut = opt * (1 + 1e-7) + 1e-12  # a node holding a plan below the cutoff must not be pruned
+            assert sigma_dp.sigma_bound(dp, float(a), nb.mu, cut, sync_share(blocking), found) < cut, (seed, a, b)
+            for p in found:
+                assert violations(problem, p) == []
+            mid = nb.bound_s + 0.5 * (opt - nb.bound_s)  # not vacuous: proven above eq. N4's bound
+            if around and opt > nb.bound_s * (1 + 1e-4) and sigma_dp.sigma_bound(dp, float(a), nb.mu, mid,
+                                                                                 sync_share(blocking)) >= mid:
+                lifted += 1
+    assert checked >= 30 and lifted >= checked // 5, (checked, lifted, split)

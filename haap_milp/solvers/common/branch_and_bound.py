@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from haap_milp.deadline import current
-from haap_milp.pipeline import TIME_RTOL, interleaved_period, steady_period
+from haap_milp.pipeline import TIME_RTOL, interleaved_period, steady_period, sync_share
 from haap_milp.problem import (
     Assignment,
     Problem,
@@ -36,12 +36,13 @@ from haap_milp.problem import (
     wrap_time,
 )
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
-from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound
+from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
 from haap_milp.solvers.common.dual_bundle import bundle_bound, with_gpu_time
 from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
+from haap_milp.solvers.common.sigma_dp import sigma_bound
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 
@@ -57,10 +58,13 @@ PRIMAL_SHARE = 0.0
 # took 2 s on a 1278-option MoE problem, 200 us each)
 OFFER_MOVES = 2_000
 USE_STAGE_DP = True
-# eq. N7: the Lagrangian multipliers of the stage DP by a trust-region cutting-plane method when several rows are
+# eq. N11: the Lagrangian multipliers of the stage DP by a trust-region cutting-plane method when several rows are
 # priced (measured: llama3-70b x 3 types x 1024 GPUs, nodes the LP proves empty reached the cut-off in 5-9 DP runs;
 # the subgradient's 12 stopped at 9-13 s against a 15.9 s cut-off)
 USE_BUNDLE = True
+USE_SIGMA = True  # eq. N8 after eq. N4 when the node survives
+USE_ISLAND_PARTS = True  # eq. N9: each island bounded on its own when no link between islands is usable
+SIGMA_OFFERS = 4  # of eq. N8's paths that fit, the last this many are offered as plans (each checked, maybe polished)
 # the stage DPs stop for the rest of a search after this many nodes without a prune or a better plan from them
 # (measured: llama3-8b on 32 A100-80 + 32 A100-40, 1 thread, 24 nodes: OPTIMAL in 2.5 s without them, 4.2 s with;
 # the LP pruned every node there)
@@ -108,6 +112,8 @@ class _State:
     dp_calls: int = 0  # nodes the stage DPs ran on
     dp_wins: int = 0  # of them: pruned by the DPs, or a better incumbent from their paths
     cap_dp_s: float = 0.0  # the longest capacity DP (eqs. N5, N6) so far, s
+    sigma_calls: int = 0  # nodes eq. N8 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
+    sigma_wins: int = 0
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
 
@@ -304,11 +310,14 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
     sigs = np.unique(t.sig).tolist() if problem.uniform else [None]
     best, best_mu = math.inf, mu
     for sig in sigs:
-        keep = None if sig is None else t.sig == sig
-        val, mu_s = _dp_bound(problem, st, PathDP(problem, t, b, t.p_min, t.p_max, keep), a, b, cutoff, mu, name,
-                              deadline)
-        if val < best:
-            best, best_mu = val, mu_s
+        keep = np.ones(t.n, bool) if sig is None else t.sig == sig
+        dp = PathDP(problem, t, b, t.p_min, t.p_max, keep)
+        parts = island_parts(problem, dp) if USE_ISLAND_PARTS else None  # eq. N9: no usable link between islands
+        for part in [None] if parts is None else parts:
+            one = dp if part is None else PathDP(problem, t, b, t.p_min, t.p_max, keep & part)
+            val, mu_s = _dp_bound(problem, st, one, a, b, cutoff, mu, name, deadline)
+            if val < best:
+                best, best_mu = val, mu_s
     return max(bound, best), best_mu
 
 
@@ -317,9 +326,9 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     eq. N5 with each group the Lagrangian path overfills in the DP's state in turn (the most overfilled first)."""
     t = dp.t
     t0 = time.perf_counter()
-    if USE_BUNDLE and np.count_nonzero(dp.usage.any(axis=0)) > 1:  # eq. N7 (one row: eq. N4's bisection)
+    if USE_BUNDLE and np.count_nonzero(dp.usage.any(axis=0)) > 1:  # eq. N11 (one row: eq. N4's bisection)
         nb = bundle_bound(problem, t, a, dp, cutoff, mu, deadline=deadline, b=b)
-        warm, nb.mu = nb.mu, nb.mu[:len(dp.cap)]  # (the children's warm start keeps eq. N8's lam after mu)
+        warm, nb.mu = nb.mu, nb.mu[:len(dp.cap)]  # (the children's warm start keeps eq. N12's lam after mu)
     else:
         nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu, dp)
         warm = nb.mu
@@ -328,14 +337,24 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
     plans = [nb.plan]
     bound = _safe(nb.bound_s)
+    if (USE_SIGMA and cutoff is not None and math.isfinite(bound) and bound < cutoff
+            and (st.sigma_calls < DP_TRIAL or st.sigma_wins > 0) and _room(st, deadline)):  # eq. N8: sigma's rows
+        t0 = time.perf_counter()
+        found: list = []
+        bound = max(bound, _safe(sigma_bound(dp, a, nb.mu, cutoff, sync_share(problem.p2p_blocking), found)))
+        plans += found[-SIGMA_OFFERS:]  # (the last ones: the thresholds split finest there)
+        st.sigma_calls += 1
+        st.sigma_wins += bound >= cutoff
+        st.stats["sigma_dp_s"] = st.stats.get("sigma_dp_s", 0.0) + time.perf_counter() - t0
+        st.stats["sigma_prunes"] = st.sigma_wins
     cap = np.asarray(problem.group_capacity, float)
-    over = np.zeros(len(cap))  # GPUs used over capacity per group (not the budget row; a 0-GPU group: 0)
+    over = np.zeros(len(cap))  # GPUs used / capacity per group (not the budget row; a group of none: 0)
     if nb.used is not None:
         np.divide(nb.used[:len(cap)], cap, out=over, where=cap > 0)
     blocks = island_blocks(problem, dp) if np.any(over > 1) else None
     if blocks is not None and math.isfinite(bound) and (cutoff is None or bound < cutoff) and _room(st, deadline):
         t0 = time.perf_counter()
-        ib, fits = with_gpu_time(dp, t, a, warm, island_bound, problem, dp, a, blocks, nb.mu)  # eqs. N6, N8
+        ib, fits = with_gpu_time(dp, t, a, warm, island_bound, problem, dp, a, blocks, nb.mu)  # eqs. N6, N12
         st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
         st.stats["island_dp"] = st.stats.get("island_dp", 0) + 1
         bound = max(bound, _safe(ib))
@@ -345,7 +364,7 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
         if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff) or not _room(st, deadline):
             break  # (measured: a group that fits adds little and costs 0.1 s a DP on 1278 MoE options)
         t0 = time.perf_counter()
-        cb, plan = with_gpu_time(dp, t, a, warm, capacity_bound, problem, dp, a, nb.mu, s)  # eqs. N5, N8
+        cb, plan = with_gpu_time(dp, t, a, warm, capacity_bound, problem, dp, a, nb.mu, s)  # eqs. N5, N12
         st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
         st.stats["capacity_dp"] = st.stats.get("capacity_dp", 0) + 1
         bound = max(bound, _safe(cb))

@@ -13,6 +13,10 @@ Eq. N6: ``s`` may be a set S of groups; the state then counts their summed GPUs 
 sound for any S). It is what bounds two islands of one GPU type: the Lagrangian path put 1536 GPUs on one of
 two 512-GPU groups and the single-group DP let the path move them to the other group's multiplier; with
 both groups' GPUs in the state the 1024-GPU total binds (the links stay exact: the state keeps the endpoint).
+
+Eq. N10: where every priced row is in the state (and eq. N12 prices no GPU-time row) a slot's cost is its time and links alone, so the in-flight rows of
+eq. T2 cut states (``crossing_bound``: eq. N6's crossing case with its real links); eq. N9 (``island_parts``): with
+no usable link between islands each island is bounded on its own.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 from haap_milp.problem import Assignment, Problem, Stage
 from haap_milp.solvers.common.stage_dp import INF, PathDP
 
+USE_INFLIGHT_CUT = True  # eq. N10 in the capacity DPs whose costs are times and links alone
 RMAX = 64  # most capacity units in the state (cost ~ slots x weights x L x n_max x RMAX)
 
 
@@ -54,6 +59,11 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s, ro
         mu_cost = np.where(rows_ok[:, None], mu_cost, INF)
     link = dp.link if link is None else link
     keys = sorted({(int(g), int(x)) for g, x in zip(dp.row_group, w_row) if x <= R})
+    # eq. N10: with every priced row in the state (mu_o = 0 where any option draws) a non-first slot's cost is its
+    # time and links alone, so F at slot k is the least sum_{k' <= k} t + sum_{k' < k} c of its state, and the
+    # in-flight row k < M of eq. T2 (that sum <= k tau <= k b) rules out every state whose least exceeds k b
+    pure = (USE_INFLIGHT_CUT and t.vpp <= 1 and not dp.extra_priced
+            and not np.any(mu_o[dp.usage.any(axis=0)] > 0))
     F, trace, best = None, [], (INF, None)
     for k in range(1, dp.k_max + 1):
         H = argH = None
@@ -68,6 +78,8 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s, ro
             break
         cost, opt = dp.nonfirst[k]
         F, step = _slot(dp, cost + mu_cost, opt, H, keys, w_row, R)
+        if pure and k < t.M:
+            F[F > k * dp.b * (1 + 1e-9) + 1e-12] = INF
         trace.append((*step, argH))
     if not math.isfinite(best[0]):
         return INF, None
@@ -92,6 +104,21 @@ def island_blocks(problem: Problem, dp: PathDP) -> np.ndarray | None:
     return out
 
 
+def island_parts(problem: Problem, dp: PathDP) -> list[np.ndarray] | None:
+    """Eq. N9: when no link between two islands is usable in the node (c/2 > b for every one: a plan's tau is at least
+    half of each of its links, eq. T2), every plan of the node lies inside one island; then [n] masks of the options
+    of each island (their endpoint's block, ``island_blocks``), so that each island is bounded on its own (its DPs
+    single-group when the island holds one GPU type) and the node's bound is the least of them. None otherwise."""
+    blocks = island_blocks(problem, dp)
+    if blocks is None:
+        return None
+    cross = (blocks[:, None] != blocks[None, :]) & (blocks[:, None] >= 0) & (blocks[None, :] >= 0)
+    if np.isfinite(dp.link[cross]).any():  # (an endpoint of block -1 has no option)
+        return None
+    own = blocks[dp.t.group]  # [n] the island of each option's endpoint
+    return [own == blk for blk in np.unique(own).tolist()]
+
+
 def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray, mu: np.ndarray) -> tuple[float, list]:
     """Eq. N6: a bound by cases on the blocks (islands) a pipeline touches. A plan inside one block B uses only
     B's endpoints and at most B's GPUs (its groups' capacity summed, in the state); a plan touching two blocks
@@ -112,10 +139,51 @@ def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray, mu:
     cross = (blocks[:, None] != blocks[None, :]) & (blocks[:, None] >= 0) & (blocks[None, :] >= 0)
     c_x = float(dp.link[cross].min(initial=INF))
     if math.isfinite(c_x):
-        val, _ = capacity_bound(problem, dp, a, mu0, np.arange(G), link=np.where(cross & np.isfinite(dp.link), 0.0,
-                                                                                   dp.link))
-        cases.append(val + c_x)
+        cases.append(crossing_bound(dp, a, mu0, cross))
     return min(cases, default=INF), [p for p in plans if p is not None]
+
+
+def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, cross: np.ndarray) -> float:
+    """Eq. N6's second case, a plan that crosses between islands: the least path with every group's GPUs pooled in the
+    state that takes at least one link of ``cross`` ([E, E]), each link at its own cost (a flag in the state: crossed
+    yet or not), so that the in-flight rows of eq. N10 see the crossing's link. At least the former bound (the least
+    pooled path with crossing links at 0, plus the cheapest of them), which every such path pays."""
+    t, cap = dp.t, dp.cap
+    S = np.zeros(len(cap), bool)
+    S[:dp.G] = True
+    _, R, q = _units(dp.usage[:, S].sum(axis=1), int(cap[S].sum()))
+    w_row = (dp.row_usage[:, S].sum(axis=1) // q).astype(np.int64)
+    mu_o = np.where(S, 0.0, np.maximum(mu, 0.0))
+    mu_cost = (dp.row_usage @ mu_o)[:, None]
+    pure = (USE_INFLIGHT_CUT and t.vpp <= 1 and not dp.extra_priced
+            and not np.any(mu_o[dp.usage.any(axis=0)] > 0))
+    inside, over = np.where(cross, INF, dp.link), np.where(cross, dp.link, INF)
+    keys = sorted({(int(g), int(x)) for g, x in zip(dp.row_group, w_row) if x <= R})
+    F0 = F1 = None  # [e, m, r]: slots 1..k-1 without a crossing yet / with one
+    best = INF
+    for k in range(1, dp.k_max + 1):
+        H0 = H1 = None
+        if F0 is not None:
+            H0 = (F0[None] + inside[:, :, None, None]).min(axis=1)
+            H1 = np.minimum((F1[None] + dp.link[:, :, None, None]).min(axis=1),
+                            (F0[None] + over[:, :, None, None]).min(axis=1))
+        if k in dp.first and H1 is not None:
+            cost, _ = dp.first[k]
+            rest = _rest(dp, H1, w_row, R)  # [rows, L+1]: the later slots' least, within the units left
+            tot = cost + mu_cost + rest
+            if pure and k < t.M:  # the in-flight row of the whole pipeline: its time and links <= P b
+                tmin = dp._rows(dp._first_parts[k][0])[0]  # (the least first-stage time of each row)
+                tot = np.where(tmin + rest > k * dp.b * (1 + 1e-9) + 1e-12, INF, tot)
+            best = min(best, float(tot.min()))
+        if k >= dp.k_max:
+            break
+        cost, opt = dp.nonfirst[k]
+        F0 = _slot(dp, cost + mu_cost, opt, H0, keys, w_row, R)[0]
+        F1 = _slot(dp, cost + mu_cost, opt, H1, keys, w_row, R)[0] if H1 is not None else np.full_like(F0, INF)
+        if pure and k < t.M:
+            F0[F0 > k * dp.b * (1 + 1e-9) + 1e-12] = INF
+            F1[F1 > k * dp.b * (1 + 1e-9) + 1e-12] = INF
+    return t.tau_weight * a + best - float(mu_o @ cap)
 
 
 def _first(dp: PathDP, k: int, cost: np.ndarray, opt: np.ndarray, H, argH, w: np.ndarray, R: int):
@@ -137,6 +205,15 @@ def _first(dp: PathDP, k: int, cost: np.ndarray, opt: np.ndarray, H, argH, w: np
         return INF, None
     r = int(np.argmin(H[dp.row_group[i], L - n, : room[i] + 1]))
     return float(tot[i, n]), (k, int(opt[i, n]), n, r, argH)
+
+
+def _rest(dp: PathDP, H: np.ndarray, w: np.ndarray, R: int) -> np.ndarray:
+    """[rows, L+1]: the least later part H[g_i, L - n, <= R - w_i] of a first stage of row i holding n layers."""
+    L = dp.L
+    pre = np.minimum.accumulate(H, axis=2)
+    room = np.clip(R - w, -1, R)
+    rest = pre[dp.row_group[:, None], (L - np.arange(L + 1))[None, :], np.maximum(room, 0)[:, None]]
+    return np.where(room[:, None] >= 0, rest, INF)
 
 
 def _slot(dp: PathDP, cost: np.ndarray, opt: np.ndarray, H, keys, w: np.ndarray, R: int):

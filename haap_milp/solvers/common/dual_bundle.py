@@ -1,4 +1,4 @@
-"""The Lagrangian dual of eq. N4 maximised by a cutting-plane (Kelley) method in a trust region (eq. N7,
+"""The Lagrangian dual of eq. N4 maximised by a cutting-plane (Kelley) method in a trust region (eq. N11,
 formulations/README.md), in place of projected subgradient steps when several rows are priced.
 
 Every DP run at multipliers mu >= 0 returns the least path p(mu) and so one linear piece of the concave dual
@@ -31,7 +31,7 @@ from haap_milp.solvers.common.stage_dp import INF, NodeBound, PathDP, _assignmen
 
 MAX_STEPS = 30  # DP runs a node (each 5-40 ms on 3 types); most nodes stop earlier (cut-off or converged)
 CONVERGED_RTOL = 1e-4  # stop when the model's best inside the box is within this of the best bound (relative)
-USE_GPU_TIME = True  # price eq. C1 too (eq. N8, class GpuTimeRows)
+USE_GPU_TIME = True  # price eq. C1 too (eq. N12, class GpuTimeRows)
 
 
 class _Master:
@@ -90,13 +90,14 @@ class GpuTimeRows:
         e.g. eqs. N5, N6, then prices the C1 rows too)."""
         dp = self.dp
         lam_r = (self.use @ lam)[:, None]
-        saved = dp.first, dp.nonfirst
+        saved = dp.first, dp.nonfirst, dp.extra_priced
         try:
+            dp.extra_priced = True  # (eq. N10's in-flight cut reads costs as times: off while priced)
             dp.first = {k: (cost + lam_r * self.work[True, k], opt) for k, (cost, opt) in saved[0].items()}
             dp.nonfirst = {k: (cost + lam_r * self.work[False, k], opt) for k, (cost, opt) in saved[1].items()}
             yield
         finally:
-            dp.first, dp.nonfirst = saved
+            dp.first, dp.nonfirst, dp.extra_priced = saved
 
     def tau_shift(self, t: Tables, a: float, lam: np.ndarray) -> float:
         """What to add to a bound that charged tau_weight x a: (tau_weight - lam . cap) tau at its least over
@@ -123,10 +124,10 @@ _ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # PathDP -> its 
 
 
 def with_gpu_time(dp: PathDP, t: Tables, a: float, x: np.ndarray, bound_fn, *args):
-    """Eq. N8 around another DP bound of the node (eqs. N5, N6): ``bound_fn(*args)`` -> (bound, ...) run with the C1
+    """Eq. N12 around another DP bound of the node (eqs. N5, N6): ``bound_fn(*args)`` -> (bound, ...) run with the C1
     rows priced at ``x``'s lam (the multipliers ``bundle_bound`` returned: mu, then lam) and its bound moved by
     the tau term; without lam, or before ``bundle_bound`` priced them on this ``dp``, ``bound_fn(*args)`` as it is.
-    Sound for any lam >= 0 (the same Lagrangian argument as eq. N8, with the state DP's own G1 handling)."""
+    Sound for any lam >= 0 (the same Lagrangian argument as eq. N12, with the state DP's own G1 handling)."""
     gtr = _ROWS.get(dp)
     lam = np.maximum(np.asarray(x, float)[len(dp.cap):], 0.0)
     if gtr is None or len(lam) != dp.G or not lam.any():
@@ -150,7 +151,7 @@ def _next(master: _Master, center: np.ndarray, width: np.ndarray, free: np.ndarr
 
 def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None, mu0: np.ndarray | None = None,
                  max_steps: int = MAX_STEPS, deadline: float = math.inf, b: float | None = None) -> NodeBound:
-    """Eq. N7: the Lagrangian bound of eq. N4 with mu chosen by the trust-region cutting-plane method; stops at
+    """Eq. N11: the Lagrangian bound of eq. N4 with mu chosen by the trust-region cutting-plane method; stops at
     ``cutoff``, at convergence, after ``max_steps`` DP runs or at ``deadline`` (perf_counter). ``b``: the node's
     upper tau; when given (finite) the GPU-time rows of eq. C1 are priced too (``GpuTimeRows``). Same result type
     as ``stage_dp.node_bound`` (its ``plan``: the cheapest path within every row, offered by the caller; its

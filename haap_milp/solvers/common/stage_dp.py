@@ -22,6 +22,10 @@ links are priced exactly between endpoints; ``usage[i]`` is what option i takes 
 the multipliers price that row, so an option whose replicas draw from several groups is priced right. mu is
 improved by projected subgradient steps (one group: bisection), warm-started from the parent node. A path
 that fits every group's GPUs is a plan (it is offered as an incumbent once checked).
+
+Two more terms (formulations/README.md): eq. N7 prices the in-flight rows of eq. T2 by slot weights (off by default:
+measured no gain), and eq. N8 (``sigma_dp.sigma_bound``) adds sigma's later rows (eq. T3) by cases on their bottleneck per
+stage count, for pruning against the incumbent.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from haap_milp.solvers.common.slot_bounds import Tables
 
 INF = math.inf
 MAX_STEPS = 12  # DP evaluations per node (each 1-10 ms); warm-started from the parent's multipliers
+NU_STEPS = 0  # eq. N7: DP evaluations on the in-flight multipliers after the GPU ones (0: off; measured no gain, formulations)
+POOLED_STEPS = 8  # DP runs on one multiplier shared by every group when the subgradient leaves a group overfilled
 MU_RTOL = 1e-3  # one group: bisection on mu stops when the bracket is this narrow (relative)
 
 
@@ -57,6 +63,7 @@ class NodeBound:
     plan: Assignment | None = None  # a path within every group's GPUs (memory, GPUs and tau <= b hold)
     steps: int = 0
     used: np.ndarray | None = None  # GPUs per group of the least path at ``mu``
+    nu: np.ndarray | None = None  # eq. N7's in-flight multipliers reached (with ``mu``)
 
 
 class PathDP:
@@ -66,9 +73,12 @@ class PathDP:
 
     def __init__(self, problem: Problem, t: Tables, b: float, p_lo: int, p_hi: int, keep: np.ndarray | None = None):
         """``keep``: the local options the paths may use (one uniform signature under eq. U1; default all)."""
-        self.t, self.L, self.G = t, t.L, len(problem.groups)
+        self.t, self.L, self.G, self.b = t, t.L, len(problem.groups), b
         self.E = int(t.p2p.shape[0])  # p2p endpoints: the DP's state (a group, or a mixed option's own row, eq. H5)
         self.keep = np.ones(t.n, bool) if keep is None else keep
+        # True while eq. N12 (dual_bundle.GpuTimeRows.priced) has raised the stage costs beyond time and links: then
+        # no state's cost is a pure time, and eq. N10's in-flight cut must not run
+        self.extra_priced = False
         # the rows the multipliers price: [n, R] GPUs of each group (slot_bounds' usage matrix), then the budget
         # row W1 when there is one, scaled to the GPUs' magnitude (a row's scale does not change its Lagrangian
         # bound, only the subgradient's conditioning); ``cap`` [R] their right-hand sides
@@ -96,9 +106,13 @@ class PathDP:
         self._dmin = float(t.gpus.min())
         self._cap = (mine * cap).sum(axis=1)  # capacity of the stage's own groups
         self._other = cap.sum() - self._cap
-        # per slot k: ([rows, L+1] least cost, [rows, L+1] the option reaching it)
+        # eq. N7: the in-flight rows j = 1 .. J of eq. T2 (j < M; none for an interleaved variant, eq. I3)
+        self.J = min(t.M - 1, self.k_max) if t.vpp <= 1 else 0
+        # per slot k: ([rows, L+1] least cost, [rows, L+1] the option reaching it); a first stage's time and sync
+        # parts kept apart as well (eq. N7 weighs only the time)
         self.nonfirst = {k: self._rows(self._base(k, False)) for k in range(1, self.k_max)}
-        self.first = {k: self._rows(self._base(k, True)) for k in range(self.p_first, self.k_max + 1)}
+        self._first_parts = {k: self._base(k, True, parts=True) for k in range(self.p_first, self.k_max + 1)}
+        self.first = {k: self._rows(tm + sy) for k, (tm, sy) in self._first_parts.items()}
 
     def _rows(self, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """[n, L+1] per option -> ([rows, L+1] least per footprint, [rows, L+1] option reaching it)."""
@@ -107,21 +121,69 @@ class PathDP:
         pos = np.where(srt == least[self._row_of[self._order]], np.arange(len(srt))[:, None], len(srt))
         return least, self._order[np.minimum.reduceat(pos, self._starts, axis=0)]
 
-    def _base(self, k: int, first: bool) -> np.ndarray:
+    def _base(self, k: int, first: bool, parts: bool = False):
+        """[n, L+1] stage cost at slot k (t_j, plus s_0 for the first stage); ``parts``: (time, sync) apart."""
         t, c, L = self.t, self.t.coef, self.L
         n = np.arange(L + 1, dtype=float)[None, :]
         ts = 1.0 / t.vpp if t.vpp > 1 else 1.0  # eq. I1: an interleaved variant pays sum t / vpp
-        per = c["layer_time"] * ts + (c["sync_per_layer"] if first else 0.0)
-        const = np.zeros(t.n)
+        per_t, per_s = c["layer_time"] * ts, (c["sync_per_layer"] if first else np.zeros(t.n))
+        const_t, const_s = np.zeros(t.n), np.zeros(t.n)
         if first:
-            const += c["first_time"] * ts + c["sync_fixed"] + c["sync_first"]
+            const_t += c["first_time"] * ts
+            const_s += c["sync_fixed"] + c["sync_first"]
         if k == 1:
-            const += c["last_time"] * ts + (c["sync_last"] if first else 0.0)
+            const_t += c["last_time"] * ts
+            const_s += c["sync_last"] if first else 0.0
         lo, up = (t.lof, t.Uf) if first else (t.lo, t.U)
         others = (k - 1 if first else k) * self._dmin
         fits = t.gpus + np.maximum(0.0, others - self._other) <= self._cap
         ok = (n >= np.maximum(lo[k - 1], 1)[:, None]) & (n <= up[k - 1][:, None]) & (fits & self.keep)[:, None]
-        return np.where(ok, n * per[:, None] + const[:, None], INF)
+        tm = np.where(ok, n * per_t[:, None] + const_t[:, None], INF)
+        sy = np.where(ok, n * per_s[:, None] + const_s[:, None], 0.0)
+        return (tm, sy) if parts else tm + sy
+
+    def slot_weights(self, nu: np.ndarray | None) -> np.ndarray:
+        """Eq. N7: [k_max + 1] the weight of slot k's time and of its link to slot k - 1, 1 + sum_{k <= j <= J} nu_j
+        (index 0 unused)."""
+        w = np.ones(self.k_max + 1)
+        if nu is not None and self.J and np.any(nu):
+            tail = np.cumsum(nu[: self.J][::-1])[::-1]  # tail[j - 1] = sum_{j' >= j} nu_j'
+            w[1: self.J + 1] += tail
+        return w
+
+    def tau_term(self, a: float, b: float, nu: np.ndarray | None) -> float:
+        """Eq. N7: the least of (M - 1 - sum_j j nu_j) tau over tau in [a, b] ((M - 1/vpp) a without nu)."""
+        if nu is None or not self.J or not np.any(nu):
+            return self.t.tau_weight * a
+        coef = self.t.tau_weight - float(np.arange(1, self.J + 1) @ nu[: self.J])
+        return min(coef * a, coef * b)
+
+    def weighted(self, nu: np.ndarray | None):
+        """(first, nonfirst, link per slot) with eq. N7's weights: the stage tables of ``first`` / ``nonfirst``
+        and [k] -> the [E, E] link costs entering slot k from slot k - 1 (weight w_k)."""
+        w = self.slot_weights(nu)
+        if np.all(w == 1.0):
+            return self.first, self.nonfirst, {k: self.link for k in range(2, self.k_max + 1)}
+        nonfirst = {k: (least * w[k], opt) for k, (least, opt) in self.nonfirst.items()}
+        first = {k: self._rows(w[k] * tm + sy) if w[k] != 1.0 else self.first[k]
+                 for k, (tm, sy) in self._first_parts.items()}
+        return first, nonfirst, {k: self.link * w[k] for k in range(2, self.k_max + 1)}
+
+    def prefix(self, stages) -> np.ndarray:
+        """[J] S_j of eq. N7 for a path (pipeline order): slots 1..min(j, P)'s times and the links between them."""
+        t, c = self.t, self.t.coef
+        ts = 1.0 / t.vpp if t.vpp > 1 else 1.0
+        P = len(stages)
+        vals = []  # slot k = 1 .. P: its time plus its link to slot k - 1
+        for k in range(1, P + 1):
+            i, n = stages[P - k]
+            tk = n * c["layer_time"][i] * ts + (c["first_time"][i] * ts if k == P else 0.0) + \
+                (c["last_time"][i] * ts if k == 1 else 0.0)
+            if k > 1:
+                tk += self.link[int(t.group[i]), int(t.group[stages[P - k + 1][0]])]
+            vals.append(float(tk))
+        s = np.cumsum(vals)
+        return s[np.minimum(np.arange(self.J), P - 1)] if self.J else np.zeros(0)
 
     def _per_group(self, cost: np.ndarray, opt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Least cost per (endpoint, n) over rows and the option reaching it: [E, L+1] each."""
@@ -136,9 +198,15 @@ class PathDP:
                 arg[g] = opt[idx[j], cols]
         return best, arg
 
-    def run(self, mu: np.ndarray) -> PathResult | None:
-        """The least Lagrangian path over the node's stage counts (None: no path)."""
-        L, E, link = self.L, self.E, self.link
+    def run(self, mu: np.ndarray, nu: np.ndarray | None = None, tables=None) -> PathResult | None:
+        """The least Lagrangian path over the node's stage counts (None: no path); ``nu``: eq. N7's multipliers;
+        ``tables``: (first, nonfirst, k_max) in place of the node's (eq. N8: one stage count, thresholds)."""
+        L, E = self.L, self.E
+        first_t, nonfirst_t, links = self.weighted(nu)
+        k_max = self.k_max
+        self.per_first = {}  # P -> the least path cost with its first stage at slot P (eq. N8 reads it)
+        if tables is not None:
+            first_t, nonfirst_t, k_max = tables
         mu_cost = (self.row_usage @ mu)[:, None]
         lidx = np.arange(L + 1)
         conv_idx = lidx[:, None] - lidx[None, :]  # [l, n] -> l - n
@@ -147,29 +215,30 @@ class PathDP:
         F = None  # [E, L+1]: slots 1..k-1 non-first, slot k-1 at endpoint e, l layers held
         trace = []  # per slot k: (argI [E, L+1], argN [E, L+1], argH [E, L+1] or None)
         best = (INF, None)
-        for k in range(1, self.k_max + 1):
+        for k in range(1, k_max + 1):
             if F is not None:  # H[e, m]: the best later part when slot k is at endpoint e
-                Hgh = F[None, :, :] + link[:, :, None]  # [g, h, m]
+                Hgh = F[None, :, :] + links[k][:, :, None]  # [g, h, m]
                 argH = Hgh.argmin(axis=1)
                 H = np.take_along_axis(Hgh, argH[:, None, :], axis=1)[:, 0, :]
             else:
                 H, argH = None, None
-            if k in self.first:  # the first stage at slot k (P = k)
+            if k in first_t:  # the first stage at slot k (P = k)
                 if H is None:
                     rest = np.full(L + 1, INF)
                     rest[L] = 0.0
                     rest = rest[None, :]
                 else:
                     rest = H[self.row_group][:, L - lidx]  # layers left for slots 1..k-1 (none left: inf)
-                cost, opt = self.first[k]
+                cost, opt = first_t[k]
                 tot = cost + mu_cost + rest
                 flat = int(np.argmin(tot))
+                self.per_first[k] = float(tot.flat[flat])
                 if tot.flat[flat] < best[0]:
                     row, n = divmod(flat, L + 1)
                     best = (float(tot.flat[flat]), (k, int(opt[row, n]), n, argH))
-            if k >= self.k_max:
+            if k >= k_max:
                 break
-            cost, opt = self.nonfirst[k]
+            cost, opt = nonfirst_t[k]
             cb, argI = self._per_group(cost + mu_cost, opt)  # [E, L+1]
             if H is None:
                 F, argN = cb, np.broadcast_to(lidx, (E, L + 1)).copy()
@@ -243,6 +312,71 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
         gap = max(target - val, 1e-6 * abs(target))
         mu = np.maximum(0.0, mu + gap / float(grad @ grad) * grad)
     best.steps = step
+    if len(active) > 1 and POOLED_STEPS and best.used is not None and np.any(best.used[:dp.G] > cap[:dp.G]) \
+            and (cutoff is None or best.bound_s < cutoff):
+        best = _pooled_phase(dp, a, cutoff, best)
+    if dp.J and NU_STEPS and math.isfinite(best.bound_s) and (cutoff is None or best.bound_s < cutoff):
+        best = _inflight_phase(dp, a, b, cutoff, best)
+    return best
+
+
+def _pooled_phase(dp: PathDP, a: float, cutoff: float | None, best: NodeBound) -> NodeBound:
+    """Several groups whose least path overfills one: the subgradient can stall where the groups are interchangeable
+    (measured: two islands of one GPU type, mixtral-8x7b on 32 + 32 H100, mu = 0 after 12 steps, bound 22.595 s; one
+    multiplier for every group, 0.1, gave 22.894 s). So bisection on one multiplier shared by every group's row (the
+    budget row keeps its own), POOLED_STEPS DP runs; any mu >= 0 is a bound (weak duality), the best is kept."""
+    cap, G = dp.cap, dp.G
+    base_mu = best.mu.copy()
+    lo, hi = 0.0, INF
+    m = max(float(base_mu[:G].max(initial=0.0)), _mu_scale(dp.t, cap))
+    for _ in range(POOLED_STEPS):
+        mu = base_mu.copy()
+        mu[:G] = m
+        res = dp.run(mu)
+        if res is None:
+            return NodeBound(INF, mu, best.plan, best.steps)
+        val = dp.tau_term(a, a, None) + res.cost - float(mu @ cap)
+        if val > best.bound_s:
+            best = NodeBound(val, mu, best.plan, best.steps, res.used, best.nu)
+        if cutoff is not None and best.bound_s >= cutoff:
+            break
+        if res.used[:G].sum() > cap[:G].sum():  # the pooled row is violated: a larger price
+            lo = m
+            m = 2 * m if math.isinf(hi) else (lo + hi) / 2
+        else:
+            hi = m
+            m = (lo + hi) / 2
+    best.steps += POOLED_STEPS
+    return best
+
+
+def _inflight_phase(dp: PathDP, a: float, b: float, cutoff: float | None, best: NodeBound) -> NodeBound:
+    """Eq. N7: at the best GPU multipliers, projected subgradient (Polyak) steps on the in-flight rows' multipliers
+    nu_j >= 0 (row j: S_j <= j tau, eq. T2); every nu gives a bound, the best is kept."""
+    mu, cap = best.mu, dp.cap
+    nu = np.zeros(dp.J)
+    jj = np.arange(1, dp.J + 1, dtype=float)
+    for step in range(NU_STEPS):
+        res = dp.run(mu, nu)
+        if res is None:
+            return NodeBound(INF, mu, best.plan, best.steps + step + 1, nu=nu)
+        val = dp.tau_term(a, b, nu) + res.cost - float(mu @ cap)
+        if val > best.bound_s:
+            best = NodeBound(val, mu, best.plan, best.steps, res.used, nu.copy())
+        if cutoff is not None and best.bound_s >= cutoff:
+            break
+        coef = dp.t.tau_weight - float(jj @ nu)
+        sub = dp.prefix(res.stages) - jj * (a if coef >= 0 else b)  # row j's violation by the path at tau*
+        grad = np.where((nu > 0) | (sub > 0), sub, 0.0)
+        if not np.any(grad > 1e-12 * max(a, 1e-12)) and not np.any(nu > 0):
+            break  # no in-flight row is violated by the least path: nu = 0 is optimal here
+        norm = float(grad @ grad)
+        if norm <= 0:
+            break
+        target = cutoff if cutoff is not None else abs(best.bound_s) * 1.05 + 1e-9
+        gap = max(target - val, 1e-6 * abs(target))
+        nu = np.maximum(0.0, nu + gap / norm * grad)
+    best.steps += step + 1
     return best
 
 
