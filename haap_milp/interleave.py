@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator.schedule import inflight, loss_inflight
 
@@ -46,14 +48,27 @@ def default_vpp(asked, num_microbatches: list[int], max_stages: int, num_layers:
     saving is at most (1 - 1/vpp) * fill_share, i.e. < 7.5 % below a 10 % share even at vpp 4, before the
     extra (vpp - 1) p2p hops per micro-batch and chunk and the 2-5x solve time the interleaved copies cost;
     and when M* keeps the deepest pipeline's bubble small, the search can already shrink the bubble by taking
-    smaller micro-batches. Large global batches (the default grid: gbs 512-2048, M* = gbs, at most 32 stages:
-    share <= 0.057) stay at vpp 1; small batches on deep pipelines (gbs 16 over 16+ stages: share ~0.48)
+    smaller micro-batches. ``num_microbatches``: the M of the variants that can occupy the cluster
+    (``occupying_microbatches``). Small batches on deep pipelines (gbs 16 over 16+ stages: share ~0.48) and wide
+    clusters (hetero3-1024: dp >= 4 to hold 1024 GPUs in 32 stages of tp 8, M <= 128 at gbs 512: share ~0.2)
     interleave. Any other ``asked`` is returned unchanged."""
     if asked != "default":
         return asked
     m_star = max(num_microbatches, default=0)
     depths = stage_counts(m_star, max_stages, num_layers)
     return "auto" if depths and fill_share(m_star, max(depths)) >= MATERIAL_FILL else 1
+
+
+def occupying_microbatches(variants, opts, max_stages: int, total_gpus: int) -> list[int]:
+    """Eq. D2's candidates for M*: the micro-batch counts of the variants whose widest pipeline (``max_stages``
+    stages of their largest allowed option) can hold every GPU of the cluster; when none can, the variant(s)
+    that hold the most. Why: a variant of few samples per micro-batch (many micro-batches, a small bubble) has
+    small dp, so on a large cluster it leaves most GPUs idle and is never the plan; judging the bubble at its M
+    kept vpp 1 where interleaving proved >= 7.8 % faster (gpt3-1.3b on hetero3-4096, search_dimensions.md)."""
+    gpus = np.array([o.num_gpus for o in opts], float)
+    reach = [min(total_gpus, max_stages * float(gpus[v.allowed].max(initial=0.0))) for v in variants]
+    top = max(reach, default=0.0)
+    return [v.num_microbatches for v, r in zip(variants, reach) if r >= top]
 
 
 def vpp_candidates(asked: str | int, can_interleave: bool, why: str = "") -> tuple[int, ...]:

@@ -272,8 +272,8 @@ def build(
     max_stages = _max_stages(model, groups, options, variants, opts)
     if caps.max_stages_when_tied is not None and model.tied_embeddings:
         max_stages = min(max_stages, caps.max_stages_when_tied)  # e.g. torchtitan cannot tie first and last stage
-    vpp_asked = interleave.default_vpp(options.vpp, [v.num_microbatches for v in variants], max_stages,
-                                       model.num_layers)  # eq. D2: "default" -> auto or 1
+    vpp_asked = interleave.default_vpp(options.vpp, interleave.occupying_microbatches(
+        variants, opts, max_stages, sum(g.capacity for g in groups)), max_stages, model.num_layers)  # eq. D2
     vpps = interleave.vpp_candidates(vpp_asked, caps.interleave and not est.p2p_blocking,
                                      "DeepSpeed's PipelineEngine has no interleaved schedule" if est.p2p_blocking
                                      else f"target {caps.name} has no interleaved schedule")

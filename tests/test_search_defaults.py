@@ -10,7 +10,7 @@ import pytest
 
 from haap_milp.catalog.loaders import load_cluster, load_model
 from haap_milp.cp_etp import default_cp
-from haap_milp.interleave import MATERIAL_FILL, default_vpp, fill_share
+from haap_milp.interleave import MATERIAL_FILL, default_vpp, fill_share, occupying_microbatches
 from haap_milp.presolve import build
 from haap_milp.specs import SolveOptions, TrainingSpec
 from haap_milp.zero import default_zero
@@ -51,6 +51,25 @@ def test_d2_fill_share_and_rule():
     assert default_vpp("default", [2, 1], 32, 80) == 1  # no P >= 3 divides M*: the engine cannot interleave
     assert default_vpp(1, [16], 32, 80) == 1 and default_vpp(3, [512], 32, 32) == 3
 
+
+
+def test_d2_judges_the_bubble_at_variants_that_can_occupy_the_cluster():
+    """Eq. D2's M*: only variants whose widest pipeline (max_stages x their largest option) holds every GPU count; a
+    1-sample micro-batch (dp 1, M = gbs) on 512 GPUs is not a plan anyone runs. gpt3-1.3b (24 layers, tp <= 8) on
+    512 H100 at gbs 512: B = 1 reaches 24 x 8 = 192 GPUs, B = 4 reaches 512, so M* = 128, P* = 16 and f = 10.5 %:
+    interleaving is searched (with M* = 512 it was not: f = 2.8 %)."""
+    from types import SimpleNamespace as NS
+
+    import numpy as np
+
+    opts = [NS(num_gpus=8), NS(num_gpus=32)]
+    var = [NS(num_microbatches=512, allowed=np.array([True, False])),
+           NS(num_microbatches=128, allowed=np.array([True, True]))]
+    assert occupying_microbatches(var, opts, 24, 512) == [128]
+    assert occupying_microbatches(var[:1], opts, 24, 512) == [512]  # none occupies: the widest
+    p = _problem("gpt3-1.3b", "h100-80g:512", 512)
+    assert any(v.vpp > 1 for v in p.variants)
+    assert default_vpp("default", [512], 24, 24) == 1 and default_vpp("default", [128], 24, 24) == "auto"
 
 def test_d2_small_batch_deep_pipeline_interleaves_only_where_the_share_is_material():
     p = _problem("llama3-70b", "a100-40g:64", 16)
