@@ -20,14 +20,19 @@ DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "measured_r
 
 
 def test_expert_latency_is_charged_per_local_expert_and_launch():
+    """bf16 and fp8: 1 forward and 2 backward GEMM launches per local expert at expert_latency_s; fp8 also one
+    quantization of the input (forward) and of the output gradient (backward) per expert at expert_quant_latency_s,
+    which bf16 never pays."""
     p = GpuParams(kernel_latency_s=5e-6, grouped_gemm_eff=1.0, grouped_m_half=0.0)
-    lat = 40e-6
+    lat, q = 40e-6, 90e-6
     g = Gemm(2048, 1536, 2048, 16)
-    for prec, (nf, nb) in (("bf16", (1, 2)), ("fp8", (2, 4))):
-        assert compute.expert_launches(prec) == (nf, nb)
+    for prec, (nq_f, nq_b) in (("bf16", (0, 0)), ("fp8", (1, 1))):
+        assert compute.expert_launches(prec) == ((1, 2), (nq_f, nq_b))
         f0, b0 = compute.grouped_gemm_fwd_bwd_s(g, H100, p, prec)
         f1, b1 = compute.grouped_gemm_fwd_bwd_s(g, H100, replace(p, expert_latency_s=lat), prec)
-        assert f1 - f0 == pytest.approx(16 * nf * lat) and b1 - b0 == pytest.approx(16 * nb * lat)
+        assert f1 - f0 == pytest.approx(16 * lat) and b1 - b0 == pytest.approx(16 * 2 * lat)
+        f2, b2 = compute.grouped_gemm_fwd_bwd_s(g, H100, replace(p, expert_quant_latency_s=q), prec)
+        assert f2 - f0 == pytest.approx(16 * nq_f * q) and b2 - b0 == pytest.approx(16 * nq_b * q)
 
 
 def test_grad_reduce_in_bf16_halves_the_grad_buffer_and_its_reduction():
