@@ -90,3 +90,22 @@ def test_megatron_args_and_refusals_for_mla():
                     ("--qk-pos-emb-head-dim", 32), ("--v-head-dim", 64)):
         assert args[args.index(flag) + 1] == str(v)
     assert "multi-head latent attention" in torchtitan_models.architecture_refusal(SMALL)
+
+
+def test_deepseek_v3_from_its_hf_config_matches_the_catalog():
+    """The published config.json fields (MLA ranks and head dims, routed/shared experts, first_k_dense_replace) map
+    onto the catalog entry; the MTP layer (num_nextn_predict_layers) is not part of the model."""
+    from haap_milp.catalog.data import model_entry
+    from haap_milp.catalog.hf_config import model_from_hf
+
+    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "num_hidden_layers": 61,
+           "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
+           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 18432,
+           "moe_intermediate_size": 2048, "n_routed_experts": 256, "num_experts_per_tok": 8, "n_shared_experts": 1,
+           "first_k_dense_replace": 3, "moe_layer_freq": 1, "vocab_size": 129280, "max_position_embeddings": 163840,
+           "tie_word_embeddings": False, "num_nextn_predict_layers": 1}
+    hf = model_from_hf(cfg, "dsv3")
+    cat = model_entry("deepseek-v3").spec
+    assert hf.num_params_total == cat.num_params_total == DSV3.num_params_total
+    assert (hf.kv_lora_rank, hf.q_lora_rank, hf.dim_head, hf.v_head_dim) == (512, 1536, 192, 128)
+    assert hf.num_moe_layers == 58
