@@ -10,7 +10,7 @@ each source reports, converted as measured.py states), minimised by Nelder-Mead 
 
 * per family (Ampere: a100-80g + a100-40g rows, one shared set; Hopper: h100-80g): asymptotic GEMM
   efficiency at 16-bit (and fp8 on Hopper), flash-attention efficiency,
-  MoE per-layer fixed cost, per-local-expert launch cost, per-local-expert fp8 quantization cost, grouped-GEMM
+  MoE per-layer fixed cost, per-local-expert launch cost, fp8 cost per routed token-expert pair, grouped-GEMM
   efficiency and its expert-shape half point (tokens per expert) (Hopper, the only family with MoE rows);
 * global: hidden fractions of TP, DP and EP communication, the slow-down of compute under an overlapped FSDP
   collective (eq. Z4b), and the per-kernel fixed cost (one value for all GPU families: a property of the launch
@@ -70,7 +70,7 @@ GPU_FIT = {
     "hopper": [("gemm_eff_16", 0.4, 0.95), ("gemm_eff_fp8", 0.2, 0.95), ("attn_eff", 0.2, 0.9),
                ("grouped_gemm_eff", 0.2, 1.0), ("moe_latency_s", 0.0, 1e-3),
                ("grouped_m_half", 0.0, 4096.0), ("expert_latency_s", 0.0, 200e-6),
-               ("expert_quant_latency_s", 0.0, 400e-6)],
+               ("fp8_pair_s", 0.0, 1e-6)],
 }
 GLOBAL_FIT = [("tp_overlap", 0.0, 0.9), ("dp_overlap", 0.0, 0.95), ("ep_overlap", 0.0, 0.9),
               ("overlap_slowdown", 0.0, 1.0)]

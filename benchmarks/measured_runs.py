@@ -3,8 +3,9 @@
 Used by ``benchmarks/calibrate.py`` (fit), ``benchmarks/validate_estimator.py`` (table) and the tests.
 Every assumption a row needs is listed in ``Run.assumptions``; a row is *complete* when the model,
 the full parallel mapping, the micro-batch and a time-like metric are given (or follow from a stated
-convention), its GPU type is modelled and nothing in it is outside the model (MLA attention, sliding
-windows, GB200 NVL72 domains). Measured times are taken as the source reports them:
+convention), its GPU type is modelled and nothing in it is outside the model (sliding windows, GB200 NVL72
+domains; MLA is modelled when the row gives its ranks and head dims). A row's ``config_gaps`` (a setting the source
+leaves out that the run cannot have lacked) makes it incomplete. Measured times are taken as the source reports them:
 iteration time; else global batch x sequence / tokens per second; else the source's own FLOP formula
 / its TFLOP/s (SC'21: 96·B·s·l·h²·(1 + s/6h + V/16lh), hardware FLOPs).
 """

@@ -55,12 +55,13 @@ PRIOR_SOURCES = {
     "quantizes) expert by expert, so each local expert adds host dispatch and small kernels (Megatron-Bridge 'MoE "
     "Training Optimization': compute-efficiency wall = small expert GEMMs + host overhead; fp8 shifts cost to "
     "quantization kernels and host overhead): fitted on the Hopper MoE rows; 0 where no MoE rows exist",
-    "expert_quant_latency_s": "fp8 only: fixed cost per local expert of quantizing its split of the GEMM input "
-    "(forward) and of the output gradient (backward): Transformer Engine's GroupedLinear runs one quantizer per "
-    "expert (amax, scale, cast + transpose), host and kernel work that does not shrink with the expert's tokens. "
-    "Separate from expert_latency_s because it is not a GEMM launch: with one shared value the fp8 Qwen3-30B rows "
-    "set the bf16 rows' per-expert cost too (Qwen3-235B ep 8 tp 4 was +34 % leave-one-out). Fitted on the Hopper "
-    "fp8 MoE rows; 0 where none exist",
+    "fp8_pair_s": "fp8 only: seconds per routed token-expert pair and per quantized expert-GEMM input (forward: the "
+    "permuted input; backward: the output gradient), independent of the row width. Fitted on the Hopper fp8 MoE rows "
+    "(Qwen3-30B-A3B x 2, Qwen3-235B-A22B x 3, DeepSeek-V3 x 1); the kernel-level mechanism is not identified. The "
+    "form is what those rows support: the two Qwen3-30B rows take the same time per token at 2,048 and 4,096 tokens "
+    "per expert (a per-expert fixed cost would halve per token), and Qwen3-30B (32,768 pairs of width 2,048 per GPU) "
+    "is slower per token than Qwen3-235B (16,384 pairs of width 4,096): equal bytes, twice the pairs. 0 where no "
+    "fp8 MoE rows exist",
     "overlap_slowdown": "eq. Z4b: compute slowed per second of an overlapped FSDP / ZeRO-2/3 collective (NCCL "
     "kernels take SMs and HBM bandwidth from the GEMMs they overlap): per micro-batch max(c, m) + k·min(c, m). "
     "Fitted (global) on the PyTorch-FSDP-family rows (torchtitan, llm-foundry, MaxText); Megatron-FSDP's one row is "
@@ -91,7 +92,7 @@ class GpuParams:
     grouped_gemm_eff: float = 1.0  # grouped expert GEMMs (+ routing imbalance) relative to dense GEMMs
     grouped_m_half: float = 0.0  # tokens per expert at which the grouped GEMMs' shape factor m/(m + m_half) is 1/2
     expert_latency_s: float = 0.0  # fixed cost per local expert and per-expert launch (compute.expert_launches)
-    expert_quant_latency_s: float = 0.0  # fp8: fixed cost per local expert of its own quantization (compute.expert_launches)
+    fp8_pair_s: float = 0.0  # fp8: seconds per routed token-expert pair and quantized expert-GEMM input (compute.expert_launches)
     source: str = "prior"  # fitted | prior | derived from <gpu> (<rule>)
 
     def gemm_eff(self, precision: str) -> float:
@@ -174,7 +175,7 @@ def _from_dict(data: dict[str, Any]) -> Calibration:
     return Calibration(gpus=gpus, globals=glob, meta=meta, balance=balance)
 
 
-_RANGES = {"grouped_m_half": (0.0, 1e6), "expert_latency_s": (0.0, 1.0), "expert_quant_latency_s": (0.0, 1.0), "kernel_latency_s": (0.0, 1.0), "moe_latency_s": (0.0, 1.0), "intra_latency_s": (0.0, 1.0),
+_RANGES = {"grouped_m_half": (0.0, 1e6), "expert_latency_s": (0.0, 1.0), "fp8_pair_s": (0.0, 1.0), "kernel_latency_s": (0.0, 1.0), "moe_latency_s": (0.0, 1.0), "intra_latency_s": (0.0, 1.0),
            "overhead_gib": (0.0, 1024.0), "frag_fraction": (0.0, 4.0), "machine_balance": (0.0, 1e6)}  # else an efficiency/fraction: [0, 1]
 
 
