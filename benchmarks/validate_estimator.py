@@ -1,6 +1,9 @@
 """Predict every measured run the estimator can express and compare with the published numbers.
 
-    .venv/bin/python benchmarks/validate_estimator.py
+    .venv/bin/python benchmarks/validate_estimator.py [--gauss-newton [--gn-vs-exact PP]]
+
+``--gauss-newton`` recomputes the leave-one-out table by one Gauss-Newton refit per row (seconds;
+calibrate.gauss_newton_loo); ``--loo`` runs calibrate.py's block fit without each row instead (hours).
 
 Writes benchmarks/results/estimator_validation.md (and .json): per row id, metric, measured and predicted
 iteration time, error %, role in the fit (fit / holdout / incomplete), assumptions; MAPE and max error
