@@ -1,5 +1,6 @@
-"""Issue #12 (second round): per-local-expert launch cost of the grouped expert GEMMs, bf16 main gradients of
-NVIDIA's performance recipes, and the fitted model on the MoE rows (the Qwen3-30B fp8 rows included)."""
+"""Issue #12: per-local-expert launch cost of the grouped expert GEMMs and the fp8 cost per routed pair, bf16 main
+gradients of NVIDIA's performance recipes, FSDP overlap contention (eq. Z4b), and the fitted model on the calibration
+rows (in-sample and leave-one-out)."""
 
 from __future__ import annotations
 
@@ -73,13 +74,14 @@ def _errors(category: str) -> dict[str, float]:
 
 
 def test_moe_rows_in_sample_mape_and_the_qwen3_30b_rows():
-    """No MoE row is an outlier any more: in-sample MAPE <= 12 % over all complete MoE rows; the Qwen3-30B-A3B fp8
-    rows (16 local experts of 768 x 2048) were 52-59 % too fast before the per-expert term."""
+    """No MoE row is an outlier: in-sample MAPE <= 8 % over all complete MoE rows (DeepSeek-V3 with MLA included);
+    the Qwen3-30B-A3B fp8 rows (16 local experts of 768 x 2048; 52-59 % too fast before the per-expert terms, and
+    29 % at micro-batch 2 with a per-expert fp8 cost) both within 12 % with the per-pair fp8 cost."""
     err = _errors("moe")
-    assert len(err) >= 12
-    assert statistics.mean(abs(e) for e in err.values()) <= 12.0
-    assert abs(err["mb2602_h100_qwen3_30b_fp8_16"]) <= 15.0
-    assert abs(err["mb2511_h100_qwen3_30b_fp8_16"]) <= 35.0  # mbs 2 on 25.11: the fixed per-expert cost amortises
+    assert len(err) >= 13 and "mb2509_h100_dsv3_dropless_1024" in err
+    assert statistics.mean(abs(e) for e in err.values()) <= 8.0
+    assert abs(err["mb2602_h100_qwen3_30b_fp8_16"]) <= 12.0
+    assert abs(err["mb2511_h100_qwen3_30b_fp8_16"]) <= 12.0
 
 
 def test_qwen3_30b_on_another_stack_never_fitted():
