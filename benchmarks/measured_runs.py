@@ -3,8 +3,9 @@
 Used by ``benchmarks/calibrate.py`` (fit), ``benchmarks/validate_estimator.py`` (table) and the tests.
 Every assumption a row needs is listed in ``Run.assumptions``; a row is *complete* when the model,
 the full parallel mapping, the micro-batch and a time-like metric are given (or follow from a stated
-convention), its GPU type is modelled and nothing in it is outside the model (MLA attention, sliding
-windows, GB200 NVL72 domains). Measured times are taken as the source reports them:
+convention), its GPU type is modelled and nothing in it is outside the model (sliding windows, GB200 NVL72
+domains; MLA is modelled when the row gives its ranks and head dims). A row's ``config_gaps`` (a setting the source
+leaves out that the run cannot have lacked) makes it incomplete. Measured times are taken as the source reports them:
 iteration time; else global batch x sequence / tokens per second; else the source's own FLOP formula
 / its TFLOP/s (SC'21: 96·B·s·l·h²·(1 + s/6h + V/16lh), hardware FLOPs).
 """
@@ -91,8 +92,9 @@ def _model(run: Run) -> ModelSpec | None:
         ffn = 4 * m["hidden"]
         run.assumptions.append("ffn=4h")
     notes = m.get("arch_notes") or ""
-    if "MLA" in m["name"] or "MLA" in notes:
-        run.excluded = "multi-head latent attention (MLA) is not modelled"
+    mla = _mla_fields(notes) if ("MLA" in m["name"] or "MLA" in notes) else {}
+    if mla is None:
+        run.excluded = "MLA dims (q_lora, kv_lora, qk_nope, qk_rope, v_head) not all given in the row"
         return None
     head_dim = re.search(r"kv_channels (\d+)", notes)
     if head_dim is None and "qwen3" in m["name"].lower():
@@ -106,7 +108,26 @@ def _model(run: Run) -> ModelSpec | None:
     if m.get("num_experts"):
         fields.update(num_experts=m["num_experts"], top_k=m["top_k"], moe_ffn_hidden=m["moe_ffn_hidden"],
                       num_shared_experts=m.get("shared_experts") or 0)
+        dense = re.search(r"first (\d+) layers dense", notes)
+        if dense:
+            fields.update(moe_layer_pattern="first_k_dense", first_k_dense=int(dense[1]))
+    if mla:
+        fields.update(mla, head_dim=None)
     return ModelSpec(**fields)
+
+
+def _mla_fields(notes: str) -> dict[str, int] | None:
+    """ModelSpec's MLA fields from a row's arch_notes ('MLA q_lora 1536, kv_lora 512, qk_nope 128, qk_rope 64,
+    v_head 128'); None when one of kv_lora, qk_nope, qk_rope, v_head is missing (q_lora may be absent: no
+    query compression, as in DeepSeek-V2-Lite)."""
+    got = {k: re.search(rf"{k} (\d+)", notes) for k in ("q_lora", "kv_lora", "qk_nope", "qk_rope", "v_head")}
+    if any(got[k] is None for k in ("kv_lora", "qk_nope", "qk_rope", "v_head")):
+        return None
+    out = {"kv_lora_rank": int(got["kv_lora"][1]), "qk_nope_head_dim": int(got["qk_nope"][1]),
+           "qk_rope_head_dim": int(got["qk_rope"][1]), "v_head_dim": int(got["v_head"][1])}
+    if got["q_lora"]:
+        out["q_lora_rank"] = int(got["q_lora"][1])
+    return out
 
 
 def _gpu_and_cluster(run: Run) -> ClusterSpec | None:
@@ -294,14 +315,18 @@ def to_run(row: dict[str, Any]) -> Run:
         run.impl = replace(run.impl, moe_dispatcher=dispatcher(row))
     if row.get("recompute") is None and not row["id"].startswith(NVIDIA_RECIPES):
         run.complete = False  # only NVIDIA's published recipes document "no recompute unless listed"
+    for gap in row.get("config_gaps") or ():  # a setting the source leaves out that the run cannot have lacked
+        run.complete = False
+        run.assumptions.append(f"config gap: {gap}")
     return run
 
 
-def fsdp_time_s(est: Estimator, plan: Plan, stage_time_s: float) -> float:
+def fsdp_time_s(est: Estimator, plan: Plan, stage_time_s: float, contention: bool = True) -> float:
     """FSDP (ZeRO-3) rows: every micro-batch all-gathers the 16-bit parameters for forward and backward and
     reduce-scatters the gradients (PyTorch FSDP / Megatron-FSDP; prefetching overlaps them with compute), so a
-    micro-batch takes max(compute, communication); plus the sharded optimizer step. Expert parameters are
-    already split over ep, so only their per-GPU share is gathered."""
+    micro-batch takes max(compute, communication), plus (``contention``) the overlapped span's slow-down,
+    κ·min(compute, communication) (eq. Z4b, ``comm.overlap_contention_s``); plus the sharded optimizer step. Expert
+    parameters are already split over ep, so only their per-GPU share is gathered."""
     s = plan.stages[0]
     hw = est.hardware(s.gpu_type)
     layer = est.layer_cost(s.gpu_type, s.tp, s.dp, s.ep, s.etp, "none", plan.samples_per_microbatch, cp=plan.cp)
@@ -314,7 +339,9 @@ def fsdp_time_s(est: Estimator, plan: Plan, stage_time_s: float) -> float:
     ag = comm.group_collective("all_gather", n, s.tp, hw.gpus_per_node, hw.nvlink, hw.nic_node)
     rs = comm.group_collective("reduce_scatter", n, s.tp, hw.gpus_per_node, hw.nvlink, hw.nic_node)
     per_mb = 2 * ag.time(2.0 * params) + rs.time(grad_bytes(plan.precision, est.training.grad_reduce_in_fp32) * params)
-    return plan.num_microbatches * max(stage_time_s, per_mb) + optimizer_step_s(params / n, hw.gpu, hw.params)
+    k = est.calibration.globals.overlap_slowdown if contention else 0.0
+    per_mb_s = max(stage_time_s, per_mb) + comm.overlap_contention_s(per_mb, stage_time_s, k)
+    return plan.num_microbatches * per_mb_s + optimizer_step_s(params / n, hw.gpu, hw.params)
 
 
 def estimator_for(run: Run, calibration: Calibration | None = None) -> Estimator:
@@ -324,8 +351,8 @@ def estimator_for(run: Run, calibration: Calibration | None = None) -> Estimator
 def predict_time_s(run: Run, est: Estimator) -> float:
     """Predicted iteration time of a complete-enough run with estimator ``est``."""
     pe = est.estimate(run.plan)
-    if run.fsdp and run.plan.pp == 1:
-        return fsdp_time_s(est, run.plan, pe.stages[0].time_s)
+    if run.fsdp and run.plan.pp == 1:  # Megatron-FSDP (the one megatron-core FSDP row): no contention term
+        return fsdp_time_s(est, run.plan, pe.stages[0].time_s, contention=stack(run.row) != "megatron-core")
     return pe.iteration_time_s
 
 

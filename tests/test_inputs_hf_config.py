@@ -112,7 +112,7 @@ def test_model_type_without_architectures(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("cfg,needle", [
-    ({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168}, "'DeepseekV3ForCausalLM' is not supported"),
+    ({"architectures": ["FalconForCausalLM"], "hidden_size": 7168}, "'FalconForCausalLM' is not supported"),
     ({"model_type": "bert", "hidden_size": 768}, "model_type 'bert' is not supported"),
     ({"architectures": "LlamaForCausalLM"}, "field 'architectures'"),
     ({**LLAMA3_8B, "hidden_size": "4096"}, "field 'hidden_size' = '4096'"),

@@ -120,6 +120,35 @@ def _qwen3_moe(c: _Cfg) -> dict[str, Any]:
     return _qwen_moe(c, shared=False)
 
 
+def _deepseek(c: _Cfg) -> dict[str, Any]:
+    """DeepSeek-V2 / V3 (``DeepseekV2ForCausalLM`` / ``DeepseekV3ForCausalLM``): multi-head latent attention
+    (q_lora_rank null = no query compression, as in V2-Lite), n_routed_experts of moe_intermediate_size, top
+    num_experts_per_tok, n_shared_experts of the same size, the first first_k_dense_replace layers dense with
+    intermediate_size, moe_layer_freq 1. The MTP module of V3 (num_nextn_predict_layers) is not part of the model
+    here (the 671B of the report exclude it)."""
+    heads = c.int("num_attention_heads")
+    kv = c.data.get("num_key_value_heads")
+    if kv is not None and c.int("num_key_value_heads") != heads:
+        raise c.error("num_key_value_heads", kv, f"equal to num_attention_heads ({heads}) under MLA")
+    if c.int("moe_layer_freq", 1) != 1:
+        raise c.error("moe_layer_freq", c.data.get("moe_layer_freq"), "1 (other layouts are not modelled)")
+    layers, dense = c.int("num_hidden_layers"), c.int("first_k_dense_replace", 0, minimum=0)
+    out = {"num_layers": layers, "hidden": c.int("hidden_size"), "num_heads": heads,
+           "ffn_hidden": c.int("intermediate_size"), "vocab_size": c.int("vocab_size"),
+           "seq_len": c.seq_len("max_position_embeddings", 4096), "activation": "swiglu",
+           "tied_embeddings": c.bool("tie_word_embeddings", False), "qkv_bias": c.bool("attention_bias", False),
+           "q_lora_rank": None if c.data.get("q_lora_rank") is None else c.int("q_lora_rank"),
+           "kv_lora_rank": c.int("kv_lora_rank"), "qk_nope_head_dim": c.int("qk_nope_head_dim"),
+           "qk_rope_head_dim": c.int("qk_rope_head_dim"), "v_head_dim": c.int("v_head_dim")}
+    if c.data.get("n_routed_experts"):
+        experts = c.int("n_routed_experts")
+        out.update(num_experts=experts, top_k=c.int("num_experts_per_tok"), moe_ffn_hidden=c.int("moe_intermediate_size"),
+                   num_shared_experts=c.int("n_shared_experts", 0, minimum=0))
+        if dense:
+            out.update(moe_layer_pattern="first_k_dense", first_k_dense=dense)
+    return out
+
+
 def _gpt2(c: _Cfg) -> dict[str, Any]:
     hidden = c.int("n_embd", 768)
     return {"num_layers": c.int("n_layer", 12), "hidden": hidden, "num_heads": c.int("n_head", 12),
@@ -162,13 +191,15 @@ ARCHITECTURES: dict[str, Callable[[_Cfg], dict[str, Any]]] = {
     "LlamaForCausalLM": _llama, "MistralForCausalLM": _llama, "MixtralForCausalLM": _mixtral,
     "Qwen2ForCausalLM": _qwen2, "Qwen2MoeForCausalLM": _qwen2_moe, "Qwen3ForCausalLM": _llama,
     "Qwen3MoeForCausalLM": _qwen3_moe, "GPT2LMHeadModel": _gpt2, "GPTNeoXForCausalLM": _gpt_neox,
-    "OPTForCausalLM": _opt, "GPTNeoForCausalLM": _gpt_neo,
+    "OPTForCausalLM": _opt, "GPTNeoForCausalLM": _gpt_neo, "DeepseekV2ForCausalLM": _deepseek,
+    "DeepseekV3ForCausalLM": _deepseek,
 }
 MODEL_TYPES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
     "qwen2": "Qwen2ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3": "Qwen3ForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM", "gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM",
-    "opt": "OPTForCausalLM", "gpt_neo": "GPTNeoForCausalLM",
+    "opt": "OPTForCausalLM", "gpt_neo": "GPTNeoForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
 }
 
 

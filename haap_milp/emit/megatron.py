@@ -90,8 +90,15 @@ def model_args(plan: Plan, model: ModelSpec) -> list[str]:
     """The complete model definition as Megatron-LM arguments (``megatron/training/arguments.py``
     ``_add_network_size_args``; they become ``TransformerConfig`` fields of the same name)."""
     a = ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden),
-         "--ffn-hidden-size", str(model.ffn_hidden), "--num-attention-heads", str(model.num_heads),
-         "--kv-channels", str(model.dim_head)]
+         "--ffn-hidden-size", str(model.ffn_hidden), "--num-attention-heads", str(model.num_heads)]
+    if model.is_mla:  # Megatron-Core MLASelfAttention (arguments.py: --multi-latent-attention and its dims)
+        a += ["--multi-latent-attention", "--kv-lora-rank", str(model.kv_lora_rank),
+              "--qk-head-dim", str(model.qk_nope_head_dim), "--qk-pos-emb-head-dim", str(model.qk_rope_head_dim),
+              "--v-head-dim", str(model.v_head_dim)]
+        if model.q_lora_rank:
+            a += ["--q-lora-rank", str(model.q_lora_rank)]
+    else:
+        a += ["--kv-channels", str(model.dim_head)]
     if model.kv_heads != model.num_heads:
         a += ["--group-query-attention", "--num-query-groups", str(model.kv_heads)]
     a += ["--seq-length", str(plan.seq_len), "--max-position-embeddings", str(max(plan.seq_len, model.seq_len))]

@@ -102,6 +102,9 @@ def match_flavor(model: ModelSpec) -> tuple[Flavor | None, str]:
 
 def architecture_refusal(model: ModelSpec) -> str | None:
     """Why no torchtitan 0.3.0 family builds ``model`` (None: one does)."""
+    if model.is_mla:
+        return ("multi-head latent attention: haap emits torchtitan's llama3 and qwen3 families, whose attention is "
+                "GQA; torchtitan's deepseek_v3 family is not emitted")
     if model.activation != "swiglu":
         return f"activation {model.activation}: torchtitan's decoder MLP is SwiGLU only (models/common/feed_forward.py:54)"
     if model.norm != "rmsnorm":

@@ -55,6 +55,17 @@ PRIOR_SOURCES = {
     "quantizes) expert by expert, so each local expert adds host dispatch and small kernels (Megatron-Bridge 'MoE "
     "Training Optimization': compute-efficiency wall = small expert GEMMs + host overhead; fp8 shifts cost to "
     "quantization kernels and host overhead): fitted on the Hopper MoE rows; 0 where no MoE rows exist",
+    "fp8_pair_s": "fp8 only: seconds per routed token-expert pair and per quantized expert-GEMM input (forward: the "
+    "permuted input; backward: the output gradient), independent of the row width. Fitted on the Hopper fp8 MoE rows "
+    "(Qwen3-30B-A3B x 2, Qwen3-235B-A22B x 3, DeepSeek-V3 x 1); the kernel-level mechanism is not identified. The "
+    "form is what those rows support: the two Qwen3-30B rows take the same time per token at 2,048 and 4,096 tokens "
+    "per expert (a per-expert fixed cost would halve per token), and Qwen3-30B (32,768 pairs of width 2,048 per GPU) "
+    "is slower per token than Qwen3-235B (16,384 pairs of width 4,096): equal bytes, twice the pairs. 0 where no "
+    "fp8 MoE rows exist",
+    "overlap_slowdown": "eq. Z4b: compute slowed per second of an overlapped FSDP / ZeRO-2/3 collective (NCCL "
+    "kernels take SMs and HBM bandwidth from the GEMMs they overlap): per micro-batch max(c, m) + k·min(c, m). "
+    "Fitted (global) on the PyTorch-FSDP-family rows (torchtitan, llm-foundry, MaxText); Megatron-FSDP's one row is "
+    "priced without it (measured_runs.fsdp_time_s)",
     "frag_fraction": "caching-allocator fragmentation as a share of the largest single allocation "
     "(memory.fragmentation_bytes): least squares on the torchtitan peak-memory rows whose recomputation maps "
     "onto haap's (benchmarks/calibrate.py); 0 without a fit",
@@ -81,6 +92,7 @@ class GpuParams:
     grouped_gemm_eff: float = 1.0  # grouped expert GEMMs (+ routing imbalance) relative to dense GEMMs
     grouped_m_half: float = 0.0  # tokens per expert at which the grouped GEMMs' shape factor m/(m + m_half) is 1/2
     expert_latency_s: float = 0.0  # fixed cost per local expert and per-expert launch (compute.expert_launches)
+    fp8_pair_s: float = 0.0  # fp8: seconds per routed token-expert pair and quantized expert-GEMM input (compute.expert_launches)
     source: str = "prior"  # fitted | prior | derived from <gpu> (<rule>)
 
     def gemm_eff(self, precision: str) -> float:
@@ -97,6 +109,7 @@ class GlobalParams:
     intra_latency_s: float = 1e-6  # per ring step on NVLink
     overhead_gib: float = 3.0  # framework + allocator reserve per GPU
     frag_fraction: float = 0.0  # allocator fragmentation as a share of the largest allocation (memory.py)
+    overlap_slowdown: float = 0.0  # compute slowed per second of collective it overlaps (SM/HBM contention)
 
 
 @dataclass(frozen=True)
@@ -162,7 +175,7 @@ def _from_dict(data: dict[str, Any]) -> Calibration:
     return Calibration(gpus=gpus, globals=glob, meta=meta, balance=balance)
 
 
-_RANGES = {"grouped_m_half": (0.0, 1e6), "expert_latency_s": (0.0, 1.0), "kernel_latency_s": (0.0, 1.0), "moe_latency_s": (0.0, 1.0), "intra_latency_s": (0.0, 1.0),
+_RANGES = {"grouped_m_half": (0.0, 1e6), "expert_latency_s": (0.0, 1.0), "fp8_pair_s": (0.0, 1.0), "kernel_latency_s": (0.0, 1.0), "moe_latency_s": (0.0, 1.0), "intra_latency_s": (0.0, 1.0),
            "overhead_gib": (0.0, 1024.0), "frag_fraction": (0.0, 4.0), "machine_balance": (0.0, 1e6)}  # else an efficiency/fraction: [0, 1]
 
 

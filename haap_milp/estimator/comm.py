@@ -102,6 +102,14 @@ def ring_attention_exposed(cp: int, step_s: float, compute_s: float) -> float:
     return (cp - 1) * max(0.0, step_s - compute_s / cp)
 
 
+def overlap_contention_s(comm_s: float, compute_s: float, kappa: float) -> float:
+    """Eq. Z4b: extra seconds when a collective of ``comm_s`` overlaps ``compute_s`` of compute: NCCL's kernels
+    occupy SMs and HBM bandwidth the GEMMs would use, so the overlapped span runs ``kappa`` (fitted,
+    ``GlobalParams.overlap_slowdown``) slower: kappa·min(comm, compute). The rest of the overlap rule (what is
+    hidden, what shows) is the caller's."""
+    return kappa * min(comm_s, compute_s)
+
+
 def ring_measured(kind: str, n: int, link_at: Callable[[float], Link], lo_bytes: float, hi_bytes: float) -> Cost:
     """Flat ring of n ranks whose link depends on the message size (a measured curve): each of the f·(n-1)
     steps sends one chunk of M/n bytes, so T(M) = f·(n-1)·(M/n / bw(M/n) + latency) (Thakur et al. 2005; Sailor's

@@ -88,17 +88,20 @@ def grouped_gemm_fwd_bwd_s(g: Gemm, gpu: GPUSpec, p: GpuParams, precision: str) 
     f, b = gemm_fwd_bwd_s(one, gpu, p, precision)  # each includes its kernels' fixed cost (1 fwd, 2 bwd)
     eff = p.grouped_gemm_eff * g.m / (g.m + p.grouped_m_half) if g.m > 0 else p.grouped_gemm_eff
     lat = p.kernel_latency_s
-    n_f, n_b = expert_launches(precision)
-    return (g.count * ((f - lat) / eff + lat + n_f * p.expert_latency_s),
-            g.count * ((b - 2 * lat) / eff + 2 * lat + n_b * p.expert_latency_s))
+    (g_f, g_b), (q_f, q_b) = expert_launches(precision)
+    fixed_f = g_f * p.expert_latency_s + q_f * g.m * p.fp8_pair_s
+    fixed_b = g_b * p.expert_latency_s + q_b * g.m * p.fp8_pair_s
+    return (g.count * ((f - lat) / eff + lat + fixed_f), g.count * ((b - 2 * lat) / eff + 2 * lat + fixed_b))
 
 
-def expert_launches(precision: str) -> tuple[int, int]:
-    """Per-expert launch groups of one expert linear layer (forward, backward), each charged
-    ``GpuParams.expert_latency_s``: the GEMM (forward) and the dgrad + wgrad GEMMs (backward); fp8 adds the
-    per-expert quantization of the GEMM input (forward) and of the output gradient (backward) - Transformer
-    Engine's GroupedLinear quantizes each expert's split with its own scale (current / delayed scaling)."""
-    return (2, 4) if precision == "fp8" else (1, 2)
+def expert_launches(precision: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Per-expert costs of one expert linear layer: ((GEMM launches fwd, bwd), (fp8-quantized inputs fwd, bwd)).
+    GEMMs: 1 forward, 2 backward (dgrad, wgrad), each charged ``GpuParams.expert_latency_s`` per local expert.
+    fp8: the permuted input (forward) and the output gradient (backward) are quantized (Transformer Engine's
+    GroupedLinear, with the transposed copy the wgrad GEMM needs on Hopper), each charged ``GpuParams.fp8_pair_s``
+    per routed token-expert pair - a per-row cost, fitted on the fp8 MoE rows (calibration.PRIOR_SOURCES says why
+    per pair and not per expert or per byte)."""
+    return (1, 2), ((1, 1) if precision == "fp8" else (0, 0))
 
 
 def attention_fwd_bwd_s(flops_fwd: float, gpu: GPUSpec, p: GpuParams, precision: str) -> tuple[float, float]:

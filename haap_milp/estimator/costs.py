@@ -181,8 +181,11 @@ def _assemble(passes: layers.Passes, recompute: str, sync: Sync, act: float, fl:
     if sync.mb_fwd_s or sync.mb_bwd_s:  # eq. Z4: ZeRO-2/3 collectives against the pass they hide behind
         rt = runtime.resolve(training)
         fwd = passes.fwd_s
-        mb = zero.exposed_s(sync.mb_fwd_s, sync.mb_bwd_s, fwd, passes.compute_s(recompute) - fwd,
-                            rt.param_overlap, rt.grad_overlap)
+        bwd = passes.compute_s(recompute) - fwd
+        mb = zero.exposed_s(sync.mb_fwd_s, sync.mb_bwd_s, fwd, bwd, rt.param_overlap, rt.grad_overlap)
+        k = cal.globals.overlap_slowdown  # eq. Z4b: the overlapped collectives slow the compute they hide behind
+        mb += (comm.overlap_contention_s(sync.mb_fwd_s, fwd, k) if rt.param_overlap else 0.0) + \
+            (comm.overlap_contention_s(sync.mb_bwd_s, bwd, k) if rt.grad_overlap else 0.0)
     return StageCost(
         time_s=comp + tp_s + ep_s + cp_s + mb, compute_s=comp, tp_comm_s=tp_s, ep_comm_s=ep_s,
         cp_comm_s=cp_s, static_bytes=held.total, act_bytes=act, sync_s=sync.exposed_s + sync.opt_s,

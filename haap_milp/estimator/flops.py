@@ -30,9 +30,28 @@ class Gemm:
 
 
 def attention_gemms(model: ModelSpec, tokens: float, tp: int) -> list[Gemm]:
-    """QKV and output projections of one rank (Megatron column/row-parallel split over tp)."""
+    """QKV and output projections of one rank (Megatron column/row-parallel split over tp); MLA: ``mla_gemms``."""
+    if model.is_mla:
+        return mla_gemms(model, tokens, tp)
     q, kv = model.num_heads * model.dim_head, model.kv_heads * model.dim_head
     return [Gemm(tokens, (q + 2 * kv) / tp, model.hidden), Gemm(tokens, model.hidden, q / tp)]
+
+
+def mla_gemms(model: ModelSpec, tokens: float, tp: int) -> list[Gemm]:
+    """Multi-head latent attention (DeepSeek-V2 sec. 2.1; Megatron-Core ``MLASelfAttention``) on one rank: the
+    down-projections h -> q_lora and h -> kv_lora + rope run whole on every tp rank (not split), the
+    up-projections q_lora -> heads x (nope + rope) and kv_lora -> heads x (nope + v) and the output projection
+    heads x v -> h are split over tp. Without q_lora the query is one h -> heads x (nope + rope) projection."""
+    n, qk, v, h = model.num_heads, model.dim_head, model.v_head_dim, model.hidden
+    out = []
+    if model.q_lora_rank:
+        out += [Gemm(tokens, model.q_lora_rank, h), Gemm(tokens, n * qk / tp, model.q_lora_rank)]
+    else:
+        out.append(Gemm(tokens, n * qk / tp, h))
+    out += [Gemm(tokens, model.kv_lora_rank + model.qk_rope_head_dim, h),
+            Gemm(tokens, n * (model.qk_nope_head_dim + v) / tp, model.kv_lora_rank),
+            Gemm(tokens, h, n * v / tp)]
+    return out
 
 
 def mlp_gemms(model: ModelSpec, tokens: float, ffn: int, tp: int, count: float = 1.0) -> list[Gemm]:
@@ -59,8 +78,9 @@ def op_sac_recomputed_matmuls(model: ModelSpec, tokens: float, tp: int, moe: boo
 
 
 def attention_core_fwd_flops(model: ModelSpec, tokens: float, seq: float, causal: bool = True) -> float:
-    """QK^T and AV of ``tokens`` queries against ``seq`` keys: 2 x 2·tokens·seq·q_dim (SC'21 eq. 1)."""
-    full = 4.0 * tokens * seq * model.num_heads * model.dim_head
+    """QK^T and AV of ``tokens`` queries against ``seq`` keys: 2·tokens·seq·(q_dim + attention-out dim), i.e.
+    2 x 2·tokens·seq·q_dim (SC'21 eq. 1) when the value and query head dims agree (MLA: 192 vs 128)."""
+    full = 2.0 * tokens * seq * (model.q_width + model.attn_out_width)
     return full * (0.5 if causal else 1.0)
 
 

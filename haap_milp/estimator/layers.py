@@ -17,6 +17,7 @@ from haap_milp.estimator.flops import (
     Gemm,
     attention_core_fwd_flops,
     attention_gemms,
+    mla_gemms,
     mlp_gemms,
     op_sac_recomputed_matmuls,
 )
@@ -77,7 +78,6 @@ def _attention_block(model: ModelSpec, hw: Hardware, precision: str, tokens: flo
                      cp: int, impl: Implementation) -> tuple[float, float, float, float, float, float]:
     """(fwd, bwd, attn_fwd, tp_fwd, cp_fwd, cp_bwd) of attention + its norm and residual."""
     h, A = model.hidden, compute.act_bytes(precision)
-    q, kv = model.num_heads * model.dim_head, model.kv_heads * model.dim_head
     gemms = attention_gemms(model, tokens, tp)
     g_f, g_b = _gemms_time(gemms, hw, precision)
     if impl.flash_attention:
@@ -88,12 +88,25 @@ def _attention_block(model: ModelSpec, hw: Hardware, precision: str, tokens: flo
                                                        hw.params, precision, impl.dropout)
     rep = tokens / tp if sp else tokens
     # norm (read h, write h) + residual add (read 2h, write h) on the replicated tokens; RoPE on Q and K
-    traffic = A * rep * 5 * h + A * tokens * 2 * (q + kv) / tp + _cast_bytes(gemms, precision)
-    e_f = compute.memory_bound_s(traffic, 3, hw.gpu, hw.params)
-    e_b = compute.memory_bound_s(2 * traffic, 6, hw.gpu, hw.params)
+    traffic = A * rep * 5 * h + A * tokens * _rope_and_latent_width(model, tp) + _cast_bytes(gemms, precision)
+    kernels = 3 + (3 if model.is_mla else 0)  # MLA: the two latent norms and the K = [k_nope, k_rope] concat
+    e_f = compute.memory_bound_s(traffic, kernels, hw.gpu, hw.params)
+    e_b = compute.memory_bound_s(2 * traffic, 2 * kernels, hw.gpu, hw.params)
     tp_f = _tp_collective(hw, tp, tokens * h * A)
-    cp_f, cp_b = _cp_exchange(hw, tokens, kv, tp, cp, a_f, a_b, A)
+    cp_f, cp_b = _cp_exchange(hw, tokens, (model.k_width + model.v_width) / 2, tp, cp, a_f, a_b, A)
     return g_f + a_f + e_f, g_b + a_b + e_b, a_f, tp_f, cp_f, cp_b
+
+
+def _rope_and_latent_width(model: ModelSpec, tp: int) -> float:
+    """Elements read + written per token by RoPE and (MLA) the latent-path elementwise work, on one rank.
+    Without MLA: RoPE on Q and K (read + write each). MLA (DeepSeek-V2 sec. 2.1; Megatron-Core MLASelfAttention):
+    RoPE on the queries' rope part and the one shared rope key, the RMSNorms of the q and kv latents (whole on
+    every rank), and assembling K = [k_nope, k_rope broadcast over the heads] (write the rank's K once)."""
+    if not model.is_mla:
+        return 2 * (model.q_width + model.k_width) / tp
+    n, r = model.num_heads, model.qk_rope_head_dim
+    latents = (model.q_lora_rank or 0) + model.kv_lora_rank
+    return 2 * (n * r / tp + r) + 2 * latents + (model.k_width / tp + n * model.qk_nope_head_dim / tp)
 
 
 def _tp_collective(hw: Hardware, tp: int, message_bytes: float) -> float:
@@ -103,7 +116,7 @@ def _tp_collective(hw: Hardware, tp: int, message_bytes: float) -> float:
     return comm.ring("all_reduce", tp, link).time(message_bytes)
 
 
-def _cp_exchange(hw: Hardware, tokens: float, kv: int, tp: int, cp: int, a_f: float, a_b: float,
+def _cp_exchange(hw: Hardware, tokens: float, kv: float, tp: int, cp: int, a_f: float, a_b: float,
                  A: float = A) -> tuple[float, float]:
     """Ring attention (Megatron CP, eq. CP2): cp-1 steps passing this rank's K and V block (bwd: K, V and dK,
     dV, twice the bytes), each overlapped with the attention compute of one block (comm.ring_attention_exposed).
@@ -111,7 +124,7 @@ def _cp_exchange(hw: Hardware, tokens: float, kv: int, tp: int, cp: int, a_f: fl
     node and crosses the NIC (each GPU's share of it) otherwise. ``tokens`` = this rank's b*seq/cp."""
     if cp <= 1:
         return 0.0, 0.0
-    step_bytes = 2 * tokens * kv / tp * A
+    step_bytes = 2 * tokens * kv / tp * A  # kv = the mean of the K and V widths (MLA: up-projected, per head)
     link = hw.intra(step_bytes, cp, "p2p") if tp * cp <= hw.gpus_per_node else hw.nic_gpu_at(step_bytes)
     step = comm.p2p(link).time(step_bytes)
     return comm.ring_attention_exposed(cp, step, a_f), comm.ring_attention_exposed(cp, 2 * step, a_b)
@@ -223,7 +236,8 @@ def _selective_fwd_s(model: ModelSpec, moe: bool, hw: Hardware, precision: str, 
     ``impl.recompute_modules`` (memory.layer_activation_bytes drops the matching activations): core_attn the
     core attention; layernorm the two norms (read h, write h each); mlp a dense layer's MLP; moe the whole
     MoE block (router, permutation, experts, shared experts) and its dispatch + combine; moe_act the
-    experts' activation (read up·f, write f per token-expert pair); shared_experts the shared MLP."""
+    experts' activation (read up·f, write f per token-expert pair); shared_experts the shared MLP;
+    mla_up_proj MLA's query and key/value up-projections."""
     A, h = compute.act_bytes(precision), model.hidden
     rep = tokens / tp if sp else tokens
     t = 0.0
@@ -231,6 +245,9 @@ def _selective_fwd_s(model: ModelSpec, moe: bool, hw: Hardware, precision: str, 
         t += attn_fwd
     if impl.recomputes("layernorm"):
         t += compute.memory_bound_s(A * rep * 2 * h * 2, 2, hw.gpu, hw.params)
+    if model.is_mla and impl.recomputes("mla_up_proj"):  # the q and kv up-projections (their latents are kept)
+        ups = [g for g in mla_gemms(model, tokens, tp) if g.k in (model.q_lora_rank, model.kv_lora_rank)]
+        t += _gemms_time(ups, hw, precision)[0]
     if not moe:
         return t + (mlp_fwd if impl.recomputes("mlp") else 0.0), 0.0
     if impl.recomputes("moe"):

@@ -72,14 +72,23 @@ def _attention_parts(model: ModelSpec, tokens: float, seq: float, impl: Implemen
     """(replicated, sharded, score-path) bytes of the attention block + its norm, for ``tokens`` tokens;
     ``g``: bytes per element of a saved GEMM input (``gemm_input_bytes``)."""
     h = model.hidden
-    q, kv = model.num_heads * model.dim_head, model.kv_heads * model.dim_head
     replicated = tokens * (a * h + g * h + (h if impl.dropout else 0))  # norm in, norm out (= QKV in), mask
-    sharded = tokens * a * (q + 2 * kv) + tokens * g * q  # Q, K, V for QK^T / AV; attention out (proj in)
+    # Q, K, V for QK^T / AV (MLA: the up-projected ones); attention out (proj in)
+    sharded = tokens * a * (model.q_width + model.k_width + model.v_width) + tokens * g * model.attn_out_width
     if impl.flash_attention:
         scores = tokens * model.num_heads * 4.0  # fp32 log-sum-exp per head
     else:  # softmax out (2) + dropout mask (1) + dropout out (2) per score (Korthikanti: 5·a·s²·b)
         scores = tokens * model.num_heads * seq * (2 * a + 1 if impl.dropout else a)
     return replicated, sharded, scores
+
+
+def mla_latent_bytes(model: ModelSpec, tokens: float, a: float = A, g: float = A) -> float:
+    """MLA's compressed activations of ``tokens`` tokens, kept whole on every tp rank: the query latent (its norm's
+    input, and its output = the query up-projection's input) and the key/value latent + shared RoPE key (likewise).
+    0 without MLA."""
+    if not model.is_mla:
+        return 0.0
+    return tokens * (a + g) * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim)
 
 
 def _mlp_parts(model: ModelSpec, tokens: float, ffn: float, impl: Implementation, a: float = A,
@@ -127,7 +136,7 @@ def layer_activation_bytes(
     input, which its caller keeps anyway): core_attn the s² score path (flash attention stores none);
     layernorm the two norm outputs (QKV input, MLP/router input); mlp a dense MLP's inner activations;
     moe the whole routed-expert part and the shared experts; moe_act the experts' activation output;
-    shared_experts the shared experts' inner activations; mla_up_proj nothing (MLA is not modelled)."""
+    shared_experts the shared experts' inner activations; mla_up_proj MLA's up-projected Q, K, V."""
     tokens = micro_batch * seq / cp
     g = a if g is None else g
     rep_div = tp if (sp and tp > 1) else 1
@@ -140,6 +149,9 @@ def layer_activation_bytes(
     norm_out = tokens * g * model.hidden if drop_norm else 0.0  # a norm output that feeds a GEMM
     rep_a, sh_a, scores = _attention_parts(model, tokens, seq, impl, a, g)
     rep_a -= norm_out
+    full = mla_latent_bytes(model, tokens, a, g)  # whole on every tp rank (MLA's down-projections are not split)
+    if model.is_mla and sel and impl.recomputes("mla_up_proj"):  # the up-projections' outputs Q, K, V recomputed
+        sh_a -= tokens * a * (model.q_width + model.k_width + model.v_width)
     if sel and impl.recomputes("core_attn") and not impl.flash_attention:
         scores = 0.0
     # DTensor TP keeps the gathered GEMM input (the norm output) whole: move it from the sequence-sharded part
@@ -148,7 +160,7 @@ def layer_activation_bytes(
         rep_m, sh_m = _mlp_parts(model, tokens, model.ffn_hidden, impl, a, g)
         if sel and impl.recomputes("mlp"):
             sh_m = 0.0
-        return (rep_a + rep_m - norm_out - 2 * gathered) / rep_div + 2 * gathered + (sh_a + sh_m + scores) / tp
+        return (rep_a + rep_m - norm_out - 2 * gathered) / rep_div + 2 * gathered + (sh_a + sh_m + scores) / tp + full
     # norm in + router/dispatcher input (norm out, 16-bit: the router and the dispatch are not fp8)
     rep_m = tokens * a * model.hidden * (1 if drop_norm else 2)
     shared = 0.0
@@ -160,7 +172,7 @@ def layer_activation_bytes(
         experts = 0.0
     elif sel and impl.recomputes("moe_act"):
         experts -= act_out
-    return (rep_a - gathered) / rep_div + gathered + rep_m / rep_div + (sh_a + scores) / tp + shared + experts
+    return (rep_a - gathered) / rep_div + gathered + rep_m / rep_div + (sh_a + scores) / tp + full + shared + experts
 
 
 def op_sac_layer_bytes(model: ModelSpec, moe: bool, tokens: float, tp: int, sp: bool, etp: int = 1,
@@ -263,12 +275,13 @@ def fragmentation_bytes(largest_bytes: float, fraction: float) -> float:
 
 
 def dense_layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
-    return (model.attention_params + model.dense_mlp_params) / tp + 2 * model.hidden
+    return model.attention_params_per_rank(tp) + model.dense_mlp_params / tp + 2 * model.hidden
 
 
 def moe_layer_params_per_gpu(model: ModelSpec, tp: int, ep: int, etp: int) -> tuple[float, float]:
     """(non-expert, expert) parameters on one GPU: attention, router and shared experts split over tp
     (router replicated), routed experts over ep x etp."""
-    non_expert = (model.attention_params + model.shared_expert_params) / tp + model.router_params + 2 * model.hidden
+    non_expert = (model.attention_params_per_rank(tp) + model.shared_expert_params / tp + model.router_params
+                  + 2 * model.hidden)
     expert = model.num_experts * model.expert_params / (ep * etp)
     return non_expert, expert

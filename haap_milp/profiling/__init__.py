@@ -123,6 +123,10 @@ def device_info(torch: Any, device: str, gpu_type: str, count: int) -> DeviceInf
 
 def check_request(torch: Any, model: ModelSpec, device: str, tps: tuple[int, ...], allow_cpu_tp: bool = False) -> int:
     """Refuse what cannot be measured here; returns the number of devices used."""
+    if model.is_mla:
+        raise HaapInputError(f"model {model.name!r} uses multi-head latent attention; `haap-solve profile` measures "
+                             "standard (GQA) attention layers only, so its numbers would be another model's. Use the "
+                             "analytic estimator for it.", field="model", value=model.name)
     if model.is_moe:
         raise HaapInputError(f"model {model.name!r} is a Mixture of Experts; `haap-solve profile` measures dense "
                              "decoder layers only.", field="model", value=model.name)

@@ -58,6 +58,18 @@ class ModelSpec(Frozen):
     )
     qk_norm: bool = Field(default=False, description="RMS/LayerNorm on per-head queries and keys (Qwen3).")
     moe_aux_loss_coeff: float = Field(default=0.0, description="Router load-balancing loss coefficient.", ge=0)
+    # --- Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank None means ordinary MHA/GQA attention)
+    q_lora_rank: int | None = Field(
+        default=None, description="MLA: rank of the query down-projection; None means no query compression.",
+        ge=1, le=1_000_000)
+    kv_lora_rank: int | None = Field(
+        default=None, description="MLA: rank of the compressed key/value latent; None means no MLA.", ge=1,
+        le=1_000_000)
+    qk_nope_head_dim: int | None = Field(default=None, description="MLA: per-head query/key dim without RoPE.",
+                                         ge=1, le=100_000)
+    qk_rope_head_dim: int | None = Field(default=None, description="MLA: per-head query/key RoPE dim (the RoPE key "
+                                         "is one per token, shared by the heads).", ge=1, le=100_000)
+    v_head_dim: int | None = Field(default=None, description="MLA: per-head value dim.", ge=1, le=100_000)
     # --- Mixture of Experts (num_experts == 0 means dense)
     num_experts: int = Field(default=0, description="Routed experts per MoE layer; 0 for a dense model.", ge=0, le=100_000)
     top_k: int = Field(default=0, description="Routed experts activated per token.", ge=0, le=1024)
@@ -90,6 +102,16 @@ class ModelSpec(Frozen):
                 raise ValueError(f"first_k_dense={self.first_k_dense} leaves no MoE layer of {self.num_layers}")
         elif self.top_k or self.num_shared_experts:
             raise ValueError("top_k / num_shared_experts given for a dense model (num_experts=0)")
+        mla = (self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        if self.kv_lora_rank is not None and None in mla:
+            raise ValueError("kv_lora_rank (multi-head latent attention) needs qk_nope_head_dim, qk_rope_head_dim "
+                             "and v_head_dim")
+        if self.kv_lora_rank is None and (self.q_lora_rank is not None or any(x is not None for x in mla)):
+            raise ValueError("q_lora_rank / qk_nope_head_dim / qk_rope_head_dim / v_head_dim describe multi-head "
+                             "latent attention and need kv_lora_rank")
+        if self.kv_lora_rank is not None and self.num_kv_heads not in (None, self.num_heads):
+            raise ValueError("multi-head latent attention has one key/value head per query head; leave "
+                             "num_kv_heads unset")
         return self
 
     # ---- derived shapes
@@ -114,7 +136,35 @@ class ModelSpec(Frozen):
 
     @property
     def dim_head(self) -> int:
+        """Per-head dim (MLA: the query/key dim, nope + rope)."""
+        if self.is_mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.head_dim or self.hidden // self.num_heads
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2 sec. 2.1): keys and values up-projected from a latent."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def q_width(self) -> int:
+        """Query width per token (all heads): heads x (MLA: nope + rope) dim."""
+        return self.num_heads * self.dim_head
+
+    @property
+    def k_width(self) -> int:
+        """Key width per token the core attention reads (MLA: the up-projected keys, one per head)."""
+        return self.num_heads * self.dim_head if self.is_mla else self.kv_heads * self.dim_head
+
+    @property
+    def v_width(self) -> int:
+        """Value width per token (all value heads) = the core attention's output width per query head set."""
+        return self.num_heads * self.v_head_dim if self.is_mla else self.kv_heads * self.dim_head
+
+    @property
+    def attn_out_width(self) -> int:
+        """Width of the core attention's output = the output projection's input (heads x value dim)."""
+        return self.num_heads * (self.v_head_dim if self.is_mla else self.dim_head)
 
     @property
     def is_moe(self) -> bool:
@@ -150,9 +200,36 @@ class ModelSpec(Frozen):
     # ---- parameter counts (weights only; biases of norms counted, as HF does)
     @property
     def attention_params(self) -> int:
+        if self.is_mla:
+            return self.mla_replicated_params + self.mla_split_params
         h, q, kv = self.hidden, self.num_heads * self.dim_head, self.kv_heads * self.dim_head
         bias = (q + 2 * kv) if self.qkv_bias else 0
         return h * q + 2 * h * kv + q * h + bias
+
+    def attention_params_per_rank(self, tp: int) -> float:
+        """Attention weights on one of tp ranks: the split matrices / tp, plus (MLA) the replicated
+        down-projections whole."""
+        return (self.attention_params - self.mla_replicated_params) / tp + self.mla_replicated_params
+
+    @property
+    def mla_replicated_params(self) -> int:
+        """MLA's down-projections and latent norms, which Megatron-Core keeps whole on every tp rank (its
+        ``linear_q_down_proj`` / ``linear_kv_down_proj`` are not split): h x q_lora (+ q_lora norm) and
+        h x (kv_lora + rope) (+ kv_lora norm). 0 without MLA."""
+        if not self.is_mla:
+            return 0
+        h, r = self.hidden, self.qk_rope_head_dim
+        q_down = (h * self.q_lora_rank + self.q_lora_rank) if self.q_lora_rank else 0
+        return q_down + h * (self.kv_lora_rank + r) + self.kv_lora_rank
+
+    @property
+    def mla_split_params(self) -> int:
+        """MLA's tp-split matrices: the query up-projection (or the full query projection without q_lora),
+        the key/value up-projection kv_lora x heads (nope + v), and the output projection heads x v x h."""
+        n, qk = self.num_heads, self.dim_head
+        q_in = self.q_lora_rank or self.hidden
+        return q_in * n * qk + self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim) + \
+            n * self.v_head_dim * self.hidden
 
     @property
     def dense_mlp_params(self) -> int:
