@@ -65,6 +65,30 @@ DP_TRIAL = 8
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 
 
+@dataclass(frozen=True)
+class NodePolicy:
+    """How a node is bounded and split (formulations/README.md, eqs. N2, N2b). Every choice is exact (a node is
+    closed only by a valid bound or by the engine); only the work changes."""
+
+    lp_first: bool = False  # the LP bound before the stage DPs, which then run only on nodes the LP leaves open
+    p_first: bool = False  # split a node on its stage count before splitting its tau interval
+    small_model: int = SMALL_MODEL  # models with at most this many variables go to the engine at once
+
+
+# Eq. N2b, under blocking sends (eq. T2b, DeepSpeed's PipelineEngine). Measured on Sailor's six OPT-350M rows
+# (benchmarks/results/solve_speed_sailor.md): the LP over a range of stage counts is far weaker than the LP of
+# one count (80+240, node tau in [0.0690, 0.0694]: 2.636 s over P = 3..20, 2.675 s at the best single P;
+# optimum 2.719 s), so splitting on P first prunes whole tau ranges per P; the LP (2-7 ms) is 4-10x cheaper
+# than the stage DPs there and closes most nodes, after which the DPs pruned nothing and DP_TRIAL turns them
+# off; and a small model sent to CP-SAT over a wide tau range cost more than splitting it.
+BLOCKING_POLICY = NodePolicy(lp_first=True, p_first=True, small_model=100)
+
+
+def node_policy(problem: Problem) -> NodePolicy:
+    """The measured policy for the problem's runtime (eq. N2b under blocking sends; eq. N2 elsewhere)."""
+    return BLOCKING_POLICY if problem.p2p_blocking else NodePolicy()
+
+
 @dataclass
 class VariantResult:
     """What a solver's node model returns. ``bound_s`` bounds every plan of the node with
@@ -105,6 +129,7 @@ class _State:
     cap_dp_s: float = 0.0  # the longest capacity DP (eqs. N5, N6) so far, s
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
+    policy: NodePolicy = field(default_factory=NodePolicy)
 
     def offer(self, problem: Problem, a: Assignment | None, who: str) -> None:
         if a is None:
@@ -216,7 +241,7 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     dl = current()  # the command's deadline and Ctrl-C (deadline.py); the time limit is within it already
     deadline = t0 + min(options.time_limit_s, dl.remaining())
     r = options.relative_gap
-    st = _State()
+    st = _State(policy=node_policy(problem))
     tables = [build_tables(problem, v) for v in range(len(problem.variants))]
     vb = [variant_bound(problem, t) for t in tables]
     if hint is not None and 0 <= hint.variant < len(problem.variants) and not violations(problem, hint):
@@ -255,22 +280,18 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     if t.p_min == 0 or t.p_min > t.p_max:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
+    pol = st.policy
+    use_dp = tries == 0 and USE_STAGE_DP and (st.dp_calls < DP_TRIAL or st.dp_wins > 0)
     # eqs. N4, N5 (their state is the p2p endpoint, so mixed options, eq. H5, take part)
-    if tries == 0 and USE_STAGE_DP and (st.dp_calls < DP_TRIAL or st.dp_wins > 0):
-        st.dp_calls += 1
-        before = st.inc_obj
-        bound, mu = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
-        st.dp_wins += st.inc_obj < before
-        cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
-        if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
-            st.dp_wins += 1
-            st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
+    if use_dp and not pol.lp_first:
+        bound, mu, cutoff, done = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
+        if done:
             return
     t0 = time.perf_counter()
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
     st.build_s += time.perf_counter() - t0
     st.builds += 1
-    small = len(lm.names) <= SMALL_MODEL
+    small = len(lm.names) <= pol.small_model
     if not small and tries == 0:
         lp = lp_bound(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
         if lp is not None:
@@ -278,16 +299,35 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
-        if M > 1 and b - a > _split_width(options, a, M, vb.rest_lb):
+        if use_dp and pol.lp_first:  # eq. N2b: the DPs only where the LP leaves the node open
+            bound, mu, cutoff, done = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
+            if done:
+                return
+        wide = M > 1 and b - a > _split_width(options, a, M, vb.rest_lb)
+        if wide and not (pol.p_first and t.p_max > t.p_min):
             _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu)
             return
-        if t.p_max > t.p_min:  # then on the number of stages
+        if t.p_max > t.p_min:  # then (eq. N2b: first) on the number of stages
             mid = (t.p_min + t.p_max) // 2
             _push(heap, bound, v, a, b, 0, t.p_min, mid, mu)
             _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu)
             return
     _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
             (bound, v, a, b, tries, plo, phi, None, mu), cutoff, deadline, name, solve_node)
+
+
+def _dp_step(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline):
+    """The stage DPs on a node (eqs. N4-N6): (bound, multipliers, cut-off after their plans, node closed)."""
+    st.dp_calls += 1
+    before = st.inc_obj
+    bound, mu = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
+    st.dp_wins += st.inc_obj < before
+    cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
+    if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
+        st.dp_wins += 1
+        st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
+        return bound, mu, cutoff, True
+    return bound, mu, cutoff, False
 
 
 def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline=math.inf):
