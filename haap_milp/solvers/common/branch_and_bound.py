@@ -41,7 +41,7 @@ from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
-from haap_milp.solvers.common.slot_bounds import Tables, build_tables
+from haap_milp.solvers.common.slot_bounds import Tables, build_tables, stage_count_bounds
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ class NodePolicy:
 
     lp_first: bool = False  # the LP bound before the stage DPs, which then run only on nodes the LP leaves open
     p_first: bool = False  # split a node on its stage count before splitting its tau interval
+    sig_first: bool = False  # under eq. U1 split a node on its uniform signature before anything else
     small_model: int = SMALL_MODEL  # models with at most this many variables go to the engine at once
 
 
@@ -81,7 +82,7 @@ class NodePolicy:
 # optimum 2.719 s), so splitting on P first prunes whole tau ranges per P; the LP (2-7 ms) is 4-10x cheaper
 # than the stage DPs there and closes most nodes, after which the DPs pruned nothing and DP_TRIAL turns them
 # off; and a small model sent to CP-SAT over a wide tau range cost more than splitting it.
-BLOCKING_POLICY = NodePolicy(lp_first=True, p_first=True, small_model=100)
+BLOCKING_POLICY = NodePolicy(lp_first=True, p_first=True, sig_first=True, small_model=100)
 
 
 def node_policy(problem: Problem) -> NodePolicy:
@@ -108,10 +109,11 @@ SolveNode = Callable[[Problem, LinModel, VariantBound, "float | None", float, "A
 _SEQ = itertools.count()
 
 
-def _push(heap, bound, v, a, b, tries, plo, phi, mu=None) -> None:
-    """A node (bound, variant, a, b, tries, P_lo, P_hi, seq, mu): ``seq`` keeps the heap from comparing the
-    multipliers ``mu`` of eq. N4 (inherited by the children as their warm start)."""
-    heapq.heappush(heap, (bound, v, a, b, tries, plo, phi, next(_SEQ), mu))
+def _push(heap, bound, v, a, b, tries, plo, phi, mu=None, sig=-1) -> None:
+    """A node (bound, variant, a, b, tries, P_lo, P_hi, seq, mu, sig): ``seq`` keeps the heap from comparing the
+    multipliers ``mu`` of eq. N4 (inherited by the children as their warm start); ``sig``: the one uniform
+    signature (eq. U1) its plans have, -1 for any (eq. N2b)."""
+    heapq.heappush(heap, (bound, v, a, b, tries, plo, phi, next(_SEQ), mu, sig))
 
 
 @dataclass
@@ -225,12 +227,12 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floor
         if st.inc is not None and M > 1:
             hi = min(hi, (st.inc_obj - b.rest_lb) / (M - 1))  # eq. X1
         if M == 1 or hi <= b.tau_lb:
-            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30, next(_SEQ), None))
+            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30, next(_SEQ), None, -1))
             continue
         edges = [b.tau_lb + (hi - b.tau_lb) * i / INITIAL_SPLIT for i in range(INITIAL_SPLIT + 1)]
         for lo, up in itertools.pairwise(edges):
             heap.append((max((M - 1) * lo + b.rest_lb, floors.get(v, -math.inf)), v, lo, up, 0, 0, 1 << 30,
-                         next(_SEQ), None))
+                         next(_SEQ), None, -1))
     heapq.heapify(heap)
     return heap
 
@@ -269,12 +271,14 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
 
 def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
     """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
-    bound, v, a, b, tries, plo, phi, _, mu = node
+    bound, v, a, b, tries, plo, phi, _, mu, sig = node
     st.nodes += 1
     M = _m_eff(problem.variants[v])
     if cutoff is not None and M > 1:
         b = min(b, (cutoff - vb.rest_lb) / (M - 1))  # eq. X1 with the current incumbent
     t = build_tables(problem, v, b if M > 1 else None)
+    if sig >= 0:
+        _keep_signature(problem, t, sig)
     if t.p_min > 0:  # eq. N1: the node's stage-count range
         t.p_min, t.p_max = max(t.p_min, plo), min(t.p_max, phi)
     if t.p_min == 0 or t.p_min > t.p_max:  # no plan of this variant has tau <= b (memory and GPUs)
@@ -303,17 +307,41 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             bound, mu, cutoff, done = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
             if done:
                 return
+        sigs = _signatures(problem, t) if pol.sig_first and sig < 0 else []
+        if len(sigs) > 1:  # eq. N2b: one child per uniform signature (eq. U1: every plan has exactly one)
+            for s_ in sigs:
+                _push(heap, bound, v, a, b, 0, t.p_min, t.p_max, mu, s_)
+            return
         wide = M > 1 and b - a > _split_width(options, a, M, vb.rest_lb)
         if wide and not (pol.p_first and t.p_max > t.p_min):
-            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu)
+            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, sig)
             return
         if t.p_max > t.p_min:  # then (eq. N2b: first) on the number of stages
             mid = (t.p_min + t.p_max) // 2
-            _push(heap, bound, v, a, b, 0, t.p_min, mid, mu)
-            _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu)
+            _push(heap, bound, v, a, b, 0, t.p_min, mid, mu, sig)
+            _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, sig)
             return
     _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
-            (bound, v, a, b, tries, plo, phi, None, mu), cutoff, deadline, name, solve_node)
+            (bound, v, a, b, tries, plo, phi, None, mu, sig), cutoff, deadline, name, solve_node)
+
+
+def _signatures(problem: Problem, t: Tables) -> list[int]:
+    """The uniform signatures (eq. U1) some option of the node may use (none without U1)."""
+    if not problem.uniform:
+        return []
+    ok = np.zeros(t.n, bool)
+    for k in range(1, t.p_max + 1):
+        ok |= t.nonfirst_ok(k) | t.first_ok(k)
+    return np.unique(t.sig[ok]).tolist()
+
+
+def _keep_signature(problem: Problem, t: Tables, sig: int) -> None:
+    """The node's tables with only the options of uniform signature ``sig`` usable (the others hold no layer),
+    and its stage-count range recomputed from them. ``U``, ``Uf`` are the node's own arrays (build_tables)."""
+    drop = t.sig != sig
+    t.U[:, drop] = 0
+    t.Uf[:, drop] = 0
+    stage_count_bounds(problem, t)
 
 
 def _dp_step(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline):
@@ -404,14 +432,14 @@ def _split_width(options, a: float, M: float = 2.0, rest_lb: float = 0.0) -> flo
     return max(options.relative_gap, 2e-3) * (a + max(rest_lb, 0.0) / max(M - 1, 1.0)) / 2
 
 
-def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=None) -> None:
+def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=None, sig=-1) -> None:
     mid = (a + b) / 2 if b <= 4 * a or a <= 0 else math.sqrt(a * b)
-    _push(heap, max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi, mu)
-    _push(heap, max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi, mu)
+    _push(heap, max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi, mu, sig)
+    _push(heap, max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi, mu, sig)
 
 
 def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node):
-    bound, v, a, b, tries, plo, phi, _, mu = node
+    bound, v, a, b, tries, plo, phi, _, mu, sig = node
     left = deadline - time.perf_counter()
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
@@ -425,7 +453,7 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     if res.status == "OPTIMAL":
         st.closed.append(min(nbound, cutoff) if cutoff is not None else nbound)
         return
-    _push(heap, nbound, v, a, b, tries + 1, plo, phi, mu)  # not finished: again later with more time
+    _push(heap, nbound, v, a, b, tries + 1, plo, phi, mu, sig)  # not finished: again later with more time
 
 
 def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) -> RawResult:
