@@ -457,11 +457,17 @@ def _replica_p2p(est, groups, members, G: int, b: int, dp: int) -> np.ndarray:
         (ga, ta, sa), (gb, tb, _) = key(x), key(y)
         return est.replica_send_s(ga, gb, ta, tb, sa)
 
-    E = G + len(members)
+    # each distinct replica type's round trips priced once (the endpoints share members: 5.2 M calls of one_way
+    # on Sailor's analytic 32+96 row, most of its presolve, before); the same sums and maxima as pair by pair
+    kinds = sorted({x for xs in members for x in xs}, key=repr)
+    at = {x: i for i, x in enumerate(kinds)}
+    trip = np.array([[one_way(x, y) + one_way(y, x) for y in kinds] for x in kinds]).reshape(len(kinds), len(kinds))
+    width = max((len(xs) for xs in members), default=1)
+    idx = np.array([[at[x] for x in xs] + [at[xs[0]]] * (width - len(xs)) for xs in members], np.int64)  # (padded
+    E = G + len(members)  # with a repeated member: the maximum does not change)
     p2p = np.full((E, E), np.inf)
-    for e, xs in enumerate(members):
-        for f, ys in enumerate(members):
-            p2p[G + e, G + f] = max(one_way(x, y) + one_way(y, x) for x in xs for y in ys)
+    if len(members):
+        p2p[G:, G:] = np.max([trip[np.ix_(idx[:, i], idx[:, j])] for i in range(width) for j in range(width)], axis=0)
     return fill_group_rows(p2p, [[G + e for e, xs in enumerate(members) if any(x[0] == g for x in xs)]
                                  for g in range(G)])
 

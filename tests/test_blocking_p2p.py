@@ -221,3 +221,32 @@ def _sailor_opt350m():
     tr = TrainingSpec(global_batch_size=64, seq_len=2048, precision="fp32", engine="deepspeed",
                       distributed_optimizer=False, recompute_modes=("none",), uniform=("dp",))
     return model, cluster, tr, Estimator(model, cluster, tr)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_blocking_node_policy_matches_brute_force(seed, monkeypatch):
+    """Eq. N2b (LP before the DPs, splits on the uniform signature and the stage count before tau) stays exact:
+    with the small-model shortcut off, so that every split runs on these tiny instances, both engines prove
+    brute force's optimum within the requested gap, and their bound never passes it. Most cases split on the
+    uniform signature (``_keep_signature`` is called)."""
+    from haap_milp.solvers.common import branch_and_bound as bnb
+
+    monkeypatch.setattr(bnb, "BLOCKING_POLICY", bnb.NodePolicy(lp_first=True, p_first=True, sig_first=True,
+                                                               small_model=0))
+    splits = []
+    keep = bnb._keep_signature
+    monkeypatch.setattr(bnb, "_keep_signature", lambda *a: (splits.append(a[2]), keep(*a))[1])
+    problem = _blocking(random_problem(seed, num_layers=5 + seed % 3, max_stages=4, max_options=6, uniform=True),
+                        (1.0, 20.0)[seed % 2])
+    opts = SolveOptions(time_limit_s=20, relative_gap=0.05, threads=2, seed=0)
+    brute = get_solver("brute")(problem, opts)
+    for name in ("cpsat", "milp"):
+        res = get_solver(name)(problem, opts)
+        assert res.status == brute.status, (name, res.status, brute.status, res.message)
+        if brute.status != "OPTIMAL":
+            continue
+        assert res.objective_s == pytest.approx(evaluate(problem, res.assignment), rel=1e-9)
+        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
+        assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s * 1.05 + tol
+        assert res.bound_s <= brute.objective_s * (1 + 1e-9) + tol
+    assert splits or seed in (3, 5)  # (seeds 3 and 5: the root LPs close every node before a split)

@@ -43,7 +43,7 @@ from haap_milp.solvers.common.lp import lp_bound
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
 from haap_milp.solvers.common.sigma_dp import sigma_bound
-from haap_milp.solvers.common.slot_bounds import Tables, build_tables
+from haap_milp.solvers.common.slot_bounds import Tables, build_tables, stage_count_bounds
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,31 @@ DP_TRIAL = 8
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 
 
+@dataclass(frozen=True)
+class NodePolicy:
+    """How a node is bounded and split (formulations/README.md, eqs. N2, N2b). Every choice is exact (a node is
+    closed only by a valid bound or by the engine); only the work changes."""
+
+    lp_first: bool = False  # the LP bound before the stage DPs, which then run only on nodes the LP leaves open
+    p_first: bool = False  # split a node on its stage count before splitting its tau interval
+    sig_first: bool = False  # under eq. U1 split a node on its uniform signature before anything else
+    small_model: int = SMALL_MODEL  # models with at most this many variables go to the engine at once
+
+
+# Eq. N2b, under blocking sends (eq. T2b, DeepSpeed's PipelineEngine). Measured on Sailor's six OPT-350M rows
+# (benchmarks/results/solve_speed_sailor.md): the LP over a range of stage counts is far weaker than the LP of
+# one count (80+240, node tau in [0.0690, 0.0694]: 2.636 s over P = 3..20, 2.675 s at the best single P;
+# optimum 2.719 s), so splitting on P first prunes whole tau ranges per P; the LP (2-7 ms) is 4-10x cheaper
+# than the stage DPs there and closes most nodes, after which the DPs pruned nothing and DP_TRIAL turns them
+# off; and a small model sent to CP-SAT over a wide tau range cost more than splitting it.
+BLOCKING_POLICY = NodePolicy(lp_first=True, p_first=True, sig_first=True, small_model=100)
+
+
+def node_policy(problem: Problem) -> NodePolicy:
+    """The measured policy for the problem's runtime (eq. N2b under blocking sends; eq. N2 elsewhere)."""
+    return BLOCKING_POLICY if problem.p2p_blocking else NodePolicy()
+
+
 @dataclass
 class VariantResult:
     """What a solver's node model returns. ``bound_s`` bounds every plan of the node with
@@ -93,10 +118,11 @@ SolveNode = Callable[[Problem, LinModel, VariantBound, "float | None", float, "A
 _SEQ = itertools.count()
 
 
-def _push(heap, bound, v, a, b, tries, plo, phi, mu=None) -> None:
-    """A node (bound, variant, a, b, tries, P_lo, P_hi, seq, mu): ``seq`` keeps the heap from comparing the
-    multipliers ``mu`` of eq. N4 (inherited by the children as their warm start)."""
-    heapq.heappush(heap, (bound, v, a, b, tries, plo, phi, next(_SEQ), mu))
+def _push(heap, bound, v, a, b, tries, plo, phi, mu=None, sig=-1) -> None:
+    """A node (bound, variant, a, b, tries, P_lo, P_hi, seq, mu, sig): ``seq`` keeps the heap from comparing the
+    multipliers ``mu`` of eq. N4 (inherited by the children as their warm start); ``sig``: the one uniform
+    signature (eq. U1) its plans have, -1 for any (eq. N2b)."""
+    heapq.heappush(heap, (bound, v, a, b, tries, plo, phi, next(_SEQ), mu, sig))
 
 
 @dataclass
@@ -116,6 +142,7 @@ class _State:
     sigma_wins: int = 0
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
+    policy: NodePolicy = field(default_factory=NodePolicy)
 
     def offer(self, problem: Problem, a: Assignment | None, who: str) -> None:
         if a is None:
@@ -211,12 +238,12 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floor
         if st.inc is not None and M > 1:
             hi = min(hi, (st.inc_obj - b.rest_lb) / (M - 1))  # eq. X1
         if M == 1 or hi <= b.tau_lb:
-            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30, next(_SEQ), None))
+            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30, next(_SEQ), None, -1))
             continue
         edges = [b.tau_lb + (hi - b.tau_lb) * i / INITIAL_SPLIT for i in range(INITIAL_SPLIT + 1)]
         for lo, up in itertools.pairwise(edges):
             heap.append((max((M - 1) * lo + b.rest_lb, floors.get(v, -math.inf)), v, lo, up, 0, 0, 1 << 30,
-                         next(_SEQ), None))
+                         next(_SEQ), None, -1))
     heapq.heapify(heap)
     return heap
 
@@ -227,7 +254,7 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     dl = current()  # the command's deadline and Ctrl-C (deadline.py); the time limit is within it already
     deadline = t0 + min(options.time_limit_s, dl.remaining())
     r = options.relative_gap
-    st = _State()
+    st = _State(policy=node_policy(problem))
     tables = [build_tables(problem, v) for v in range(len(problem.variants))]
     vb = [variant_bound(problem, t) for t in tables]
     if hint is not None and 0 <= hint.variant < len(problem.variants) and not violations(problem, hint):
@@ -255,36 +282,34 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
 
 def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
     """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
-    bound, v, a, b, tries, plo, phi, _, mu = node
+    bound, v, a, b, tries, plo, phi, _, mu, sig = node
     st.nodes += 1
     M = _m_eff(problem.variants[v])
     if cutoff is not None and M > 1:
         b = min(b, (cutoff - vb.rest_lb) / (M - 1))  # eq. X1 with the current incumbent
     t = build_tables(problem, v, b if M > 1 else None)
+    if sig >= 0:
+        _keep_signature(problem, t, sig)
     if t.p_min > 0:  # eq. N1: the node's stage-count range
         t.p_min, t.p_max = max(t.p_min, plo), min(t.p_max, phi)
     if t.p_min == 0 or t.p_min > t.p_max:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
+    pol = st.policy
+    use_dp = tries == 0 and USE_STAGE_DP and (st.dp_calls < DP_TRIAL or st.dp_wins > 0)
     # eqs. N4, N5 (their state is the p2p endpoint, so mixed options, eq. H5, take part)
-    if tries == 0 and USE_STAGE_DP and (st.dp_calls < DP_TRIAL or st.dp_wins > 0):
-        st.dp_calls += 1
-        before = st.inc_obj
-        bound, mu = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
-        st.dp_wins += st.inc_obj < before
-        cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
-        if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
-            st.dp_wins += 1
-            st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
+    if use_dp and not pol.lp_first:
+        bound, mu, cutoff, done = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
+        if done:
             return
         if st.inc is not None and time.perf_counter() > deadline:  # the DPs took the rest: back, with their bound
-            _push(heap, bound, v, a, b, tries, plo, phi, mu)  # (the model build below is not interruptible)
+            _push(heap, bound, v, a, b, tries, plo, phi, mu, sig)  # (the model build below is not interruptible)
             return
     t0 = time.perf_counter()
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
     st.build_s += time.perf_counter() - t0
     st.builds += 1
-    small = len(lm.names) <= SMALL_MODEL
+    small = len(lm.names) <= pol.small_model
     if not small and tries == 0:
         lp = lp_bound(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
         if lp is not None:
@@ -292,16 +317,59 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
-        if M > 1 and b - a > _split_width(options, a, M, vb.rest_lb):
-            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu)
+        if use_dp and pol.lp_first:  # eq. N2b: the DPs only where the LP leaves the node open
+            bound, mu, cutoff, done = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
+            if done:
+                return
+        sigs = _signatures(problem, t) if pol.sig_first and sig < 0 else []
+        if len(sigs) > 1:  # eq. N2b: one child per uniform signature (eq. U1: every plan has exactly one)
+            for s_ in sigs:
+                _push(heap, bound, v, a, b, 0, t.p_min, t.p_max, mu, s_)
             return
-        if t.p_max > t.p_min:  # then on the number of stages
+        wide = M > 1 and b - a > _split_width(options, a, M, vb.rest_lb)
+        if wide and not (pol.p_first and t.p_max > t.p_min):
+            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, sig)
+            return
+        if t.p_max > t.p_min:  # then (eq. N2b: first) on the number of stages
             mid = (t.p_min + t.p_max) // 2
-            _push(heap, bound, v, a, b, 0, t.p_min, mid, mu)
-            _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu)
+            _push(heap, bound, v, a, b, 0, t.p_min, mid, mu, sig)
+            _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, sig)
             return
     _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
-            (bound, v, a, b, tries, plo, phi, None, mu), cutoff, deadline, name, solve_node)
+            (bound, v, a, b, tries, plo, phi, None, mu, sig), cutoff, deadline, name, solve_node)
+
+
+def _signatures(problem: Problem, t: Tables) -> list[int]:
+    """The uniform signatures (eq. U1) some option of the node may use (none without U1)."""
+    if not problem.uniform:
+        return []
+    ok = np.zeros(t.n, bool)
+    for k in range(1, t.p_max + 1):
+        ok |= t.nonfirst_ok(k) | t.first_ok(k)
+    return np.unique(t.sig[ok]).tolist()
+
+
+def _keep_signature(problem: Problem, t: Tables, sig: int) -> None:
+    """The node's tables with only the options of uniform signature ``sig`` usable (the others hold no layer),
+    and its stage-count range recomputed from them. ``U``, ``Uf`` are the node's own arrays (build_tables)."""
+    drop = t.sig != sig
+    t.U[:, drop] = 0
+    t.Uf[:, drop] = 0
+    stage_count_bounds(problem, t)
+
+
+def _dp_step(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline):
+    """The stage DPs on a node (eqs. N4-N6): (bound, multipliers, cut-off after their plans, node closed)."""
+    st.dp_calls += 1
+    before = st.inc_obj
+    bound, mu = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
+    st.dp_wins += st.inc_obj < before
+    cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
+    if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
+        st.dp_wins += 1
+        st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
+        return bound, mu, cutoff, True
+    return bound, mu, cutoff, False
 
 
 def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline=math.inf):
@@ -398,14 +466,14 @@ def _split_width(options, a: float, M: float = 2.0, rest_lb: float = 0.0) -> flo
     return max(options.relative_gap, 2e-3) * (a + max(rest_lb, 0.0) / max(M - 1, 1.0)) / 2
 
 
-def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=None) -> None:
+def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=None, sig=-1) -> None:
     mid = (a + b) / 2 if b <= 4 * a or a <= 0 else math.sqrt(a * b)
-    _push(heap, max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi, mu)
-    _push(heap, max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi, mu)
+    _push(heap, max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi, mu, sig)
+    _push(heap, max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi, mu, sig)
 
 
 def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node):
-    bound, v, a, b, tries, plo, phi, _, mu = node
+    bound, v, a, b, tries, plo, phi, _, mu, sig = node
     left = deadline - time.perf_counter()
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
@@ -419,7 +487,7 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     if res.status == "OPTIMAL":
         st.closed.append(min(nbound, cutoff) if cutoff is not None else nbound)
         return
-    _push(heap, nbound, v, a, b, tries + 1, plo, phi, mu)  # not finished: again later with more time
+    _push(heap, nbound, v, a, b, tries + 1, plo, phi, mu, sig)  # not finished: again later with more time
 
 
 def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) -> RawResult:

@@ -217,7 +217,7 @@ def build_tables(problem: Problem, v: int, tau_ub: float | None = None) -> Table
         U[0] = np.minimum(base["U_mem"][0], max_layers_time(lt, xt + END_SEND_SHARE * send_in, tau_ub, L))
         Uf[0] = np.minimum(base["Uf_mem"][0], max_layers_time(lt, ft + xt, tau_ub, L))
     t = Tables(**base, U=U, Uf=Uf, p_min=0, p_max=0, tau_ub=tau_ub)
-    _stage_count_bounds(problem, t)
+    stage_count_bounds(problem, t)
     return t
 
 
@@ -236,7 +236,7 @@ def _blocking_sends(problem: Problem, base: dict) -> tuple[np.ndarray, np.ndarra
     return (np.array([into[e] for e in base["group"].tolist()]), np.array([out[e] for e in base["group"].tolist()]))
 
 
-def _stage_count_bounds(problem: Problem, t: Tables) -> None:
+def stage_count_bounds(problem: Problem, t: Tables) -> None:
     """p_min: the fewest stages whose best per-slot capacities reach L (eq. P1); p_max: no
     more stages than GPUs allow (one option each) nor than slots where some option fits."""
     if t.n == 0:
