@@ -17,7 +17,7 @@ Rules (names as reported):
   (MoE parallel folding, Megatron ``parallel_state``); seq_len divisible by 2·cp; ``etp.*`` etp = 1 on a dense model,
   etp divides the expert FFN;
 * ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``schedule.vpp_microbatches`` — and with a
-  multiple of pp micro-batches and ``schedule.vpp_stages`` at least 3 stages (eq. I5); ``precision.gpu`` — every GPU type
+  multiple of pp micro-batches (eq. I5); ``precision.gpu`` — every GPU type
   supports the plan's precision;
 * ``memory.capacity`` — the estimator's peak memory per GPU within capacity minus headroom;
 * ``runtime.*`` — the training runtime's rules: recompute among the allowed modes, the fixed per-replica
@@ -138,9 +138,6 @@ def _parallel(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> list[Violat
     if plan.vpp > 1 and plan.schedule != "interleaved":
         out.append(Violation("schedule.vpp", None, f"vpp={plan.vpp} needs the interleaved schedule, "
                              f"got {plan.schedule!r}"))
-    if plan.vpp > 1 and plan.pp < MIN_STAGES:  # eq. I5 (Megatron's arguments.py: pp > 2 to interleave)
-        out.append(Violation("schedule.vpp_stages", None, f"interleaving needs at least {MIN_STAGES} pipeline "
-                             f"stages, got pp={plan.pp}"))
     if plan.vpp > 1 and plan.num_microbatches % plan.pp:  # eq. I5 (Megatron-Core 0.16 schedules.py raises)
         out.append(Violation("schedule.vpp_microbatches", None, f"interleaving runs micro-batches in groups of pp: "
                              f"{plan.num_microbatches} micro-batches is not a multiple of pp={plan.pp}"))

@@ -28,8 +28,8 @@ runtime and target cannot run); None (the runtime's) when ``zero`` is None. Mixe
 
 Interleaving (eqs. I1-I5): one vpp per plan, each of ``SolveOptions.vpp`` (1 alone; N: 1 and N; "auto": 1-4)
 where the target interleaves. An interleaved plan needs P >= 3 stages (Megatron's pp > 2 without
---overlap-p2p-comm, eq. I5: check_plan's ``schedule.vpp_stages``; skipped here early, which changes nothing) and M
-a multiple of P (check_plan's ``schedule.vpp_microbatches``, left to it). Each stage's layers are
+--overlap-p2p-comm, eq. I5: the one rule of the plan space written here rather than in check_plan, which does not
+hold it) and M a multiple of P (check_plan's ``schedule.vpp_microbatches``, left to it). Each stage's layers are
 split over its chunks as the plan file says (``interleave.chunk_layers``, priced by the estimator).
 
 Plans using more GPUs of a (type, island) than it has are skipped before scoring (check_plan would

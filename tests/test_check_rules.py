@@ -109,17 +109,6 @@ def test_cp_seq_and_schedule_vpp_and_precision():
     assert "precision.gpu" in v and "v100-32g does not support bf16" in v["precision.gpu"].message
 
 
-
-def test_interleaving_needs_three_stages():
-    """Eq. I5: pp > 2 to interleave (Megatron's arguments.py); the 4-stage plan passes, its first two stages
-    alone (same layers, M = 8 a multiple of 2) break only that rule."""
-    p = interleaved_plan()
-    assert "schedule.vpp_stages" not in rules(p, memory=False)
-    two = p.model_copy(update={"stages": (p.stages[0].model_copy(update={"num_layers": 4}),
-                                          p.stages[1].model_copy(update={"first_layer": 4, "num_layers": 4}))})
-    v = rules(two, memory=False)
-    assert set(v) == {"schedule.vpp_stages"} and "pp=2" in v["schedule.vpp_stages"].message
-
 def test_memory_capacity_from_the_estimator():
     big = ModelSpec(name="big", num_layers=8, hidden=8192, ffn_hidden=28672, num_heads=64, num_kv_heads=8,
                     vocab_size=128256)

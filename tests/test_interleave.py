@@ -150,4 +150,3 @@ def test_cli_vpp_flag():
     assert code == 2 and "--vpp" in err and "Traceback" not in err and err.count("\n") <= 1
     code, _, err = invoke_cli(["solve", "--vpp", "2", "--target", "flagscale", "--time-limit", "5"])
     assert code == 2 and "--vpp 2" in err and "interleaved" in err
-
