@@ -59,12 +59,27 @@ def _scalar(text: str):
     return text
 
 
+def _config_class(args: dict, TransformerConfig):
+    """The config class core_transformer_config_from_args builds: MLATransformerConfig under
+    --multi-latent-attention (Megatron-LM arguments.py), else TransformerConfig."""
+    if args.get("multi_latent_attention"):
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+        return MLATransformerConfig
+    return TransformerConfig
+
+
+def make_config(kw: dict, TransformerConfig):
+    """The config object for ``transformer_config_kwargs``' result (raises what Megatron-Core's validation raises)."""
+    return _config_class(kw, TransformerConfig)(**kw)
+
+
 def transformer_config_kwargs(argv: list[str], torch, F, TransformerConfig) -> dict:
     """``core_transformer_config_from_args`` on the emitted arguments (see the module docstring)."""
     import dataclasses
 
     a = parse_argv(argv)
-    fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+    fields = {f.name for f in dataclasses.fields(_config_class(a, TransformerConfig))}
     kw: dict = {}
     for k, v in a.items():
         if k in NOT_CONFIG:
@@ -163,7 +178,7 @@ def test_megatron_core_transformer_config_accepts_flagscale_yaml(label, plan, mo
         if not skip:
             keep.append(tok)
     kw = transformer_config_kwargs(keep, torch, F, TransformerConfig)
-    cfg = TransformerConfig(**kw)
+    cfg = make_config(kw, TransformerConfig)
     assert cfg.num_layers == model.num_layers and cfg.num_query_groups == model.kv_heads
     if model.is_moe:
         assert cfg.num_moe_experts == model.num_experts and cfg.moe_token_dispatcher_type == "alltoall"
@@ -173,8 +188,13 @@ def test_megatron_core_transformer_config_accepts_flagscale_yaml(label, plan, mo
 def test_megatron_core_transformer_config_accepts_emitted_args(label, plan, model):
     torch, F, TransformerConfig = _mcore()
     kw = transformer_config_kwargs(build_args(plan, model), torch, F, TransformerConfig)
-    cfg = TransformerConfig(**kw)  # raises on anything Megatron-Core's validation refuses
-    assert cfg.num_layers == model.num_layers and cfg.kv_channels == model.dim_head
+    cfg = make_config(kw, TransformerConfig)  # raises on anything Megatron-Core's validation refuses
+    assert cfg.num_layers == model.num_layers
+    if model.is_mla:  # MLASelfAttention reads its own head dims, not kv_channels
+        assert (cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_head_dim, cfg.qk_pos_emb_head_dim, cfg.v_head_dim) == (
+            model.q_lora_rank, model.kv_lora_rank, model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim)
+    else:
+        assert cfg.kv_channels == model.dim_head
     assert cfg.num_query_groups == model.kv_heads and cfg.qk_layernorm == model.qk_norm
     assert cfg.normalization == {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[model.norm]
     assert cfg.add_bias_linear == model.bias_linear and cfg.gated_linear_unit == (model.activation == "swiglu")
@@ -189,7 +209,7 @@ def test_megatron_core_validation_is_live():
     kw = transformer_config_kwargs(build_args(factory(), model), torch, F, TransformerConfig)
     kw["tensor_model_parallel_size"] = 3
     with pytest.raises(ValueError, match="tensor_model_parallel_size"):
-        TransformerConfig(**kw)
+        make_config(kw, TransformerConfig)
 
 
 def test_megatron_core_position_embedding_choices():
