@@ -33,7 +33,6 @@ from collections import Counter
 from haap_milp.emit import engine_module
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator.runtime import uniform_dims as runtime_uniform_dims
-from haap_milp.interleave import MIN_STAGES
 from haap_milp.parallel_rules import (
     cp_divides_seq,
     ep_divides_experts,
