@@ -258,3 +258,38 @@ def assert_exact_solvers_match_brute(problem: Problem, options, rel: float = 1e-
         if check_bound:
             assert res.bound_s <= brute.objective_s * (1 + 1e-9)
     return brute
+
+
+def with_binding_budget(problem, rng, opts):
+    """``problem`` with a random per-group price budget (eq. W1) set to 60 % of what its unbudgeted brute-force
+    optimum spends, so that the budget binds; None when that optimum is not proven."""
+    from dataclasses import replace
+
+    from haap_milp.problem import Budget
+    from haap_milp.solvers import get_solver
+
+    free = get_solver("brute")(problem, opts)
+    if free.status != "OPTIMAL":
+        return None
+    price = rng.integers(1, 5, len(problem.groups))
+    w = np.array([sum(int(price[g]) * n for g, n in o.usage) for o in problem.options], np.int64)
+    used = sum(int(w[s.option]) for s in free.assignment.stages)
+    return replace(problem, budget=Budget(w, max(1, int(0.6 * used)), "test"))
+
+
+def feasible_assignments(problem):
+    """Every assignment of ``problem`` that ``violations`` accepts (every variant, stage count, option tuple and
+    layer split): the enumeration behind the objective oracles of tests/test_band_search.py and test_frontier.py."""
+    import itertools
+
+    from haap_milp.problem import Assignment, Stage, violations
+    from haap_milp.solvers import brute
+
+    for v, var in enumerate(problem.variants):
+        ok = np.flatnonzero(var.allowed)
+        for p in range(1, problem.max_stages + 1):
+            for combo in itertools.product(ok, repeat=p):
+                for comp in brute.compositions(problem.num_layers, p):
+                    a = Assignment(v, tuple(Stage(int(o), int(n)) for o, n in zip(combo, comp)))
+                    if not violations(problem, a):
+                        yield a

@@ -9,21 +9,18 @@ minimised T, or returned the sweep's best, would fail here."""
 
 from __future__ import annotations
 
-import itertools
 import pathlib
 import sys
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import assert_exact_solvers_match_brute
+from synthetic import assert_exact_solvers_match_brute, feasible_assignments
 from test_frontier import BOOK, OPTS, _energy_oracle, _setup
 
 from haap_milp import economics, frontier, planner
 from haap_milp.catalog.prices import GpuRates, PriceBook
-from haap_milp.problem import Assignment, Stage, evaluate, violations
-from haap_milp.solvers import brute
+from haap_milp.problem import evaluate, violations
 
 # idle / tdp W per GPU type; "a100-idle": the A100 idles at half its board power, the H100 at 3 %
 BOOKS = {"catalog": BOOK,
@@ -35,14 +32,7 @@ BOOKS = {"catalog": BOOK,
 
 def _plans(prob):
     """Every feasible assignment of the problem."""
-    for v, var in enumerate(prob.variants):
-        ok = np.flatnonzero(var.allowed)
-        for p in range(1, prob.max_stages + 1):
-            for combo in itertools.product(ok, repeat=p):
-                for comp in brute.compositions(prob.num_layers, p):
-                    a = Assignment(v, tuple(Stage(int(o), int(n)) for o, n in zip(combo, comp)))
-                    if not violations(prob, a):
-                        yield a
+    return feasible_assignments(prob)
 
 
 def _ctx(name, solver):

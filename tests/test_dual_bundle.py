@@ -8,16 +8,15 @@ import itertools
 import math
 import pathlib
 import sys
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
+from synthetic import random_problem, with_binding_budget
 from test_stage_dp import _with_mixed
 
-from haap_milp.problem import Budget, violations
+from haap_milp.problem import violations
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common.branch_and_bound import _steady
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_bound
@@ -55,13 +54,9 @@ def test_bundle_bound_never_exceeds_the_optimum_of_its_node(mixed, budget):
         if problem is None:
             continue
         if budget:
-            free = get_solver("brute")(problem, EXACT)
-            if free.status != "OPTIMAL":
+            problem = with_binding_budget(problem, rng, EXACT)
+            if problem is None:
                 continue
-            price = rng.integers(1, 5, len(problem.groups))
-            w = np.array([sum(int(price[g]) * n for g, n in o.usage) for o in problem.options], np.int64)
-            used = sum(int(w[s.option]) for s in free.assignment.stages)
-            problem = replace(problem, budget=Budget(w, max(1, int(0.6 * used)), "test"))
         brute = get_solver("brute")(problem, EXACT)
         if brute.status != "OPTIMAL":
             continue

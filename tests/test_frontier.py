@@ -18,11 +18,12 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from spec_oracle import TINY_MODEL, TINY_TRAINING, first_valid, score_plans, tiny_cluster
+from synthetic import feasible_assignments
 
 from haap_milp import economics, frontier, planner
 from haap_milp.catalog.prices import load_prices
 from haap_milp.estimator import Estimator
-from haap_milp.problem import Assignment, Budget, Stage, evaluate, violations
+from haap_milp.problem import Assignment, Budget, Stage, evaluate
 from haap_milp.solvers import brute
 from haap_milp.specs import SolveOptions
 
@@ -141,15 +142,7 @@ def test_budget_row_is_honoured_by_every_solver():
     prob = ctx.presolved.problem
     w = np.array([o.num_gpus * (3 if o.group == 0 else 7) for o in prob.options], np.int64)
     sub = replace(prob, budget=Budget(w, 13, "test"))
-    best = np.inf
-    for v, var in enumerate(sub.variants):
-        ok = np.flatnonzero(var.allowed)
-        for p in range(1, sub.max_stages + 1):
-            for combo in itertools.product(ok, repeat=p):
-                for comp in brute.compositions(sub.num_layers, p):
-                    a = Assignment(v, tuple(Stage(int(o), int(n)) for o, n in zip(combo, comp)))
-                    if not violations(sub, a):
-                        best = min(best, evaluate(sub, a))
+    best = min((evaluate(sub, a) for a in feasible_assignments(sub)), default=np.inf)
     assert np.isfinite(best) and brute.solve(prob).objective_s < best * (1 - 1e-6)  # the budget binds
     for name in ("brute", "cpsat", "milp", "dp", "uniform"):
         raw = get_solver(name)(sub, OPTS)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
+from synthetic import random_problem, with_binding_budget
 
-from haap_milp.problem import Budget, violations
+from haap_milp.problem import violations
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import capacity_dp, sigma_dp, stage_dp
 from haap_milp.solvers.common.bounds import variant_bound
@@ -141,13 +141,9 @@ def test_node_bounds_hold_with_mixed_endpoints_and_island_cases(blocking, budget
             problem = replace(problem, p2p_blocking=True, variants=tuple(
                 replace(v, p2p_time=np.asarray(v.p2p_time) * 20.0) for v in problem.variants))
         if budget:
-            free = get_solver("brute")(problem, EXACT)
-            if free.status != "OPTIMAL":
+            problem = with_binding_budget(problem, rng, EXACT)
+            if problem is None:
                 continue
-            price = rng.integers(1, 5, len(problem.groups))
-            w = np.array([sum(int(price[g]) * n for g, n in o.usage) for o in problem.options], np.int64)
-            used = sum(int(w[s.option]) for s in free.assignment.stages)
-            problem = replace(problem, budget=Budget(w, max(1, int(0.6 * used)), "test"))
         brute = get_solver("brute")(problem, EXACT)
         if brute.status == "INFEASIBLE":
             continue
