@@ -82,3 +82,26 @@ def test_seeds_are_feasible_and_reshape_keeps_the_layers():
         got = dp._seed_copies(problem, r.assignment, copies)
         if got is not None:
             assert violations(problem, got[1]) == [] and got[0] == evaluate(problem, got[1])
+
+
+def test_polish_top_is_never_worse_than_polishing_the_lowest_plan():
+    """Eq. LS2: several variants' DP plans polished, the best kept: never above eq. LS1 on the lowest alone."""
+    from haap_milp.solvers.common import build_tables, variant_bound
+    from haap_milp.solvers.common.polish import polish
+
+    for seed in range(6):
+        problem = random_problem(seed, num_layers=8, max_stages=4, max_options=4)
+        found = {}
+        for v in range(len(problem.variants)):
+            t = build_tables(problem, v)
+            vb = variant_bound(problem, t)
+            for r in dp._restrictions(problem, t):
+                got, _ = dp._variant(problem, t, r, vb.rest_lb)
+                if got is not None and (v not in found or got[0] < found[v][0]):
+                    found[v] = got
+        if not found:
+            continue
+        lowest = min(found.values(), key=lambda b: b[0])[1]
+        top = dp._polish_top(problem, found)
+        assert violations(problem, top[1]) == [] and top[0] == evaluate(problem, top[1])
+        assert top[0] <= evaluate(problem, polish(problem, lowest)) * (1 + 1e-12)

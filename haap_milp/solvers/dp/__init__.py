@@ -7,8 +7,10 @@ Per micro-batch variant and engine restriction (eqs. U1/U2):
 2. for tau* and up to ``EXTRA_TAUS`` larger candidates inside the window where (M-1)*tau can
    still pay off (eq. DP5), and for up to ``MAX_P_PER_TAU`` stage counts, split the layers with
    Alpa's inner DP (min sum t_j s.t. t_j <= tau, eq. DP4) and score the plan with ``evaluate``;
-3. keep the best, improve it by local search (eq. LS1) and rewrite it into canonical form
-   (dominated options swapped, eq. D1).
+3. keep each variant's best, improve the 3 lowest by local search (eqs. LS1, LS2), keep the best and
+   rewrite it into canonical form (dominated options swapped, eq. D1).
+With interleaved copies (vpp > 1 variants), steps 1-3 run on the plain variants first, then on the copies,
+those of the plain best's micro-batch first (eq. DP7).
 If no structure fits, a beam search over (slot, layers, GPUs used) states (eq. DP6) looks for
 any feasible plan; it is complete while the beam is not truncated (all small instances).
 """
