@@ -7,8 +7,10 @@ Per micro-batch variant and engine restriction (eqs. U1/U2):
 2. for tau* and up to ``EXTRA_TAUS`` larger candidates inside the window where (M-1)*tau can
    still pay off (eq. DP5), and for up to ``MAX_P_PER_TAU`` stage counts, split the layers with
    Alpa's inner DP (min sum t_j s.t. t_j <= tau, eq. DP4) and score the plan with ``evaluate``;
-3. keep the best, improve it by local search (eq. LS1) and rewrite it into canonical form
-   (dominated options swapped, eq. D1).
+3. keep each variant's best, improve the 3 lowest by local search (eqs. LS1, LS2), keep the best and
+   rewrite it into canonical form (dominated options swapped, eq. D1).
+With interleaved copies (vpp > 1 variants), steps 1-3 run on the plain variants first, then on the copies,
+those of the plain best's micro-batch first (eq. DP7).
 If no structure fits, a beam search over (slot, layers, GPUs used) states (eq. DP6) looks for
 any feasible plan; it is complete while the beam is not truncated (all small instances).
 """
@@ -32,6 +34,10 @@ log = logging.getLogger(__name__)
 EXTRA_TAUS = 4  # candidate stage times tried above the smallest feasible one
 MAX_P_PER_TAU = 6  # stage counts split per candidate tau
 MAX_SEGMENTS = 6  # most GPU groups in one pipeline (all of them when there are at most 6)
+# eq. LS2: the best DP plans of this many variants are polished (eq. LS1), lowest first, and the best result kept.
+# llama3-70b x 3 types x 1024 GPUs (benchmarks/solve_scaling.py): variant 3's DP plan (15.263 s) polishes to
+# 15.148 s, variant 4's (15.463 s, the 2nd) to 14.714 s (the best plan known: 14.707 s); the 3rd polishes to 16.31 s
+POLISH_TOP = 3
 
 
 def solve(problem: Problem, options=None, hint: Assignment | None = None) -> RawResult:
@@ -43,22 +49,41 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
     tried = 0
     stopped = False
     bounds = []
-    for v in range(len(problem.variants)):  # tables built one variant at a time: 0.5 s each on 1024 x 6 groups
-        if best is not None and dl.expired():
-            stopped = True
-            break
-        t = build_tables(problem, v)
-        vb = variant_bound(problem, t)
-        bounds.append(vb)
-        if not math.isfinite(vb.total_s):
-            continue
-        for r in _restrictions(problem, t):
+    plain = [v for v in range(len(problem.variants)) if problem.variants[v].vpp == 1]
+    copies = [v for v in range(len(problem.variants)) if problem.variants[v].vpp != 1]
+    polished = None  # the plan polish already returned (not polished twice)
+    found: dict[int, tuple[float, Assignment]] = {}  # variant -> its best DP plan, this phase (eq. LS2)
+    for phase in (plain, copies):  # eq. DP7: the vpp = 1 variants, then the interleaved copies
+        if phase is copies and copies and best is not None:
+            # the plain result polished before any copy is searched, then its stages tried on each copy: the copies
+            # cannot crowd out the plain variants' polish (qwen3-235b-a22b x hetero3-4096, gbs 2048, the DP's
+            # budget in a 10 s solve: 3.251 s with the copies, 3.144 s with --vpp 1, the polish cut by the deadline)
+            best = polished = _polish_top(problem, found)
+            found = {}
+            a = best[1]
+            copies.sort(key=lambda w: _copy_rank(problem, a, w))  # in place: ``phase`` is this list
+            seeded = _seed_copies(problem, a, copies)
+            if seeded is not None and seeded[0] < best[0]:
+                a = polish(problem, seeded[1])
+                best = polished = (evaluate(problem, a), a)
+        for v in phase:  # tables built one variant at a time: 0.5 s each on 1024 x 6 groups
             if best is not None and dl.expired():
+                stopped = True
                 break
-            got, n = _variant(problem, t, r, vb.rest_lb)
-            tried += n
-            if got is not None and (best is None or got[0] < best[0]):
-                best = got
+            t = build_tables(problem, v)
+            vb = variant_bound(problem, t)
+            bounds.append(vb)
+            if not math.isfinite(vb.total_s):
+                continue
+            for r in _restrictions(problem, t):
+                if best is not None and dl.expired():
+                    break
+                got, n = _variant(problem, t, r, vb.rest_lb)
+                tried += n
+                if got is not None and (v not in found or got[0] < found[v][0]):
+                    found[v] = got
+                if got is not None and (best is None or got[0] < best[0]):
+                    best = got
     stats = {"splits": tried}
     if stopped:
         stats["stopped"] = "interrupted" if dl.interrupted else "deadline"
@@ -66,7 +91,9 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
         # variants by their bound (eq. B2), lowest first: on Sailor's OPT-350M profile rows under eq. Q2 (the segment
         # DP covers no option there) index order reached 25.7 / 30.2 / 30.2 s plans in its 1 s, this order 5.03 /
         # 2.88 / 1.81 s (32+96 / 80+240 / 128+384 GPUs; the searches' optima 5.03 / 2.73 / 1.71 s)
-        order = sorted(range(len(bounds)), key=lambda v: bounds[v].total_s) + list(range(len(bounds), len(problem.variants)))
+        searched = (plain + copies)[:len(bounds)]  # bounds[i] is variant searched[i]'s
+        order = [searched[i] for i in sorted(range(len(bounds)), key=lambda i: bounds[i].total_s)]
+        order += [v for v in plain + copies if v not in set(order)]
         a = beam_search(problem, time_limit_s=min(TIME_LIMIT_S, max(dl.remaining(), 0.1)), order=order)
         stats["fallback"] = "beam"
         best = (evaluate(problem, a), a) if a is not None else None
@@ -76,10 +103,72 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
             return RawResult("INFEASIBLE", "dp", wall_time_s=wall, message=infeasibility_reason(problem, bounds),
                              stats=stats)
         return RawResult("NO_SOLUTION", "dp", wall_time_s=wall, message="the DP heuristic found no plan", stats=stats)
-    a = polish(problem, best[1])  # eq. LS1 (its move budget: common/polish.py)
+    if best is not polished:  # eqs. LS1, LS2 (the move budget: common/polish.py)
+        best = min((b for b in (polished, _polish_top(problem, list(found.values()) or [best])) if b is not None),
+                   key=lambda b: b[0])
+    a = best[1]
     a = canonical(problem, build_tables(problem, a.variant), a)
     return RawResult("FEASIBLE", "dp", assignment=a, objective_s=evaluate(problem, a), bound_s=None,
                      wall_time_s=wall, stats=stats)
+
+
+def _polish_top(problem: Problem, found, k: int = POLISH_TOP) -> tuple[float, Assignment]:
+    """Eq. LS2: the ``k`` lowest of ``found`` (a dict variant -> (objective, plan), or a list of them) polished,
+    lowest first (a deadline past stops after the first: its polish is what eq. LS1 alone gives); the best one."""
+    plans = sorted(found.values() if isinstance(found, dict) else found, key=lambda b: b[0])[:k]
+    out = None
+    for _, a in plans:
+        if out is not None and current().expired():
+            break
+        a = polish(problem, a)
+        obj = evaluate(problem, a)
+        if out is None or obj < out[0]:
+            out = (obj, a)
+    return out
+
+
+def _copy_rank(problem: Problem, a: Assignment, w: int) -> tuple:
+    """Eq. DP7's order of the interleaved copies: those of plan ``a``'s micro-batch first, then by how far their
+    stage count is from ``a``'s, index last (deterministic). On qwen3-235b-a22b x hetero3-4096 (gbs 2048) the best
+    copy the DP finds is one of the plain best's micro-batch (vpp 4, P 32 against P 24)."""
+    var, base = problem.variants[w], problem.variants[a.variant]
+    return (var.samples_per_microbatch != base.samples_per_microbatch, abs(var.num_stages - len(a.stages)), w)
+
+
+def _seed_copies(problem: Problem, a: Assignment, copies: list[int]) -> tuple[float, Assignment] | None:
+    """Eq. DP7: the vpp = 1 plan ``a``'s stages on each interleaved copy of its micro-batch, reshaped to the copy's
+    stage count (eq. I5 fixes P per copy; ``_reshape``); the best feasible one by ``evaluate``, or None. One check
+    per copy."""
+    base = problem.variants[a.variant]
+    best = None
+    for w in copies:
+        var = problem.variants[w]
+        if var.samples_per_microbatch != base.samples_per_microbatch:
+            continue
+        cand = Assignment(w, _reshape(a.stages, var.num_stages))
+        if violations(problem, cand):
+            continue
+        obj = evaluate(problem, cand)
+        if best is None or obj < best[0]:
+            best = (obj, cand)
+    return best
+
+
+def _reshape(stages: tuple, p: int) -> tuple:
+    """``stages`` made ``p`` long: merge the neighbouring pair with the fewest layers (the first one's option, so
+    the GPUs used only drop), or split the stage with the most layers in two with its option (more GPUs: the
+    check may reject it). The local search (eq. LS1) rebalances what this leaves."""
+    st = list(stages)
+    while len(st) > p:
+        j = min(range(len(st) - 1), key=lambda i: st[i].num_layers + st[i + 1].num_layers)
+        st[j:j + 2] = [Stage(st[j].option, st[j].num_layers + st[j + 1].num_layers)]
+    while len(st) < p:
+        j = max(range(len(st)), key=lambda i: st[i].num_layers)
+        if st[j].num_layers < 2:
+            break
+        h = st[j].num_layers // 2
+        st[j:j + 1] = [Stage(st[j].option, st[j].num_layers - h), Stage(st[j].option, h)]
+    return tuple(st)
 
 
 def _restrictions(problem: Problem, t: Tables) -> list[Restriction]:

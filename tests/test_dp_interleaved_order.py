@@ -1,0 +1,107 @@
+"""The DP heuristic with interleaved copies (eq. DP7, formulations/dp.md): the plain (vpp 1) variants are searched
+and their best plan polished before any copy, so a deadline that falls among the copies cannot leave a worse
+plan than ``--vpp 1`` would; copies of the plain best's micro-batch come first."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from dataclasses import replace
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from synthetic import random_problem
+
+from haap_milp.interleave import interleaved_variants
+from haap_milp.problem import Stage, evaluate, violations
+from haap_milp.solvers import dp
+
+
+def _with_copies(seed):
+    problem = random_problem(seed, num_layers=int(seed % 3) + 6, max_stages=5, max_options=4)
+    extra = interleaved_variants(problem.variants, (2, 3), problem.max_stages, problem.num_layers)
+    return problem, replace(problem, variants=problem.variants + tuple(extra))
+
+
+def test_plain_best_is_polished_before_any_copy_is_searched(monkeypatch):
+    events = []
+    real_polish, real_tables = dp.polish, dp.build_tables
+
+    def polish(problem, a, *args):
+        events.append(("polish", problem.variants[a.variant].vpp))
+        return real_polish(problem, a, *args)
+
+    def tables(problem, v):
+        events.append(("tables", problem.variants[v].vpp if isinstance(v, int) else None))
+        return real_tables(problem, v)
+
+    monkeypatch.setattr(dp, "polish", polish)
+    monkeypatch.setattr(dp, "build_tables", tables)
+    checked = 0
+    for seed in range(8):
+        plain, problem = _with_copies(seed)
+        if len(problem.variants) == len(plain.variants):
+            continue
+        events.clear()
+        r = dp.solve(problem)
+        if r.assignment is None:
+            continue
+        checked += 1
+        first_copy = next(i for i, e in enumerate(events) if e[0] == "tables" and e[1] not in (None, 1))
+        assert ("polish", 1) in events[:first_copy]  # the plain best polished before the first copy's tables
+        assert violations(problem, r.assignment) == []
+        base = dp.solve(plain)  # the copies only add plans: never worse than the plain variants alone
+        assert r.objective_s <= base.objective_s * (1 + 1e-9)
+    assert checked >= 3
+
+
+def test_copies_of_the_plain_best_micro_batch_come_first():
+    for seed in range(8):
+        plain, problem = _with_copies(seed)
+        r = dp.solve(plain)
+        copies = [w for w in range(len(problem.variants)) if problem.variants[w].vpp != 1]
+        if r.assignment is None or not copies:
+            continue
+        ranked = sorted(copies, key=lambda w: dp._copy_rank(problem, r.assignment, w))
+        mb = problem.variants[r.assignment.variant].samples_per_microbatch
+        same = [problem.variants[w].samples_per_microbatch == mb for w in ranked]
+        assert same == sorted(same, reverse=True)  # all of its micro-batch, then the others
+
+
+def test_seeds_are_feasible_and_reshape_keeps_the_layers():
+    stages = (Stage(0, 3), Stage(1, 1), Stage(1, 2), Stage(0, 4))
+    for p in range(1, 9):
+        out = dp._reshape(stages, p)
+        assert sum(s.num_layers for s in out) == 10 and all(s.num_layers >= 1 for s in out)
+        assert len(out) == min(p, 10)
+    for seed in range(8):
+        plain, problem = _with_copies(seed)
+        r = dp.solve(plain)
+        copies = [w for w in range(len(problem.variants)) if problem.variants[w].vpp != 1]
+        if r.assignment is None:
+            continue
+        got = dp._seed_copies(problem, r.assignment, copies)
+        if got is not None:
+            assert violations(problem, got[1]) == [] and got[0] == evaluate(problem, got[1])
+
+
+def test_polish_top_is_never_worse_than_polishing_the_lowest_plan():
+    """Eq. LS2: several variants' DP plans polished, the best kept: never above eq. LS1 on the lowest alone."""
+    from haap_milp.solvers.common import build_tables, variant_bound
+    from haap_milp.solvers.common.polish import polish
+
+    for seed in range(6):
+        problem = random_problem(seed, num_layers=8, max_stages=4, max_options=4)
+        found = {}
+        for v in range(len(problem.variants)):
+            t = build_tables(problem, v)
+            vb = variant_bound(problem, t)
+            for r in dp._restrictions(problem, t):
+                got, _ = dp._variant(problem, t, r, vb.rest_lb)
+                if got is not None and (v not in found or got[0] < found[v][0]):
+                    found[v] = got
+        if not found:
+            continue
+        lowest = min(found.values(), key=lambda b: b[0])[1]
+        top = dp._polish_top(problem, found)
+        assert violations(problem, top[1]) == [] and top[0] == evaluate(problem, top[1])
+        assert top[0] <= evaluate(problem, polish(problem, lowest)) * (1 + 1e-12)
