@@ -188,7 +188,12 @@ def build(
     uniform = uniform or bool(dims)
     dims = dims or ("tp", "dp", "recompute")
     if caps.recompute_modes is not None:  # e.g. FlagScale cannot mix selective with other per-stage modes
-        modes = tuple(m for m in modes if m in caps.recompute_modes) or modes
+        runnable = tuple(m for m in modes if m in caps.recompute_modes)
+        if modes and not runnable:  # (searching them anyway only ends in the checker's refusal after the solve)
+            raise HaapInputError(f"--recompute {','.join(modes)}: target {caps.name} runs none of these "
+                                 f"modes (it runs {', '.join(caps.recompute_modes)}); ask for one of those or "
+                                 f"choose another --target.")
+        modes = runnable
     single = options.max_stages == 1 or (caps.max_stages_when_tied == 1 and model.tied_embeddings)
     zeros = zero.search_set(options.zero, training, caps, single)  # eq. Z1; (None,): the runtime's, not searched
     if (caps.uniform_stages if target_uniform is None else target_uniform) and zeros != (None,):

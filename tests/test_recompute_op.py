@@ -63,3 +63,11 @@ def test_search_sets_per_target():
     assert modes("any") == {"none", "selective", "full"}
     assert modes("any", ("none", "op")) == {"none", "op"}
     assert modes("megatron", ("none", "selective", "full", "op")) == {"none", "selective", "full"}
+
+
+def test_solve_refuses_a_recompute_set_the_target_cannot_run(run_cli):
+    """--recompute op with --target megatron: exit 2 naming the flag as typed and the target, before any search
+    (it used to solve with op and end in the checker's megatron.recompute violation, exit 1)."""
+    code, _, err = run_cli(["solve", "-m", "llama3-8b", "-c", "h100-80g:8", "--recompute", "op", "--target",
+                            "megatron", "--time-limit", "5"])
+    assert code == 2 and "--recompute op" in err and "megatron" in err and "Traceback" not in err
