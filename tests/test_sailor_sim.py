@@ -110,15 +110,21 @@ def test_published_plan_boundaries_are_sailors_sends(est, dp):
         assert (c[j - 1] + c[j]) / 2 == pytest.approx(b.p2p[j], rel=1e-9)
 
 
+
+def _search_module():
+    """benchmarks/sailor_sim_search.py, imported by path (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("sailor_sim_search", ROOT / "benchmarks" / "sailor_sim_search.py")
+    se = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("sailor_sim_search", se)
+    spec.loader.exec_module(se)
+    return se
+
 def test_exact_search_equals_enumeration_on_a_small_row():
     """benchmarks/sailor_sim_search.py's depth-first search with its bounds and symmetry rule finds the same
     optimum as scoring every pipeline of <= 4 stages (all kinds, all layer cuts) with the simulator's formulas."""
     import itertools
 
-    spec = importlib.util.spec_from_file_location("sailor_sim_search", ROOT / "benchmarks" / "sailor_sim_search.py")
-    se = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("sailor_sim_search", se)
-    spec.loader.exec_module(se)
+    se = _search_module()
     d = ss.SailorData.load()
     caps = {"A100-40": 32, "V100-16": 64}
     row, M = se.Row(d, caps, 16, 2), 1024 // 32
@@ -139,10 +145,7 @@ def test_exact_search_keeps_a_known_plan_of_the_80_240_row():
     """The search's cuts are sound on the real row: with the incumbent just above the simulator's time of a known
     5-stage dp 32 plan (V100 tp2, V100 tp2, A100 tp1, A100 tp1, V100 tp2: 0.3458 it/s) it still finds one at
     least as fast."""
-    spec = importlib.util.spec_from_file_location("sailor_sim_search", ROOT / "benchmarks" / "sailor_sim_search.py")
-    se = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("sailor_sim_search", se)
-    spec.loader.exec_module(se)
+    se = _search_module()
     d = ss.SailorData.load()
     caps = {"A100-40": 80, "V100-16": 240}
     row = se.Row(d, caps, 32, 1)
