@@ -295,9 +295,10 @@ def evaluate(problem: Problem, a: Assignment) -> float:
     v = problem.variants[a.variant]
     t, c, s = stage_times(problem, a), boundary_times(problem, a), sync_times(problem, a)
     if v.vpp > 1:  # eq. I1
-        return iteration_time(t, c, s, v.num_microbatches, "interleaved", v.vpp, wrap_time(problem, a)) \
-            + extra_objective(problem, a)
-    return iteration_time(t, c, s, v.num_microbatches, blocking=problem.p2p_blocking) + extra_objective(problem, a)
+        time = iteration_time(t, c, s, v.num_microbatches, "interleaved", v.vpp, wrap_time(problem, a))
+    else:
+        time = iteration_time(t, c, s, v.num_microbatches, blocking=problem.p2p_blocking)
+    return time + extra_objective(problem, a)
 
 
 def extra_objective(problem: Problem, a: Assignment) -> float:
@@ -336,10 +337,11 @@ def violations(problem: Problem, a: Assignment) -> list[str]:
             out.append(f"group {problem.groups[g]} uses {u} GPUs of {cap}")
     if problem.budget is not None:  # eq. W1
         b = problem.budget
-        if b.used([s.option for s in a.stages]) > b.limit:
-            out.append(f"{b.name} {b.used([s.option for s in a.stages])} over its limit {b.limit}")
-        if b.used([s.option for s in a.stages]) < b.lower:  # eq. W1b
-            out.append(f"{b.name} {b.used([s.option for s in a.stages])} under its floor {b.lower}")
+        used = b.used([s.option for s in a.stages])
+        if used > b.limit:
+            out.append(f"{b.name} {used} over its limit {b.limit}")
+        if used < b.lower:  # eq. W1b
+            out.append(f"{b.name} {used} under its floor {b.lower}")
     v = problem.variants[a.variant]
     if v.vpp > 1 and v.num_stages and len(a.stages) != v.num_stages:  # eq. I5
         out.append(f"{len(a.stages)} stages, variant {a.variant} (vpp {v.vpp}) has {v.num_stages}")
