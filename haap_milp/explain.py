@@ -10,29 +10,38 @@ import math
 
 import numpy as np
 
+from haap_milp.memory_cover import layers_per_gpu
 from haap_milp.parallel_rules import tp_allowed
 from haap_milp.pipeline import END_SEND_SHARE, GIB, TIME_RTOL, interleaved_period, send_shares, steady_period
 from haap_milp.problem import Assignment, Problem, boundary_times, stage_memory, stage_times, sync_times, wrap_time
 
 
 def _layers_per_gpu(problem: Problem) -> dict[int, tuple[float, int]]:
-    """Per group: the best (layers held per GPU, option) at the cheapest pipeline position."""
+    """Per group: the best (layers held per GPU, option) over every variant (eq. M4's r_g)."""
     best: dict[int, tuple[float, int]] = {}
     for v in problem.variants:
-        for i in np.flatnonzero(v.allowed):
-            o = problem.options[i]
-            room = v.mem_capacity[i] - v.fixed_mem[i]
-            per_layer = v.layer_static_mem[i] + v.layer_act_mem[i]
-            held = math.floor(room / per_layer) if per_layer > 0 else 10**9
-            ratio = held / o.num_gpus
-            for g, _n in o.usage:  # a mixed option (eq. H1) counts for each of its groups
-                if ratio > best.get(g, (-1.0, -1))[0]:
-                    best[g] = (ratio, int(i))
+        for g, (ratio, i) in layers_per_gpu(problem.options, v).items():
+            if ratio > best.get(g, (-1.0, -1))[0]:
+                best[g] = (ratio, i)
     return best
 
 
+def _memory_reason(pre, training, model, holdable: float, best: dict) -> str:
+    """Eq. M4 binds: how many layers fit, and how many GPUs of the roomiest type would make up the rest."""
+    g = max(best, key=lambda k: best[k][0])
+    need = math.ceil((model.num_layers - holdable) / best[g][0]) if best[g][0] > 0 else None
+    gpn = pre.groups[g].gpus_per_node
+    need = -(-need // gpn) * gpn if need else need  # whole nodes
+    more = f"about {need} more {pre.groups[g].gpu_type} GPUs ({need // gpn} node(s))" if need else \
+        "GPUs with more memory"
+    return (f"memory binds: even with the most memory-frugal options the cluster's GPUs hold about "
+            f"{holdable:.0f} of the {model.num_layers} layers (weights, gradients, optimizer state and "
+            f"activations, embedding and LM head); it needs {more}" + _cheaper(training))
+
+
 def _extras_in_layers(problem: Problem, best: dict) -> float:
-    """Embedding + LM head memory, in layers of the roomiest option (they must sit somewhere)."""
+    """Embedding + LM head memory, in layers of the roomiest option (they must sit somewhere): an estimate for
+    the message, not eq. M4's floor (presolve drops only what that floor proves empty)."""
     if not best:
         return 0.0
     i = best[max(best, key=lambda g: best[g][0])][1]
@@ -55,19 +64,14 @@ def infeasibility_reason(ctx) -> str:
                 + "; ".join(pre.dropped) + "); try --precision fp16")
     problem = pre.problem
     if not problem.variants:
+        if pre.memory_short is not None:  # every variant failed eq. M4 in presolve
+            holdable, best, _extras = pre.memory_short
+            return _memory_reason(pre, training, model, holdable, best)
         return _one_layer_reason(ctx)
     best = _layers_per_gpu(problem)
     holdable = sum(best[g][0] * problem.group_capacity[g] for g in best) - _extras_in_layers(problem, best)
     if holdable < model.num_layers:
-        g = max(best, key=lambda k: best[k][0])
-        need = math.ceil((model.num_layers - holdable) / best[g][0]) if best[g][0] > 0 else None
-        gpn = pre.groups[g].gpus_per_node
-        need = -(-need // gpn) * gpn if need else need  # whole nodes
-        more = f"about {need} more {pre.groups[g].gpu_type} GPUs ({need // gpn} node(s))" if need else \
-            "GPUs with more memory"
-        return (f"memory binds: even with the most memory-frugal options the cluster's GPUs hold about "
-                f"{holdable:.0f} of the {model.num_layers} layers (weights, gradients, optimizer state and "
-                f"activations, embedding and LM head); it needs {more}" + _cheaper(training))
+        return _memory_reason(pre, training, model, holdable, best)
     if problem.uniform:
         asked = ctx.training.uniform
         if asked:  # the user's --uniform, not the target, made the stages equal

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from haap_milp import cp_etp, interleave, mixed_stages, zero
+from haap_milp import cp_etp, interleave, memory_cover, mixed_stages, zero
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator
 from haap_milp.estimator.override import FALLBACK_FLAG, WHY, coverage, may_price
@@ -109,6 +109,7 @@ class Presolved:
     excluded: list[Excluded] = field(default_factory=list)  # GPUs and profile points left out (never silently)
     analytic: list[Excluded] = field(default_factory=list)  # profile points priced by the fallback (kept)
     profile: dict | None = None  # which GPU types the profile prices (profile_summary)
+    memory_short: tuple | None = None  # eq. M4: (cover, layers per GPU, extras) of the roomiest dropped variant
 
     @property
     def lower_bound_s(self) -> float | None:
@@ -265,15 +266,22 @@ def build(
               for (b, dp, cp), ids in variant_opts.items()}
     held = [k for k, (var, _lb) in priced.items() if var.allowed.any()]
     cp_dominated = {held[v] for v in cp_etp.dominated_cp_variants(opts, held, [priced[k][0] for k in held])}
+    short, too_small = None, []  # eq. M4: (cover, layers per GPU, extras) of the roomiest variant it drops
     for (b, _dp, cp), (var, lb) in priced.items():
         name = f"B={b} samples per micro-batch" + (f", dp {_dp}" if _dp else "") + (f", cp {cp}" if cp > 1 else "")
         if (b, _dp, cp) in cp_dominated:
             dropped.append(f"{name}: every option has a no-worse cp 1 twin (eq. CP5)")
-        elif var.allowed.any():
+        elif not var.allowed.any():
+            dropped.append(f"{name}: no option holds one layer")
+        elif (held_layers := memory_cover.cover(opts, [g.capacity for g in groups], var)) < model.num_layers:
+            dropped.append(f"{name}: the cluster's memory holds at most {held_layers:.0f} of the "
+                           f"{model.num_layers} layers (eq. M4)")
+            too_small.append(var)
+            if short is None or held_layers > short[0]:
+                short = (held_layers, memory_cover.layers_per_gpu(opts, var), memory_cover.extras_layers(var))
+        else:
             bounds[len(variants)] = lb
             variants.append(var)
-        else:
-            dropped.append(f"{name}: no option holds one layer")
     max_stages = _max_stages(model, groups, options, variants, opts)
     if caps.max_stages_when_tied is not None and model.tied_embeddings:
         max_stages = min(max_stages, caps.max_stages_when_tied)  # e.g. torchtitan cannot tie first and last stage
@@ -310,7 +318,7 @@ def build(
         "presolve_s": round(time.perf_counter() - t0, 4),
     }
     stats.update({f"cache_{k}": v for k, v in est.cache_stats().items() if isinstance(v, (int, float))})
-    used = {opts[i].group for v in variants for i in np.flatnonzero(v.allowed)}
+    used = {opts[i].group for v in variants + too_small for i in np.flatnonzero(v.allowed)}  # M4: not "unused"
     excluded += _profile_points(groups, left_out, profile, "points")
     for gi, g in enumerate(groups):
         if gi not in used:
@@ -320,7 +328,7 @@ def build(
         log.info("priced without a measurement (--profile-fallback %s): %s", profile.fallback,
                  "; ".join(map(str, analytic)))  # the CLI warns on stderr; the API reads Presolved.analytic
     summary = profile_summary(profile, groups) if profile is not None else None
-    return Presolved(problem, tuple(groups), bounds, dropped, stats, excluded, analytic, summary)
+    return Presolved(problem, tuple(groups), bounds, dropped, stats, excluded, analytic, summary, short)
 
 
 def mixed_enabled(asked: str, caps, target_uniform: bool, runtime_uniform=()) -> bool:

@@ -17,6 +17,7 @@ import numpy as np
 from haap_milp.solvers.common import Tables
 
 NEG = -(10**9)
+LINK_SHARE = 1.0  # experiment
 
 
 @dataclass
@@ -83,7 +84,7 @@ def _segments(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, 
     s_idx, e_idx = np.meshgrid(np.arange(K + 1), np.arange(K + 1), indexing="ij")
     span = e_idx - s_idx
     h_in, hf_in = caps_at(tau - t.p2p[g, g])
-    h_bo, hf_bo = caps_at(tau - link)
+    h_bo, hf_bo = caps_at(tau - LINK_SHARE * link)
     s_c = np.minimum(s_idx, K - 1)
     for c in np.flatnonzero(cls.group == g):
         mem, d = cls.members[c], int(cls.gpus[c])
@@ -187,7 +188,7 @@ def split(t: Tables, cls: Classes, structure, caps_at: CapCache, tau: float):
         for k in range(s + 1, e + 1):
             first = k == P
             link = 0.0 if k == 1 else float(t.p2p[g, group_of[k - 1]])
-            h, hf = caps_at(tau - link)
+            h, hf = caps_at(tau - LINK_SHARE * link)
             cap = (hf if first else h)[k - 1, mem]
             extra = (ft[mem] if first else 0.0 * ft[mem]) + (xt[mem] if k == 1 else 0.0)
             cost = n_arr[None, :] * lt[mem][:, None] + extra[:, None]  # [|mem|, L+1]
