@@ -22,7 +22,6 @@ from haap_milp.solvers.common.model import start_values
 from haap_milp.specs import SolveOptions
 
 
-
 class _Pandas:
     """Stands for pandas inside ortools' cp_model: its pandas helpers (``new_int_var_series`` and kin, which haap
     never calls) import pandas when they first touch it."""
