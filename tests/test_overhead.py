@@ -68,3 +68,43 @@ def test_builtin_catalog_files_parse_the_same_with_libyaml_and_pure_python():
     for name in ("gpus.yaml", "models.yaml", "clusters.yaml", "prices.yaml"):
         fast, slow = builtin_yaml(name), builtin_yaml(name, loader=yaml.SafeLoader)
         assert fast == slow and repr(fast) == repr(slow), name
+
+
+def test_an_expired_deadline_skips_the_exact_search_and_keeps_the_heuristic_plan_with_the_b1_gap():
+    """Deadline past before the heuristics (e.g. start-up and presolve took it all): the DP stops at its first plan
+    (``stopped``), the exact search is not started (``exact_skipped``), and the plan is checked and carries the
+    presolve's eq. B1 bound as its proven gap. Asserts on what the deadline code decides, not on timing."""
+    from haap_milp import planner
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.deadline import Deadline, use
+    from haap_milp.specs import SolveOptions, Status, TrainingSpec
+
+    training = TrainingSpec(global_batch_size=256, seq_len=4096)
+    opts = SolveOptions(time_limit_s=60, threads=1)
+    ctx = planner.Context.build(load_model("llama3-8b"), load_cluster("a100-80g:16,a100-40g:16"), training, opts)
+    dl = Deadline(0.0)
+    with use(dl):
+        done = planner.orchestrate(ctx, [("cpsat", None)], deadline=dl)
+    out, dp = done.outcomes[0], done.heuristics["dp"]
+    r = out.result
+    assert len(ctx.presolved.problem.variants) > 1 and dp.stats.get("stopped") == "deadline"
+    assert r.plan is not None and not out.violations and r.stats.get("exact_skipped") == 1
+    assert r.status in (Status.FEASIBLE, Status.OPTIMAL) and r.bound_s == ctx.presolved.lower_bound_s
+    assert r.gap is not None and 0 <= r.gap < 1 and r.objective_s == min(
+        h.objective_s for h in done.heuristics.values() if h.objective_s is not None)
+
+
+def test_solve_with_a_tiny_time_limit_returns_a_plan_and_its_gap(tmp_path):
+    """`haap-solve solve --time-limit 0.01` (in-process: the limit counts from the call): exit 0, a checked plan
+    in the JSON with a proven gap, the exact search skipped."""
+    import json
+
+    from conftest import invoke_cli
+
+    out = tmp_path / "plan.json"
+    code, _, err = invoke_cli(["solve", "-m", "llama3-8b", "-c", "a100-80g:16,a100-40g:16", "--gbs", "256",
+                               "--time-limit", "0.01", "--json", str(out)])
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["plan"] and doc["status"] in ("FEASIBLE", "OPTIMAL") and doc["gap"] is not None
+    assert doc["stats"]["exact_skipped"] == 1
