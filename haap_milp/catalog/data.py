@@ -63,9 +63,20 @@ class Catalog:
     keys: dict[str, dict[str, str]] = field(default_factory=dict)  # kind -> normalised name -> canonical
 
 
-def _read(name: str) -> dict[str, Any]:
+# The built-in catalog files (this package's own, trusted) are parsed by libyaml when PyYAML has it: the same
+# documents (checked equal, tests/test_overhead.py) in 0.02 s instead of 0.2 s of every command's start-up.
+# Users' files go through catalog/files.py's bounded loader.
+_BUILTIN_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def builtin_yaml(name: str, loader=_BUILTIN_LOADER) -> Any:
+    """A built-in catalog file (``haap_milp/catalog/<name>``) as Python data (YAML safe subset)."""
     text = resources.files("haap_milp.catalog").joinpath(name).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=loader)  # a safe loader: CSafeLoader or SafeLoader
+
+
+def _read(name: str) -> dict[str, Any]:
+    return builtin_yaml(name)
 
 
 def _index(entries: dict[str, Any], kind: str) -> dict[str, str]:

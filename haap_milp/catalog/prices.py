@@ -16,11 +16,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, replace
-from importlib import resources
 from typing import Any
 
-import yaml
-
+from haap_milp.catalog.data import builtin_yaml
 from haap_milp.errors import HaapInputError
 
 PRICE_KINDS = ("on_demand", "spot")
@@ -105,7 +103,7 @@ def _rows(doc: Any, name: str) -> tuple[dict[str, dict], float | None]:
 
 @functools.lru_cache(maxsize=1)
 def _catalog_doc() -> dict:
-    return yaml.safe_load(resources.files("haap_milp.catalog").joinpath("prices.yaml").read_text(encoding="utf-8"))
+    return builtin_yaml("prices.yaml")
 
 
 def price_kind(kind: str) -> str:

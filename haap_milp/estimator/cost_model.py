@@ -124,7 +124,12 @@ class Estimator:
         return apply_profile(self.profile, "layer", cost, c, none)
 
     def _analytic_layer(self, c: costs.StageConfig, hw: hardware.Hardware) -> StageCost:
-        """Mean over the model's dense and MoE decoder layers (layer-kind passes cached across dp)."""
+        """Mean over the model's dense and MoE decoder layers (layer-kind passes cached across dp, the DP sync
+        across micro-batches and recompute; the whole per config: a recompute option's layer_cost prices its
+        recompute-none twin too)."""
+        return self._memo("analytic_layer", c, lambda: self._analytic_layer_uncached(c, hw))
+
+    def _analytic_layer_uncached(self, c: costs.StageConfig, hw: hardware.Hardware) -> StageCost:
         frac = self.moe_fraction
         parts = []
         for moe, w in ((False, 1.0 - frac), (True, frac)):
@@ -133,7 +138,10 @@ class Estimator:
             pkey = (moe, c.gpu_type, c.island, c.tp, c.ep, c.etp, c.micro_batch, c.cp)
             passes = self._memo("layer_passes", pkey,
                                 lambda: costs.decoder_passes(self.model, moe, c, hw, self.training, self.impl))  # noqa: B023
-            cost = costs.decoder_cost(self.model, moe, c, hw, self.training, self.calibration, passes, self.impl)
+            sync = self._memo("layer_sync", (moe, *costs.sync_key(c)),
+                              lambda: costs.layer_sync(self.model, moe, c, hw, self.training, self.calibration))  # noqa: B023
+            cost = costs.decoder_cost(self.model, moe, c, hw, self.training, self.calibration, passes, self.impl,
+                                      sync)
             parts.append(cost if w == 1.0 else cost.scaled(w))
         return parts[0] if len(parts) == 1 else parts[0] + parts[1]
 
@@ -145,7 +153,9 @@ class Estimator:
 
         def run() -> StageCost:
             c, hw = self._config(*key)
-            cost = costs.embedding_cost(self.model, c, hw, self.training, self.calibration)
+            sync = self._memo("embedding_sync", costs.sync_key(c),
+                              lambda: costs.embedding_sync(self.model, c, hw, self.training, self.calibration))
+            cost = costs.embedding_cost(self.model, c, hw, self.training, self.calibration, sync)
             return apply_profile(self.profile, "embedding", cost, c, None)
 
         return self._memo("first_stage_extra", key, run)
@@ -158,7 +168,9 @@ class Estimator:
 
         def run() -> StageCost:
             c, hw = self._config(*key)
-            cost = costs.head_cost(self.model, c, hw, self.training, self.calibration, self.impl)
+            sync = self._memo("head_sync", costs.sync_key(c),
+                              lambda: costs.head_sync(self.model, c, hw, self.training, self.calibration))
+            cost = costs.head_cost(self.model, c, hw, self.training, self.calibration, self.impl, sync)
             return apply_profile(self.profile, "head", cost, c, None)
 
         return self._memo("last_stage_extra", key, run)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
-
-from ortools.sat.python import cp_model
+import types
 
 from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, RawResult
@@ -21,6 +21,42 @@ from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResu
 from haap_milp.solvers.common.model import start_values
 from haap_milp.specs import SolveOptions
 
+
+class _Pandas:
+    """Stands for pandas inside ortools' cp_model: its pandas helpers (``new_int_var_series`` and kin, which haap
+    never calls) import pandas when they first touch it."""
+
+    def __getattr__(self, name: str):
+        import pandas
+
+        return getattr(pandas, name)
+
+
+def _import_cp_model():
+    """ortools' ``cp_model`` without importing pandas, which it imports at the top only for its Series helpers:
+    0.35-1.0 s of every solve's start-up (``python -X importtime``, idle to load 5 on 2 cores), more than the
+    rest of ``cp_model``. While it loads, ``pandas`` is a stub whose ``Index`` / ``Series`` are classes nothing is an
+    instance of (cp_model names them in module-level type aliases); after, cp_model's ``pd`` is ``_Pandas``.
+    Where pandas is already imported the plain import is used."""
+    if "pandas" in sys.modules:
+        from ortools.sat.python import cp_model as mod
+
+        return mod
+    stub = types.ModuleType("pandas")
+    stub.Index = type("Index", (), {})
+    stub.Series = type("Series", (), {})
+    sys.modules["pandas"] = stub
+    try:
+        from ortools.sat.python import cp_model as mod
+    finally:
+        if sys.modules.get("pandas") is stub:
+            del sys.modules["pandas"]
+    if getattr(mod, "pd", None) is stub:
+        mod.pd = _Pandas()
+    return mod
+
+
+cp_model = _import_cp_model()
 log = logging.getLogger(__name__)
 SCALE_TARGET = 1e7  # integer units of the reference stage time (eq. CP1)
 INTERLEAVE = True

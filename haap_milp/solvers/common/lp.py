@@ -73,18 +73,18 @@ def highs_model(lm: LinModel, integer: bool, cutoff_s: float | None = None, cuto
     lo, up, starts, idx, val = [], [], [], [], []
     for row in lm.rows:  # tdef rows: sum a x + a0 - T <= 0
         starts.append(len(idx))
-        idx.extend(col[row.idx].tolist())
+        idx.extend(row.idx)  # variables; mapped to columns below, once
         val.extend(row.coef)
         lo.append(row.lb - row.const if math.isfinite(row.lb) else -inf)
         up.append(row.ub - row.const if math.isfinite(row.ub) else inf)
     if cutoff_s is not None:  # eq. X2
         starts.append(len(idx))
-        idx.extend(col[list(obj)].tolist())
+        idx.extend(obj)
         val.extend(obj.values())
         lo.append(-inf)
         up.append(cutoff_s - const + cutoff_tol_s)
     h.addRows(len(lo), np.array(lo), np.array(up), len(idx), np.array(starts, np.int32),
-              np.array(idx, np.int32), np.array(val, float))
+              col[np.array(idx, np.int64)].astype(np.int32), np.array(val, float))
     return h
 
 
