@@ -2,9 +2,8 @@
 
 - time, no bound: ``planner.orchestrate`` as before;
 - time under ``--max-cost-per-hour``: one step of the sweep (eq. W1 with the cap);
-- cost / energy: the band search (``frontier.band_search``, eqs. EB1-EB4), proven within the gap;
-  with ``--max-iteration-time`` / ``--min-tokens-per-s`` the epsilon-constraint sweep (``frontier.sweep``,
-  eqs. F1-F3), the best point;
+- cost / energy: the band search (``frontier.band_search``, eqs. EB1-EB4), proven within the gap; with
+  ``--max-iteration-time`` / ``--min-tokens-per-s`` T <= T_max is a row of every band's solve (eqs. TX1e-TX3e);
 - ``--max-iteration-time`` / ``--min-tokens-per-s``: a bound on T; a plan past it is not returned;
 - ``--robust PCT``: the time optimum of the worst-case Problem (``robust``, eq. R3).
 """
@@ -81,12 +80,13 @@ def plan_for(ctx: Context, book: PriceBook, goal: Goal, deadline: Deadline | Non
                                f"the {t_max:.4g} s bound (--max-iteration-time / --min-tokens-per-s)")
         return Answer(out, {"objective": "time"})
     measure = "cost" if goal.objective in ("time", "cost") else "energy"
-    if goal.objective != "time" and goal.max_iteration_time_s is None:  # the exact band search (eqs. EB1-EB4)
-        fr = frontier.band_search(ctx, book, measure, cap=goal.max_usd_per_hour, deadline=deadline)
-    else:  # a bound on T: the sweep, which stops at the first plan past it (eq. F1)
-        fr = frontier.sweep(ctx, book, measure, max_points=1 if goal.objective == "time" else goal.max_points,
-                            cap=goal.max_usd_per_hour, max_time_s=goal.max_iteration_time_s,
-                            stop_when_bounded=True, step=goal.step, deadline=deadline)
+    if goal.objective != "time":  # the exact band search (eqs. EB1-EB4; T_max: eqs. TX1e-TX3e)
+        fr = frontier.band_search(ctx, book, measure, cap=goal.max_usd_per_hour,
+                                  max_time_s=goal.max_iteration_time_s, deadline=deadline)
+    else:  # time under a budget: one step of the sweep (eq. W1), which refuses a plan past the T bound (eq. F1)
+        fr = frontier.sweep(ctx, book, measure, max_points=1, cap=goal.max_usd_per_hour,
+                            max_time_s=goal.max_iteration_time_s, stop_when_bounded=True, step=goal.step,
+                            deadline=deadline)
     doc = {"objective": goal.objective, "search": fr.search, "solves": fr.solves,
            "points_searched": len(fr.points), "frontier_complete": fr.complete,
            "stopped": fr.stopped, "max_usd_per_hour": goal.max_usd_per_hour,
