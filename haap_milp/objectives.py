@@ -98,7 +98,9 @@ def plan_for(ctx: Context, book: PriceBook, goal: Goal, deadline: Deadline | Non
             goal.max_iteration_time_s is not None and f"{goal.max_iteration_time_s:.4g} s per iteration") if w)
         empty = SolveResult(status=Status.INFEASIBLE, solver=ctx.options.solver, objective_s=None, bound_s=None,
                             gap=None, wall_time_s=0.0, plan=None, message="", stats=dict(ctx.presolved.stats))
-        return Answer(_refuse(Outcome(empty, ctx.presolved, estimator=ctx.estimator), f"{why} ({fr.stopped})"), doc)
+        told = fr.complete and fr.stopped.startswith("proven: no plan within")  # eq. TX3e names the binding bound
+        return Answer(_refuse(Outcome(empty, ctx.presolved, estimator=ctx.estimator),
+                              fr.stopped if told else f"{why} ({fr.stopped})"), doc)
     if goal.objective != "time":
         unit = "usd_per_iteration" if measure == "cost" else "joules_per_iteration"
         doc.update({unit: pick.value, f"{unit}_lower_bound": fr.lower_bound, "objective_gap": fr.gap})
