@@ -118,7 +118,7 @@ def _pareto_table(fr, docs: list[dict], measure: str) -> None:
                   f(d["usd_per_hour"], ",.2f"), f(d["usd_per_iteration"], ".4g"), f(d["usd_per_million_tokens"], ".4g"),
                   f(d["joules_per_token"], ".4g"), ", ".join(f"{n} {k}" for k, n in d["gpus"].items()))
     Console(width=max(console.width, 120), highlight=False).print(t)  # wide table even when piped
-    console.print(pareto_summary(fr, docs, measure), highlight=False, markup=False)
+    Console(width=max(console.width, 120), highlight=False).print(pareto_summary(fr, docs, measure), markup=False)
 
 
 def pareto_summary(fr, docs: list[dict], measure: str) -> str:
