@@ -20,7 +20,7 @@ over the options within the band's budget); the energy objective also solves eac
 problem (stage times inflated by their dynamic power), whose plan is a candidate and whose bound times R_lo
 bounds the band's energy. The sweep does not prove energy optimal in general (the stated gap is what is
 proven); ``band_search`` (eqs. EX1, W1b, EB1-EB5, at the end of this module) does, and answers ``--objective
-cost|energy`` when T has no bound.
+cost|energy``, with a bound on T too (eqs. TX1e-TX3e). The sweep answers the pareto command and time under a cap.
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ sends) every option's endpoint is its (group, tp) or replica types' row >= G (eq
 Budget (eq. W1, optional): ``sum_j weight[o_j] <= limit`` over the chosen stages, integer weights per
 option (an hourly price or idle power of the option's GPUs, ``haap_milp/economics.py``); the time
 objective is unchanged, so eq. W1 is what the epsilon-constraint sweep of ``frontier.py`` tightens.
+Time bound (eq. TX1e, optional): ``T <= max_time_s`` with T of eq. T1 without eq. EX1's terms (the cost and energy
+band search under --max-iteration-time / --min-tokens-per-s); ``violations`` refuses a slower plan.
 Engine rules: ``uniform`` (every stage the same (tp, dp, recompute, ep) signature, eq. U1) and
 ``same_tp_first_last`` (tied embeddings under FlagScale, eq. U2).
 """

@@ -286,3 +286,10 @@ def test_cost_objective_with_a_time_bound_is_proven_by_the_band_search(run_cli, 
     line = " ".join(stdout.split())
     assert code == 0 and "INFEASIBLE" in line and "Traceback" not in err, err  # as other infeasible problems
     assert "proven: no plan within the" in line and "every plan takes at least" in line
+
+
+def test_time_objective_past_its_bound_is_infeasible_only_when_proven(run_cli):
+    """--objective time with --max-iteration-time below the proven optimum: INFEASIBLE with the proven bound."""
+    code, stdout, err = run_cli(["solve", *TINY, "--gap", "0", "--max-iteration-time", "0.01"])
+    line = " ".join(stdout.split())
+    assert code == 0 and "INFEASIBLE" in line and "every plan takes at least" in line, err
