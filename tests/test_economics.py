@@ -293,3 +293,25 @@ def test_time_objective_past_its_bound_is_infeasible_only_when_proven(run_cli):
     code, stdout, err = run_cli(["solve", *TINY, "--gap", "0", "--max-iteration-time", "0.01"])
     line = " ".join(stdout.split())
     assert code == 0 and "INFEASIBLE" in line and "every plan takes at least" in line, err
+
+
+def test_replan_without_time_for_the_exact_search_returns_the_warm_start(run_cli, tmp_path, monkeypatch):
+    """replan.SETUP_FACTOR: with less time than the exact search's set-up, the best warm start (the degraded plan,
+    re-balanced, eq. MG4) is returned with eq. B1's bound, never worse than the degraded plan; with the factor 0
+    the exact search runs (the same command, a solver plan)."""
+    from haap_milp import replan as rp
+
+    plan = tmp_path / "plan.json"
+    assert run_cli(["solve", *TINY, "--json", str(plan)])[0] == 0
+    monkeypatch.setattr(rp, "SETUP_FACTOR", 1e9)
+    code, stdout, err = run_cli(["replan", str(plan), "-c", "h100-80g:2/2,a100-80g:1/1", "--json", "-"])
+    assert code == 0, err
+    doc = json.loads(stdout)
+    r = doc["replan"]
+    assert doc["status"] == "FEASIBLE" and doc["stats"].get("exact_skipped") == 1, doc["stats"]
+    assert r["degraded_iteration_time_s"] is not None
+    assert r["new_iteration_time_s"] <= r["degraded_iteration_time_s"] * (1 + 1e-9)
+    monkeypatch.setattr(rp, "SETUP_FACTOR", 0.0)
+    code, stdout, err = run_cli(["replan", str(plan), "-c", "h100-80g:2/2,a100-80g:1/1", "--json", "-"])
+    assert code == 0, err
+    assert "exact_skipped" not in json.loads(stdout)["stats"]
