@@ -20,7 +20,7 @@ over the options within the band's budget); the energy objective also solves eac
 problem (stage times inflated by their dynamic power), whose plan is a candidate and whose bound times R_lo
 bounds the band's energy. The sweep does not prove energy optimal in general (the stated gap is what is
 proven); ``band_search`` (eqs. EX1, W1b, EB1-EB5, at the end of this module) does, and answers ``--objective
-cost|energy`` when T has no bound.
+cost|energy``, with a bound on T too (eqs. TX1e-TX3e). The sweep answers the pareto command and time under a cap.
 """
 
 from __future__ import annotations
@@ -435,13 +435,15 @@ def band_problem(prob, weights: np.ndarray, rho: np.ndarray, lo: int, hi: int, t
 
 
 def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | None = None,
-                deadline: Deadline | None = None) -> Frontier:
+                max_time_s: float | None = None, deadline: Deadline | None = None) -> Frontier:
     """The cost or energy optimum, proven within the solver's relative gap (eqs. EB1-EB5): best-first branch and
     bound over bands of the rate R (idle W or $/h, W1's integer units). A band's cheap bound (eq. EB5) orders
     the search; its solve minimises the linear objective of eq. EB1 on the exact solver, whose bound times r_lo
     bounds the band's measure (eq. EB3); a band is split at its plan's rate (or, unfinished, at its geometric
-    middle) until it is pruned (eq. EB4). ``cap``: the largest rate ($/h or W). Points: the plans found. A price
-    book with a GPU type of price (idle power) 0 has plans of rate 0, which no band covers: the sweep answers."""
+    middle) until it is pruned (eq. EB4). ``cap``: the largest rate ($/h or W). ``max_time_s``: T_max of eq.
+    TX1e (--max-iteration-time, --min-tokens-per-s), a row of every band's solve, a prune of every band whose
+    time bound exceeds it (eq. TX3e) and a filter on every plan kept. Points: the plans found. A price book with
+    a GPU type of price (idle power) 0 has plans of rate 0, which no band covers: the sweep answers."""
     import heapq
 
     from haap_milp.planner import finish, run_method
@@ -453,7 +455,8 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
     prob = ctx.presolved.problem
     weights = economics.option_weights(prob, types, book, measure)
     if (weights <= 0).any():  # a free (or zero-idle) GPU type: plans of rate 0 lie below every band (r_lo = 0)
-        return sweep(ctx, book, measure, cap=cap, stop_when_bounded=True, deadline=deadline)
+        return sweep(ctx, book, measure, cap=cap, max_time_s=max_time_s, stop_when_bounded=True, deadline=deadline)
+    tprob = replace(prob, max_time_s=max_time_s)  # eq. TX1e on every plan kept and every band's problem
     r_true, rho = _rate_terms(prob, types, book, measure)
     unit_w = economics.USD_UNIT / SECONDS_PER_HOUR if measure == "cost" else economics.WATT_UNIT
     kappa = _kappa(types, book, measure)
@@ -468,7 +471,8 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
         top = min(top, math.floor(cap / (economics.USD_UNIT if measure == "cost" else economics.WATT_UNIT) + 1e-9))
     bottom = max(1, math.ceil(rate_floor(prob, weights) - 1e-9))
 
-    # the time optimum first (within the cap): a candidate, a warm start, and a lower bound of T over every plan
+    # the time optimum first (within the cap, without T_max): a candidate, a warm start, and a lower bound of T over
+    # every plan; past T_max it proves that no plan meets the bound (eq. TX3e)
     first_dl = dl.cap(dl.remaining() * FIRST_SHARE) if dl.limited else dl
     base = _with_budget(ctx, weights, top if cap is not None else None, measure)
     out = orchestrate(base, [(ctx.options.solver, None)], deadline=first_dl).outcomes[0]
@@ -476,23 +480,31 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
     found: dict = {}  # assignment -> its measure on the Problem
 
     def offer(a):
-        if a is not None and a not in found and not violations(prob, a) and \
+        if a is not None and a not in found and not violations(tprob, a) and \
                 (cap is None or economics.rate_of(weights, [s.option for s in a.stages]) <= top):
             found[a] = plan_value(prob, a, r_true, rho)
     offer(out.raw_assignment)
     if out.result.status == Status.INFEASIBLE:
         fr.complete, fr.stopped = True, "proven: no plan"
         return fr
+    if max_time_s is not None and t_all > max_time_s * (1 + 1e-9):
+        fr.complete, fr.stopped = True, too_slow(t_all, max_time_s, out)
+        return fr
     t_floor = _TimeFloor(prob, weights, t_all)
-
-    def band(lo: int, hi: int, lower: float = 0.0, tries: int = 0) -> _Band:
-        # eq. EB5: R >= kappa U lo, T >= the budget-hi bound of T, D >= eq. E6b's bound
-        d_lb = economics.dynamic_energy_lb(prob, types, book, weights, hi) if measure == "energy" else 0.0
-        return _Band(max(lower, kappa * unit_w * lo * t_floor(hi) + d_lb), lo, hi, tries)
-
-    heap = [band(lo, hi) for lo, hi in _geometric(bottom, top, BAND_RATIO)]
-    heapq.heapify(heap)
     closed: list[float] = []
+    heap: list[_Band] = []
+
+    def push(lo: int, hi: int, lower: float = 0.0, tries: int = 0) -> None:
+        # eq. EB5: R >= kappa U lo, T >= the budget-hi bound of T, D >= eq. E6b's bound
+        t_hi = t_floor(hi)
+        if max_time_s is not None and t_hi > max_time_s * (1 + 1e-9):  # eq. TX3e: no plan of the band is fast enough
+            closed.append(math.inf)
+            return
+        d_lb = economics.dynamic_energy_lb(prob, types, book, weights, hi) if measure == "energy" else 0.0
+        heapq.heappush(heap, _Band(max(lower, kappa * unit_w * lo * t_hi + d_lb), lo, hi, tries))
+
+    for lo, hi in _geometric(bottom, top, BAND_RATIO):
+        push(lo, hi)
     tol = 0.0
     while heap:
         best = min(found.values(), default=math.inf)
@@ -505,7 +517,7 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
         heapq.heappop(heap)
         r_lo = kappa * unit_w * b.lo
         t_lo = t_floor(b.hi)
-        bprob = band_problem(prob, weights, rho, b.lo, b.hi, t_lo, r_lo)
+        bprob = band_problem(tprob, weights, rho, b.lo, b.hi, t_lo, r_lo)
         bctx = replace(ctx, presolved=replace(ctx.presolved, problem=bprob))
         share = None
         if dl.limited:
@@ -541,29 +553,34 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
         if lower + tol >= best * (1 - gap) - 1e-9 * best:
             closed.append(lower)
         elif raw.status == "OPTIMAL" and rate is not None and b.lo < rate <= b.hi:  # eq. EB4: at the plan's rate
-            heapq.heappush(heap, band(b.lo, rate - 1, lower))
-            heapq.heappush(heap, band(rate, b.hi, lower))
-        elif raw.status == "OPTIMAL":  # the plan is at the band's floor: the band is proven within the gap
-            closed.append(lower)
+            push(b.lo, rate - 1, lower)
+            push(rate, b.hi, lower)
+        elif raw.status == "OPTIMAL" or b.tries >= MAX_BAND_TRIES:  # the plan is at the band's floor (or a
+            closed.append(lower)  # one-rate band that its solves do not finish): the band's bound is proven
         elif b.lo < b.hi:  # unfinished: two narrower bands (tighter r_lo and T_lo)
             mid = max(b.lo, min(b.hi - 1, int(math.sqrt(b.lo * b.hi))))
-            heapq.heappush(heap, band(b.lo, mid, lower, b.tries + 1))
-            heapq.heappush(heap, band(mid + 1, b.hi, lower, b.tries + 1))
+            push(b.lo, mid, lower, b.tries + 1)
+            push(mid + 1, b.hi, lower, b.tries + 1)
         else:
-            heapq.heappush(heap, band(b.lo, b.hi, lower, b.tries + 1))
-    if not fr.stopped:
-        fr.complete, fr.stopped = True, "proven within the gap (eq. EB4)"
-    lows = closed + [x.lower for x in heap]
+            push(b.lo, b.hi, lower, b.tries + 1)
     best_a = min(found, key=found.get) if found else None
+    if not fr.stopped:
+        fr.complete = True
+        fr.stopped = "proven within the gap (eq. EB4)" if best_a is not None else \
+            f"proven: no plan within the {max_time_s:.4g} s bound (eq. TX3e: every band infeasible or too slow; " \
+            f"the fastest plan takes at least {t_all:.4g} s)" if max_time_s is not None else "proven: no plan"
+    lows = closed + [x.lower for x in heap]
     if best_a is not None:
         lows.append(found[best_a])
     fr.lower_bound = min(lows, default=None)
     if fr.lower_bound is not None and not math.isfinite(fr.lower_bound):
         fr.lower_bound = None
+    proof = best_a is not None and fr.complete and fr.lower_bound is not None and \
+        found[best_a] - fr.lower_bound <= gap * found[best_a] + tol + 1e-9 * found[best_a]
     # the plans found, each decoded and priced like a frontier point; the best is OPTIMAL when the search proved
     # it (for the measure: a plan's time bound means nothing here, so none is given)
     for a in sorted(found, key=found.get)[:MAX_BAND_POINTS]:
-        proven = fr.complete and a == best_a
+        proven = proof and a == best_a
         raw = RawResult("OPTIMAL" if proven else "FEASIBLE", f"{ctx.options.solver} (band search, eq. EB4)",
                         assignment=a, objective_s=evaluate(prob, a), wall_time_s=time.perf_counter() - t_start,
                         message="" if proven else "not proven: see the objective's gap")
@@ -576,6 +593,14 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
                                float(got.estimate.iteration_time_s), got.result.bound_s, value, None))
     fr.points.sort(key=lambda p: p.rate, reverse=True)
     return fr
+
+
+def too_slow(t_bound: float, max_time_s: float, out: Outcome) -> str:
+    """Eq. TX3e's proof, in words: the least T of any plan exceeds T_max."""
+    e = out.estimate
+    fastest = "" if e is None else f" (the fastest plan found: {float(e.iteration_time_s):.4g} s)"
+    return (f"proven: no plan within the {max_time_s:.4g} s bound (--max-iteration-time / --min-tokens-per-s): "
+            f"every plan takes at least {t_bound:.4g} s per iteration{fastest}")
 
 
 class _TimeFloor:
@@ -614,3 +639,4 @@ BAND_RATIO = 1.25  # the initial bands' top / floor
 BAND_FOCUS = 3  # a band's solve gets at least 1/BAND_FOCUS of the time left (best first)
 FIRST_SHARE = 0.25  # of the deadline for the time optimum that starts the band search
 MAX_BAND_POINTS = 8  # plans of the band search kept as points
+MAX_BAND_TRIES = 8  # a one-rate band whose solves end unfinished this often is closed with its proven bound

@@ -2,9 +2,8 @@
 
 - time, no bound: ``planner.orchestrate`` as before;
 - time under ``--max-cost-per-hour``: one step of the sweep (eq. W1 with the cap);
-- cost / energy: the band search (``frontier.band_search``, eqs. EB1-EB4), proven within the gap;
-  with ``--max-iteration-time`` / ``--min-tokens-per-s`` the epsilon-constraint sweep (``frontier.sweep``,
-  eqs. F1-F3), the best point;
+- cost / energy: the band search (``frontier.band_search``, eqs. EB1-EB4), proven within the gap; with
+  ``--max-iteration-time`` / ``--min-tokens-per-s`` T <= T_max is a row of every band's solve (eqs. TX1e-TX3e);
 - ``--max-iteration-time`` / ``--min-tokens-per-s``: a bound on T; a plan past it is not returned;
 - ``--robust PCT``: the time optimum of the worst-case Problem (``robust``, eq. R3).
 """
@@ -60,9 +59,10 @@ def validate(goal: Goal) -> None:
                              field="--robust", value=goal.robust_pct)
 
 
-def _refuse(out: Outcome, message: str) -> Outcome:
+def _refuse(out: Outcome, message: str, proven: bool = True) -> Outcome:
+    """No plan answers the goal: INFEASIBLE when that is proven, else NO_SOLUTION (time ran out first)."""
     r = out.result
-    out.result = SolveResult(status=Status.INFEASIBLE, solver=r.solver, objective_s=None, bound_s=r.bound_s, gap=None,
+    out.result = SolveResult(status=Status.INFEASIBLE if proven else Status.NO_SOLUTION, solver=r.solver, objective_s=None, bound_s=r.bound_s, gap=None,
                              wall_time_s=r.wall_time_s, plan=None, message=message, stats=r.stats)
     out.estimate, out.raw_assignment = None, None
     return out
@@ -77,16 +77,20 @@ def plan_for(ctx: Context, book: PriceBook, goal: Goal, deadline: Deadline | Non
         out = orchestrate(ctx, [(ctx.options.solver, None)], deadline=deadline).outcomes[0]
         t_max = goal.max_iteration_time_s
         if out.estimate is not None and t_max is not None and out.estimate.iteration_time_s > t_max:
-            out = _refuse(out, f"the fastest plan takes {out.estimate.iteration_time_s:.4g} s per iteration, more than "
-                               f"the {t_max:.4g} s bound (--max-iteration-time / --min-tokens-per-s)")
+            b = out.result.bound_s  # proven only when no plan can be faster than t_max
+            out = _refuse(out, f"the fastest plan found takes {out.estimate.iteration_time_s:.4g} s per iteration, more "
+                               f"than the {t_max:.4g} s bound (--max-iteration-time / --min-tokens-per-s); every plan "
+                               f"takes at least {'-' if b is None else format(b, '.4g')} s",
+                          proven=b is not None and b > t_max)
         return Answer(out, {"objective": "time"})
     measure = "cost" if goal.objective in ("time", "cost") else "energy"
-    if goal.objective != "time" and goal.max_iteration_time_s is None:  # the exact band search (eqs. EB1-EB4)
-        fr = frontier.band_search(ctx, book, measure, cap=goal.max_usd_per_hour, deadline=deadline)
-    else:  # a bound on T: the sweep, which stops at the first plan past it (eq. F1)
-        fr = frontier.sweep(ctx, book, measure, max_points=1 if goal.objective == "time" else goal.max_points,
-                            cap=goal.max_usd_per_hour, max_time_s=goal.max_iteration_time_s,
-                            stop_when_bounded=True, step=goal.step, deadline=deadline)
+    if goal.objective != "time":  # the exact band search (eqs. EB1-EB4; T_max: eqs. TX1e-TX3e)
+        fr = frontier.band_search(ctx, book, measure, cap=goal.max_usd_per_hour,
+                                  max_time_s=goal.max_iteration_time_s, deadline=deadline)
+    else:  # time under a budget: one step of the sweep (eq. W1), which refuses a plan past the T bound (eq. F1)
+        fr = frontier.sweep(ctx, book, measure, max_points=1, cap=goal.max_usd_per_hour,
+                            max_time_s=goal.max_iteration_time_s, stop_when_bounded=True, step=goal.step,
+                            deadline=deadline)
     doc = {"objective": goal.objective, "search": fr.search, "solves": fr.solves,
            "points_searched": len(fr.points), "frontier_complete": fr.complete,
            "stopped": fr.stopped, "max_usd_per_hour": goal.max_usd_per_hour,
@@ -98,7 +102,9 @@ def plan_for(ctx: Context, book: PriceBook, goal: Goal, deadline: Deadline | Non
             goal.max_iteration_time_s is not None and f"{goal.max_iteration_time_s:.4g} s per iteration") if w)
         empty = SolveResult(status=Status.INFEASIBLE, solver=ctx.options.solver, objective_s=None, bound_s=None,
                             gap=None, wall_time_s=0.0, plan=None, message="", stats=dict(ctx.presolved.stats))
-        return Answer(_refuse(Outcome(empty, ctx.presolved, estimator=ctx.estimator), f"{why} ({fr.stopped})"), doc)
+        told = fr.complete and fr.stopped.startswith("proven: no plan within")  # eq. TX3e names the binding bound
+        return Answer(_refuse(Outcome(empty, ctx.presolved, estimator=ctx.estimator),
+                              fr.stopped if told else f"{why} ({fr.stopped})", proven=fr.complete), doc)
     if goal.objective != "time":
         unit = "usd_per_iteration" if measure == "cost" else "joules_per_iteration"
         doc.update({unit: pick.value, f"{unit}_lower_bound": fr.lower_bound, "objective_gap": fr.gap})

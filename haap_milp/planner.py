@@ -160,7 +160,7 @@ def _exact_limit(dl: Deadline, own: float, runs_left: int) -> float | None:
     return min(own, left) if left >= MIN_EXACT_S else None
 
 
-def _skipped(ctx: Context, method: str, hint: RawResult | None, dl: Deadline) -> RawResult:
+def skipped_exact(ctx: Context, method: str, hint: RawResult | None, dl: Deadline) -> RawResult:
     """No time for the exact search: the warm start with the presolve's eq. B1 bound as its proof."""
     why = "interrupted" if dl.interrupted else "time limit reached"
     bound = ctx.presolved.lower_bound_s
@@ -212,7 +212,7 @@ def _orchestrate(ctx: Context, runs: list[Run], step: Step | None, dl: Deadline,
                 budget = _exact_limit(dl, own, exact_left)
                 exact_left -= 1
                 if budget is None:
-                    outcomes.append(finish(run_ctx, _skipped(ctx, m, hint, dl)))
+                    outcomes.append(finish(run_ctx, skipped_exact(ctx, m, hint, dl)))
                     continue
                 if budget < own:
                     run_ctx = replace(run_ctx, options=run_ctx.options.model_copy(update={"time_limit_s": budget}))

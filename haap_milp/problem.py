@@ -55,6 +55,8 @@ sends) every option's endpoint is its (group, tp) or replica types' row >= G (eq
 Budget (eq. W1, optional): ``sum_j weight[o_j] <= limit`` over the chosen stages, integer weights per
 option (an hourly price or idle power of the option's GPUs, ``haap_milp/economics.py``); the time
 objective is unchanged, so eq. W1 is what the epsilon-constraint sweep of ``frontier.py`` tightens.
+Time bound (eq. TX1e, optional): ``T <= max_time_s`` with T of eq. T1 without eq. EX1's terms (the cost and energy
+band search under --max-iteration-time / --min-tokens-per-s); ``violations`` refuses a slower plan.
 Engine rules: ``uniform`` (every stage the same (tp, dp, recompute, ep) signature, eq. U1) and
 ``same_tp_first_last`` (tied embeddings under FlagScale, eq. U2).
 """
@@ -65,7 +67,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from haap_milp.pipeline import GIB, fits_memory, inflight, inflight_1f1b, iteration_time
+from haap_milp.pipeline import GIB, TIME_RTOL, fits_memory, inflight, inflight_1f1b, iteration_time
 from haap_milp.pipeline import stage_memory as stage_memory_bytes
 
 
@@ -209,6 +211,9 @@ class Problem:
     same_tp_first_last: bool = False  # eq. U2
     p2p_blocking: bool = False  # eq. T2b: pipeline sends block their stages (the runtime's, estimator/runtime.py)
     budget: Budget | None = None  # eq. W1 (None: no budget row)
+    #: eq. TX1e: T(a) <= max_time_s (s; T of eq. T1 without eq. EX1's terms): --max-iteration-time /
+    #: --min-tokens-per-s in the cost and energy band search. None: no bound on T
+    max_time_s: float | None = None
     stats: dict = field(default_factory=dict, compare=False)  # presolve statistics
 
     @property
@@ -292,13 +297,18 @@ def sync_times(problem: Problem, a: Assignment) -> list[float]:
 def evaluate(problem: Problem, a: Assignment) -> float:
     """The objective: iteration time T of eq. T1 (seconds, ``pipeline.iteration_time`` under 1F1B), plus the
     variant's linear terms of eq. EX1 when it has them. Does not check feasibility."""
+    return time_of(problem, a) + extra_objective(problem, a)
+
+
+def time_of(problem: Problem, a: Assignment) -> float:
+    """Iteration time T of eq. T1 (I1 for vpp > 1), seconds, without eq. EX1's terms."""
     v = problem.variants[a.variant]
     t, c, s = stage_times(problem, a), boundary_times(problem, a), sync_times(problem, a)
     if v.vpp > 1:  # eq. I1
         time = iteration_time(t, c, s, v.num_microbatches, "interleaved", v.vpp, wrap_time(problem, a))
     else:
         time = iteration_time(t, c, s, v.num_microbatches, blocking=problem.p2p_blocking)
-    return time + extra_objective(problem, a)
+    return float(time)
 
 
 def extra_objective(problem: Problem, a: Assignment) -> float:
@@ -315,8 +325,20 @@ def extra_objective(problem: Problem, a: Assignment) -> float:
     return out
 
 
-def violations(problem: Problem, a: Assignment) -> list[str]:
-    """Every constraint the assignment breaks (empty list: feasible)."""
+def over_time(problem: Problem, a: Assignment) -> str | None:
+    """Eq. TX1e: why the assignment's T exceeds ``problem.max_time_s`` (None: within it, or no bound). The
+    slack TIME_RTOL is float noise only (the MILP's row holds within HiGHS' feasibility tolerance)."""
+    if problem.max_time_s is None:
+        return None
+    t = time_of(problem, a)
+    if t <= problem.max_time_s * (1 + TIME_RTOL):
+        return None
+    return f"iteration time {t:.6g} s over the bound {problem.max_time_s:.6g} s (eq. TX1e)"
+
+
+def violations(problem: Problem, a: Assignment, time_bound: bool = True) -> list[str]:
+    """Every constraint the assignment breaks (empty list: feasible). ``time_bound=False`` leaves eq. TX1e out
+    (the branch and bound tells an engine's plan just past T_max, within its rounding, from a broken one)."""
     out: list[str] = []
     if not 0 <= a.variant < len(problem.variants):
         return [f"variant {a.variant} out of range"]
@@ -357,7 +379,8 @@ def violations(problem: Problem, a: Assignment) -> list[str]:
         out.append("stages differ in (tp, dp, recompute, ep) under a uniform target")
     if problem.same_tp_first_last and opts[0].tp != opts[-1].tp:
         out.append("first and last stage tp differ (tied embeddings)")
-    return out
+    late = over_time(problem, a) if time_bound and not out else None
+    return out + [late] if late else out
 
 
 @dataclass(frozen=True)

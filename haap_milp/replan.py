@@ -25,6 +25,7 @@ Given a plan and the cluster as it is now:
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from haap_milp import economics, planner
@@ -134,6 +135,9 @@ def payback_s(t_new: float, t_degraded: float | None, migration_s: float) -> flo
 
 DEFAULT_TIME_LIMIT_S = 8.0  # `replan --time-limit`: with the CLI's start-up (1.3-1.9 s measured under load) within
 # issue 16's 10 s
+SETUP_FACTOR = 1.5  # the exact search is skipped when its share is under this many times presolve's wall time:
+# measured (llama3-70b x hetero3-1024 after losing an H100 node, load 5.7-6.3 on 2 cores): presolve 2.4 s, the
+# search given 2.2 s did 0 nodes, returned the warm start and ended 0.7-1.0 s late (the whole command 10.2-12.4 s)
 SOLVE_SHARE = 0.85  # of the deadline left after presolve: the new solve's share; the rest is for the degraded
 # plan's check, the migration and the report (measured 0.01-0.05 s each for llama3-70b on hetero3-1024)
 
@@ -234,14 +238,22 @@ def replan(plan: Plan, model: ModelSpec, training: TrainingSpec, cluster: Cluste
     The new solve is warm-started from the degraded plan and gets ``SOLVE_SHARE`` of the time left after
     presolve, so the whole re-plan ends within ``deadline`` with a plan and its migration priced."""
     dl = deadline or current()
+    t0 = time.perf_counter()
     with use(dl):
         ctx = planner.Context.build(model, cluster, training, options)
+    presolve_s = time.perf_counter() - t0
     est = ctx.estimator
     deg = degrade(plan, model, cluster, training, est)
     t_deg = est.estimate(deg).iteration_time_s if deg is not None else None
     solve_dl = dl.cap(SOLVE_SHARE * dl.remaining()) if dl.limited else dl
-    out = planner.orchestrate(ctx, [(options.solver, None)], deadline=solve_dl,
-                              hints=_warm_start(ctx, (deg,))).outcomes[0]
+    hints = _warm_start(ctx, (deg,))
+    if hints and solve_dl.limited and solve_dl.remaining() < SETUP_FACTOR * presolve_s:
+        # too little time for the exact search's set-up (per-variant tables and bounds, not interruptible, about
+        # as long as presolve): it would end late with the warm start anyway; the warm start with eq. B1's bound
+        best = planner.best_heuristic(*hints)
+        out = planner.finish(ctx, planner.skipped_exact(ctx, options.solver, best, solve_dl))
+    else:
+        out = planner.orchestrate(ctx, [(options.solver, None)], deadline=solve_dl, hints=hints).outcomes[0]
     if out.result.plan is None:
         return Replan(out, deg, t_deg, None, None, "stay" if deg is not None else "none",
                       "no plan on the new cluster" + ("; the degraded plan still runs" if deg is not None else ""))

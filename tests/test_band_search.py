@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -162,3 +163,91 @@ def test_a_zero_idle_gpu_type_falls_back_to_the_sweep_and_its_bound_holds():
     fr = frontier.band_search(ctx, book, "energy")
     assert fr.search == "sweep"
     assert fr.lower_bound <= opt * (1 + 1e-9) <= fr.best.value * (1 + 1e-9)
+
+
+# --- eqs. TX1e-TX3e: the band search under a bound on T (--max-iteration-time / --min-tokens-per-s) ------------
+
+def _binding_t_max(prob, values):
+    """A T_max that cuts off the unbounded optimum (so it binds) yet leaves plans: the unbounded optimum's T less
+    a little, raised to the next plan's T if that leaves none faster; None when no such T exists."""
+    from haap_milp.problem import time_of
+
+    opt = min(values, key=values.get)
+    faster = sorted(time_of(prob, a) for a in values if time_of(prob, a) < time_of(prob, opt) * (1 - 1e-6))
+    if not faster:
+        return None
+    return faster[len(faster) // 2]  # the median of the faster plans' times: some plans fit, the optimum does not
+
+
+TX_CASES = [("two-islands", "cost", "a100-hot", "cpsat"), ("two-islands", "cost", "a100-hot", "milp"),
+            ("roomy", "energy", "a100-idle", "cpsat"), ("roomy", "energy", "a100-idle", "milp"),
+            ("roomy", "cost", "catalog", "cpsat"), ("two-islands", "energy", "catalog", "milp")]
+
+
+@pytest.mark.parametrize(("name", "measure", "book", "solver"), TX_CASES)
+def test_band_search_with_a_binding_time_bound_returns_the_enumerated_optimum(name, measure, book, solver):
+    """Eq. TX1e binds (the unbounded cost / energy optimum is slower than T_max): the band search returns the
+    least measure over the plans with T <= T_max, proven, and the plan meets T_max."""
+    from haap_milp.problem import time_of
+
+    ctx = _ctx(name, solver)
+    prob = ctx.presolved.problem
+    types = [g.gpu_type for g in ctx.presolved.groups]
+    r_true, rho = frontier._rate_terms(prob, types, BOOKS[book], measure)
+    values = {a: frontier.plan_value(prob, a, r_true, rho) for a in _plans(prob)}
+    t_max = _binding_t_max(prob, values)
+    assert t_max is not None
+    within = {a: v for a, v in values.items() if time_of(prob, a) <= t_max * (1 + 1e-9)}
+    opt = min(within.values())
+    assert opt > min(values.values()) * (1 + 1e-6)  # the bound binds: the unbounded optimum is cut off
+    fr = frontier.band_search(ctx, BOOKS[book], measure, max_time_s=t_max)
+    assert fr.complete, fr.stopped
+    assert fr.best.value == pytest.approx(opt, rel=1e-6)
+    assert fr.lower_bound <= opt * (1 + 1e-9)
+    assert fr.gap <= 1e-5
+    assert fr.best.outcome.result.status.value == "OPTIMAL"
+    assert all(time_of(prob, p.outcome.raw_assignment) <= t_max * (1 + 1e-9) for p in fr.points)
+
+
+@pytest.mark.parametrize("measure", ["cost", "energy"])
+def test_band_search_proves_no_plan_meets_a_time_bound_below_the_fastest(measure):
+    """T_max below every plan's T: no plan, proven, and the message names the bound and the least T."""
+    from haap_milp.problem import time_of
+
+    ctx = _ctx("two-islands", "cpsat")
+    prob = ctx.presolved.problem
+    fastest = min(time_of(prob, a) for a in _plans(prob))
+    fr = frontier.band_search(ctx, BOOK, measure, max_time_s=fastest * 0.97)
+    assert fr.complete and fr.best is None
+    assert "no plan within" in fr.stopped and "bound" in fr.stopped
+
+
+def test_exact_solvers_honour_the_time_bound_row():
+    """CP-SAT and the MILP agree with brute force on band problems with eq. TX1e (the row binds: some plans of
+    the band that brute force would pick without it are slower than T_max)."""
+    from haap_milp.problem import time_of
+
+    ctx = _ctx("two-islands", "cpsat")
+    prob = ctx.presolved.problem
+    types = [g.gpu_type for g in ctx.presolved.groups]
+    w = economics.option_weights(prob, types, BOOK, "energy")
+    _, rho = frontier._rate_terms(prob, types, BOOK, "energy")
+    plans = list(_plans(prob))
+    rates = sorted({economics.rate_of(w, [s.option for s in a.stages]) for a in plans})
+    bound_binds = 0
+    for lo, hi in ((rates[0], rates[-1]), (rates[len(rates) // 2], rates[-1])):
+        band = frontier.band_problem(prob, w, rho, lo, hi, 0.01, economics.WATT_UNIT * lo)
+        free = assert_exact_solvers_match_brute(band, OPTS, check_bound=True)
+        t_free = time_of(prob, free.assignment)
+        faster = sorted(t for a in plans if not violations(band, a) and (t := time_of(prob, a)) < t_free * (1 - 1e-6))
+        if not faster:
+            continue
+        t_max = faster[len(faster) // 2]  # cuts the band's unbounded optimum off, keeps some plans
+        capped = replace(band, max_time_s=t_max)
+        ref = assert_exact_solvers_match_brute(capped, OPTS, check_bound=True)
+        assert ref.status == "OPTIMAL" and time_of(prob, ref.assignment) <= t_max * (1 + 1e-9)
+        assert ref.objective_s > free.objective_s * (1 + 1e-9)
+        bound_binds += 1
+        none = assert_exact_solvers_match_brute(replace(band, max_time_s=faster[0] * 0.99), OPTS)
+        assert none.status == "INFEASIBLE"  # below every plan of the band: all three prove it
+    assert bound_binds >= 1

@@ -249,3 +249,69 @@ def test_price_kind_reaches_every_command(run_cli, tmp_path):
     assert doc["price_kind"] == "spot" and doc["replan"]["migration_usd"] is not None
     code, _, err = run_cli(["solve", *TINY, "--price-kind", "reserved"])
     assert code == 2 and "--price" in err and "Traceback" not in err
+
+
+def test_pareto_summary_states_a_bound_only_when_proven(run_cli):
+    """Stopped by --max-points the sweep proves each point (its time within its gap) but not the cost optimum
+    (eq. F3's bound was 95 % below the best point on the README's example): the summary gives no bound then;
+    a complete frontier gives eq. F2's bound, which is at most the least point's cost."""
+    code, stdout, err = run_cli(["pareto", *TINY, "--max-points", "1", "--step", "0"])
+    assert code == 0, err
+    assert "frontier incomplete" in stdout and "proven bound" not in stdout and "each the fastest plan" in stdout
+    code, stdout, err = run_cli(["pareto", *TINY, "--max-points", "12", "--step", "0"])
+    assert code == 0, err
+    line = " ".join(stdout.split())
+    assert "frontier complete" in line and "proven bound" in line
+    least = float(line.split("least $ per iteration ")[1].split(",")[0])
+    bound = float(line.split("proven bound ")[1].split(" ")[0])
+    assert bound <= least * (1 + 1e-3)
+
+
+def test_cost_objective_with_a_time_bound_is_proven_by_the_band_search(run_cli, tmp_path):
+    """`solve --objective cost --max-iteration-time T` runs the band search with eq. TX1e and proves its plan;
+    a bound below the fastest plan is INFEASIBLE (exit 0, as other infeasible problems), naming the bound."""
+    out = tmp_path / "plan.json"
+    code, _, err = run_cli(["solve", *TINY, "--json", str(out)])
+    assert code == 0, err
+    fastest = json.loads(out.read_text())["iteration_time_s"]
+    code, _, err = run_cli(["solve", *TINY, "--objective", "cost", "--gap", "0", "--max-iteration-time",
+                            f"{fastest * 1.2:.9g}", "--json", str(out)])
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    obj = doc["objective"]
+    assert obj["search"] == "band" and obj["frontier_complete"] and doc["status"] == "OPTIMAL"
+    assert obj["objective_gap"] <= 1e-5 and doc["iteration_time_s"] <= fastest * 1.2 * (1 + 1e-9)
+    code, stdout, err = run_cli(["solve", *TINY, "--objective", "cost", "--max-iteration-time",
+                                 f"{fastest * 0.9:.9g}"])
+    line = " ".join(stdout.split())
+    assert code == 0 and "INFEASIBLE" in line and "Traceback" not in err, err  # as other infeasible problems
+    assert "proven: no plan within the" in line and "every plan takes at least" in line
+
+
+def test_time_objective_past_its_bound_is_infeasible_only_when_proven(run_cli):
+    """--objective time with --max-iteration-time below the proven optimum: INFEASIBLE with the proven bound."""
+    code, stdout, err = run_cli(["solve", *TINY, "--gap", "0", "--max-iteration-time", "0.01"])
+    line = " ".join(stdout.split())
+    assert code == 0 and "INFEASIBLE" in line and "every plan takes at least" in line, err
+
+
+def test_replan_without_time_for_the_exact_search_returns_the_warm_start(run_cli, tmp_path, monkeypatch):
+    """replan.SETUP_FACTOR: with less time than the exact search's set-up, the best warm start (the degraded plan,
+    re-balanced, eq. MG4) is returned with eq. B1's bound, never worse than the degraded plan; with the factor 0
+    the exact search runs (the same command, a solver plan)."""
+    from haap_milp import replan as rp
+
+    plan = tmp_path / "plan.json"
+    assert run_cli(["solve", *TINY, "--json", str(plan)])[0] == 0
+    monkeypatch.setattr(rp, "SETUP_FACTOR", 1e9)
+    code, stdout, err = run_cli(["replan", str(plan), "-c", "h100-80g:2/2,a100-80g:1/1", "--json", "-"])
+    assert code == 0, err
+    doc = json.loads(stdout)
+    r = doc["replan"]
+    assert doc["status"] == "FEASIBLE" and doc["stats"].get("exact_skipped") == 1, doc["stats"]
+    assert r["degraded_iteration_time_s"] is not None
+    assert r["new_iteration_time_s"] <= r["degraded_iteration_time_s"] * (1 + 1e-9)
+    monkeypatch.setattr(rp, "SETUP_FACTOR", 0.0)
+    code, stdout, err = run_cli(["replan", str(plan), "-c", "h100-80g:2/2,a100-80g:1/1", "--json", "-"])
+    assert code == 0, err
+    assert "exact_skipped" not in json.loads(stdout)["stats"]

@@ -169,7 +169,7 @@ def objective_lines(doc: dict | None) -> list[str]:
     else:
         head = f"objective   {doc['objective']}: {doc['points_searched']} frontier point(s), " + \
             ("complete" if doc.get("frontier_complete") else "incomplete") + f" ({doc.get('stopped', '')})"
-    if doc["objective"] in unit:
+    if doc["objective"] in unit and unit[doc["objective"]][0] in doc:  # (no plan: the status line says why)
         key, sym, fmt = unit[doc["objective"]]
         lb, gap = doc.get(f"{key}_lower_bound"), doc.get("objective_gap")
         head += f"; best {sym}{format(doc[key], fmt)} per iteration, bound {'-' if lb is None else sym + format(lb, fmt)}" \

@@ -15,6 +15,7 @@ import numpy as np
 
 from haap_milp.pipeline import (
     BWD_SHARE,
+    TIME_RTOL,
     compose_iteration_time,
     fits_memory,
     inflight,
@@ -84,7 +85,8 @@ def _best_of(problem: Problem, v: int, p: int):
     c = np.asarray(var.p2p_time, float)[grp[:, :-1], grp[:, 1:]][:, None, :]  # [T, 1, p-1]
     if var.vpp > 1:
         obj = _interleaved(var, t, c, s, np.asarray(var.p2p_time, float)[grp[:, -1], grp[:, 0]][:, None])
-        return _argmin(np.where(fits, obj + _extra(var, col, n, first, last), np.inf), combos, comp)
+        return _argmin(np.where(fits & _fast(problem, obj), obj + _extra(var, col, n, first, last), np.inf), combos,
+                       comp)
     steady = np.maximum(t.max(axis=2), c.max(axis=2) / 2 if p > 1 else 0.0)  # eq. T2
     c_pad = np.concatenate([c, np.zeros(c.shape[:2] + (1,))], axis=2)  # [T, 1, p]: c_j for j < p-1
     suffix = np.flip(np.cumsum(np.flip(t + c_pad, axis=2), axis=2), axis=2)  # sum_{k>=j} (t_k + c_k)
@@ -98,7 +100,14 @@ def _best_of(problem: Problem, v: int, p: int):
     before = np.cumsum(t, axis=2) - t  # sum_{k<j} t_k
     sigma = (s - sync_share(problem.p2p_blocking) * before).max(axis=2)  # eq. T3
     obj = compose_iteration_time(var.num_microbatches, steady, t.sum(axis=2), c.sum(axis=2), sigma)  # eq. T1
-    return _argmin(np.where(fits, obj + _extra(var, col, n, first, last), np.inf), combos, comp)
+    return _argmin(np.where(fits & _fast(problem, obj), obj + _extra(var, col, n, first, last), np.inf), combos, comp)
+
+
+def _fast(problem: Problem, t_iter):
+    """Eq. TX1e vectorised: T <= T_max (with problem.over_time's float slack); True without a bound."""
+    if problem.max_time_s is None:
+        return True
+    return t_iter <= problem.max_time_s * (1 + TIME_RTOL)
 
 
 def _extra(var, col, n, first, last):

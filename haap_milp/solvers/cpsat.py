@@ -104,6 +104,8 @@ def _int_row(lm: LinModel, row, S: float) -> tuple[list, int]:
 
 def _int_rows(cp: cp_model.CpModel, lm: LinModel, x: list, S: float) -> None:
     for row in lm.rows:
+        if row.kind == "tcap":  # eq. TX1e: in the objective's units (``_time_cap``)
+            continue
         coefs, const = _int_row(lm, row, S)
         expr = cp_model.LinearExpr.weighted_sum([x[i] for i in row.idx], coefs) + const
         lb = -cp_model.INT_MAX if row.lb == -math.inf else math.ceil(row.lb - ROUND_SLACK)
@@ -135,13 +137,23 @@ def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S
     return x, lows
 
 
-def _objective(lm: LinModel, x: list, S: float, k: int = 1):
+def _objective(lm: LinModel, x: list, S: float, k: int = 1, terms: tuple[dict, float] | None = None):
     """Eq. T1 in integer units: ceil(a * S) on the time terms, the integer weights of tau and sigma kept.
-    ``k`` (eq. I1, vpp): the objective times k, so tau's weight k M - 1 is an integer too."""
-    obj, const = lm.objective()
+    ``k`` (eq. I1, vpp): the objective times k, so tau's weight k M - 1 is an integer too. ``terms``: another
+    expression of the same kind ({var: s}, constant s) instead of the objective."""
+    obj, const = lm.objective() if terms is None else terms
     idx = list(obj)
     coefs = [round(obj[i] * k) if i in lm.aux else math.ceil(obj[i] * S * k) for i in idx]
     return cp_model.LinearExpr.weighted_sum([x[i] for i in idx], coefs) + math.ceil(const * S * k)
+
+
+def _time_cap(cp: cp_model.CpModel, lm: LinModel, x: list, S: float, kv: int, W: int) -> None:
+    """Eq. TX1e in integer units, as eq. CP4: T <= T_max implies T_int <= S T_max + W (a relaxation by at most
+    W / S seconds: the bound stays a bound; a plan just past T_max is refused by ``problem.violations``)."""
+    for row in lm.rows:
+        if row.kind == "tcap":
+            expr = _objective(lm, x, S, kv, (dict(zip(row.idx, row.coef)), row.const))
+            cp.add(expr <= math.floor(row.ub * S * kv + ROUND_SLACK) + math.ceil(W * kv))
 
 
 def _add_hint(cp: cp_model.CpModel, lm: LinModel, x: list, S: float, lows: dict, hint: Assignment | None) -> bool:
@@ -200,6 +212,7 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     obj = _objective(lm, x, S, kv)
     if cutoff is not None:  # eq. CP4: T <= cutoff implies T_int <= S * cutoff + W
         cp.add(obj <= math.floor(cutoff * S * kv) + math.ceil(W * kv))
+    _time_cap(cp, lm, x, S, kv, W)
     cp.minimize(obj)
     # CP-SAT 9.15 aborted ("Check failed: heuristics.fixed_search != nullptr") on a hinted model
     # with interleave_search (measured on a megatron-target instance); the incumbent still enters

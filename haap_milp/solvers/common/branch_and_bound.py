@@ -31,6 +31,7 @@ from haap_milp.problem import (
     RawResult,
     boundary_times,
     evaluate,
+    over_time,
     stage_times,
     violations,
     wrap_time,
@@ -147,7 +148,9 @@ class _State:
     def offer(self, problem: Problem, a: Assignment | None, who: str) -> None:
         if a is None:
             return
-        bad = violations(problem, a)
+        bad = violations(problem, a, time_bound=False)
+        if not bad and over_time(problem, a):  # eq. TX1e: past T_max within the engine's rounding (eq. CP2) or
+            return  # the DPs' plan of a node that T_max cuts; not a broken plan
         if bad:
             self.errors.append(f"{who}: decoded plan violates {bad[0]}")
             log.error("%s returned an infeasible plan: %s", who, bad)
@@ -287,6 +290,11 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     M = _m_eff(problem.variants[v])
     if cutoff is not None and M > 1:
         b = min(b, (cutoff - vb.rest_lb) / (M - 1))  # eq. X1 with the current incumbent
+    if problem.max_time_s is not None and M > 1:  # eq. TX2e: T >= (M - 1) tau, so tau <= T_max / (M - 1)
+        b = min(b, problem.max_time_s * (1 + TIME_RTOL) / (M - 1))
+        if b < a:  # every plan of the node is slower than T_max: none is feasible
+            st.closed.append(math.inf)
+            return
     t = build_tables(problem, v, b if M > 1 else None)
     if sig >= 0:
         _keep_signature(problem, t, sig)

@@ -6,7 +6,9 @@ passes them as floats (formulations/milp.md); both solve exactly this model. Row
 * ``exact``: integer coefficients (assignment, contiguity, memory, GPUs, engine rules);
 * ``tdef``: ``sum_i a_i x_i + a_0 - T <= 0`` with ``a`` in seconds and ``T`` a time variable
   (tau or sigma): defines the maxima (eqs. T2, T3);
-* ``cut``: ``sum_i a_i x_i - cap * tau <= 0``, the GPU-time cut (eq. C1).
+* ``cut``: ``sum_i a_i x_i - cap * tau <= 0``, the GPU-time cut (eq. C1);
+* ``tcap``: eq. T1's expression (without eq. EX1's terms) ``<= T_max`` (eq. TX1e; CP-SAT states it in its own
+  integer units, ``cpsat._time_cap``).
 
 The model owns its objective (``LinModel.objective``, eq. T1) and the completion of a warm
 start (``LinModel.complete``): each ``tdef`` row records the time variable it defines
@@ -119,15 +121,24 @@ def _acc(d: dict, terms: dict, scale: float = 1.0) -> None:
 
 
 def build_model(problem: Problem, t: Tables, tau_lb: float = 0.0) -> LinModel:
-    """Variables and rows of eqs. A1-A4, M3, D1, G1, G2, W1, U1, U2, T1-T3, Z1, C1, C2, S1 for one variant, and
+    """Variables and rows of eqs. A1-A4, M3, D1, G1, G2, W1, U1, U2, T1-T3, Z1, C1, C2, S1, TX1e for one variant, and
     the objective's extra terms of eq. EX1 when the variant has them."""
     m = LinModel(t)
     _slot_vars(m)
     _slot_rows(problem, m)
     _time_rows(problem, m, tau_lb)
+    _time_cap_row(problem, m)  # before eq. EX1 joins the objective: the row bounds T alone
     _extra_objective(problem, m)
     _symmetry_rows(m)
     return m
+
+
+def _time_cap_row(problem: Problem, m: LinModel) -> None:
+    """Eq. TX1e: (M - 1) tau + sum t + sum c + sigma <= T_max (seconds; the constant p2p terms in ``const``)."""
+    if problem.max_time_s is None:
+        return
+    obj, const = m.objective()
+    m.add(obj, -INF, float(problem.max_time_s), kind="tcap", const=const, label="TX1e time bound")
 
 
 def _extra_objective(problem: Problem, m: LinModel) -> None:
