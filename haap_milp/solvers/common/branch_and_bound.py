@@ -75,8 +75,9 @@ DP_TRIAL = 8
 # the default bench grid fell from 21 to 7 of 43 proven at 10 s; formulations/README.md)
 # eq. N2c: the LP after the DPs stops for the rest of a search after this many nodes in which it neither closed the node
 # nor lifted the DPs' bound by LP_LIFT (relative); measured: mixtral-8x7b x 4096 H100, 230 nodes in 60 s, the LP closed
-# none and exceeded the DP bound once, for a third of the search's time
-LP_TRIAL = 8
+# none and exceeded the DP bound once, for a third of the search's time; 4 rather than 8: on two islands of 2048 H100
+# (2-5 nodes a second there) 8 trials took a third of a 10 s search (formulations/README.md, eq. N2c)
+LP_TRIAL = 4
 LP_LIFT = 1e-3
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 
