@@ -1,4 +1,4 @@
-"""Eqs. N2c (the LP's trial) and N5b (the capacity DP where one group's multiplier leaves its path slack) against
+"""Eqs. N13c (the LP's trial) and N14c (the capacity DP where one group's multiplier leaves its path slack) against
 brute force on one-group instances (one GPU type, one island: the case both were measured on)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=1, seed=0)
 
 @pytest.mark.parametrize("name", ["cpsat", "milp"])
 def test_lp_trial_off_from_the_start_still_matches_brute_force(name, monkeypatch):
-    """Eq. N2c with LP_TRIAL = 0: every node the DPs bound is split without its LP (the model built only for the
+    """Eq. N13c with LP_TRIAL = 0: every node the DPs bound is split without its LP (the model built only for the
     engine); the search stays exact. Fails if a node were closed without a bound (e.g. returning instead of pushing)."""
     monkeypatch.setattr(bb, "LP_TRIAL", 0)
     skipped = checked = 0
@@ -47,7 +47,7 @@ def test_lp_trial_off_from_the_start_still_matches_brute_force(name, monkeypatch
 
 
 def test_capacity_dp_on_a_slack_lagrangian_path_is_a_bound_and_binds(monkeypatch):
-    """Eq. N5b: with one group, at the optimum's own tau, when eq. N4's least path fits the group yet its multiplier is
+    """Eq. N14c: with one group, at the optimum's own tau, when eq. N4's least path fits the group yet its multiplier is
     positive (a duality gap), the capacity DP (eq. N5) stays below the optimum and lifts the bound on some instances
     (with the rounded units of RMAX = 2 as well)."""
     monkeypatch.setattr(stage_dp, "MAX_STEPS", 40)
