@@ -71,8 +71,8 @@ SIGMA_OFFERS = 4  # of eq. N8's paths that fit, the last this many are offered a
 # (measured: llama3-8b on 32 A100-80 + 32 A100-40, 1 thread, 24 nodes: OPTIMAL in 2.5 s without them, 4.2 s with;
 # the LP pruned every node there)
 DP_TRIAL = 8
-# the LP bound runs at every node, wide tau intervals included (measured: skipping it there while the DPs stood in,
-# the default bench grid fell from 21 to 7 of 43 proven at 10 s; formulations/README.md)
+# the LP bound runs at every node, wide tau intervals included, until eq. N13c's trial stops it (measured: skipping it
+# there always while the DPs stood in, the default bench grid fell from 21 to 7 of 43 proven at 10 s; formulations/README.md)
 # eq. N13c: the LP after the DPs stops for the rest of a search after this many nodes in which it neither closed the node
 # nor lifted the DPs' bound by LP_LIFT (relative); measured: mixtral-8x7b x 4096 H100, 230 nodes in 60 s, the LP closed
 # none and exceeded the DP bound once, for a third of the search's time; 4 rather than 8: on two islands of 2048 H100
