@@ -64,14 +64,22 @@ USE_STAGE_DP = True
 # the subgradient's 12 stopped at 9-13 s against a 15.9 s cut-off)
 USE_BUNDLE = True
 USE_SIGMA = True  # eq. N8 after eq. N4 when the node survives
+# eq. N14c: with one priced row (one group, no budget) the capacity DP also runs when the Lagrangian path fits but mu > 0
+USE_SLACK_CAP = True
 USE_ISLAND_PARTS = True  # eq. N9: each island bounded on its own when no link between islands is usable
 SIGMA_OFFERS = 4  # of eq. N8's paths that fit, the last this many are offered as plans (each checked, maybe polished)
 # the stage DPs stop for the rest of a search after this many nodes without a prune or a better plan from them
 # (measured: llama3-8b on 32 A100-80 + 32 A100-40, 1 thread, 24 nodes: OPTIMAL in 2.5 s without them, 4.2 s with;
 # the LP pruned every node there)
 DP_TRIAL = 8
-# the LP bound runs at every node, wide tau intervals included (measured: skipping it there while the DPs stood in,
-# the default bench grid fell from 21 to 7 of 43 proven at 10 s; formulations/README.md)
+# the LP bound runs at every node, wide tau intervals included, until eq. N13c's trial stops it (measured: skipping it
+# there always while the DPs stood in, the default bench grid fell from 21 to 7 of 43 proven at 10 s; formulations/README.md)
+# eq. N13c: the LP after the DPs stops for the rest of a search after this many nodes in which it neither closed the node
+# nor lifted the DPs' bound by LP_LIFT (relative); measured: mixtral-8x7b x 4096 H100, 230 nodes in 60 s, the LP closed
+# none and exceeded the DP bound once, for a third of the search's time; 4 rather than 8: on two islands of 2048 H100
+# (2-5 nodes a second there) 8 trials took a third of a 10 s search (formulations/README.md, eq. N13c)
+LP_TRIAL = 4
+LP_LIFT = 1e-3
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 
 
@@ -139,6 +147,8 @@ class _State:
     dp_calls: int = 0  # nodes the stage DPs ran on
     dp_wins: int = 0  # of them: pruned by the DPs, or a better incumbent from their paths
     cap_dp_s: float = 0.0  # the longest capacity DP (eqs. N5, N6) so far, s
+    lp_calls: int = 0  # eq. N13c: nodes the LP ran on after the DPs, and those where it closed or lifted the bound
+    lp_wins: int = 0
     sigma_calls: int = 0  # nodes eq. N8 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     sigma_wins: int = 0
     build_s: float = 0.0  # node model builds so far: their time (s) and number
@@ -313,6 +323,12 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if st.inc is not None and time.perf_counter() > deadline:  # the DPs took the rest: back, with their bound
             _push(heap, bound, v, a, b, tries, plo, phi, mu, sig)  # (the model build below is not interruptible)
             return
+    # eq. N13c: once the LP has neither closed a node nor lifted the DPs' bound in LP_TRIAL nodes, a node the DPs
+    # bounded is split without its model (built only for the engine)
+    lp_off = use_dp and not pol.lp_first and tries == 0 and st.lp_calls >= LP_TRIAL and st.lp_wins == 0
+    if lp_off and _split_only(options, heap, vb, bound, v, a, b, M, t, mu, sig):
+        st.stats["lp_skipped"] = st.stats.get("lp_skipped", 0) + 1
+        return
     t0 = time.perf_counter()
     lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
     st.build_s += time.perf_counter() - t0
@@ -320,9 +336,14 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     small = len(lm.names) <= pol.small_model
     if not small and tries == 0:
         lp = lp_bound(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
+        before = bound
         if lp is not None:
             bound = max(bound, lp - 1e-7 * abs(lp) if math.isfinite(lp) else lp)
-        if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
+        closed = math.isinf(bound) or (cutoff is not None and bound >= cutoff)
+        if use_dp and not pol.lp_first:  # eq. N13c's trial: the LP after the DPs
+            st.lp_calls += 1
+            st.lp_wins += closed or bound > before + LP_LIFT * abs(before)
+        if closed:
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
         if use_dp and pol.lp_first:  # eq. N2b: the DPs only where the LP leaves the node open
@@ -345,6 +366,20 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             return
     _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
             (bound, v, a, b, tries, plo, phi, None, mu, sig), cutoff, deadline, name, solve_node)
+
+
+def _split_only(options, heap, vb: VariantBound, bound, v, a, b, M, t: Tables, mu, sig) -> bool:
+    """Eq. N13c: the node split as eq. N2 would after its LP (tau while wide, then the stage count); False when it would
+    go to the engine instead (the model is then built)."""
+    if M > 1 and b - a > _split_width(options, a, M, vb.rest_lb):
+        _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, sig)
+        return True
+    if t.p_max > t.p_min:
+        mid = (t.p_min + t.p_max) // 2
+        _push(heap, bound, v, a, b, 0, t.p_min, mid, mu, sig)
+        _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, sig)
+        return True
+    return False
 
 
 def _signatures(problem: Problem, t: Tables) -> list[int]:
@@ -436,6 +471,8 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
         bound = max(bound, _safe(ib))
         plans += fits
         over[:] = 0  # (the per-group DPs below add little once each island's GPUs are in the state)
+    if USE_SLACK_CAP and blocks is None and len(cap) == 1 and nb.used is not None and nb.mu[0] > 0 and over[0] <= 1:
+        over[0] = 1 + 1e-9  # eq. N14c: one group, its multiplier priced yet its least path fits: a duality gap
     for s in np.argsort(-over, kind="stable").tolist():
         if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff) or not _room(st, deadline):
             break  # (measured: a group that fits adds little and costs 0.1 s a DP on 1278 MoE options)
