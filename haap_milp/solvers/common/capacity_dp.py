@@ -30,6 +30,7 @@ from haap_milp.problem import Assignment, Problem, Stage
 from haap_milp.solvers.common.stage_dp import INF, PathDP
 
 USE_INFLIGHT_CUT = True  # eq. N10 in the capacity DPs whose costs are times and links alone
+KEEP_MU = True  # eq. N13b
 RMAX = 64  # most capacity units in the state (cost ~ slots x weights x L x n_max x RMAX)
 
 
@@ -43,7 +44,7 @@ def _units(d: np.ndarray, cap: int) -> tuple[np.ndarray, int, int]:
 
 
 def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s, rows_ok: np.ndarray | None = None,
-                   link: np.ndarray | None = None) -> tuple[float, Assignment | None]:
+                   link: np.ndarray | None = None, keep_mu: bool = False) -> tuple[float, Assignment | None]:
     """Lower bound on T over the node of ``dp`` (inf: no plan) with the GPUs of group ``s`` (an index, or a
     set of groups: their summed GPUs against their summed capacity, eq. N6) in the state and the other
     groups priced by ``mu``; and the least path as a plan when it fits every group's GPUs. ``rows_ok``: the
@@ -53,7 +54,7 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s, ro
     S[np.atleast_1d(np.asarray(s, np.int64))] = True
     w, R, q = _units(dp.usage[:, S].sum(axis=1), int(cap[S].sum()))  # per option
     w_row = (dp.row_usage[:, S].sum(axis=1) // q).astype(np.int64)  # per footprint row (its options' own w)
-    mu_o = np.where(S, 0.0, np.maximum(mu, 0.0))
+    mu_o = np.maximum(mu, 0.0) if keep_mu else np.where(S, 0.0, np.maximum(mu, 0.0))
     mu_cost = (dp.row_usage @ mu_o)[:, None]
     if rows_ok is not None:
         mu_cost = np.where(rows_ok[:, None], mu_cost, INF)
@@ -119,6 +120,16 @@ def island_parts(problem: Problem, dp: PathDP) -> list[np.ndarray] | None:
     return [own == blk for blk in np.unique(own).tolist()]
 
 
+def keep_multipliers(dp: PathDP) -> bool:
+    """Eq. N13b: whether the island cases (eq. N6) keep the stage DP's multipliers on the groups whose summed GPUs are in
+    their state. Sound for any mu >= 0: a plan meets each group's row G1 and their sum, so relaxing the rows with mu
+    while the sum stays a hard constraint is weak duality over the paths of the case; with the same mu each case is
+    then at least eq. N4's LB(mu) restricted to its paths, so the least of the cases is at least LB(mu). Only where
+    eq. N10's in-flight cut could not run anyway (it needs a state cost of time and links alone): eq. N12 prices the
+    GPU-time rows, or vpp > 1, or the cut is off; elsewhere the cases run as before (mu 0 on the groups, cut on)."""
+    return KEEP_MU and (dp.extra_priced or dp.t.vpp > 1 or not USE_INFLIGHT_CUT)
+
+
 def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray, mu: np.ndarray) -> tuple[float, list]:
     """Eq. N6: a bound by cases on the blocks (islands) a pipeline touches. A plan inside one block B uses only
     B's endpoints and at most B's GPUs (its groups' capacity summed, in the state); a plan touching two blocks
@@ -127,23 +138,24 @@ def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray, mu:
     node's bound is the least of the cases (inf: none has a path). Returns (bound, plans that fit)."""
     G, cap = dp.G, dp.cap
     group_block = np.unique([g.rsplit("@", 1)[-1] for g in problem.groups], return_inverse=True)[1].reshape(-1)
-    mu0 = np.where(np.arange(len(cap)) < G, 0.0, np.maximum(mu, 0.0))  # the budget row keeps its multiplier
+    keep = keep_multipliers(dp)  # eq. N13b: every group keeps its multiplier (else only the budget row)
+    mu0 = np.maximum(mu, 0.0) if keep else np.where(np.arange(len(cap)) < G, 0.0, np.maximum(mu, 0.0))
     cases, plans = [], []
     for blk in np.unique(blocks[blocks >= 0]).tolist():
         S = np.flatnonzero(group_block == blk)
         if not cap[S].sum():
             continue
-        val, plan = capacity_bound(problem, dp, a, mu0, S, rows_ok=blocks[dp.row_group] == blk)
+        val, plan = capacity_bound(problem, dp, a, mu0, S, rows_ok=blocks[dp.row_group] == blk, keep_mu=keep)
         cases.append(val)
         plans.append(plan)
     cross = (blocks[:, None] != blocks[None, :]) & (blocks[:, None] >= 0) & (blocks[None, :] >= 0)
     c_x = float(dp.link[cross].min(initial=INF))
     if math.isfinite(c_x):
-        cases.append(crossing_bound(dp, a, mu0, cross))
+        cases.append(crossing_bound(dp, a, mu0, cross, keep_mu=keep))
     return min(cases, default=INF), [p for p in plans if p is not None]
 
 
-def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, cross: np.ndarray) -> float:
+def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, cross: np.ndarray, keep_mu: bool = False) -> float:
     """Eq. N6's second case, a plan that crosses between islands: the least path with every group's GPUs pooled in the
     state that takes at least one link of ``cross`` ([E, E]), each link at its own cost (a flag in the state: crossed
     yet or not), so that the in-flight rows of eq. N10 see the crossing's link. At least the former bound (the least
@@ -153,7 +165,7 @@ def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, cross: np.ndarray) -> f
     S[:dp.G] = True
     _, R, q = _units(dp.usage[:, S].sum(axis=1), int(cap[S].sum()))
     w_row = (dp.row_usage[:, S].sum(axis=1) // q).astype(np.int64)
-    mu_o = np.where(S, 0.0, np.maximum(mu, 0.0))
+    mu_o = np.maximum(mu, 0.0) if keep_mu else np.where(S, 0.0, np.maximum(mu, 0.0))
     mu_cost = (dp.row_usage @ mu_o)[:, None]
     pure = (USE_INFLIGHT_CUT and t.vpp <= 1 and not dp.extra_priced
             and not np.any(mu_o[dp.usage.any(axis=0)] > 0))

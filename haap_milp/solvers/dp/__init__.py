@@ -38,6 +38,10 @@ MAX_SEGMENTS = 6  # most GPU groups in one pipeline (all of them when there are 
 # llama3-70b x 3 types x 1024 GPUs (benchmarks/solve_scaling.py): variant 3's DP plan (15.263 s) polishes to
 # 15.148 s, variant 4's (15.463 s, the 2nd) to 14.714 s (the best plan known: 14.707 s); the 3rd polishes to 16.31 s
 POLISH_TOP = 3
+# eq. DP8b: a link between islands takes this share of its time from its sending stage's budget in the DP's second pass
+# on a several-island cluster (1: no second pass). llama3-70b x 3 types x 1024 GPUs x 2 islands, the DP alone: with
+# the whole link (DP2) every plan stays in one island, 26.085 s; shares 0.5 / 0.25 / 0 give 16.369 / 15.586 / 16.895 s
+CROSS_SHARE = 0.25
 
 
 def solve(problem: Problem, options=None, hint: Assignment | None = None) -> RawResult:
@@ -76,14 +80,19 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
             if not math.isfinite(vb.total_s):
                 continue
             for r in _restrictions(problem, t):
-                if best is not None and dl.expired():
-                    break
-                got, n = _variant(problem, t, r, vb.rest_lb)
-                tried += n
-                if got is not None and (v not in found or got[0] < found[v][0]):
-                    found[v] = got
-                if got is not None and (best is None or got[0] < best[0]):
-                    best = got
+                for charge in (None, "cross"):  # eq. DP8b: on several islands, links between them charged less too
+                    if charge == "cross":
+                        charge = _cross_charge(problem, t, best[0] if best is not None else math.inf, vb.rest_lb)
+                        if charge is None:
+                            continue
+                    if best is not None and dl.expired():
+                        break
+                    got, n = _variant(problem, t, r, vb.rest_lb, charge)
+                    tried += n
+                    if got is not None and (v not in found or got[0] < found[v][0]):
+                        found[v] = got
+                    if got is not None and (best is None or got[0] < best[0]):
+                        best = got
     stats = {"splits": tried}
     if stopped:
         stats["stopped"] = "interrupted" if dl.interrupted else "deadline"
@@ -171,6 +180,27 @@ def _reshape(stages: tuple, p: int) -> tuple:
     return tuple(st)
 
 
+def _cross_charge(problem: Problem, t: Tables, best: float, rest_lb: float) -> np.ndarray | None:
+    """Eq. DP8b: the links' charges on a stage's budget for the DP's second pass, or None (no second pass). The
+    first pass (DP1, DP2) charges every link its whole time to the one stage that sends it, a sufficient condition for
+    eq. T2 that shuts a slow link between islands out (its stage must fit in tau - c), while the link's own terms in
+    T2 are c/2 <= tau and its share of the in-flight round trips, c over the stages below it. On a cluster of several
+    islands (group names ``type@island``) the second pass charges a link between two islands ``CROSS_SHARE`` of its
+    time when a plan across it can beat ``best`` (eq. DP5's window: (M - 1) c/2 + rest_lb < best, tau >= c/2); with
+    no such link there is no second pass. The plans are scored by ``evaluate`` either way."""
+    blocks = np.unique([g.rsplit("@", 1)[-1] for g in problem.groups], return_inverse=True)[1].reshape(-1)
+    if blocks.max(initial=0) == 0 or CROSS_SHARE >= 1:
+        return None
+    own = np.full(t.p2p.shape[0], -1)
+    own[:len(blocks)] = blocks  # (endpoints past the groups: mixed options, outside this DP)
+    cross = (own[:, None] != own[None, :]) & (own[:, None] >= 0) & (own[None, :] >= 0)
+    if t.vpp <= 1:  # (eq. I2's period under interleaving: not filtered)
+        cross &= (t.M - 1) * t.p2p / 2 + rest_lb < best
+    if not cross.any():
+        return None
+    return np.where(cross, CROSS_SHARE * t.p2p, t.p2p)
+
+
 def _restrictions(problem: Problem, t: Tables) -> list[Restriction]:
     """U1: one run per (tp, dp, recompute) signature; U2: one run per tp of the pipeline ends."""
     # mixed options (eq. H1) span groups and eq. Q2's (group, tp) endpoints are not groups: outside the
@@ -195,26 +225,27 @@ def _candidates(t: Tables, r: Restriction) -> np.ndarray:
     return np.unique(np.concatenate([(base[None, :] + links[:, None]).ravel(), t.p2p.ravel() / 2]))
 
 
-def _feasible(problem: Problem, t: Tables, r: Restriction, cls, tau: float) -> dict:
-    return coverage(t, cls, CapCache(t, r), problem.group_capacity, tau, MAX_SEGMENTS)
+def _feasible(problem: Problem, t: Tables, r: Restriction, cls, tau: float, charge=None) -> dict:
+    return coverage(t, cls, CapCache(t, r), problem.group_capacity, tau, MAX_SEGMENTS, charge)
 
 
-def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float):
-    """Best (objective, assignment) of one variant and restriction, and the number of splits."""
+def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float, charge=None):
+    """Best (objective, assignment) of one variant and restriction, and the number of splits; ``charge``: the
+    links' budget charges (eq. DP8b; default their times, eq. DP1)."""
     cls = option_classes(t, r)
     if not len(cls.members):
         return None, 0
     cand = _candidates(t, r)
-    if not cand.size or not _feasible(problem, t, r, cls, float(cand[-1])):
+    if not cand.size or not _feasible(problem, t, r, cls, float(cand[-1]), charge):
         return None, 0
     lo, hi = 0, len(cand) - 1
     while lo < hi:  # smallest tau with a structure holding L layers (eq. DP3 is monotone in tau)
         mid = (lo + hi) // 2
-        if _feasible(problem, t, r, cls, float(cand[mid])):
+        if _feasible(problem, t, r, cls, float(cand[mid]), charge):
             hi = mid
         else:
             lo = mid + 1
-    best, splits = _try_tau(problem, t, r, cls, float(cand[lo]), None)
+    best, splits = _try_tau(problem, t, r, cls, float(cand[lo]), None, charge)
     splits_total = splits
     if best is not None and t.M > 1:  # eq. DP5: larger tau only pays while (M-1)*tau < best - rest_lb
         window = (best[0] - rest_lb) / (t.M - 1)
@@ -222,18 +253,18 @@ def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float):
         for j in above[np.linspace(0, len(above) - 1, min(EXTRA_TAUS, len(above))).astype(int)] if len(above) else []:
             if current().expired():
                 break
-            best, splits = _try_tau(problem, t, r, cls, float(cand[j]), best)
+            best, splits = _try_tau(problem, t, r, cls, float(cand[j]), best, charge)
             splits_total += splits
     return best, splits_total
 
 
-def _try_tau(problem: Problem, t: Tables, r: Restriction, cls, tau: float, best):
+def _try_tau(problem: Problem, t: Tables, r: Restriction, cls, tau: float, best, charge=None):
     caps_at = CapCache(t, r)
-    structures = coverage(t, cls, caps_at, problem.group_capacity, tau, MAX_SEGMENTS)
+    structures = coverage(t, cls, caps_at, problem.group_capacity, tau, MAX_SEGMENTS, charge)
     ps = sorted(structures)
     pick = sorted({ps[int(i)] for i in np.linspace(0, len(ps) - 1, min(MAX_P_PER_TAU, len(ps)))}) if ps else []
     for p in pick:
-        stages = split(t, cls, structures[p][1], caps_at, tau)
+        stages = split(t, cls, structures[p][1], caps_at, tau, charge)
         if stages is None:
             continue
         a = Assignment(t.v, tuple(Stage(int(t.opts[i]), n) for i, n in reversed(stages)))

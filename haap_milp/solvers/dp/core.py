@@ -6,6 +6,9 @@
   sum_j t_j subject to t_j + (outgoing link) <= tau (eq. DP4; Alpa's inner DP, Zheng et al.
   2022, sec. 5.2, with each stage's budget reduced by its link so that the in-flight term of
   eq. T2 stays within tau).
+
+Both take ``charge`` ([E, E], default ``t.p2p``): what a stage's outgoing link takes of its budget (eq. DP8b
+charges a link between islands less than its time; the plans are scored by ``evaluate`` either way).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import numpy as np
 from haap_milp.solvers.common import Tables
 
 NEG = -(10**9)
-LINK_SHARE = 1.0  # experiment
 
 
 @dataclass
@@ -84,7 +86,7 @@ def _segments(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, 
     s_idx, e_idx = np.meshgrid(np.arange(K + 1), np.arange(K + 1), indexing="ij")
     span = e_idx - s_idx
     h_in, hf_in = caps_at(tau - t.p2p[g, g])
-    h_bo, hf_bo = caps_at(tau - LINK_SHARE * link)
+    h_bo, hf_bo = caps_at(tau - link)
     s_c = np.minimum(s_idx, K - 1)
     for c in np.flatnonzero(cls.group == g):
         mem, d = cls.members[c], int(cls.gpus[c])
@@ -109,14 +111,16 @@ def _segments(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, 
     return seg, segf, arg, argf
 
 
-def coverage(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, max_segments: int) -> dict:
+def coverage(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, max_segments: int,
+             charge: np.ndarray | None = None) -> dict:
     """Best structure per stage count P: {P: (layers, [(group, class, s, e), ...] from slot 1 up)}.
     GPU groups form contiguous segments in any order (eq. DP3): a DP over (set of groups used,
-    group of the topmost segment) with back pointers."""
+    group of the topmost segment) with back pointers. ``charge``: the links' budget charges (module doc)."""
     memo: dict = {}
+    charge = t.p2p if charge is None else charge
 
     def segs(g, last):
-        link = 0.0 if last < 0 else float(t.p2p[g, last])
+        link = 0.0 if last < 0 else float(charge[g, last])
         if (g, link) not in memo:
             memo[g, link] = _segments(t, cls, caps_at, gpu_caps, tau, g, link)
         return memo[g, link]
@@ -165,11 +169,12 @@ def coverage(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, m
     return out
 
 
-def split(t: Tables, cls: Classes, structure, caps_at: CapCache, tau: float):
+def split(t: Tables, cls: Classes, structure, caps_at: CapCache, tau: float, charge: np.ndarray | None = None):
     """Eq. DP4: min sum_j t_j with t_j + (outgoing link) <= tau for the given slots ->
     [(local option, n)] from slot 1 up, or None. ``structure``: [(group, class, s, e)] from
-    slot 1 up; the top slot is the first stage."""
+    slot 1 up; the top slot is the first stage. ``charge``: the links' budget charges (module doc)."""
     L = t.L
+    charge = t.p2p if charge is None else charge
     lt, ft, xt = t.coef["layer_time"], t.coef["first_time"], t.coef["last_time"]
     P = structure[-1][3]
     group_of = {}
@@ -187,8 +192,8 @@ def split(t: Tables, cls: Classes, structure, caps_at: CapCache, tau: float):
         mem = cls.members[c]
         for k in range(s + 1, e + 1):
             first = k == P
-            link = 0.0 if k == 1 else float(t.p2p[g, group_of[k - 1]])
-            h, hf = caps_at(tau - LINK_SHARE * link)
+            link = 0.0 if k == 1 else float(charge[g, group_of[k - 1]])
+            h, hf = caps_at(tau - link)
             cap = (hf if first else h)[k - 1, mem]
             extra = (ft[mem] if first else 0.0 * ft[mem]) + (xt[mem] if k == 1 else 0.0)
             cost = n_arr[None, :] * lt[mem][:, None] + extra[:, None]  # [|mem|, L+1]
