@@ -7,12 +7,12 @@ import math
 import pathlib
 import sys
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from synthetic import random_problem
 
+from haap_milp.problem import violations
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import branch_and_bound as bb
 from haap_milp.solvers.common import stage_dp
@@ -67,5 +67,6 @@ def test_capacity_dp_on_a_slack_lagrangian_path_is_a_bound_and_binds(monkeypatch
         slack += 1
         cb, plan = capacity_bound(problem, dp, tau, nb.mu, 0)
         assert cb <= brute.objective_s * (1 + 1e-9), (seed, cb, brute.objective_s)
+        assert plan is None or violations(problem, plan) == []  # a path within the group's GPUs is a plan
         lifted += cb > nb.bound_s * (1 + 1e-6)
     assert slack >= 3 and lifted >= 1, (slack, lifted)
