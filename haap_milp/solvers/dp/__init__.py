@@ -26,7 +26,7 @@ import numpy as np
 from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, variant_bound
-from haap_milp.solvers.common.polish import polish
+from haap_milp.solvers.common.polish import Polish, polish
 from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, option_classes, split
 from haap_milp.solvers.dp.fallback import TIME_LIMIT_S, beam_search
 
@@ -38,6 +38,10 @@ MAX_SEGMENTS = 6  # most GPU groups in one pipeline (all of them when there are 
 # llama3-70b x 3 types x 1024 GPUs (benchmarks/solve_scaling.py): variant 3's DP plan (15.263 s) polishes to
 # 15.148 s, variant 4's (15.463 s, the 2nd) to 14.714 s (the best plan known: 14.707 s); the 3rd polishes to 16.31 s
 POLISH_TOP = 3
+# eq. LS2b: the plans of LS2 are polished in turn, this many candidate plans each, so a deadline that cuts LS2 still
+# leaves each a share: there variant 3's polish alone took its whole 10,000-move budget (4.9 s at load 5; 15.263 ->
+# 15.148 s) before variant 4's (15.463 -> 14.714 s, 1.1 s) started, and a 10 s solve's deadline cut it first
+POLISH_CHUNK = 250
 
 
 def solve(problem: Problem, options=None, hint: Assignment | None = None) -> RawResult:
@@ -113,18 +117,19 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
 
 
 def _polish_top(problem: Problem, found, k: int = POLISH_TOP) -> tuple[float, Assignment]:
-    """Eq. LS2: the ``k`` lowest of ``found`` (a dict variant -> (objective, plan), or a list of them) polished,
-    lowest first (a deadline past stops after the first: its polish is what eq. LS1 alone gives); the best one."""
+    """Eq. LS2: the ``k`` lowest of ``found`` (a dict variant -> (objective, plan), or a list of them) polished in
+    turn, ``POLISH_CHUNK`` candidate plans each, the lowest first (eq. LS2b), until each is done (eq. LS1: its
+    local optimum or move budget) or the deadline passes; the best one. Without a deadline this is LS1 on each."""
     plans = sorted(found.values() if isinstance(found, dict) else found, key=lambda b: b[0])[:k]
-    out = None
-    for _, a in plans:
-        if out is not None and current().expired():
+    runs = [Polish(problem, a) for _, a in plans]
+    dl = current()
+    while not all(r.done for r in runs):
+        for r in runs:
+            r.step(POLISH_CHUNK)
+        if dl.expired():
             break
-        a = polish(problem, a)
-        obj = evaluate(problem, a)
-        if out is None or obj < out[0]:
-            out = (obj, a)
-    return out
+    best = min(runs, key=lambda r: r.best_obj)
+    return evaluate(problem, best.best), best.best
 
 
 def _copy_rank(problem: Problem, a: Assignment, w: int) -> tuple:
