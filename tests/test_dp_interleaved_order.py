@@ -34,7 +34,7 @@ def test_plain_best_is_polished_before_any_copy_is_searched(monkeypatch):
         events.append(("tables", problem.variants[v].vpp if isinstance(v, int) else None))
         return real_tables(problem, v)
 
-    class Polish(dp.Polish):  # eq. LS2b polishes through resumable runs
+    class Polish(dp.Polish):  # eq. LS3a polishes through resumable runs
         def __init__(self, problem, a, *args):
             events.append(("polish", problem.variants[a.variant].vpp))
             super().__init__(problem, a, *args)
@@ -128,7 +128,7 @@ def _found(problem):
 
 
 def test_polish_top_in_turn_is_ls1_on_each_without_a_deadline(monkeypatch):
-    """Eq. LS2b: polishing the plans in turn, in chunks, ends where LS1 on each alone ends (no deadline): the chunked
+    """Eq. LS3a: polishing the plans in turn, in chunks, ends where LS1 on each alone ends (no deadline): the chunked
     run resumes its move order (a restart per chunk would re-scan and, with small chunks, never finish)."""
     from haap_milp.solvers.common.polish import polish
 

@@ -74,7 +74,7 @@ def polish(problem: Problem, a: Assignment, max_moves: int = MAX_MOVES) -> Assig
 class Polish:
     """Eq. LS1 as a resumable run: ``step(n)`` tries up to ``n`` more candidate plans from where the last call
     stopped (the same moves, in the same order, as one call of ``polish`` with the summed budget), so several
-    plans can be polished in turn (eq. LS2b). ``done``: a local optimum, the deadline or the move budget reached."""
+    plans can be polished in turn (eq. LS3a). ``done``: a local optimum, the deadline or the move budget reached."""
 
     def __init__(self, problem: Problem, a: Assignment, max_moves: int = MAX_MOVES):
         self.problem, self.best, self.max_moves = problem, a, max_moves

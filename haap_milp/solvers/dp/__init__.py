@@ -38,9 +38,10 @@ MAX_SEGMENTS = 6  # most GPU groups in one pipeline (all of them when there are 
 # llama3-70b x 3 types x 1024 GPUs (benchmarks/solve_scaling.py): variant 3's DP plan (15.263 s) polishes to
 # 15.148 s, variant 4's (15.463 s, the 2nd) to 14.714 s (the best plan known: 14.707 s); the 3rd polishes to 16.31 s
 POLISH_TOP = 3
-# eq. LS2b: the plans of LS2 are polished in turn, this many candidate plans each, so a deadline that cuts LS2 still
-# leaves each a share: there variant 3's polish alone took its whole 10,000-move budget (4.9 s at load 5; 15.263 ->
-# 15.148 s) before variant 4's (15.463 -> 14.714 s, 1.1 s) started, and a 10 s solve's deadline cut it first
+# eq. LS3a: the plans of LS2 are polished in turn, this many candidate plans each (a count, not a clock), so a deadline
+# that cuts LS2 leaves each plan a share. llama3-70b x 3 types x 1024 GPUs: variant 3's polish alone takes its whole
+# 10,000-candidate budget (15.263 -> 15.148 s) before variant 4's (15.463 -> 14.714 s) starts; in turn, 14.714 s is
+# reached after 10,250 candidates instead of ~14,000, and the best after N candidates is never worse from N = 4,000 on
 POLISH_CHUNK = 250
 
 
@@ -118,7 +119,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
 
 def _polish_top(problem: Problem, found, k: int = POLISH_TOP) -> tuple[float, Assignment]:
     """Eq. LS2: the ``k`` lowest of ``found`` (a dict variant -> (objective, plan), or a list of them) polished in
-    turn, ``POLISH_CHUNK`` candidate plans each, the lowest first (eq. LS2b), until each is done (eq. LS1: its
+    turn, ``POLISH_CHUNK`` candidate plans each, the lowest first (eq. LS3a), until each is done (eq. LS1: its
     local optimum or move budget) or the deadline passes; the best one. Without a deadline this is LS1 on each."""
     plans = sorted(found.values() if isinstance(found, dict) else found, key=lambda b: b[0])[:k]
     runs = [Polish(problem, a) for _, a in plans]
