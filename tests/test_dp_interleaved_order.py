@@ -160,3 +160,17 @@ def test_polish_runs_resume_where_they_stopped():
                 while not run.done and run.tried < budget:
                     run.step(min(3, budget - run.tried))
                 assert run.best == polish(problem, a, budget)
+
+
+def test_polish_returns_an_infeasible_plan_unevaluated():
+    """LS1 on a plan that breaks a constraint returns it as it is, no move tried."""
+    from haap_milp.problem import Assignment
+    from haap_milp.solvers.common.polish import Polish, polish
+
+    problem = random_problem(0, num_layers=8, max_stages=4, max_options=4)
+    bad = Assignment(0, (Stage(int(problem.variants[0].allowed.argmax()), 1),))  # 1 layer of 8
+    assert violations(problem, bad)
+    assert polish(problem, bad) is bad
+    run = Polish(problem, bad)
+    run.step(10)
+    assert run.done and run.best is bad and run.tried == 0

@@ -10,6 +10,8 @@ plans (a count, not a clock: the same input gives the same plan whatever the mac
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from haap_milp.deadline import current
@@ -66,7 +68,7 @@ def _shape_moves(a: Assignment):
 def polish(problem: Problem, a: Assignment, max_moves: int = MAX_MOVES) -> Assignment:
     """A plan no worse than ``a`` (``a`` itself if it is infeasible) after at most ``max_moves``
     candidate plans (fewer when the deadline of ``deadline.current()`` passes: the best so far)."""
-    run = Polish(problem, a)
+    run = Polish(problem, a, max_moves)
     run.step(max_moves)
     return run.best
 
@@ -78,9 +80,9 @@ class Polish:
 
     def __init__(self, problem: Problem, a: Assignment, max_moves: int = MAX_MOVES):
         self.problem, self.best, self.max_moves = problem, a, max_moves
-        self.best_obj = evaluate(problem, a)
         self.tried = 0
-        self.done = bool(violations(problem, a))
+        self.done = bool(violations(problem, a))  # (an infeasible plan is returned as it is, never evaluated)
+        self.best_obj = math.inf if self.done else evaluate(problem, a)
         self._moves = None if self.done else self._walk()
 
     def _walk(self):

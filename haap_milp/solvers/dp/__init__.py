@@ -117,12 +117,14 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                      wall_time_s=wall, stats=stats)
 
 
-def _polish_top(problem: Problem, found, k: int = POLISH_TOP) -> tuple[float, Assignment]:
+def _polish_top(problem: Problem, found, k: int = POLISH_TOP) -> tuple[float, Assignment] | None:
     """Eq. LS2: the ``k`` lowest of ``found`` (a dict variant -> (objective, plan), or a list of them) polished in
     turn, ``POLISH_CHUNK`` candidate plans each, the lowest first (eq. LS3a), until each is done (eq. LS1: its
     local optimum or move budget) or the deadline passes; the best one. Without a deadline this is LS1 on each."""
     plans = sorted(found.values() if isinstance(found, dict) else found, key=lambda b: b[0])[:k]
     runs = [Polish(problem, a) for _, a in plans]
+    if not runs:
+        return None
     dl = current()
     while not all(r.done for r in runs):
         for r in runs:
