@@ -34,7 +34,13 @@ def test_plain_best_is_polished_before_any_copy_is_searched(monkeypatch):
         events.append(("tables", problem.variants[v].vpp if isinstance(v, int) else None))
         return real_tables(problem, v)
 
+    class Polish(dp.Polish):  # eq. LS3a polishes through resumable runs
+        def __init__(self, problem, a, *args):
+            events.append(("polish", problem.variants[a.variant].vpp))
+            super().__init__(problem, a, *args)
+
     monkeypatch.setattr(dp, "polish", polish)
+    monkeypatch.setattr(dp, "Polish", Polish)
     monkeypatch.setattr(dp, "build_tables", tables)
     checked = 0
     for seed in range(8):
@@ -105,3 +111,66 @@ def test_polish_top_is_never_worse_than_polishing_the_lowest_plan():
         top = dp._polish_top(problem, found)
         assert violations(problem, top[1]) == [] and top[0] == evaluate(problem, top[1])
         assert top[0] <= evaluate(problem, polish(problem, lowest)) * (1 + 1e-12)
+
+
+def _found(problem):
+    from haap_milp.solvers.common import build_tables, variant_bound
+
+    found = {}
+    for v in range(len(problem.variants)):
+        t = build_tables(problem, v)
+        vb = variant_bound(problem, t)
+        for r in dp._restrictions(problem, t):
+            got, _ = dp._variant(problem, t, r, vb.rest_lb)
+            if got is not None and (v not in found or got[0] < found[v][0]):
+                found[v] = got
+    return found
+
+
+def test_polish_top_in_turn_is_ls1_on_each_without_a_deadline(monkeypatch):
+    """Eq. LS3a: polishing the plans in turn, in chunks, ends where LS1 on each alone ends (no deadline): the chunked
+    run resumes its move order (a restart per chunk would re-scan and, with small chunks, never finish)."""
+    from haap_milp.solvers.common.polish import polish
+
+    checked = 0
+    for seed in range(6):
+        problem = random_problem(seed, num_layers=8, max_stages=4, max_options=4)
+        found = _found(problem)
+        if not found:
+            continue
+        plans = sorted(found.values(), key=lambda b: b[0])[:dp.POLISH_TOP]
+        want = min(evaluate(problem, polish(problem, a)) for _, a in plans)
+        for chunk in (1, 7, 10**6):
+            monkeypatch.setattr(dp, "POLISH_CHUNK", chunk)
+            top = dp._polish_top(problem, found)
+            assert top[0] == want and violations(problem, top[1]) == []
+        checked += 1
+    assert checked >= 3
+
+
+def test_polish_runs_resume_where_they_stopped():
+    """``Polish.step`` in pieces gives the plan and the move count of one ``polish`` call with the summed budget."""
+    from haap_milp.solvers.common.polish import Polish, polish
+
+    for seed in range(6):
+        problem = random_problem(seed, num_layers=8, max_stages=4, max_options=4)
+        for _, a in _found(problem).values():
+            for budget in (5, 40, 10**4):
+                run = Polish(problem, a)
+                while not run.done and run.tried < budget:
+                    run.step(min(3, budget - run.tried))
+                assert run.best == polish(problem, a, budget)
+
+
+def test_polish_returns_an_infeasible_plan_unevaluated():
+    """LS1 on a plan that breaks a constraint returns it as it is, no move tried."""
+    from haap_milp.problem import Assignment
+    from haap_milp.solvers.common.polish import Polish, polish
+
+    problem = random_problem(0, num_layers=8, max_stages=4, max_options=4)
+    bad = Assignment(0, (Stage(int(problem.variants[0].allowed.argmax()), 1),))  # 1 layer of 8
+    assert violations(problem, bad)
+    assert polish(problem, bad) is bad
+    run = Polish(problem, bad)
+    run.step(10)
+    assert run.done and run.best is bad and run.tried == 0

@@ -10,6 +10,8 @@ plans (a count, not a clock: the same input gives the same plan whatever the mac
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from haap_milp.deadline import current
@@ -66,25 +68,48 @@ def _shape_moves(a: Assignment):
 def polish(problem: Problem, a: Assignment, max_moves: int = MAX_MOVES) -> Assignment:
     """A plan no worse than ``a`` (``a`` itself if it is infeasible) after at most ``max_moves``
     candidate plans (fewer when the deadline of ``deadline.current()`` passes: the best so far)."""
-    if violations(problem, a):
-        return a
-    var = problem.variants[a.variant]
-    opts = np.flatnonzero(var.allowed)
-    best, best_obj = a, evaluate(problem, a)
-    tried = 0
-    dl = current()
-    improved = True
-    while improved and tried < max_moves:
-        improved = False
-        for gen in (_layer_moves(best), _option_moves(best, opts), _shape_moves(best)):
-            for cand in gen:
-                tried += 1
-                obj = _feasible_better(problem, cand, best_obj)
-                if obj is not None:
-                    best, best_obj, improved = cand, obj, True
+    run = Polish(problem, a, max_moves)
+    run.step(max_moves)
+    return run.best
+
+
+class Polish:
+    """Eq. LS1 as a resumable run: ``step(n)`` tries up to ``n`` more candidate plans from where the last call
+    stopped (the same moves, in the same order, as one call of ``polish`` with the summed budget), so several
+    plans can be polished in turn (eq. LS3a). ``done``: a local optimum, the deadline or the move budget reached."""
+
+    def __init__(self, problem: Problem, a: Assignment, max_moves: int = MAX_MOVES):
+        self.problem, self.best, self.max_moves = problem, a, max_moves
+        self.tried = 0
+        self.done = bool(violations(problem, a))  # (an infeasible plan is returned as it is, never evaluated)
+        self.best_obj = math.inf if self.done else evaluate(problem, a)
+        self._moves = None if self.done else self._walk()
+
+    def _walk(self):
+        """Yields after each candidate; first improvement, restarting the move order on each better plan."""
+        opts = np.flatnonzero(self.problem.variants[self.best.variant].allowed)
+        improved = True
+        while improved:
+            improved = False
+            for gen in (_layer_moves(self.best), _option_moves(self.best, opts), _shape_moves(self.best)):
+                for cand in gen:
+                    obj = _feasible_better(self.problem, cand, self.best_obj)
+                    if obj is not None:
+                        self.best, self.best_obj, improved = cand, obj, True
+                    yield
+                    if improved:
+                        break
+                if improved:
                     break
-                if tried >= max_moves or (tried % 64 == 0 and dl.expired()):
-                    return best
-            if improved:
-                break
-    return best
+
+    def step(self, n: int) -> None:
+        dl = current()
+        for _ in range(n):
+            if self.done:
+                return
+            if self.tried >= self.max_moves or (self.tried % 64 == 0 and self.tried and dl.expired()):
+                self.done = True
+                return
+            self.tried += 1
+            if next(self._moves, StopIteration) is StopIteration:
+                self.done = True
