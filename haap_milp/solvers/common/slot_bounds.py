@@ -184,7 +184,7 @@ def _memory_part(problem: Problem, v: int) -> dict:
     var = problem.variants[v]
     got = memo["variants"].get(id(var))
     if got is not None and got[0] is var:  # the object itself is held: its id is not reused while cached
-        return {**got[1], "v": v}
+        return got[1] if got[1]["v"] == v else {**got[1], "v": v}  # its index in this problem
     L, K = problem.num_layers, min(problem.max_stages, problem.num_layers)
     opts = usable_options(problem, v)
     coef = {key: np.asarray(getattr(var, key), float)[opts] for key in COEF_KEYS}
