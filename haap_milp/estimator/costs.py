@@ -212,12 +212,21 @@ def decoder_passes(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, tr
                                c.cp, impl)
 
 
+def decoder_sync(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, training: TrainingSpec,
+                 cal: Calibration) -> Sync:
+    """DP sync of one decoder layer's parameters. Reads the stage's GPU (``hw``), tp, dp, cp, ep, etp and ZeRO
+    stage only, not its recompute or micro-batch, so the estimator prices it once for all of those
+    (``Estimator._sync``, formulations/ eq. O2f)."""
+    return param_sync(layer_groups(model, moe, c), hw, training, cal, ring_range(model, c.tp), c.zero)
+
+
 def decoder_cost(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, training: TrainingSpec,
-                 cal: Calibration, passes: layers.Passes, impl: Implementation) -> StageCost:
-    """One decoder layer (dense or MoE) on one GPU of the stage, one micro-batch of B samples."""
+                 cal: Calibration, passes: layers.Passes, impl: Implementation, sync: Sync | None = None) -> StageCost:
+    """One decoder layer (dense or MoE) on one GPU of the stage, one micro-batch of B samples (``sync``: its
+    ``decoder_sync`` when the caller has it)."""
     seq, b = training.seq_len, c.micro_batch
     sp = training.sequence_parallel and c.tp > 1
-    sync = param_sync(layer_groups(model, moe, c), hw, training, cal, ring_range(model, c.tp), c.zero)
+    sync = decoder_sync(model, moe, c, hw, training, cal) if sync is None else sync
     act = memory.layer_activation_bytes(model, moe, b, seq, c.tp, sp, c.recompute, c.cp, c.etp, impl,
                                         compute.act_bytes(training.precision),
                                         memory.gemm_input_bytes(training.precision))
@@ -225,26 +234,36 @@ def decoder_cost(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, trai
     return _assemble(passes, c.recompute, sync, act, kind(model, c.samples * seq, seq), cal, training)
 
 
+def embedding_sync(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec, cal: Calibration) -> Sync:
+    """DP sync of the input embedding: reads hw, tp, dp, cp and the ZeRO stage only (eq. O2f)."""
+    groups = [ParamGroup(model.embedding_params / c.tp, c.dp * c.cp, c.tp)]
+    return param_sync(groups, hw, training, cal, ring_range(model, c.tp), c.zero)
+
+
 def embedding_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec,
-                   cal: Calibration) -> StageCost:
+                   cal: Calibration, sync: Sync | None = None) -> StageCost:
     """Input embedding (vocab-parallel) on the first stage; recomputation does not apply to it."""
     seq, b = training.seq_len, c.micro_batch
     passes = layers.embedding_passes(model, hw, b * seq / c.cp, c.tp, training.precision)
-    groups = [ParamGroup(model.embedding_params / c.tp, c.dp * c.cp, c.tp)]
-    sync = param_sync(groups, hw, training, cal, ring_range(model, c.tp), c.zero)
+    sync = embedding_sync(model, c, hw, training, cal) if sync is None else sync
     act = memory.embedding_activation_bytes(b, seq, c.cp)
     return _assemble(passes, "none", sync, act, flops.LayerFlops(0.0, 0.0), cal, training)
 
 
+def head_sync(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec, cal: Calibration) -> Sync:
+    """DP sync of the LM head's parameters: reads hw, tp, dp, cp and the ZeRO stage only (eq. O2f)."""
+    groups = [ParamGroup(model.vocab_size * model.hidden / c.tp + model.hidden, c.dp * c.cp, c.tp)]
+    return param_sync(groups, hw, training, cal, ring_range(model, c.tp), c.zero)
+
+
 def head_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec,
-              cal: Calibration, impl: Implementation) -> StageCost:
+              cal: Calibration, impl: Implementation, sync: Sync | None = None) -> StageCost:
     """Final norm + LM head + loss on the last stage. With tied embeddings the last stage still holds a
     copy of the embedding matrix for the head (Megatron, pp > 1); a single-stage plan counts it twice."""
     seq, b = training.seq_len, c.micro_batch
     sp = training.sequence_parallel and c.tp > 1
     passes = layers.head_passes(model, hw, training.precision, b * seq / c.cp, c.tp, sp)
-    groups = [ParamGroup(model.vocab_size * model.hidden / c.tp + model.hidden, c.dp * c.cp, c.tp)]
-    sync = param_sync(groups, hw, training, cal, ring_range(model, c.tp), c.zero)
+    sync = head_sync(model, c, hw, training, cal) if sync is None else sync
     act = memory.head_activation_bytes(model, b, seq, c.tp, c.cp, impl)
     return _assemble(passes, "none", sync, act, flops.head_flops(model, c.samples * seq), cal, training)
 

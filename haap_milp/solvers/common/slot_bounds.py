@@ -161,20 +161,31 @@ def usage_matrix(problem: Problem, op: list) -> np.ndarray:
 
 # The tables' memory part (usable options, coefficients, U_mem, time dominance and its lo bounds) does not
 # depend on the time cut-off; the branch and bound builds tables per node, so it is kept for the last problem
-# seen (by identity). Measured: mixtral-8x7b on 4096 GPUs x 3 types (1278 options) 0.11 s per node, most of it
-# the [n, n] dominance matrix, before this.
+# seen. Measured: mixtral-8x7b on 4096 GPUs x 3 types (1278 options) 0.11 s per node, most of it the [n, n]
+# dominance matrix, before this. Eq. S2f: it reads only the variant and the problem's options, capacities, layer
+# and stage counts and uniform rules, so it is kept per Variant object for the problems sharing those (by identity:
+# the planner's variant subset for the exact search after the DP heuristic, ``planner._restrict``, rebuilt every
+# table the DP had built: 218 of 288 variants with every dimension on, llama3-8b on 16 H100).
 # (per thread: two solves running at once in one process, e.g. through the Python API, never share it)
 _MEMO = threading.local()
 
 
 def _memory_part(problem: Problem, v: int) -> dict:
     memo = _MEMO.__dict__
-    if memo.get("problem") is not problem:
-        memo["problem"], memo["variants"] = problem, {}
-    if v in memo["variants"]:
-        return memo["variants"][v]
     var = problem.variants[v]
+    base = (problem.group_capacity, problem.num_layers, problem.max_stages, problem.uniform,
+            problem.same_tp_first_last)
+    if memo.get("options") is not problem.options or memo.get("base") != base:
+        memo["options"], memo["base"], memo["variants"] = problem.options, base, {}
+    hit = memo["variants"].get(id(var))
+    if hit is not None and hit[0] is var:  # the entry holds var, so its id is not reused while it lives
+        by_index = hit[1]
+        if v not in by_index:
+            by_index[v] = {**next(iter(by_index.values())), "v": v}
+        return by_index[v]
     L, K = problem.num_layers, min(problem.max_stages, problem.num_layers)
+    if var.vpp > 1:  # eq. S1f: an interleaved copy has exactly num_stages stages (eq. I5), so slots past it hold none
+        K = min(K, var.num_stages)
     opts = usable_options(problem, v)
     coef = {key: np.asarray(getattr(var, key), float)[opts] for key in COEF_KEYS}
     op = [problem.options[i] for i in opts]
@@ -199,7 +210,7 @@ def _memory_part(problem: Problem, v: int) -> dict:
            "tp": np.array([o.tp for o in op], np.int64), "sig": np.array([sigs.index(o.signature) for o in op], np.int64),
            "coef": coef, "p2p": np.asarray(var.p2p_time, float), "U_mem": U_mem, "Uf_mem": Uf_mem, "lo": lo, "lof": lof,
            "dom": D, "vpp": var.vpp, "num_stages": var.num_stages}
-    memo["variants"][v] = out
+    memo["variants"][id(var)] = (var, {v: out})
     return out
 
 
