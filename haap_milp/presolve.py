@@ -573,11 +573,14 @@ def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: 
     """Drop outclassed options: i is outclassed by j when both have the same group, tp and dp (so the
     same GPUs and the same rules), the same uniform signature when the problem is uniform (eq. U1: under a
     uniform target or ``--uniform`` another group may only be able to match i's signature), and
-    j is no worse in every time, memory and sync coefficient and better in one, so i can never be needed.
+    j is no worse in every time, memory and sync coefficient and better in one, or equal in every one and
+    earlier (eq. O1f: an exact twin, e.g. the ZeRO stages of a dp = cp = 1 option, which shard over one rank and
+    price alike), so i can never be needed.
 
-    Outclassing is a strict partial order, so the options kept are exactly those no allowed option outclasses
-    (a maximal outclasser is never dropped): one comparison matrix per (group, tp, dp[, signature]) block,
-    [n, n, 13] booleans (measured: MoE x 3 types x 2 islands, 10-24 s as a Python double loop, 0.1 s here)."""
+    Outclassing is a strict partial order (ties broken by index), so the options kept are exactly those no
+    allowed option outclasses (a maximal outclasser is never dropped): one comparison matrix per (group, tp,
+    dp[, signature]) block, [n, n, 13] booleans (measured: MoE x 3 types x 2 islands, 10-24 s as a Python
+    double loop, 0.1 s here)."""
     keys = OUTCLASS_KEYS
     out = allowed.copy()
     blocks: dict = {}
@@ -590,7 +593,8 @@ def _drop_outclassed(opts: list[Option], allowed: np.ndarray, a: dict, uniform: 
         c = np.stack([np.asarray(a[k], float)[idx] for k in keys], axis=1)  # [n, keys]
         le = (c[:, None, :] <= c[None, :, :]).all(axis=2)  # le[j, i]: j no worse than i everywhere
         lt = (c[:, None, :] < c[None, :, :]).any(axis=2)  # lt[j, i]: j better than i somewhere
-        out[np.asarray(idx)[(le & lt).any(axis=0)]] = False
+        earlier = np.triu(np.ones((len(idx), len(idx)), bool), k=1)  # earlier[j, i]: j < i (idx ascends)
+        out[np.asarray(idx)[(le & (lt | earlier)).any(axis=0)]] = False  # le & ~lt: equal everywhere
     return out
 
 

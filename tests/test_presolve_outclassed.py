@@ -55,7 +55,8 @@ def _reference(opts, allowed, a, uniform=False):
             oi, oj = opts[i], opts[j]
             if (oi.group, oi.tp, oi.dp) != (oj.group, oj.tp, oj.dp) or (uniform and oi.signature != oj.signature):
                 continue
-            if all(a[k][j] <= a[k][i] for k in KEYS) and any(a[k][j] < a[k][i] for k in KEYS):
+            # eq. O1f: an exact twin (equal everywhere) is outclassed by the earlier one
+            if all(a[k][j] <= a[k][i] for k in KEYS) and (any(a[k][j] < a[k][i] for k in KEYS) or j < i):
                 out[i] = False
                 break
     return out
@@ -73,3 +74,13 @@ def test_vectorised_rule_keeps_what_the_double_loop_keeps():
         for uniform in (False, True):
             got = _drop_outclassed(opts, allowed, a, uniform)
             assert got.tolist() == _reference(opts, allowed, a, uniform).tolist(), (trial, uniform)
+
+
+def test_exact_twins_keep_one():
+    """Eq. O1f: of options equal in every coefficient (same GPUs) the first is kept, the rest dropped; without the
+    rule both stayed in the search."""
+    opts = [Option(group=0, tp=8, dp=1, ep=1, recompute="none", zero=z) for z in (0, 1, 3)]
+    a = {k: np.array([1.0, 1.0, 1.0]) for k in KEYS}
+    assert _drop_outclassed(opts, np.array([True, True, True]), a).tolist() == [True, False, False]
+    a["fx"] = np.array([2.0, 1.0, 1.0])  # the first is worse in one coefficient: the second outclasses it
+    assert _drop_outclassed(opts, np.array([True, True, True]), a).tolist() == [False, True, False]

@@ -212,37 +212,21 @@ def decoder_passes(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, tr
                                c.cp, impl)
 
 
-def sync_key(c: StageConfig) -> tuple:
-    """What a stage's DP sync (``layer_sync``, ``embedding_sync``, ``head_sync``) depends on besides the model,
-    hardware, training and calibration: not the micro-batch nor recompute (the Estimator's cache key)."""
-    return c.gpu_type, c.island, c.tp, c.dp, c.ep, c.etp, c.cp, c.zero
-
-
-def layer_sync(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, training: TrainingSpec,
-               cal: Calibration) -> Sync:
-    """DP sync of one decoder layer's parameters (dense or MoE) on the stage."""
+def decoder_sync(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, training: TrainingSpec,
+                 cal: Calibration) -> Sync:
+    """DP sync of one decoder layer's parameters. Reads the stage's GPU (``hw``), tp, dp, cp, ep, etp and ZeRO
+    stage only, not its recompute or micro-batch, so the estimator prices it once for all of those
+    (``Estimator._sync``, formulations/ eq. O2f)."""
     return param_sync(layer_groups(model, moe, c), hw, training, cal, ring_range(model, c.tp), c.zero)
-
-
-def embedding_sync(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec, cal: Calibration) -> Sync:
-    """DP sync of the input embedding (vocab-parallel) on the first stage."""
-    groups = [ParamGroup(model.embedding_params / c.tp, c.dp * c.cp, c.tp)]
-    return param_sync(groups, hw, training, cal, ring_range(model, c.tp), c.zero)
-
-
-def head_sync(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec, cal: Calibration) -> Sync:
-    """DP sync of the LM head (and final norm) on the last stage."""
-    groups = [ParamGroup(model.vocab_size * model.hidden / c.tp + model.hidden, c.dp * c.cp, c.tp)]
-    return param_sync(groups, hw, training, cal, ring_range(model, c.tp), c.zero)
 
 
 def decoder_cost(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, training: TrainingSpec,
                  cal: Calibration, passes: layers.Passes, impl: Implementation, sync: Sync | None = None) -> StageCost:
-    """One decoder layer (dense or MoE) on one GPU of the stage, one micro-batch of B samples. ``sync``: this
-    layer's ``layer_sync`` when the caller has it (the Estimator caches it across micro-batches)."""
+    """One decoder layer (dense or MoE) on one GPU of the stage, one micro-batch of B samples (``sync``: its
+    ``decoder_sync`` when the caller has it)."""
     seq, b = training.seq_len, c.micro_batch
     sp = training.sequence_parallel and c.tp > 1
-    sync = sync if sync is not None else layer_sync(model, moe, c, hw, training, cal)
+    sync = decoder_sync(model, moe, c, hw, training, cal) if sync is None else sync
     act = memory.layer_activation_bytes(model, moe, b, seq, c.tp, sp, c.recompute, c.cp, c.etp, impl,
                                         compute.act_bytes(training.precision),
                                         memory.gemm_input_bytes(training.precision))
@@ -250,15 +234,26 @@ def decoder_cost(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, trai
     return _assemble(passes, c.recompute, sync, act, kind(model, c.samples * seq, seq), cal, training)
 
 
+def embedding_sync(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec, cal: Calibration) -> Sync:
+    """DP sync of the input embedding: reads hw, tp, dp, cp and the ZeRO stage only (eq. O2f)."""
+    groups = [ParamGroup(model.embedding_params / c.tp, c.dp * c.cp, c.tp)]
+    return param_sync(groups, hw, training, cal, ring_range(model, c.tp), c.zero)
+
+
 def embedding_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec,
                    cal: Calibration, sync: Sync | None = None) -> StageCost:
-    """Input embedding (vocab-parallel) on the first stage; recomputation does not apply to it. ``sync``: its
-    ``embedding_sync`` when the caller has it."""
+    """Input embedding (vocab-parallel) on the first stage; recomputation does not apply to it."""
     seq, b = training.seq_len, c.micro_batch
     passes = layers.embedding_passes(model, hw, b * seq / c.cp, c.tp, training.precision)
-    sync = sync if sync is not None else embedding_sync(model, c, hw, training, cal)
+    sync = embedding_sync(model, c, hw, training, cal) if sync is None else sync
     act = memory.embedding_activation_bytes(b, seq, c.cp)
     return _assemble(passes, "none", sync, act, flops.LayerFlops(0.0, 0.0), cal, training)
+
+
+def head_sync(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec, cal: Calibration) -> Sync:
+    """DP sync of the LM head's parameters: reads hw, tp, dp, cp and the ZeRO stage only (eq. O2f)."""
+    groups = [ParamGroup(model.vocab_size * model.hidden / c.tp + model.hidden, c.dp * c.cp, c.tp)]
+    return param_sync(groups, hw, training, cal, ring_range(model, c.tp), c.zero)
 
 
 def head_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec,
@@ -269,7 +264,7 @@ def head_cost(model: ModelSpec, c: StageConfig, hw: Hardware, training: Training
     seq, b = training.seq_len, c.micro_batch
     sp = training.sequence_parallel and c.tp > 1
     passes = layers.head_passes(model, hw, training.precision, b * seq / c.cp, c.tp, sp)
-    sync = sync if sync is not None else head_sync(model, c, hw, training, cal)
+    sync = head_sync(model, c, hw, training, cal) if sync is None else sync
     act = memory.head_activation_bytes(model, b, seq, c.tp, c.cp, impl)
     return _assemble(passes, "none", sync, act, flops.head_flops(model, c.samples * seq), cal, training)
 

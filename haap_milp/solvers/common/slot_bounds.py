@@ -8,7 +8,7 @@ is linear in its layer count (eq. M2). Equation labels: formulations/README.md.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -161,31 +161,32 @@ def usage_matrix(problem: Problem, op: list) -> np.ndarray:
 
 # The tables' memory part (usable options, coefficients, U_mem, time dominance and its lo bounds) does not
 # depend on the time cut-off; the branch and bound builds tables per node, so it is kept for the last problem
-# seen (by identity). Measured: mixtral-8x7b on 4096 GPUs x 3 types (1278 options) 0.11 s per node, most of it
-# the [n, n] dominance matrix, before this.
+# seen. Measured: mixtral-8x7b on 4096 GPUs x 3 types (1278 options) 0.11 s per node, most of it the [n, n]
+# dominance matrix, before this. Eq. S2f: it reads only the variant and the problem's options, capacities, layer
+# and stage counts and uniform rules, so it is kept per Variant object for the problems sharing those (by identity:
+# the planner's variant subset for the exact search after the DP heuristic, ``planner._restrict``, rebuilt every
+# table the DP had built: 218 of 288 variants with every dimension on, llama3-8b on 16 H100).
 # (per thread: two solves running at once in one process, e.g. through the Python API, never share it)
-# It is kept per variant object and shared by every problem that differs from the last one only in its
-# variants (the planner's ``_restrict`` keeps the same objects): the DP heuristic's and the exact search's
-# problems then build each variant's part once (Sailor's 32+96 rows: 54-71 variants, 0.5-0.9 s a pass at load 5).
+# (Sailor's 32+96 rows: 54-71 variants, 0.5-0.9 s a pass at load 5, saved by this.)
 _MEMO = threading.local()
-
-
-def _same_but_variants(a: Problem, b: Problem | None) -> bool:
-    """True when ``a`` and ``b`` hold the very same objects in every field but ``variants``."""
-    return b is not None and all(getattr(a, f.name) is getattr(b, f.name) for f in fields(a) if f.name != "variants")
 
 
 def _memory_part(problem: Problem, v: int) -> dict:
     memo = _MEMO.__dict__
-    if memo.get("problem") is not problem:
-        if not _same_but_variants(problem, memo.get("problem")):
-            memo["variants"] = {}
-        memo["problem"] = problem
     var = problem.variants[v]
-    got = memo["variants"].get(id(var))
-    if got is not None and got[0] is var:  # the object itself is held: its id is not reused while cached
-        return got[1] if got[1]["v"] == v else {**got[1], "v": v}  # its index in this problem
+    base = (problem.group_capacity, problem.num_layers, problem.max_stages, problem.uniform,
+            problem.same_tp_first_last)
+    if memo.get("options") is not problem.options or memo.get("base") != base:
+        memo["options"], memo["base"], memo["variants"] = problem.options, base, {}
+    hit = memo["variants"].get(id(var))
+    if hit is not None and hit[0] is var:  # the entry holds var, so its id is not reused while it lives
+        by_index = hit[1]
+        if v not in by_index:
+            by_index[v] = {**next(iter(by_index.values())), "v": v}
+        return by_index[v]
     L, K = problem.num_layers, min(problem.max_stages, problem.num_layers)
+    if var.vpp > 1:  # eq. S1f: an interleaved copy has exactly num_stages stages (eq. I5), so slots past it hold none
+        K = min(K, var.num_stages)
     opts = usable_options(problem, v)
     coef = {key: np.asarray(getattr(var, key), float)[opts] for key in COEF_KEYS}
     op = [problem.options[i] for i in opts]
@@ -210,7 +211,7 @@ def _memory_part(problem: Problem, v: int) -> dict:
            "tp": np.array([o.tp for o in op], np.int64), "sig": np.array([sigs.index(o.signature) for o in op], np.int64),
            "coef": coef, "p2p": np.asarray(var.p2p_time, float), "U_mem": U_mem, "Uf_mem": Uf_mem, "lo": lo, "lof": lof,
            "dom": D, "vpp": var.vpp, "num_stages": var.num_stages}
-    memo["variants"][id(var)] = (var, out)
+    memo["variants"][id(var)] = (var, {v: out})
     return out
 
 

@@ -55,7 +55,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
     t0 = time.perf_counter()
     dl = current()  # past it (or interrupted) with a plan in hand: stop and return the best so far
     best: tuple[float, Assignment] | None = None
-    tried = 0
+    tried = skipped = 0
     stopped = False
     bounds = []
     plain = [v for v in range(len(problem.variants)) if problem.variants[v].vpp == 1]
@@ -84,6 +84,9 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
             bounds.append(vb)
             if not math.isfinite(vb.total_s):
                 continue
+            if best is not None and vb.total_s >= best[0]:  # eq. DP8f: no plan of v beats the best (eq. B2)
+                skipped += 1
+                continue
             for r in _restrictions(problem, t):
                 for charge in (None, "cross"):  # eq. DP8b: on several islands, links between them charged less too
                     if charge == "cross":
@@ -98,7 +101,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                         found[v] = got
                     if got is not None and (best is None or got[0] < best[0]):
                         best = got
-    stats = {"splits": tried}
+    stats = {"splits": tried, "variants_skipped_by_bound": skipped}
     if stopped:
         stats["stopped"] = "interrupted" if dl.interrupted else "deadline"
     if best is None and any(math.isfinite(b.total_s) for b in bounds):
