@@ -26,9 +26,14 @@ class PlanFile:
 
 def _field_path(exc: ValidationError) -> str:
     from haap_milp.catalog.files import short
+    from haap_milp.specs.base import BOOL_NOT_NUMBER
 
     err = exc.errors(include_url=False)[0]
     loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+    if err.get("type") == BOOL_NOT_NUMBER:  # raised on the stage/plan: the field is in the context
+        ctx = err.get("ctx") or {}
+        where = ".".join(str(x) for x in (*err["loc"], ctx.get("field", "")) if str(x))
+        return f"field {where} is {ctx.get('value')}; give a number (true/false is not one)"
     msg = str(err["msg"]).removeprefix("Value error, ")
     return f"field {loc}: {msg} (got {short(err.get('input'), 80)})"
 

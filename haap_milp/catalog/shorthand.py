@@ -18,6 +18,7 @@ from haap_milp.catalog.data import catalog, gpu_entry
 from haap_milp.catalog.files import short
 from haap_milp.errors import HaapInputError
 from haap_milp.specs import ClusterSpec
+from haap_milp.specs.cluster import MAX_ISLANDS, MAX_NODE_GROUPS
 
 ITEM = re.compile(r"^(?P<gpu>[^:/@]+):(?P<count>[^/@]*)(?:/(?P<per>[^@]*))?(?:@(?P<island>.*))?$")
 ISLAND_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -83,8 +84,15 @@ def shorthand_data(text: str) -> dict[str, Any]:
     if not text.strip() or any(not it.strip() for it in items):
         raise HaapInputError(f"cluster shorthand {short(text)} has an empty item; write items separated by single "
                              f"commas, e.g. {EXAMPLE}.", field="shorthand", value=text)
+    if len(items) > MAX_NODE_GROUPS:  # before parsing each item and linking every pair of islands
+        raise HaapInputError(f"cluster shorthand {short(text)} has {len(items)} items; at most {MAX_NODE_GROUPS} are "
+                             "accepted (one per GPU type and island).", field="shorthand", value=len(items))
     groups = [_parse_item(it, text) for it in items]
     islands = list(dict.fromkeys(g["island"] for g in groups))
+    if len(islands) > MAX_ISLANDS:  # n islands get n(n-1)/2 links: refuse before building them
+        raise HaapInputError(f"cluster shorthand {short(text)} names {len(islands)} islands; at most {MAX_ISLANDS} are "
+                             "accepted (every pair of islands gets a link); put nodes that share a fabric in one "
+                             "island.", field="island", value=len(islands))
     link = catalog().shorthand["island_link"]
     links = [{"a": a, "b": b, "bandwidth_gbps": link["bandwidth_gbps"], "latency_us": link["latency_us"]}
              for i, a in enumerate(islands) for b in islands[i + 1:]]

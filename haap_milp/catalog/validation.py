@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from haap_milp.catalog.files import short
 from haap_milp.errors import HaapInputError
+from haap_milp.specs.base import BOOL_NOT_NUMBER
 
 M = TypeVar("M", bound=BaseModel)
 MAX_LISTED_PROBLEMS = 3
@@ -78,6 +79,10 @@ def describe_error(cls: type[BaseModel], err: Any) -> str:
         return f"unknown key {path!r}{allowed}"
     if kind == "missing":
         return f"field {path!r} is missing (required)"
+    if kind == BOOL_NOT_NUMBER:  # raised on the model: its field is in the context
+        ctx = err.get("ctx") or {}
+        full = ".".join(p for p in (path, str(ctx.get("field", ""))) if p)
+        return f"field {full!r} is {ctx.get('value')}; give a number (true/false is not one)"
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
     if not path:  # a model-level rule (e.g. heads must divide hidden): the message quotes the values
         return msg

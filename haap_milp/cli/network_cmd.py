@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from haap_milp.cli.app import app
-from haap_milp.cli.common import console
+from haap_milp.cli.common import console, flag_error
 from haap_milp.errors import HaapInputError
 
 network_app = typer.Typer(name="network", no_args_is_help=True,
@@ -19,6 +20,7 @@ FORMATS = ("nccl-tests", "sailor")
 NetworkOpt = Annotated[str | None, typer.Option(
     "--network", help="Measured network YAML (haap-solve network import): used instead of datasheet links.")]
 SHOW_SIZES = (1e6, 8e6, 64e6, 5e8)
+SOURCE_CHARS = 2000  # MeasuredNetwork.source's bound
 
 
 @network_app.command("import")
@@ -46,7 +48,12 @@ def import_cmd(
         raise HaapInputError("no measured link was imported (every GPU was left out with --gpu-name NAME=none).",
                              field="gpu_name")
     source = ", ".join(str(f) for f in files) + (f" (zone {zone})" if zone else "")
-    net = MeasuredNetwork(name=name, links=tuple(links), source=source)
+    if len(source) > SOURCE_CHARS:  # many files: the list is a note, not data
+        source = source[: SOURCE_CHARS - 20] + f" ... ({len(files)} files)"
+    try:
+        net = MeasuredNetwork(name=name, links=tuple(links), source=source)
+    except ValidationError as exc:  # --name '' or 300 characters: name the flag, not the field
+        raise flag_error(exc, {"--name": name}) from None
     text = network_yaml(net)
     if out is None:
         typer.echo(text, nl=False)

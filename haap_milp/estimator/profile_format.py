@@ -58,6 +58,13 @@ UNCOVERED_POLICY = ("points not in the profile: Profile.fallback decides (estima
                     "left out of the search)")
 
 
+# Bounds on one measured point: a layer's forward or backward on one micro-batch takes milliseconds to seconds, and
+# one GPU holds at most a few hundred GiB; values beyond these are corrupt files, and an absurd time would overflow
+# the iteration time (and its $ and J figures) to infinity.
+MAX_POINT_S = 3600.0
+MAX_POINT_BYTES = 2**50  # 1 PiB
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -65,9 +72,9 @@ class _Strict(BaseModel):
 class Spread(_Strict):
     """Spread of one timed phase over the repeats (seconds)."""
 
-    min_s: float = Field(ge=0)
-    max_s: float = Field(ge=0)
-    iqr_s: float = Field(ge=0, description="Inter-quartile range (q3 - q1) of the repeats.")
+    min_s: float = Field(ge=0, le=MAX_POINT_S)
+    max_s: float = Field(ge=0, le=MAX_POINT_S)
+    iqr_s: float = Field(ge=0, le=MAX_POINT_S, description="Inter-quartile range (q3 - q1) of the repeats.")
 
 
 class ProfilePoint(_Strict):
@@ -80,10 +87,10 @@ class ProfilePoint(_Strict):
     micro_batch: int = Field(ge=1, description="Micro-batch size (sequences) per replica.")
     seq_len: int = Field(ge=1, description="Sequence length (tokens).")
     precision: ProfilePrecision
-    forward_s: float | None = Field(default=None, gt=0, description="Median forward seconds.")
-    backward_s: float | None = Field(default=None, gt=0, description="Median backward seconds.")
-    optimizer_s: float | None = Field(default=None, gt=0, description="Median Adam-step seconds (layer params).")
-    peak_memory_bytes: int | None = Field(default=None, ge=0, description="Per-GPU peak: params + grads + optimizer "
+    forward_s: float | None = Field(default=None, gt=0, le=MAX_POINT_S, description="Median forward seconds.")
+    backward_s: float | None = Field(default=None, gt=0, le=MAX_POINT_S, description="Median backward seconds.")
+    optimizer_s: float | None = Field(default=None, gt=0, le=MAX_POINT_S, description="Median Adam-step seconds (layer params).")
+    peak_memory_bytes: int | None = Field(default=None, ge=0, le=MAX_POINT_BYTES, description="Per-GPU peak: params + grads + optimizer "
                                           "state + activations of one micro-batch.")
     out_of_memory: bool = Field(default=False, description="The point did not fit; times and memory are None.")
     repeats: int = Field(default=0, ge=0, description="Timed repeats behind the medians.")

@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from haap_milp.catalog.files import read_text
 from haap_milp.errors import HaapInputError
 from haap_milp.network import names
 from haap_milp.network.spec import MeasuredLink, TableCurve, TablePoint
@@ -113,11 +114,7 @@ def parse(text: str, path: Path) -> Run:
 
 def import_links(path: Path, gpu_names: dict[str, str]) -> list[MeasuredLink]:
     """The measured link(s) of one nccl-tests output file (see the module docstring)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise HaapInputError(f"nccl-tests file {str(path)!r} cannot be read: {exc.strerror or exc}.", field="file",
-                             value=str(path)) from None
+    text = read_text(path, "nccl-tests file")  # bounded: a FIFO, /dev/zero or a folder is refused, not read
     run = parse(text, path)
     mapped = names.resolve(list(run.devices), gpu_names, f"nccl-tests file {str(path)!r}")
     host_list = list(dict.fromkeys(run.hosts))

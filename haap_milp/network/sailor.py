@@ -18,10 +18,10 @@ The fits carry their own start-up costs (they are fitted to measured transfer ti
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from haap_milp.catalog.files import parse_text, read_text
 from haap_milp.errors import HaapInputError
 from haap_milp.network import names
 from haap_milp.network.spec import Log2QuadraticCurve, MeasuredLink
@@ -51,14 +51,8 @@ def is_intra_node(data: dict) -> bool:
 
 
 def read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise HaapInputError(f"Sailor bandwidth file {str(path)!r} cannot be read: {exc.strerror or exc}.",
-                             field="file", value=str(path)) from None
-    except ValueError as exc:
-        raise HaapInputError(f"Sailor bandwidth file {str(path)!r} is not JSON: {exc}.", field="file",
-                             value=str(path)) from None
+    # bounded read (size, FIFO, folder, binary), nesting and NaN/inf refused: catalog/files.py
+    data = parse_text(read_text(path, "Sailor bandwidth file"), str(path), "json")
     if not isinstance(data, dict) or not data or not all(isinstance(v, dict) for v in data.values()):
         raise HaapInputError(f"Sailor bandwidth file {str(path)!r} must map zones (or GPU names) to tables.",
                              field="file", value=str(path))

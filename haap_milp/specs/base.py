@@ -4,9 +4,10 @@ Units and conventions: see ``haap_milp.specs`` (the package docstring)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic_core import PydanticCustomError
 
 from haap_milp.methods import SOLVER_NAMES
 from haap_milp.targets import TARGET_NAMES
@@ -27,6 +28,21 @@ SolverName = Literal[SOLVER_NAMES]  # the method registry (methods.py)
 
 
 
+BOOL_NOT_NUMBER = "bool_not_number"  # pydantic error type of a true/false given for a number
+_NUMBER_FIELDS: dict[type, frozenset[str]] = {}  # per spec class: fields typed int/float (not bool)
+
+
+def _number_fields(cls: type[BaseModel]) -> frozenset[str]:
+    names = _NUMBER_FIELDS.get(cls)
+    if names is None:
+        def numeric(tp: Any) -> bool:
+            args = get_args(tp) or (tp,)
+            return bool not in args and any(a in (int, float) for a in args)
+        names = frozenset(n for n, f in cls.model_fields.items() if numeric(f.annotation))
+        _NUMBER_FIELDS[cls] = names
+    return names
+
+
 class Frozen(BaseModel):
     """Base: immutable, hashable, rejects unknown keys."""
 
@@ -38,4 +54,15 @@ class Frozen(BaseModel):
         """Accept our own JSON back: derived (computed) fields are recomputed, not read."""
         if isinstance(data, dict) and cls.model_computed_fields:
             data = {k: v for k, v in data.items() if k not in cls.model_computed_fields}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: object) -> object:
+        """``num_layers: true`` is a typo, not 1: pydantic's lax mode would read true/false as 1/0."""
+        if isinstance(data, dict):
+            for name in _number_fields(cls):
+                if isinstance(data.get(name), bool):  # type read by catalog/validation.describe_error
+                    raise PydanticCustomError(BOOL_NOT_NUMBER, "field '{field}' is {value}; give a number (true/false "
+                                              "is not one)", {"field": name, "value": str(data[name]).lower()})
         return data

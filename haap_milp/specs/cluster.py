@@ -13,6 +13,12 @@ from haap_milp.specs.base import (
     Precision,
 )
 
+# Bounds on the cluster's shape: published heterogeneous clusters have a handful of islands and node groups
+# (one per GPU type and fabric). Every pair of islands needs a link, so n islands mean n(n-1)/2 links to read,
+# check and price; 64 islands are 2016 links. Beyond these a cluster is a typo or a generated hostile input.
+MAX_ISLANDS = 64
+MAX_NODE_GROUPS = 1024
+
 
 class GPUSpec(Frozen):
     """One accelerator type. Values from vendor datasheets (see catalog/gpus.yaml sources)."""
@@ -81,7 +87,8 @@ class ClusterSpec(Frozen):
     """Node groups, possibly of several GPU types and islands, and the links between islands."""
 
     name: str = Field(description="Display name.", min_length=1, max_length=200)
-    node_groups: tuple[NodeGroup, ...] = Field(description="Node groups (at least one).", min_length=1)
+    node_groups: tuple[NodeGroup, ...] = Field(
+        description=f"Node groups (at least one, at most {MAX_NODE_GROUPS}).", min_length=1, max_length=MAX_NODE_GROUPS)
     island_links: tuple[IslandLink, ...] = Field(default=(), description="Links between islands.")
     network: MeasuredNetwork | None = Field(
         default=None, description="Measured links (haap_milp/network); None: datasheet bandwidths x efficiencies.")
@@ -96,15 +103,19 @@ class ClusterSpec(Frozen):
     @model_validator(mode="after")
     def _check_islands(self) -> ClusterSpec:
         islands = self.islands
+        if len(islands) > MAX_ISLANDS:
+            raise ValueError(f"{len(islands)} islands is more than the {MAX_ISLANDS} this planner accepts (every pair "
+                             "of islands needs a link); put nodes that share a fabric in one island")
         for link in self.island_links:
             for end in (link.a, link.b):
                 if end not in islands:
                     raise ValueError(f"island link names island {end!r}, which has no nodes (islands: {islands})")
             if link.a == link.b:
                 raise ValueError(f"island link joins island {link.a!r} to itself")
+        linked = {frozenset((lk.a, lk.b)) for lk in self.island_links}  # one set, not a scan per pair
         for i, a in enumerate(islands):
             for b in islands[i + 1 :]:
-                if self.island_link(a, b) is None:
+                if frozenset((a, b)) not in linked:
                     raise ValueError(f"islands {a!r} and {b!r} have no link between them; add one to island_links")
         return self
 

@@ -1,0 +1,114 @@
+"""Hostile inputs found by the third fuzz pass (each one class of defect, fixed in its loader or validator):
+islands and node groups beyond any real cluster (the pairwise link check was quartic: 100 000 shorthand
+islands never returned), YAML files large enough to take minutes in PyYAML, true/false read as 1/0 in number
+fields, ``network import`` reading /dev/zero forever and printing pydantic's text for ``--name ''``, and
+profile times large enough to turn the iteration's $ and J figures into a traceback. In-process, < 3 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import invoke_cli
+
+from haap_milp.catalog import load_cluster
+from haap_milp.catalog.files import MAX_YAML_BYTES, parse_text
+from haap_milp.errors import HaapInputError
+from haap_milp.specs.cluster import MAX_ISLANDS, MAX_NODE_GROUPS
+
+NCCL = Path(__file__).parent / "data" / "nccl_tests" / "all_reduce_perf_1node_a100.txt"
+
+
+def refused(args: list[str], seconds: float = 10.0) -> str:
+    t0 = time.perf_counter()
+    code, out, err = invoke_cli([str(a) for a in args])
+    assert code == 2, (args, code, (out + err)[-600:])
+    assert "error:" in err and "Traceback" not in out + err and "pydantic" not in err and "[type=" not in err, err
+    assert time.perf_counter() - t0 < seconds, args
+    return err
+
+
+@pytest.mark.parametrize("n,needle", [(100_000, f"at most {MAX_NODE_GROUPS}"), (MAX_ISLANDS + 1, f"at most {MAX_ISLANDS}")])
+def test_shorthand_with_too_many_islands_is_refused_at_once(n, needle):
+    text = ",".join(f"a100-80g:8@i{k}" for k in range(n))
+    t0 = time.perf_counter()
+    with pytest.raises(HaapInputError, match=needle):
+        load_cluster(text)
+    assert time.perf_counter() - t0 < 2.0
+
+
+def test_shorthand_at_the_island_bound_loads():
+    c = load_cluster(",".join(f"a100-80g:8@i{k}" for k in range(MAX_ISLANDS)))
+    assert len(c.islands) == MAX_ISLANDS and c.island_link("i0", f"i{MAX_ISLANDS - 1}") is not None
+
+
+def test_cluster_file_with_too_many_islands_is_refused(tmp_path):
+    f = tmp_path / "c.yaml"  # 500 islands, no links: 125 000 pairs, each a scan
+    f.write_text(yaml.safe_dump({"node_groups": [{"gpu": "a100-80g", "num_nodes": 1, "island": f"i{k}"}
+                                                 for k in range(500)]}))
+    assert "500 islands" in refused(["validate", f])
+
+
+def test_large_yaml_is_refused_before_parsing(tmp_path):
+    f = tmp_path / "big.yaml"
+    line = "- {gpu: a100-80g, num_nodes: 1}\n"
+    f.write_text("node_groups:\n" + line * (MAX_YAML_BYTES // len(line) + 1))
+    err = refused(["validate", f], seconds=3.0)
+    assert "bytes of YAML" in err
+    assert parse_text("a: [1, 2]\n", "x.yaml", "yaml") == {"a": [1, 2]}
+
+
+@pytest.mark.parametrize("kind,doc,field", [
+    ("model", {"name": "m", "num_layers": True, "hidden": 2048, "ffn_hidden": 8192, "num_heads": 16,
+               "vocab_size": 32000}, "'num_layers' is true"),
+    ("cluster", {"node_groups": [{"gpu": "a100-80g", "num_nodes": True}]}, "'node_groups.0.num_nodes' is true"),
+])
+def test_true_is_not_a_number(tmp_path, kind, doc, field):
+    f = tmp_path / f"{kind}.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    assert field in refused(["validate", f])
+
+
+def test_true_is_not_a_number_in_a_plan(tmp_path):
+    code, out, err = invoke_cli(["solve", "-m", "gpt3-1.3b", "-c", "h100-80g:8", "--solver", "uniform", "--gbs", "16",
+                                 "--json", "-"])
+    assert code == 0, err
+    doc = json.loads(out)
+    doc["plan"]["stages"][0]["tp"] = True
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(doc))
+    for args in (["validate", f], ["estimate", "--plan", f], ["simulate", f]):
+        assert "stages.0.tp is true" in refused(args).replace("'", "")
+
+
+def test_network_import_refuses_devices_fifos_and_bad_names(tmp_path):
+    fifo = tmp_path / "fifo.txt"
+    os.mkfifo(fifo)
+    for f in ("/dev/zero", fifo, tmp_path):
+        assert "nccl-tests file" in refused(["network", "import", "--format", "nccl-tests", f])
+        refused(["network", "import", "--format", "sailor", f])
+    assert "--name ''" in refused(["network", "import", "--format", "nccl-tests", NCCL, "--name", ""])
+    nan = tmp_path / "s.json"
+    nan.write_text('{"zone": {"a": NaN}}')
+    assert "nan" in refused(["network", "import", "--format", "sailor", nan])
+
+
+def test_absurd_profile_times_are_refused(tmp_path):
+    pt = {"layer_kind": "decoder", "gpu_type": "h100-80g", "tp": 1, "micro_batch": 1, "seq_len": 4096,
+          "precision": "bf16", "forward_s": 1e308, "backward_s": 2e-3, "peak_memory_bytes": 2**28, "repeats": 5}
+    doc = {"format": "haap-profile", "version": 2,
+           "header": {"model": {"name": "gpt3-1.3b", "num_layers": 24, "hidden": 2048, "ffn_hidden": 8192,
+                                "num_heads": 16, "num_kv_heads": 16, "vocab_size": 50257, "activation": "gelu"},
+                      "device": {"name": "x", "kind": "other", "gpu_type": "h100-80g"},
+                      "created": "2026-11-30T00:00:00+00:00", "tool": "t", "memory_method": "external"},
+           "points": [pt]}
+    f = tmp_path / "p.json"
+    for bad, field in ((pt, "forward_s"), (dict(pt, forward_s=1e-3, peak_memory_bytes=10**30), "peak_memory_bytes")):
+        f.write_text(json.dumps(dict(doc, points=[bad])))
+        err = refused(["estimate", "-m", "gpt3-1.3b", "-c", "h100-80g:8", "--gbs", "8", "--dp", "8", "--profile", f])
+        assert f"points.0.{field}" in err, err
