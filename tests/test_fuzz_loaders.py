@@ -24,7 +24,7 @@ from haap_milp.specs.cluster import MAX_ISLANDS, MAX_NODE_GROUPS
 NCCL = Path(__file__).parent / "data" / "nccl_tests" / "all_reduce_perf_1node_a100.txt"
 
 
-def refused(args: list[str], seconds: float = 10.0) -> str:
+def refused(args: list[str], seconds: float = 30.0) -> str:  # a hang guard, not a timing test
     t0 = time.perf_counter()
     code, out, err = invoke_cli([str(a) for a in args])
     assert code == 2, (args, code, (out + err)[-600:])
@@ -39,7 +39,7 @@ def test_shorthand_with_too_many_islands_is_refused_at_once(n, needle):
     t0 = time.perf_counter()
     with pytest.raises(HaapInputError, match=needle):
         load_cluster(text)
-    assert time.perf_counter() - t0 < 2.0
+    assert time.perf_counter() - t0 < 10.0  # was minutes (quartic link check)
 
 
 def test_shorthand_at_the_island_bound_loads():
@@ -58,7 +58,7 @@ def test_large_yaml_is_refused_before_parsing(tmp_path):
     f = tmp_path / "big.yaml"
     line = "- {gpu: a100-80g, num_nodes: 1}\n"
     f.write_text("node_groups:\n" + line * (MAX_YAML_BYTES // len(line) + 1))
-    err = refused(["validate", f], seconds=3.0)
+    err = refused(["validate", f], seconds=15.0)
     assert "bytes of YAML" in err
     assert parse_text("a: [1, 2]\n", "x.yaml", "yaml") == {"a": [1, 2]}
 
@@ -112,3 +112,28 @@ def test_absurd_profile_times_are_refused(tmp_path):
         f.write_text(json.dumps(dict(doc, points=[bad])))
         err = refused(["estimate", "-m", "gpt3-1.3b", "-c", "h100-80g:8", "--gbs", "8", "--dp", "8", "--profile", f])
         assert f"points.0.{field}" in err, err
+
+
+EST = ["estimate", "-m", "llama3-8b", "-c", "h100-80g:8", "--tp", "1", "--pp", "1", "--dp", "8", "--mbs", "1",
+       "--gbs", "64"]
+
+
+@pytest.mark.parametrize("flag", ["--network", "--training", "--profile"])
+def test_a_path_too_long_for_the_os_names_its_flag(flag):
+    """ENAMETOOLONG is not one of the errors pathlib's is_file/is_dir swallow: it was a traceback."""
+    err = refused(EST + [flag, "a" * 5000])
+    assert flag in err or "profile" in err
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["solve", "--max-cost-per-hour", "1e308"], "--max-cost-per-hour"),  # OverflowError in the rate weights
+    (["pareto", "--max-cost-per-hour", str(2**63)], "--max-cost-per-hour"),
+    (EST + ["--etp", "0"], "--etp"),  # pydantic's text
+    (["bench", str(Path(__file__).parent.parent / "benchmarks" / "specs" / "quick.yaml"), "--workers", str(2**63)],
+     "--workers"),  # OverflowError, partial folder
+])
+def test_out_of_range_numbers_name_their_flag(args, needle, tmp_path):
+    if args[0] == "bench":
+        args = args + ["--out", str(tmp_path / "out")]
+    assert needle in refused(args)
+    assert not (tmp_path / "out").exists()

@@ -223,10 +223,10 @@ class TaskInputs(BaseModel):
 
 def load_spec(path: str | Path) -> BenchSpec:
     """Read and validate a spec file; any mistake is one HaapInputError paragraph."""
-    from haap_milp.catalog.files import parse_text, read_text, suffix_format
+    from haap_milp.catalog.files import is_file, parse_text, read_text, suffix_format
 
     p = Path(path)
-    if not p.is_file():
+    if not is_file(p):
         raise HaapInputError(f"benchmark spec {str(p)!r} is not a file; give a YAML file such as "
                              "benchmarks/specs/quick.yaml", field="spec", value=str(p))
     data = parse_text(read_text(p, "benchmark spec"), str(p), suffix_format(str(p)))  # UTF-8, size, aliases, NaN bounded

@@ -7,7 +7,7 @@ from typing import Any
 
 from haap_milp.catalog import data as cat
 from haap_milp.catalog.cluster_file import preset_cluster
-from haap_milp.catalog.files import load_data, looks_like_path, path_exists, require_mapping, short
+from haap_milp.catalog.files import is_dir, is_file, load_data, looks_like_path, path_exists, require_mapping, short
 from haap_milp.catalog.loaders import (
     cluster_from_file_data,
     detect_kind,
@@ -24,7 +24,7 @@ from haap_milp.specs import Plan, SolveResult, TrainingSpec
 def load_file(path: str) -> tuple[str, Any]:
     """(kind, validated object) for any input file haap reads; errors are one paragraph."""
     p = Path(path)
-    if p.is_dir() and (p / "config.json").is_file():
+    if is_dir(p) and is_file(p / "config.json"):
         p = p / "config.json"
     name = str(p)
     data = require_mapping(load_data(p), name, "a model, cluster, training, plan or result file")

@@ -52,6 +52,23 @@ def path_exists(text: str) -> bool:
         return False
 
 
+def is_file(path: str | Path) -> bool:
+    """``Path.is_file`` that says False instead of raising for a name the OS refuses (too long, NUL): the caller then
+    reports "not a file" naming its flag (pathlib swallows only missing-file errors)."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def is_dir(path: str | Path) -> bool:
+    """``Path.is_dir``, False for a name the OS refuses (see ``is_file``)."""
+    try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def read_text(path: str | Path, what: str = "file") -> str:
     """The file's text, or a ``HaapInputError`` saying why it cannot be read as UTF-8 text."""
     name = str(path)

@@ -12,7 +12,7 @@ from typing import Any
 
 from haap_milp.catalog import data as cat
 from haap_milp.catalog.cluster_file import cluster_from_data, preset_cluster
-from haap_milp.catalog.files import load_data, looks_like_path, path_exists, require_mapping, short
+from haap_milp.catalog.files import is_dir, is_file, load_data, looks_like_path, path_exists, require_mapping, short
 from haap_milp.catalog.hf_config import is_hf_config, model_from_hf
 from haap_milp.catalog.shorthand import looks_like_shorthand, parse_shorthand
 from haap_milp.catalog.validation import unknown_name_error, validate_spec
@@ -90,7 +90,7 @@ def check_model_size(spec: ModelSpec, context: str) -> ModelSpec:
 
 def _model_file(text: str) -> ModelSpec:
     path = Path(text)
-    if path.is_dir() and (path / "config.json").is_file():  # a HF checkpoint directory
+    if is_dir(path) and is_file(path / "config.json"):  # a HF checkpoint directory
         path = path / "config.json"
     data = load_data(path, "model file")
     _expect_kind(data, "model", str(path))

@@ -13,6 +13,7 @@ from haap_milp.cli.app import app
 from haap_milp.cli.common import console, err_console, fail
 
 #: built-in specs, by the name given instead of a file (``haap-solve bench default``)
+MAX_WORKERS = 256  # worker processes; more than any machine this runs on has cores (and a C int)
 BUILTIN_SPECS = {"default": "the full grid: 7 models x 7 clusters x cpsat, milp, dp, uniform at 10 s and 30 s "
                             "(about 18 minutes with --workers 2)"}
 
@@ -46,8 +47,8 @@ def bench(
 
     if spec_file is None:
         fail(_no_spec())
-    if workers < 1:
-        fail(f"--workers must be at least 1, got {workers}")
+    if not 1 <= workers <= MAX_WORKERS:
+        fail(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
     if spec_file in BUILTIN_SPECS and not Path(spec_file).exists():
         spec = default_spec()
     else:

@@ -40,7 +40,7 @@ def goal_from_flags(objective: str, max_cost: float | None, min_tps: float | Non
                     robust: float | None, tokens_per_iteration: int, max_points: int = 8, step: float = 0.05) -> Goal:
     """The Goal of the flags (each checked by its own name); the T bound is the tighter of the two."""
     if max_cost is not None:
-        finite(max_cost, "--max-cost-per-hour", lo=0)
+        finite(max_cost, "--max-cost-per-hour", lo=0, hi=1e9)  # $/h; above it the rate weights overflow
     if min_tps is not None:
         finite(min_tps, "--min-tokens-per-s", lo=1e-9)
     if max_time is not None:

@@ -61,11 +61,11 @@ Opt = typer.Option
 
 
 def _check_uniform(model: ModelSpec, cluster: ClusterSpec, gbs: int, tp: int, pp: int, dp: int, mbs: int, cp: int,
-                   ep: int, vpp: int) -> None:
+                   ep: int, vpp: int, etp: int = 1) -> None:
     if len(cluster.gpu_types) != 1:
         raise HaapInputError(f"the flag form estimates a uniform plan on one GPU type; cluster {cluster.name!r} has "
                              f"{', '.join(cluster.gpu_types)} - write a plan file and use --plan.", field="cluster")
-    for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("mbs", mbs), ("cp", cp), ("ep", ep), ("vpp", vpp)):
+    for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("mbs", mbs), ("cp", cp), ("ep", ep), ("etp", etp), ("vpp", vpp)):
         if v < 1:
             raise HaapInputError(f"--{name}={v} must be at least 1.", field=name, value=v)
     if tp * pp * dp * cp != cluster.total_gpus:
@@ -277,7 +277,7 @@ def estimate(
                                      f"with --recompute {recompute} (Megatron-Core: --recompute-granularity selective).",
                                      field="recompute_modules", value=recompute_modules)
             recompute = "selective"
-        _check_uniform(m, c, training.global_batch_size, tp, pp, dp, mbs, cp, ep, vpp)
+        _check_uniform(m, c, training.global_batch_size, tp, pp, dp, mbs, cp, ep, vpp, etp)
         p = uniform_plan(m, c, training, tp, pp, dp, mbs, vpp, recompute, ep, etp, cp)
     p = _with_zero(p, zero, zero_stage, dist_opt)
     # the checker's rules (GPUs, layers, divisibility); memory is reported below with the full estimate

@@ -4,13 +4,12 @@ estimate). Precedence: TrainingSpec defaults < the file < flags. README "Trainin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
 
-from haap_milp.catalog.files import load_data, require_mapping
+from haap_milp.catalog.files import is_file, load_data, require_mapping
 from haap_milp.catalog.validation import validate_spec
 from haap_milp.cli.common import flag_error
 from haap_milp.errors import HaapInputError
@@ -92,7 +91,7 @@ def _on_off(text: str | None, flag: str) -> bool | None:
 
 def load_training(path: str) -> dict[str, Any]:
     """The mapping of a training YAML/JSON file, validated as a whole TrainingSpec (unknown keys: exit 2)."""
-    if not Path(path).is_file():
+    if not is_file(path):
         raise HaapInputError(f"--training {path!r}: no such file.", field="training", value=path)
     data = require_mapping(load_data(path), path, "a training file: TrainingSpec fields (`haap-solve schema "
                            "training`)")

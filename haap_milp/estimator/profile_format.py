@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from haap_milp.catalog.files import load_data
+from haap_milp.catalog.files import is_dir, load_data
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator.profiles import Profile, ProfileEntry, load_metis_dir, native_from_data
 
@@ -265,7 +265,7 @@ def load_native_json(path: str | Path, precision: str | None = None, seq_len: in
 
 def load_profile(path: str | Path, device_map: dict[str, str] | None = None, precision: str | None = None) -> Profile:
     """Any profile: a Metis directory, a native JSON profile (its points at ``precision``) or the YAML form."""
-    if Path(path).is_dir():
+    if is_dir(path):
         return load_metis_dir(path, device_map)
     data = load_data(Path(path), "profile")
     if is_native_json(data):

@@ -139,10 +139,12 @@ def _metis_entry(path: Path, gpu: str, tp: int, bs: int) -> tuple[ProfileEntry, 
 
 def load_metis_dir(path: str | Path, device_map: dict[str, str] | None = None) -> Profile:
     """All ``DeviceType.<TYPE>_tp<T>_bs<B>.json`` files of ``path`` (or ``path/profile``)."""
+    from haap_milp.catalog.files import is_dir
+
     root = Path(path)
-    if (root / "profile").is_dir():
+    if is_dir(root / "profile"):
         root = root / "profile"
-    files = sorted(p for p in root.glob("DeviceType.*.json") if METIS_NAME.match(p.name)) if root.is_dir() else []
+    files = sorted(p for p in root.glob("DeviceType.*.json") if METIS_NAME.match(p.name)) if is_dir(root) else []
     if not files:
         raise HaapInputError(f"no Metis profile files (DeviceType.<TYPE>_tp<T>_bs<B>.json) in {str(path)!r}.",
                              field="profile", value=str(path))

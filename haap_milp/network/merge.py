@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from haap_milp.catalog.files import is_file
 from haap_milp.errors import HaapInputError
 from haap_milp.network.spec import MeasuredNetwork
 from haap_milp.specs import ClusterSpec
@@ -26,7 +27,7 @@ FLAG = "--network"
 def load_network(path: str | Path, flag: str = FLAG) -> MeasuredNetwork:
     """A MeasuredNetwork from YAML or JSON; every mistake is one paragraph naming ``flag`` and the path."""
     p = Path(path)
-    if not p.is_file():
+    if not is_file(p):
         raise HaapInputError(f"{flag} {str(path)!r} is not a file; write one with 'haap-solve network import'.",
                              field=flag.lstrip("-"), value=str(path))
     try:
