@@ -48,7 +48,8 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s, ro
     """Lower bound on T over the node of ``dp`` (inf: no plan) with the GPUs of group ``s`` (an index, or a
     set of groups: their summed GPUs against their summed capacity, eq. N6) in the state and the other
     groups priced by ``mu``; and the least path as a plan when it fits every group's GPUs. ``rows_ok``: the
-    footprint rows the path may use (default all); ``link``: the [E, E] link costs in place of the node's."""
+    footprint rows the path may use (default all); ``link``: the [E, E] link costs in place of the node's;
+    ``keep_mu``: the state's groups keep their multipliers too (eq. N13b, ``keep_multipliers``)."""
     t, cap = dp.t, dp.cap  # the groups' GPUs, then the budget row (priced by mu, never in the state here)
     S = np.zeros(len(cap), bool)
     S[np.atleast_1d(np.asarray(s, np.int64))] = True

@@ -9,6 +9,8 @@ Per micro-batch variant and engine restriction (eqs. U1/U2):
    Alpa's inner DP (min sum t_j s.t. t_j <= tau, eq. DP4) and score the plan with ``evaluate``;
 3. keep each variant's best, improve the 3 lowest by local search (eqs. LS1, LS2), keep the best and
    rewrite it into canonical form (dominated options swapped, eq. D1).
+On a cluster of several islands each variant gets a second pass of 1-2 in which links between islands take a share
+of their time from the sending stage's budget (eq. DP8b, ``_cross_charge``).
 With interleaved copies (vpp > 1 variants), steps 1-3 run on the plain variants first, then on the copies,
 those of the plain best's micro-batch first (eq. DP7).
 If no structure fits, a beam search over (slot, layers, GPUs used) states (eq. DP6) looks for
