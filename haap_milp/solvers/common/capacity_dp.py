@@ -30,7 +30,7 @@ from haap_milp.problem import Assignment, Problem, Stage
 from haap_milp.solvers.common.stage_dp import INF, PathDP
 
 USE_INFLIGHT_CUT = True  # eq. N10 in the capacity DPs whose costs are times and links alone
-KEEP_MU = True  # eq. N13b
+KEEP_MU = False  # eq. N13b: sound, tested, off by default (it cost the 4096 x 1 type x 2 islands proof; formulations)
 RMAX = 64  # most capacity units in the state (cost ~ slots x weights x L x n_max x RMAX)
 
 
