@@ -137,3 +137,12 @@ def test_out_of_range_numbers_name_their_flag(args, needle, tmp_path):
         args = args + ["--out", str(tmp_path / "out")]
     assert needle in refused(args)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs the /dev/full device")
+@pytest.mark.parametrize("cmd", [["network", "import", "--format", "nccl-tests", str(NCCL), "-o", "/dev/full"]])
+def test_an_output_device_is_written_not_replaced(cmd):
+    """`network import -o /dev/full` used its own atomic writer, whose os.replace put a regular file where the device
+    was (as root: /dev/full destroyed for every later test). All writers now go through outputs.write_atomic."""
+    assert "No space left" in refused(cmd) or "could not be written" in refused(cmd)
+    assert Path("/dev/full").is_char_device()

@@ -216,7 +216,7 @@ def test_network_import_nccl_tests_all_five_tools(tmp_path):
     (["--format", "sailor", str(SAILOR), "--zone", ZONE, "--gpu-name", "A100-40=b200"], "'b200' is not a GPU"),
     (["--format", "nccl-tests", "missing_perf.txt"], "does not exist"),
     (["--format", "sailor", str(SAILOR), "--zone", ZONE, "-o", "/nonexistent-dir/net.yaml"],
-     "--out '/nonexistent-dir/net.yaml' cannot be written"),
+     "--out '/nonexistent-dir/net.yaml': folder '/nonexistent-dir' does not exist"),
 ])
 def test_network_import_user_errors_exit_2(args, needle):
     code, _, err = invoke_cli(["network", "import", *args])

@@ -35,11 +35,14 @@ def import_cmd(
 ) -> None:
     """Write a measured-network description (YAML) from nccl-tests output or Sailor's bandwidth JSON."""
     from haap_milp.network import names, nccl_tests, sailor
-    from haap_milp.network.merge import network_yaml, write_atomic
+    from haap_milp.network.merge import network_yaml
     from haap_milp.network.spec import MeasuredNetwork
+    from haap_milp.outputs import check_output_file, write_atomic
 
     if fmt not in FORMATS:
         raise HaapInputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}.", field="format", value=fmt)
+    if out is not None:
+        check_output_file(out, "--out")  # before any work; a device (/dev/full) is written, never replaced
     mapping = names.parse_mapping(gpu_name)
     links = []
     for f in files:
@@ -59,7 +62,7 @@ def import_cmd(
         typer.echo(text, nl=False)
         return
     try:
-        write_atomic(out, text)
+        write_atomic(out, text, flag="--out")
     except OSError as exc:
         raise HaapInputError(f"--out {str(out)!r} cannot be written: {exc.strerror or exc}.", field="out",
                              value=str(out)) from None

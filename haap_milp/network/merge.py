@@ -9,8 +9,6 @@ cluster), so it is an error rather than silently unused.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -73,16 +71,3 @@ def apply_network_option(cluster: ClusterSpec, path: str | Path | None, flag: st
 
 def network_yaml(network: MeasuredNetwork) -> str:
     return yaml.safe_dump(network.model_dump(mode="json"), sort_keys=False, width=120)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and os.replace."""
-    folder = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

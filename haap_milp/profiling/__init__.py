@@ -11,10 +11,8 @@ import datetime as dt
 import importlib.metadata
 import importlib.util
 import json
-import os
 import platform
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,15 +198,10 @@ def _version() -> str:
 
 
 def write_atomic(profile: NativeProfile, path: str | Path) -> None:
-    """JSON to ``path`` via a temporary file in the same directory and ``os.replace``."""
+    """JSON to ``path``, whole or not at all (``outputs.write_atomic``: a device such as /dev/full is written, not
+    replaced)."""
+    from haap_milp.outputs import write_atomic as write
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(profile.model_dump(mode="json"), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write(p, json.dumps(profile.model_dump(mode="json"), indent=1) + "\n", flag="-o")
