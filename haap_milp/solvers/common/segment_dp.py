@@ -1,0 +1,227 @@
+"""Eq. LS4: plans made of one contiguous segment per GPU group, stage sizes free, by an exact DP per node.
+
+The DP heuristic (dp.md, DP3) gives each group's segment one stage size; the optima of three-type clusters mix
+sizes inside a segment (llama3-70b on 344 H100 + 344 A100-80 + 336 A100-40, optimum 13.626 s: H100 stages of 8,
+16, 32 and 64 GPUs, then A100-40 and A100-80 stages of 64 and 128; the DP heuristic's 14.714 s, and the search
+found it only after 59 s). Here, on a node (variant, tau in [a, b], stage counts), the least of eq. N4's right side
+
+    (M - 1) a + sum_j t_j + sum_j c_j + s_0
+
+over the pipelines whose groups form contiguous segments (each group at most one, in any order), with each
+group's GPUs in the state: slots k = 1 .. K from the end, state (groups placed so far, the group of slot k, layers
+held, units of that group used; units as eq. N5's, ``capacity_dp._units``, with q exact or the state's rounding,
+which the final check catches). The slot tables are the node's (memory at the exact slot, eqs. M2, D1, X1), links
+between endpoints exact. Every path found is checked (``violations``) and scored (``evaluate``) by the caller
+before it is offered, so this is a heuristic: it claims no bound. Cost: one capacity DP per (set, group) state.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+
+import numpy as np
+
+from haap_milp.problem import Assignment, Stage
+from haap_milp.solvers.common.stage_dp import INF, PathDP
+
+RMAX = 96  # most units per group in the state
+MAX_GROUPS = 4  # (set, group) states grow as G 2^(G-1)
+
+
+def _own_rows(dp: PathDP) -> list[np.ndarray]:
+    """Per group, the footprint rows that draw from it alone at its own endpoint (mixed stages, eq. H1, are left
+    out: a heuristic may search a subset)."""
+    use = dp.row_usage[:, :dp.G] > 0
+    single = use.sum(axis=1) == 1
+    owner = np.argmax(use, axis=1)
+    return [np.flatnonzero(single & (owner == g) & (dp.row_group == g)) for g in range(dp.G)]
+
+
+def applies(dp: PathDP) -> bool:
+    """At least two groups with stages of their own, and at most MAX_GROUPS groups."""
+    return dp.G <= MAX_GROUPS and sum(len(r) > 0 for r in _own_rows(dp)) >= 2
+
+
+def segment_plan(dp: PathDP) -> Assignment | None:
+    """The least path of contiguous group segments over the node (None: none), as a plan."""
+    G, K = dp.G, dp.k_max
+    rows_of = _own_rows(dp)
+    unit = []
+    for g in range(G):
+        w, R = np.zeros(0, np.int64), 0
+        if len(rows_of[g]):
+            w, R = _units_up(dp.row_usage[rows_of[g], g].astype(np.int64), int(dp.cap[g]))
+        unit.append((w, R))
+    states: dict = {}  # (mask, g) -> F [L+1, R_g+1]: the least later part with slot k at group g
+    trace = []  # per non-first slot: (mask, g) -> (src [L+1, R+1], candidates)
+    best = (INF, None)
+    for k in range(1, K + 1):
+        if k >= dp.p_first and k in dp.first:
+            best = min(best, _close_first(dp, states, dp.first[k][0], rows_of, unit, k), key=lambda x: x[0])
+        if k >= K or k not in dp.nonfirst:
+            break
+        states, back = _advance(dp, states, dp.nonfirst[k][0], rows_of, unit, k == 1)
+        trace.append(back)
+        if not states:
+            break
+    if best[1] is None:
+        return None
+    return _backtrack(dp, best[1], trace, rows_of, unit)
+
+
+def _units_up(d: np.ndarray, cap: int) -> tuple[np.ndarray, int]:
+    """Weights and capacity in units q: the gcd of the stage sizes, doubled while it leaves more than RMAX units;
+    a stage whose size q does not divide gets weight R + 1 (left out). Every path within R units then fits the
+    group's GPUs exactly (a heuristic may lose plans, never make a bad one). Measured: rounding the weights up
+    instead (q = ceil(cap / 64)) lost the three-type optimum, which fills its H100 group to the GPU."""
+    q = reduce(math.gcd, [int(x) for x in d if x > 0], 0) or 1
+    while cap // q > RMAX:
+        q *= 2
+    R = cap // q
+    return np.where(d % q == 0, d // q, R + 1), R
+
+
+def _sources(dp: PathDP, states: dict, g: int, start: bool):
+    """Where a stage of group g at the current slot may follow from: (earlier key, F, link, stay)."""
+    if start:
+        yield None, None, 0.0, False
+        return
+    for (mask, h), F in states.items():
+        if h == g:
+            yield (mask, h), F, dp.link[g, g], True
+        elif not mask >> g & 1:
+            yield (mask, h), F, dp.link[g, h], False
+
+
+def _later(F, link, w: np.ndarray, R: int, stay: bool, L: int):
+    """The later part a stage of units w needs, [rows-by-w] -> ([L+1] least over r, [L+1] its r) per unit value."""
+    if F is None:
+        z = np.full(L + 1, INF)
+        z[0] = 0.0
+        return lambda wv: (z, np.zeros(L + 1, np.int64))
+    if not stay:
+        rp = F.argmin(axis=1)
+        v = F[np.arange(L + 1), rp] + link
+        return lambda wv: (v, rp)
+    pre = np.minimum.accumulate(F, axis=1)
+    arg = _prefix_arg(F)
+    return lambda wv: ((pre[:, R - wv] + link, arg[:, R - wv]) if wv <= R else (np.full(L + 1, INF), None))
+
+
+def _prefix_arg(F: np.ndarray) -> np.ndarray:
+    """[l, r] an r' <= r reaching the prefix minimum of F[l, :r+1] (the last position where the running minimum
+    was reached)."""
+    pre = np.minimum.accumulate(F, axis=1)
+    idx = np.where(F <= pre, np.arange(F.shape[1])[None, :], 0)
+    return np.maximum.accumulate(idx, axis=1)
+
+
+def _close_first(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, k: int):
+    """(least total, where) with the pipeline's first stage at slot k."""
+    L = dp.L
+    best = (INF, None)
+    for g in range(dp.G):
+        w, R = unit[g]
+        rows = rows_of[g]
+        if not len(rows):
+            continue
+        for prev, F, link, stay in _sources(dp, states, g, k == 1):
+            if not math.isfinite(link):
+                continue
+            if F is None and k != 1:
+                continue
+            later = _later(F, link, w, R, stay, L)
+            for wv in np.unique(w).tolist():
+                if wv > R:
+                    continue
+                rest, rp = later(wv)
+                sel = rows[w == wv]
+                tot = cost[sel] + rest[L - np.arange(L + 1)][None, :]  # [rows, n]
+                i, n = np.unravel_index(int(np.argmin(tot)), tot.shape)
+                if tot[i, n] < best[0]:
+                    r_prev = None if rp is None else int(rp[L - n])
+                    best = (float(tot[i, n]), (k, int(sel[i]), int(n), prev, r_prev))
+    return best
+
+
+def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: bool):
+    """One non-first slot: the new states and, per state, (src [L+1, R+1], candidates (earlier key, n, row, r_prev))."""
+    L = dp.L
+    new, back = {}, {}
+    lidx = np.arange(L + 1)
+    m = lidx[:, None] - lidx[None, :]
+    ok, mm = m >= 0, np.maximum(m, 0)
+    for g in range(dp.G):
+        w, R = unit[g]
+        rows = rows_of[g]
+        if not len(rows):
+            continue
+        for prev, F, link, stay in _sources(dp, states, g, start):
+            if not math.isfinite(link):
+                continue
+            key = ((0 if prev is None else prev[0]) | 1 << g, g)
+            later = _later(F, link, w, R, stay, L)
+            if key not in new:
+                new[key] = np.full((L + 1, R + 1), INF)
+                back[key] = (np.full((L + 1, R + 1), -1), [])
+            Fk, (src, cands) = new[key], back[key]
+            for wv in np.unique(w).tolist():
+                if wv > R:
+                    continue
+                sel = rows[w == wv]
+                j = cost[sel].argmin(axis=0)
+                best_n = cost[sel][j, lidx]  # [L+1]
+                if stay:
+                    ns = np.flatnonzero(np.isfinite(best_n))
+                    if not len(ns):
+                        continue
+                    tot = np.where(ok[:, ns, None], best_n[ns][None, :, None] + F[mm[:, ns], : R + 1 - wv] + link, INF)
+                    jn = ns[tot.argmin(axis=1)]  # [l, r']: layers of the stage
+                    val = np.take_along_axis(tot, np.searchsorted(ns, jn)[:, None, :], axis=1)[:, 0, :]
+                    tgt = Fk[:, wv:]
+                    better = val < tgt
+                    if better.any():
+                        tgt[better] = val[better]
+                        ci = len(cands)
+                        cands.append((prev, jn, sel[j[jn]], None, wv))
+                        src[:, wv:][better] = ci
+                else:
+                    rest, rp = later(wv)
+                    tot = np.where(ok, best_n[None, :] + rest[mm], INF)  # [l, n]
+                    n = tot.argmin(axis=1)
+                    val = tot[lidx, n]
+                    better = val < Fk[:, wv]
+                    if better.any():
+                        Fk[better, wv] = val[better]
+                        ci = len(cands)
+                        cands.append((prev, n, sel[j[n]], rp, wv))
+                        src[better, wv] = ci
+    keep = {key: F for key, F in new.items() if np.isfinite(F).any()}
+    return keep, {key: back[key] for key in keep}
+
+
+def _backtrack(dp: PathDP, at, trace, rows_of, unit) -> Assignment | None:
+    """The plan of the least path: its first stage at ``at`` = (k, row, n, earlier key, r_prev)."""
+    t = dp.t
+    k, row, n, key, r = at
+    stages = [(int(dp.first[k][1][row, n]), n)]
+    left = dp.L - n
+    for kk in range(k - 1, 0, -1):
+        src, cands = trace[kk - 1][key]
+        ci = int(src[left, r])
+        if ci < 0:
+            return None
+        prev, an, ar, rp, wv = cands[ci]
+        if rp is None and an.ndim == 2:  # a stage of the same group: arrays over [l, r - wv]
+            n_k, row_k = int(an[left, r - wv]), int(ar[left, r - wv])
+            r_next = r - wv
+        else:  # the group's first stage (from an earlier group, or slot 1)
+            n_k, row_k = int(an[left]), int(ar[left])
+            r_next = None if rp is None else int(rp[left - n_k])
+        stages.append((int(dp.nonfirst[kk][1][row_k, n_k]), n_k))
+        left -= n_k
+        key, r = prev, r_next
+    if left != 0:
+        return None
+    return Assignment(t.v, tuple(Stage(int(t.opts[i]), n) for i, n in stages))
