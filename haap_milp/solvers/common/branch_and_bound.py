@@ -36,7 +36,7 @@ from haap_milp.problem import (
     violations,
     wrap_time,
 )
-from haap_milp.solvers.common import segment_dp
+from haap_milp.solvers.common import group_split, segment_dp
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
 from haap_milp.solvers.common.dual_bundle import bundle_bound, with_gpu_time
@@ -69,6 +69,7 @@ USE_SIGMA = True  # eq. N8 after eq. N4 when the node survives
 # (measured: llama3-70b x 3 types x 1024 GPUs, the optimum's 0.13 % found on the 2nd node, 0.2-0.6 s a node)
 USE_SEGMENT_DP = True
 SEG_TRIAL = 6
+USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups remain and the node survives
 # eq. N14c: with one priced row (one group, no budget) the capacity DP also runs when the Lagrangian path fits but mu > 0
 USE_SLACK_CAP = True
 USE_ISLAND_PARTS = True  # eq. N9: each island bounded on its own when no link between islands is usable
@@ -156,6 +157,8 @@ class _State:
     lp_wins: int = 0
     sigma_calls: int = 0  # nodes eq. N8 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     sigma_wins: int = 0
+    split_calls: int = 0  # nodes eq. N15 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
+    split_wins: int = 0
     seg_idle: int = 0  # eq. LS4: nodes in a row on which the segment DP found no better plan
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
@@ -464,6 +467,17 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
         st.sigma_wins += bound >= cutoff
         st.stats["sigma_dp_s"] = st.stats.get("sigma_dp_s", 0.0) + time.perf_counter() - t0
         st.stats["sigma_prunes"] = st.sigma_wins
+    if (USE_GROUP_SPLIT and math.isfinite(bound) and (cutoff is None or bound < cutoff) and group_split.applies(dp)
+            and (st.split_calls < DP_TRIAL or st.split_wins > 0) and _room(st, deadline)):
+        t0 = time.perf_counter()
+        gs = with_gpu_time(dp, t, a, warm, group_split.priced_bound, dp, a, nb.mu)[0]  # eqs. N15, N12
+        st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
+        st.split_calls += 1
+        st.split_wins += cutoff is not None and gs >= cutoff
+        st.stats["group_split"] = st.split_calls
+        st.stats["group_split_s"] = st.stats.get("group_split_s", 0.0) + time.perf_counter() - t0
+        st.stats["group_split_prunes"] = st.split_wins
+        bound = max(bound, _safe(gs))
     cap = np.asarray(problem.group_capacity, float)
     over = np.zeros(len(cap))  # GPUs used / capacity per group (not the budget row; a group of none: 0)
     if nb.used is not None:
