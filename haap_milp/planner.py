@@ -28,10 +28,17 @@ log = logging.getLogger(__name__)
 # the report and the JSON (measured on llama3-70b x hetero3-4096, the largest catalog instance: finish
 # 0.01 s, report + JSON 0.05-0.1 s on a loaded 2-core machine; the rest is margin for the exit).
 # HEURISTIC_SHARE: what the heuristics may use of the time left when an exact method follows (DP takes
-# 1-3 s on 4096 GPUs; stopped early it returns its best so far). MIN_EXACT_S: below this the exact search
-# is skipped and the plan keeps the presolve's eq. B1 bound as its proven gap.
+# 1-3 s on 4096 GPUs; stopped early it returns its best so far), MIXED_HEURISTIC_SHARE the same on a cluster of
+# several GPU types. Why two: on one type the DP heuristic is near-optimal and its polish pays, on several the
+# search's eq. LS4 finds the plans it misses. Measured end to end at 10 s (solve_scaling.py, 2026-12-02, load ~1):
+# three types, 12 instances, 0.35 against 0.5: the same or a better plan on all 12 and a lower gap on all 10 that
+# stay open (mixtral-8x7b x 1024 x 3 types 6.09 -> 3.43 %); 0.25 lost plans (llama3-70b x 1024 x 3 types x 2
+# islands 15.79 -> 25.42 s, the DP cut before its best variant). One type, the 4 rows that stay open: 0.5 better on
+# 3 (mixtral-8x7b x 4096 2.28 against 3.16 %), 0.35 on 1. MIN_EXACT_S: below this the exact search is skipped
+# and the plan keeps the presolve's eq. B1 bound as its proven gap.
 RESERVE_S = 0.3
 HEURISTIC_SHARE = 0.5
+MIXED_HEURISTIC_SHARE = 0.35
 MIN_EXACT_S = 0.2
 
 
@@ -183,7 +190,7 @@ def _orchestrate(ctx: Context, runs: list[Run], step: Step | None, dl: Deadline,
     wanted = {resolve(m) for m, _ in runs}
     hinted = any(METHODS[m].takes_hint for m in wanted)
     heur: dict[str, RawResult | Exception] = {}
-    share = HEURISTIC_SHARE if hinted else 1.0
+    share = (MIXED_HEURISTIC_SHARE if len(ctx.cluster.gpu_types) > 1 else HEURISTIC_SHARE) if hinted else 1.0
     heur_dl = dl.cap(share * (dl.remaining() - RESERVE_S)) if dl.limited else dl
     for m in HEURISTICS:
         if m in wanted or hinted:

@@ -70,6 +70,10 @@ USE_SIGMA = True  # eq. N8 after eq. N4 when the node survives
 USE_SEGMENT_DP = True
 SEG_TRIAL = 6
 USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups remain and the node survives
+# eqs. LS4 and N15 run only where the groups hold two or more GPU types: on one type over two islands the groups are
+# interchangeable but for their links, eqs. N6/N9 and the DP heuristic's island segments cover them, and the two
+# cost there (measured end to end at 10 s: llama3-70b x 2 x 2048 H100 2.24 % gap without them, 4.93 % with;
+# mixtral-8x7b 3.53 % / 5.31 %; the 64- and 512-GPU pairs the same either way)
 # eq. N14c: with one priced row (one group, no budget) the capacity DP also runs when the Lagrangian path fits but mu > 0
 USE_SLACK_CAP = True
 USE_ISLAND_PARTS = True  # eq. N9: each island bounded on its own when no link between islands is usable
@@ -163,6 +167,7 @@ class _State:
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
     policy: NodePolicy = field(default_factory=NodePolicy)
+    several_types: bool = True  # the groups hold two or more GPU types (eqs. LS4, N15 run only then)
 
     def offer(self, problem: Problem, a: Assignment | None, who: str) -> None:
         if a is None:
@@ -276,7 +281,7 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     dl = current()  # the command's deadline and Ctrl-C (deadline.py); the time limit is within it already
     deadline = t0 + min(options.time_limit_s, dl.remaining())
     r = options.relative_gap
-    st = _State(policy=node_policy(problem))
+    st = _State(policy=node_policy(problem), several_types=len({g.rsplit("@", 1)[0] for g in problem.groups}) > 1)
     tables = [build_tables(problem, v) for v in range(len(problem.variants))]
     vb = [variant_bound(problem, t) for t in tables]
     if hint is not None and 0 <= hint.variant < len(problem.variants) and not violations(problem, hint):
@@ -467,7 +472,7 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
         st.sigma_wins += bound >= cutoff
         st.stats["sigma_dp_s"] = st.stats.get("sigma_dp_s", 0.0) + time.perf_counter() - t0
         st.stats["sigma_prunes"] = st.sigma_wins
-    if (USE_GROUP_SPLIT and math.isfinite(bound) and (cutoff is None or bound < cutoff) and group_split.applies(dp)
+    if (USE_GROUP_SPLIT and st.several_types and math.isfinite(bound) and (cutoff is None or bound < cutoff) and group_split.applies(dp)
             and (st.split_calls < DP_TRIAL or st.split_wins > 0) and _room(st, deadline)):
         t0 = time.perf_counter()
         gs = with_gpu_time(dp, t, a, warm, group_split.priced_bound, dp, a, nb.mu)[0]  # eqs. N15, N12
@@ -513,7 +518,7 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
 def _segments(problem, st: _State, dp: PathDP, name: str, deadline: float) -> None:
     """Eq. LS4 on a node the DPs leave open: the least plan of contiguous group segments, offered as an incumbent.
     It stops for the rest of a search after SEG_TRIAL such nodes in a row without a better plan."""
-    if not (USE_SEGMENT_DP and st.seg_idle < SEG_TRIAL and segment_dp.applies(dp) and _room(st, deadline)):
+    if not (USE_SEGMENT_DP and st.several_types and st.seg_idle < SEG_TRIAL and segment_dp.applies(dp) and _room(st, deadline)):
         return
     t0 = time.perf_counter()
     plan = segment_dp.segment_plan(dp)
