@@ -293,3 +293,24 @@ def feasible_assignments(problem):
                     a = Assignment(v, tuple(Stage(int(o), int(n)) for o, n in zip(combo, comp)))
                     if not violations(problem, a):
                         yield a
+
+
+def variant_nodes(problem):
+    """Per variant v with a finite bound, the node over its whole tau range: (v, PathDP over tau <= 1.01 x the worst
+    period, tau_lb), for the node-level oracles of the stage DPs (tests/test_segment_dp.py, tests/test_group_split.py)."""
+    import math
+
+    from haap_milp.solvers.common.bounds import variant_bound
+    from haap_milp.solvers.common.branch_and_bound import _worst_tau
+    from haap_milp.solvers.common.slot_bounds import build_tables
+    from haap_milp.solvers.common.stage_dp import PathDP
+
+    for v in range(len(problem.variants)):
+        t0 = build_tables(problem, v)
+        vb = variant_bound(problem, t0)
+        if not math.isfinite(vb.total_s):
+            continue
+        b = max(_worst_tau(t0), vb.tau_lb) * 1.01
+        t = build_tables(problem, v, b)
+        if t.p_min > 0:
+            yield v, PathDP(problem, t, b, t.p_min, t.p_max), vb.tau_lb

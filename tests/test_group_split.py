@@ -13,14 +13,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem, with_binding_budget
+from synthetic import random_problem, variant_nodes, with_binding_budget
 from test_stage_dp import _with_mixed
 
 from haap_milp.solvers.common import group_split
-from haap_milp.solvers.common.bounds import variant_bound
-from haap_milp.solvers.common.branch_and_bound import _worst_tau
 from haap_milp.solvers.common.dual_bundle import bundle_bound, with_gpu_time
-from haap_milp.solvers.common.slot_bounds import build_tables
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 from haap_milp.specs import SolveOptions
 
@@ -68,18 +65,9 @@ def _nodes(seeds, budget: bool = False, mixed: bool = False):
             continue
         if budget and (problem := with_binding_budget(problem, rng, EXACT)) is None:
             continue
-        for v in range(len(problem.variants)):
-            t0 = build_tables(problem, v)
-            vb = variant_bound(problem, t0)
-            if not math.isfinite(vb.total_s):
-                continue
-            b = max(_worst_tau(t0), vb.tau_lb) * 1.01
-            t = build_tables(problem, v, b)
-            if t.p_min == 0:
-                continue
-            dp = PathDP(problem, t, b, t.p_min, t.p_max)
+        for _, dp, a in variant_nodes(problem):
             if group_split.applies(dp):
-                yield problem, dp, vb.tau_lb
+                yield problem, dp, a
 
 
 @pytest.mark.parametrize("mixed", [False, True])

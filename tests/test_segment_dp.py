@@ -11,13 +11,10 @@ import sys
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
+from synthetic import random_problem, variant_nodes
 
 from haap_milp.problem import Assignment, Stage, violations
 from haap_milp.solvers.common import segment_dp
-from haap_milp.solvers.common.bounds import variant_bound
-from haap_milp.solvers.common.branch_and_bound import _worst_tau
-from haap_milp.solvers.common.slot_bounds import build_tables
 from haap_milp.solvers.common.stage_dp import PathDP
 
 
@@ -64,16 +61,8 @@ def test_segment_dp_is_feasible_and_least_over_segment_plans():
     checked = found = 0
     for seed in range(40):
         problem = random_problem(seed, uniform=False, same_tp_first_last=False)
-        for v in range(len(problem.variants)):
-            t0 = build_tables(problem, v)
-            vb = variant_bound(problem, t0)
-            if not math.isfinite(vb.total_s):
-                continue
-            b = max(_worst_tau(t0), vb.tau_lb) * 1.01
-            t = build_tables(problem, v, b)
-            if t.p_min == 0:
-                continue
-            dp = PathDP(problem, t, b, t.p_min, t.p_max)
+        for v, dp, _ in variant_nodes(problem):
+            t = dp.t
             if not segment_dp.applies(dp):
                 continue
             plan = segment_dp.segment_plan(dp)
