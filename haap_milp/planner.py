@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 # 1-3 s on 4096 GPUs; stopped early it returns its best so far), MIXED_HEURISTIC_SHARE the same on a cluster of
 # several GPU types. Why two: on one type the DP heuristic is near-optimal and its polish pays, on several the
 # search's eq. LS4 finds the plans it misses. Measured end to end at 10 s (solve_scaling.py, 2026-12-02, load ~1):
-# three types, 12 instances, 0.35 against 0.5: the same or a better plan on all 12 and a lower gap on all 10 that
-# stay open (mixtral-8x7b x 1024 x 3 types 6.09 -> 3.43 %); 0.25 lost plans (llama3-70b x 1024 x 3 types x 2
+# three types, 12 instances, 0.35 against 0.5: the same or a better plan on all 12, a lower gap on 9 of the 10
+# that stay open and the same on one (mixtral-8x7b x 1024 x 3 types 6.09 -> 3.43 %); 0.25 lost plans (llama3-70b x 1024 x 3 types x 2
 # islands 15.79 -> 25.42 s, the DP cut before its best variant). One type, the 4 rows that stay open: 0.5 better on
 # 3 (mixtral-8x7b x 4096 2.28 against 3.16 %), 0.35 on 1. MIN_EXACT_S: below this the exact search is skipped
 # and the plan keeps the presolve's eq. B1 bound as its proven gap.

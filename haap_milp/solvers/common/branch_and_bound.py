@@ -472,17 +472,8 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
         st.sigma_wins += bound >= cutoff
         st.stats["sigma_dp_s"] = st.stats.get("sigma_dp_s", 0.0) + time.perf_counter() - t0
         st.stats["sigma_prunes"] = st.sigma_wins
-    if (USE_GROUP_SPLIT and st.several_types and math.isfinite(bound) and (cutoff is None or bound < cutoff) and group_split.applies(dp)
-            and (st.split_calls < DP_TRIAL or st.split_wins > 0) and _room(st, deadline)):
-        t0 = time.perf_counter()
-        gs = with_gpu_time(dp, t, a, warm, group_split.priced_bound, dp, a, nb.mu)[0]  # eqs. N15, N12
-        st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
-        st.split_calls += 1
-        st.split_wins += cutoff is not None and gs >= cutoff
-        st.stats["group_split"] = st.split_calls
-        st.stats["group_split_s"] = st.stats.get("group_split_s", 0.0) + time.perf_counter() - t0
-        st.stats["group_split_prunes"] = st.split_wins
-        bound = max(bound, _safe(gs))
+    if math.isfinite(bound) and (cutoff is None or bound < cutoff):
+        bound = max(bound, _group_split(st, dp, a, warm, nb.mu, cutoff, deadline))
     cap = np.asarray(problem.group_capacity, float)
     over = np.zeros(len(cap))  # GPUs used / capacity per group (not the budget row; a group of none: 0)
     if nb.used is not None:
@@ -513,6 +504,24 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     if math.isfinite(bound) and (cutoff is None or bound < cutoff):
         _segments(problem, st, dp, name, deadline)
     return bound, warm
+
+
+def _group_split(st: _State, dp: PathDP, a, warm, mu, cutoff, deadline: float) -> float:
+    """Eq. N15 (with eq. N12's lam around it) on a node that survives eqs. N4/N11/N8, -inf where it does not run:
+    several GPU types, rows of two groups, time left; it stops for the rest of a search after DP_TRIAL nodes without
+    a prune."""
+    if not (USE_GROUP_SPLIT and st.several_types and group_split.applies(dp)
+            and (st.split_calls < DP_TRIAL or st.split_wins > 0) and _room(st, deadline)):
+        return -math.inf
+    t0 = time.perf_counter()
+    gs = _safe(with_gpu_time(dp, dp.t, a, warm, group_split.priced_bound, dp, a, mu)[0])
+    st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)  # (not interruptible: _room counts it)
+    st.split_calls += 1
+    st.split_wins += cutoff is not None and gs >= cutoff
+    st.stats["group_split"] = st.split_calls
+    st.stats["group_split_s"] = st.stats.get("group_split_s", 0.0) + time.perf_counter() - t0
+    st.stats["group_split_prunes"] = st.split_wins
+    return gs
 
 
 def _segments(problem, st: _State, dp: PathDP, name: str, deadline: float) -> None:
