@@ -1,9 +1,9 @@
 """Eq. N15: every GPU group's capacity in its own state, the stage order relaxed (formulations/README.md).
 
 The Lagrangian bound (eq. N4) prices the groups' GPU rows, and with several GPU types its dual is weak: the least
-paths overfill a weighted mix of groups (llama3-70b on three types x 1024 GPUs: 13.08 s was the best of a 21 x 21
-grid of multipliers on a node that holds no plan below 15.9 s). Eq. N5 puts one group's GPUs in the state and
-prices the rest. Here every group keeps its own capacity exactly, at the price of the stage order:
+paths overfill a weighted mix of groups (formulations/README.md, eq. N11: on llama3-70b x 3 types x 1024 GPUs the
+subgradient stopped 2.8-6.7 s below the cut-off). Eq. N5 puts one group's GPUs in the state and prices the rest.
+Here every group keeps its own capacity exactly, at the price of the stage order:
 
     T >= (M - 1) a + sum_j t_j + sum_j c_j + s_0                     (eq. N4's right side, sigma >= s_0)
 
