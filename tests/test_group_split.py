@@ -24,15 +24,18 @@ from haap_milp.specs import SolveOptions
 EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=1, seed=0)
 
 
-def _node_optimum(dp: PathDP, a: float, gpu_time: bool = False) -> float:
+def _node_optimum(dp: PathDP, a: float, gpu_time: bool = False, stages: int | None = None) -> float:
     """min over the node's pipelines (stage count in [p_first, k_max], every priced row within its capacity: the
     groups' GPUs and the budget) of (M - 1) tau + sum of the stages' slot costs + the links between their
     endpoints, at tau = a; ``gpu_time``: at the least tau in [a, b] that meets eq. C1 (sum_j d_jg t_j <= cap_g tau,
-    each stage's own time), the plans with none left out; inf when there is none."""
+    each stage's own time), the plans with none left out; ``stages``: only the pipelines of that many stages; inf when
+    there is none."""
     t, L, c = dp.t, dp.L, dp.t.coef
     cap = dp.cap
     best = math.inf
     for P in range(max(dp.p_first, 1), dp.k_max + 1):
+        if stages is not None and P != stages:
+            continue
         tables = [dp._base(P - j, j == 0) for j in range(P)]  # pipeline order: stage j sits at slot P - j
         for cuts in itertools.combinations(range(1, L), P - 1):
             sizes = np.diff([0, *cuts, L]).tolist()

@@ -36,7 +36,7 @@ from haap_milp.problem import (
     violations,
     wrap_time,
 )
-from haap_milp.solvers.common import group_split, segment_dp
+from haap_milp.solvers.common import dual_bundle, group_split, segment_dp
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
 from haap_milp.solvers.common.dual_bundle import bundle_bound, with_gpu_time
@@ -69,6 +69,11 @@ USE_SIGMA = True  # eq. N8 after eq. N4 when the node survives
 # (measured: llama3-70b x 3 types x 1024 GPUs, the optimum's 0.13 % found on the 2nd node, 0.2-0.6 s a node)
 USE_SEGMENT_DP = True
 SEG_TRIAL = 6
+# eq. N16: the stage DPs' Lagrangian bound per stage count (the least path of each count, every run's multipliers)
+# drops the counts that reach the cut-off and narrows or splits the node's range
+USE_PER_P = True
+LIGHT_FIRST = True  # eq. N17
+PROBE_S = 0.25  # eq. N17b (0: off)
 USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups remain and the node survives
 # eqs. LS4 and N15 run only where the groups hold two or more GPU types: on one type over two islands the groups are
 # interchangeable but for their links, eqs. N6/N9 and the DP heuristic's island segments cover them, and the two
@@ -168,6 +173,7 @@ class _State:
     builds: int = 0
     policy: NodePolicy = field(default_factory=NodePolicy)
     several_types: bool = True  # the groups hold two or more GPU types (eqs. LS4, N15 run only then)
+    lagr: dict = field(default_factory=dict)  # eq. N17: the node's Lagrangian results by (signature, island part)
 
     def offer(self, problem: Problem, a: Assignment | None, who: str) -> None:
         if a is None:
@@ -311,6 +317,7 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
     bound, v, a, b, tries, plo, phi, _, mu, sig = node
     st.nodes += 1
+    st.lagr.clear()
     M = _m_eff(problem.variants[v])
     if cutoff is not None and M > 1:
         b = min(b, (cutoff - vb.rest_lb) / (M - 1))  # eq. X1 with the current incumbent
@@ -330,16 +337,30 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     pol = st.policy
     use_dp = tries == 0 and USE_STAGE_DP and (st.dp_calls < DP_TRIAL or st.dp_wins > 0)
     # eqs. N4, N5 (their state is the p2p endpoint, so mixed options, eq. H5, take part)
+    light = use_dp and not pol.lp_first and LIGHT_FIRST  # eq. N17: the costlier DPs after the LP
     if use_dp and not pol.lp_first:
-        bound, mu, cutoff, done = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
+        bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline,
+                                                  extras=not light)
         if done:
             return
+        bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, sig)
+        if done:
+            return
+        plo, phi = t.p_min, t.p_max
         if st.inc is not None and time.perf_counter() > deadline:  # the DPs took the rest: back, with their bound
             _push(heap, bound, v, a, b, tries, plo, phi, mu, sig)  # (the model build below is not interruptible)
             return
     # eq. N13c: once the LP has neither closed a node nor lifted the DPs' bound in LP_TRIAL nodes, a node the DPs
     # bounded is split without its model (built only for the engine)
     lp_off = use_dp and not pol.lp_first and tries == 0 and st.lp_calls >= LP_TRIAL and st.lp_wins == 0
+    if lp_off and light:
+        bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
+        if done:
+            return
+        bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, sig)
+        if done:
+            return
+        plo, phi, light = t.p_min, t.p_max, False
     if lp_off and _split_only(options, heap, vb, bound, v, a, b, M, t, mu, sig):
         st.stats["lp_skipped"] = st.stats.get("lp_skipped", 0) + 1
         return
@@ -348,6 +369,9 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     st.build_s += time.perf_counter() - t0
     st.builds += 1
     small = len(lm.names) <= pol.small_model
+    # eq. N17b: a small model over a wide tau range gets the engine for PROBE_S only, then is split (eq. N16 makes many
+    # models small while their range is wide)
+    probe = small and tries == 0 and PROBE_S > 0 and M > 1 and b - a > _split_width(options, a, M, vb.rest_lb)
     if not small and tries == 0:
         lp = lp_bound(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
         before = bound
@@ -360,10 +384,26 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if closed:
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
-        if use_dp and pol.lp_first:  # eq. N2b: the DPs only where the LP leaves the node open
-            bound, mu, cutoff, done = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
+        if light:  # eq. N17: the LP left the node open; now the DPs in full
+            bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
             if done:
                 return
+            bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, sig)
+            if done:
+                return
+            if (plo, phi) != (t.p_min, t.p_max):  # (the LP above covered the wider range: the engine gets the new one)
+                plo, phi = t.p_min, t.p_max
+                lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
+        if use_dp and pol.lp_first:  # eq. N2b: the DPs only where the LP leaves the node open
+            bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
+            if done:
+                return
+            bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, sig)
+            if done:
+                return
+            if (plo, phi) != (t.p_min, t.p_max):  # (the LP above covered the wider range: the engine gets the new one)
+                plo, phi = t.p_min, t.p_max
+                lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
         sigs = _signatures(problem, t) if pol.sig_first and sig < 0 else []
         if len(sigs) > 1:  # eq. N2b: one child per uniform signature (eq. U1: every plan has exactly one)
             for s_ in sigs:
@@ -379,7 +419,33 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, sig)
             return
     _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
-            (bound, v, a, b, tries, plo, phi, None, mu, sig), cutoff, deadline, name, solve_node)
+            (bound, v, a, b, tries, plo, phi, None, mu, sig), cutoff, deadline, name, solve_node, probe)
+
+
+def _stage_counts(st: _State, heap, t: Tables, per_p, bound, cutoff, v, a, b, mu, sig) -> tuple[float, bool]:
+    """Eq. N16 on a node the DPs leave open: the stage counts whose own bound reaches the cut-off are dropped. One run
+    of counts left: the node's range narrowed to it in place (``t.p_min``, ``t.p_max``) with the least of their bounds;
+    several: one child per run with its own least bound, and the node is done. (bound, node done)."""
+    if not USE_PER_P or per_p is None or cutoff is None or t.p_max <= t.p_min:
+        return bound, False
+    ks = np.arange(t.p_min, t.p_max + 1)
+    vals = per_p[ks] - 1e-9 * np.abs(np.where(np.isfinite(per_p[ks]), per_p[ks], 0.0))  # (as _safe)
+    live = vals < cutoff
+    if live.all():
+        return max(bound, float(vals.min())), False
+    st.stats["p_pruned"] = st.stats.get("p_pruned", 0) + int((~live).sum())
+    if not live.any():
+        st.closed.append(cutoff)
+        return math.inf, True
+    cuts = np.flatnonzero(np.diff(live.astype(np.int8)) != 0) + 1
+    runs = [r for r in np.split(np.arange(len(ks)), cuts) if live[r[0]]]
+    if len(runs) == 1:
+        r = runs[0]
+        t.p_min, t.p_max = int(ks[r[0]]), int(ks[r[-1]])
+        return max(bound, float(vals[r].min())), False
+    for r in runs:
+        _push(heap, max(bound, float(vals[r].min())), v, a, b, 0, int(ks[r[0]]), int(ks[r[-1]]), mu, sig)
+    return bound, True
 
 
 def _split_only(options, heap, vb: VariantBound, bound, v, a, b, M, t: Tables, mu, sig) -> bool:
@@ -415,53 +481,80 @@ def _keep_signature(problem: Problem, t: Tables, sig: int) -> None:
     stage_count_bounds(problem, t)
 
 
-def _dp_step(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline):
-    """The stage DPs on a node (eqs. N4-N6): (bound, multipliers, cut-off after their plans, node closed)."""
-    st.dp_calls += 1
+def _dp_step(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline, extras: bool = True):
+    """The stage DPs on a node (eqs. N4-N6): (bound, multipliers, cut-off after their plans, node closed, eq. N16's
+    bounds per stage count or None)."""
+    st.dp_calls += extras
     before = st.inc_obj
-    bound, mu = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
+    bound, mu, per_p = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline, extras)
     st.dp_wins += st.inc_obj < before
     cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
     if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
         st.dp_wins += 1
         st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
-        return bound, mu, cutoff, True
-    return bound, mu, cutoff, False
+        return bound, mu, cutoff, True, per_p
+    return bound, mu, cutoff, False, per_p
 
 
-def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline=math.inf):
+def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline=math.inf,
+               extras: bool = True):
     """The node's bound by the stage DPs: under eq. U1 the least over the uniform signatures (one DP each, the
-    paths kept to that signature), else one. Their fitting paths are offered as incumbents."""
+    paths kept to that signature), else one. Their fitting paths are offered as incumbents. Also eq. N16's bounds
+    per stage count (the least over the DPs, P by P; None when a DP gave none)."""
     sigs = np.unique(t.sig).tolist() if problem.uniform else [None]
     best, best_mu = math.inf, mu
+    per_p: np.ndarray | None = None
+    tracked = USE_PER_P
     for sig in sigs:
         keep = np.ones(t.n, bool) if sig is None else t.sig == sig
         dp = PathDP(problem, t, b, t.p_min, t.p_max, keep)
         parts = island_parts(problem, dp) if USE_ISLAND_PARTS else None  # eq. N9: no usable link between islands
-        for part in [None] if parts is None else parts:
+        for j, part in enumerate([None] if parts is None else parts):
             one = dp if part is None else PathDP(problem, t, b, t.p_min, t.p_max, keep & part)
-            val, mu_s = _dp_bound(problem, st, one, a, b, cutoff, mu, name, deadline)
+            val, mu_s, pp = _dp_bound(problem, st, one, a, b, cutoff, mu, name, deadline, extras, (sig, j))
             if val < best:
                 best, best_mu = val, mu_s
-    return max(bound, best), best_mu
+            if math.isinf(val):
+                continue  # (no plan of this part: it adds nothing to any stage count)
+            if pp is None or len(pp) != t.p_max + 1:
+                tracked = False
+            else:
+                per_p = pp if per_p is None else np.minimum(per_p, pp)
+    if not tracked or per_p is None:
+        per_p = None
+    return max(bound, best), best_mu, per_p
 
 
-def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=math.inf):
+def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=math.inf, extras: bool = True,
+              key=None):
     """Eq. N4 (Lagrangian stage DP), then, while the node survives,
-    eq. N5 with each group the Lagrangian path overfills in the DP's state in turn (the most overfilled first)."""
+    eq. N5 with each group the Lagrangian path overfills in the DP's state in turn (the most overfilled first).
+    ``extras`` False: eq. N4/N11 alone, its result kept under ``key`` for the node's full pass (eq. N17), which then
+    reuses it (a bound of the node's plans at the multipliers found, also when its stage-count range has narrowed)."""
     t = dp.t
     t0 = time.perf_counter()
-    if USE_BUNDLE and np.count_nonzero(dp.usage.any(axis=0)) > 1:  # eq. N11 (one row: eq. N4's bisection)
+    kept = st.lagr.pop(key, None) if extras else None
+    if kept is not None:
+        nb, warm = kept
+        if dual_bundle.USE_GPU_TIME and math.isfinite(b) and len(warm) > len(dp.cap):
+            dual_bundle.price_rows(dp, t, b)  # (eq. N12's rows for this node's DP, at the kept lam)
+    elif USE_BUNDLE and np.count_nonzero(dp.usage.any(axis=0)) > 1:  # eq. N11 (one row: eq. N4's bisection)
         nb = bundle_bound(problem, t, a, dp, cutoff, mu, deadline=deadline, b=b)
         warm, nb.mu = nb.mu, nb.mu[:len(dp.cap)]  # (the children's warm start keeps eq. N12's lam after mu)
     else:
         nb = node_bound(problem, t, a, b, t.p_min, t.p_max, cutoff, mu, dp)
         warm = nb.mu
     # before the first capacity DP, guess it from one stage DP run (measured: 10-60 runs' time)
-    st.cap_dp_s = max(st.cap_dp_s, 20 * (time.perf_counter() - t0) / max(nb.steps, 1))
-    st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
-    plans = [nb.plan]
+    if kept is None:
+        st.cap_dp_s = max(st.cap_dp_s, 20 * (time.perf_counter() - t0) / max(nb.steps, 1))
+        st.stats["dp_bound_steps"] = st.stats.get("dp_bound_steps", 0) + nb.steps
+    plans = [nb.plan] if kept is None else []
     bound = _safe(nb.bound_s)
+    if not extras:  # eq. N17: the Lagrangian bound alone, its plan offered
+        st.lagr[key] = (nb, warm)
+        if nb.plan is not None and not violations(problem, nb.plan):
+            st.offer(problem, nb.plan, f"{name} stage DP")
+        return bound, warm, nb.per_p
     if (USE_SIGMA and cutoff is not None and math.isfinite(bound) and bound < cutoff
             and (st.sigma_calls < DP_TRIAL or st.sigma_wins > 0) and _room(st, deadline)):  # eq. N8: sigma's rows
         t0 = time.perf_counter()
@@ -503,7 +596,7 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
             st.offer(problem, plan, f"{name} stage DP")
     if math.isfinite(bound) and (cutoff is None or bound < cutoff):
         _segments(problem, st, dp, name, deadline)
-    return bound, warm
+    return bound, warm, nb.per_p
 
 
 def _group_split(st: _State, dp: PathDP, a, warm, mu, cutoff, deadline: float) -> float:
@@ -568,11 +661,16 @@ def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=Non
     _push(heap, max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi, mu, sig)
 
 
-def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node):
+def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node,
+            probe: bool = False):
+    """The exact engine on the node; unfinished, it is pushed back with more time next (``probe``: split instead,
+    after at most PROBE_S, eq. N17b)."""
     bound, v, a, b, tries, plo, phi, _, mu, sig = node
     left = deadline - time.perf_counter()
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
+    if probe:
+        share = min(share, PROBE_S)
     inc = st.inc
     h = inc if inc is not None and inc.variant == v and a <= _steady(problem, inc) <= b * (1 + TIME_RTOL) else None
     res = _call(problem, options, st, lm, nb, cutoff, share, h, name, solve_node, v)
@@ -582,6 +680,10 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     nbound = max(res.bound_s if res.bound_s is not None else -math.inf, bound)
     if res.status == "OPTIMAL":
         st.closed.append(min(nbound, cutoff) if cutoff is not None else nbound)
+        return
+    if probe:
+        _split(heap, nbound, v, a, b, _m_eff(problem.variants[v]), VariantBound(a, nb.rest_lb, nb.total_s), plo, phi,
+               mu, sig)
         return
     _push(heap, nbound, v, a, b, tries + 1, plo, phi, mu, sig)  # not finished: again later with more time
 

@@ -123,6 +123,14 @@ class GpuTimeRows:
 _ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # PathDP -> its GpuTimeRows (built once a node)
 
 
+def price_rows(dp: PathDP, t: Tables, b: float) -> GpuTimeRows:
+    """Eq. C1's rows for ``dp`` (what ``bundle_bound`` sets up), so that ``with_gpu_time`` prices them on it."""
+    gtr = _ROWS.get(dp)
+    if gtr is None:
+        gtr = _ROWS[dp] = GpuTimeRows(dp, t, b)
+    return gtr
+
+
 def with_gpu_time(dp: PathDP, t: Tables, a: float, x: np.ndarray, bound_fn, *args):
     """Eq. N12 around another DP bound of the node (eqs. N5, N6): ``bound_fn(*args)`` -> (bound, ...) run with the C1
     rows priced at ``x``'s lam (the multipliers ``bundle_bound`` returned: mu, then lam) and its bound moved by
@@ -158,9 +166,7 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
     ``mu``: the G1 and budget multipliers, then C1's lam when priced; ``mu0`` may be either form)."""
     cap = dp.cap
     R, G = len(cap), dp.G
-    gtr = GpuTimeRows(dp, t, b) if USE_GPU_TIME and b is not None and math.isfinite(b) else None
-    if gtr is not None:
-        _ROWS[dp] = gtr
+    gtr = price_rows(dp, t, b) if USE_GPU_TIME and b is not None and math.isfinite(b) else None
     nl = G if gtr is not None else 0  # the lam coordinates follow mu's
     capg = cap[:G]
     x0 = np.zeros(R + nl)
@@ -181,6 +187,7 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
     center = x.copy()
     master = _Master(R + nl) if highspy is not None else None
     step, plan, plan_cost = 0, None, INF
+    pp = None  # eq. N16
     for step in range(1, max_steps + 1):
         mu, lam = x[:R], x[R:]
         if gtr is None:
@@ -192,6 +199,7 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
         w = t.tau_weight - (float(lam @ capg) if nl else 0.0)
         tau = a if w >= 0 else b  # the least of (tau_weight - lam . cap) tau over [a, b]
         val = w * tau + res.cost - float(mu @ cap)
+        pp = dp.per_p(val - res.cost, pp)
         g = np.r_[res.used - cap, (gt - capg * tau) if nl else np.zeros(0)]  # the piece's slope at x
         if np.all(g[:R] <= 1e-9 * cap):  # a path within every row: a plan; keep the cheapest (its time terms)
             cost = res.cost - float(mu @ res.used) - (float(lam @ gt) if nl else 0.0)
@@ -221,5 +229,5 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
             break  # the model (above LB) is no higher in a box around the best x: a maximum (LB is concave)
         if cutoff is not None and z < cutoff and interior and phase.all():
             break  # the model's global maximum (the box does not bind) is below the cut-off: no prune here
-    best.steps, best.plan = step, plan
+    best.steps, best.plan, best.per_p = step, plan, pp
     return best

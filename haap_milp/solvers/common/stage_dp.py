@@ -64,6 +64,9 @@ class NodeBound:
     steps: int = 0
     used: np.ndarray | None = None  # GPUs per group of the least path at ``mu``
     nu: np.ndarray | None = None  # eq. N7's in-flight multipliers reached (with ``mu``)
+    # eq. N16: [k_max + 1] per stage count P the best Lagrangian bound on the node's plans of exactly P stages over
+    # every DP run made (inf where P is outside the node's range or has no path; None: not tracked)
+    per_p: np.ndarray | None = None
 
 
 class PathDP:
@@ -198,6 +201,17 @@ class PathDP:
                 arg[g] = opt[idx[j], cols]
         return best, arg
 
+    def per_p(self, shift: float, acc: np.ndarray | None = None) -> np.ndarray:
+        """Eq. N16: the last run's least path cost per stage count P (``per_first``) plus ``shift`` (the run's
+        multiplier terms: its bound less its path cost), as [k_max + 1] (inf outside the node's range), the elementwise
+        max with ``acc`` when given. Each entry bounds the node's plans of exactly P stages (the path of P stages
+        is a relaxation of them, at any multipliers), so the max over runs does too."""
+        out = np.full(self.k_max + 1, INF)
+        for k, c in self.per_first.items():
+            if k <= self.k_max:
+                out[k] = c + shift
+        return out if acc is None else np.maximum(acc, out)
+
     def run(self, mu: np.ndarray, nu: np.ndarray | None = None, tables=None) -> PathResult | None:
         """The least Lagrangian path over the node's stage counts (None: no path); ``nu``: eq. N7's multipliers;
         ``tables``: (first, nonfirst, k_max) in place of the node's (eq. N8: one stage count, thresholds)."""
@@ -280,11 +294,13 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
     active = np.flatnonzero(dp.usage.any(axis=0))  # rows some option draws from
     best = NodeBound(-INF, mu.copy())
     lo_mu, hi_mu = 0.0, INF  # bisection bracket (one group)
+    pp = None  # eq. N16
     for step in range(1, MAX_STEPS + 1):
         res = dp.run(mu)
         if res is None:
             return NodeBound(INF, mu, None, step)
         val = base + res.cost - float(mu @ cap)
+        pp = dp.per_p(val - res.cost, pp)
         if val > best.bound_s:
             best = NodeBound(val, mu.copy(), best.plan, step, res.used)
         sub = res.used - cap  # subgradient of LB at mu
@@ -311,7 +327,7 @@ def node_bound(problem: Problem, t: Tables, a: float, b: float, p_lo: int, p_hi:
         target = cutoff if cutoff is not None else abs(best.bound_s) * 1.05 + 1e-9
         gap = max(target - val, 1e-6 * abs(target))
         mu = np.maximum(0.0, mu + gap / float(grad @ grad) * grad)
-    best.steps = step
+    best.steps, best.per_p = step, pp
     if len(active) > 1 and POOLED_STEPS and best.used is not None and np.any(best.used[:dp.G] > cap[:dp.G]) \
             and (cutoff is None or best.bound_s < cutoff):
         best = _pooled_phase(dp, a, cutoff, best)
@@ -329,6 +345,7 @@ def _pooled_phase(dp: PathDP, a: float, cutoff: float | None, best: NodeBound) -
     base_mu = best.mu.copy()
     lo, hi = 0.0, INF
     m = max(float(base_mu[:G].max(initial=0.0)), _mu_scale(dp.t, cap))
+    pp = best.per_p
     for _ in range(POOLED_STEPS):
         mu = base_mu.copy()
         mu[:G] = m
@@ -336,8 +353,10 @@ def _pooled_phase(dp: PathDP, a: float, cutoff: float | None, best: NodeBound) -
         if res is None:
             return NodeBound(INF, mu, best.plan, best.steps)
         val = dp.tau_term(a, a, None) + res.cost - float(mu @ cap)
+        pp = dp.per_p(val - res.cost, pp)
         if val > best.bound_s:
             best = NodeBound(val, mu, best.plan, best.steps, res.used, best.nu)
+        best.per_p = pp
         if cutoff is not None and best.bound_s >= cutoff:
             break
         if res.used[:G].sum() > cap[:G].sum():  # the pooled row is violated: a larger price
@@ -361,8 +380,10 @@ def _inflight_phase(dp: PathDP, a: float, b: float, cutoff: float | None, best: 
         if res is None:
             return NodeBound(INF, mu, best.plan, best.steps + step + 1, nu=nu)
         val = dp.tau_term(a, b, nu) + res.cost - float(mu @ cap)
+        pp = dp.per_p(val - res.cost, best.per_p)
         if val > best.bound_s:
             best = NodeBound(val, mu, best.plan, best.steps, res.used, nu.copy())
+        best.per_p = pp
         if cutoff is not None and best.bound_s >= cutoff:
             break
         coef = dp.t.tau_weight - float(jj @ nu)
