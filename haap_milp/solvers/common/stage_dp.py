@@ -101,6 +101,10 @@ class PathDP:
         first_of_row = self._order[self._starts]
         self.row_usage, self.row_group = self.usage[first_of_row], t.group[first_of_row]  # row_group: its endpoint
         self.members = [np.flatnonzero(self.row_group == e) for e in range(self.E)]
+        width = max([len(m) for m in self.members] + [1])
+        self._pad = np.full((self.E, width), len(self.row_group), np.int64)  # (_per_group)
+        for e, m in enumerate(self.members):
+            self._pad[e, :len(m)] = m
         cap = np.asarray(problem.group_capacity, float)
         # GPUs the other stages take at least, against what the stage leaves: k others (slots 1..k-1 and one
         # earlier, or P - 1 of them for the first stage), each of dmin GPUs; of the groups the stage draws from
@@ -189,17 +193,16 @@ class PathDP:
         return s[np.minimum(np.arange(self.J), P - 1)] if self.J else np.zeros(0)
 
     def _per_group(self, cost: np.ndarray, opt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Least cost per (endpoint, n) over rows and the option reaching it: [E, L+1] each."""
-        best = np.full((self.E, self.L + 1), INF)
-        arg = np.zeros((self.E, self.L + 1), np.int64)
-        cols = np.arange(self.L + 1)
-        for g, idx in enumerate(self.members):
-            if len(idx):
-                sub = cost[idx]
-                j = sub.argmin(axis=0)
-                best[g] = sub[j, cols]
-                arg[g] = opt[idx[j], cols]
-        return best, arg
+        """Least cost per (endpoint, n) over rows and the option reaching it: [E, L+1] each (the first least row of
+        an endpoint; an endpoint without rows: inf, option 0)."""
+        pad = self._pad  # [E, R] the endpoint's rows, padded with the extra row len(cost) (inf, option 0)
+        cost_x = np.vstack([cost, np.full((1, cost.shape[1]), INF)])
+        opt_x = np.vstack([opt, np.zeros((1, opt.shape[1]), opt.dtype)])
+        sub = cost_x[pad]  # [E, R, L+1]
+        j = sub.argmin(axis=1)
+        best = np.take_along_axis(sub, j[:, None, :], axis=1)[:, 0, :]
+        rows = pad[np.arange(self.E)[:, None], j]  # [E, L+1]
+        return best, opt_x[rows, np.arange(cost.shape[1])[None, :]].astype(np.int64)
 
     def per_p(self, shift: float, acc: np.ndarray | None = None) -> np.ndarray:
         """Eq. N16: the last run's least path cost per stage count P (``per_first``) plus ``shift`` (the run's
@@ -257,9 +260,16 @@ class PathDP:
             if H is None:
                 F, argN = cb, np.broadcast_to(lidx, (E, L + 1)).copy()
             else:
-                tens = np.where(conv_ok[None], cb[:, None, :] + H[:, conv_idx], INF)  # [g, l, n]: n at slot k
-                argN = tens.argmin(axis=2)
-                F = np.take_along_axis(tens, argN[:, :, None], axis=2)[:, :, 0]
+                # only the layer counts some option may hold at slot k (measured: 13-18 of 81 on three types x two
+                # islands), so the min-plus convolution is [g, l, those n] instead of [g, l, L+1]
+                ns = np.flatnonzero(np.isfinite(cost).any(axis=0))
+                if len(ns) == 0:
+                    F, argN = np.full((E, L + 1), INF), np.zeros((E, L + 1), np.int64)
+                else:
+                    tens = np.where(conv_ok[None][:, :, ns], cb[:, None, ns] + H[:, conv_idx[:, ns]], INF)  # [g, l, n]
+                    j = tens.argmin(axis=2)
+                    F = np.take_along_axis(tens, j[:, :, None], axis=2)[:, :, 0]
+                    argN = ns[j]
             trace.append((argI, argN, argH))
         if not math.isfinite(best[0]):
             return None
