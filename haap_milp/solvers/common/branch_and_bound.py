@@ -339,11 +339,8 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     # eqs. N4, N5 (their state is the p2p endpoint, so mixed options, eq. H5, take part)
     light = use_dp and not pol.lp_first and LIGHT_FIRST  # eq. N17: the costlier DPs after the LP
     if use_dp and not pol.lp_first:
-        bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline,
-                                                  extras=not light)
-        if done:
-            return
-        bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, sig)
+        bound, mu, cutoff, done = _dps(problem, options, st, heap, t, v, a, b, bound, cutoff, mu, sig, name, deadline,
+                                       extras=not light)
         if done:
             return
         plo, phi = t.p_min, t.p_max
@@ -354,10 +351,7 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     # bounded is split without its model (built only for the engine)
     lp_off = use_dp and not pol.lp_first and tries == 0 and st.lp_calls >= LP_TRIAL and st.lp_wins == 0
     if lp_off and light:
-        bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
-        if done:
-            return
-        bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, sig)
+        bound, mu, cutoff, done = _dps(problem, options, st, heap, t, v, a, b, bound, cutoff, mu, sig, name, deadline)
         if done:
             return
         plo, phi, light = t.p_min, t.p_max, False
@@ -384,21 +378,10 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if closed:
             st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
             return
-        if light:  # eq. N17: the LP left the node open; now the DPs in full
-            bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
-            if done:
-                return
-            bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, sig)
-            if done:
-                return
-            if (plo, phi) != (t.p_min, t.p_max):  # (the LP above covered the wider range: the engine gets the new one)
-                plo, phi = t.p_min, t.p_max
-                lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
-        if use_dp and pol.lp_first:  # eq. N2b: the DPs only where the LP leaves the node open
-            bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline)
-            if done:
-                return
-            bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, sig)
+        # the DPs where the LP leaves the node open: in full after eq. N17's light pass, or (eq. N2b) only now
+        if light or (use_dp and pol.lp_first):
+            bound, mu, cutoff, done = _dps(problem, options, st, heap, t, v, a, b, bound, cutoff, mu, sig, name,
+                                           deadline)
             if done:
                 return
             if (plo, phi) != (t.p_min, t.p_max):  # (the LP above covered the wider range: the engine gets the new one)
@@ -420,6 +403,15 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             return
     _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
             (bound, v, a, b, tries, plo, phi, None, mu, sig), cutoff, deadline, name, solve_node, probe)
+
+
+def _dps(problem, options, st: _State, heap, t: Tables, v, a, b, bound, cutoff, mu, sig, name, deadline,
+         extras: bool = True):
+    """The stage DPs on the node, then eq. N16 on what they leave open: (bound, multipliers, cut-off, node done)."""
+    bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline, extras)
+    if not done:
+        bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, sig)
+    return bound, mu, cutoff, done
 
 
 def _stage_counts(st: _State, heap, t: Tables, per_p, bound, cutoff, v, a, b, mu, sig) -> tuple[float, bool]:
