@@ -68,6 +68,19 @@ ROWS = [
 ]
 
 
+def _cpu_name() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo; the platform's processor string elsewhere)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def run(args: list[str]) -> tuple[int, str, float]:
     t0 = time.perf_counter()
     proc = subprocess.run([EXE, *args], capture_output=True, text=True, check=False)
@@ -224,7 +237,8 @@ def main() -> int:
         for label, na, nv, published in ROWS:
             lines += row_lines(label, na, nv, published, net, args.time_limit, tmp, args.keep_plans)
     load = os.getloadavg()
-    lines.append(f"Load average at the end of the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} "
+    lines.append(f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {_cpu_name()}. "
+                 f"Load average at the end of the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} "
                  "CPUs (the solves share them; their 60 s limit is wall time).")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

@@ -220,6 +220,11 @@ class Problem:
     def num_options(self) -> int:
         return len(self.options)
 
+    @property
+    def group_island(self) -> np.ndarray:
+        """[G] the island index of each group, from the names ``type@island`` (one home for that parse)."""
+        return np.unique([g.rsplit("@", 1)[-1] for g in self.groups], return_inverse=True)[1].reshape(-1)
+
 
 @dataclass(frozen=True)
 class Stage:

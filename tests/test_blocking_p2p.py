@@ -250,3 +250,37 @@ def test_blocking_node_policy_matches_brute_force(seed, monkeypatch):
         assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s * 1.05 + tol
         assert res.bound_s <= brute.objective_s * (1 + 1e-9) + tol
     assert splits or seed in (3, 5)  # (seeds 3 and 5: the root LPs close every node before a split)
+
+
+def test_dp_heuristic_plans_over_group_tp_endpoints():
+    """The DP heuristic's segment DP covers eq. Q2's (group, tp) endpoints (core.group_links charges a boundary its
+    slowest endpoint pair): on random Q2 problems it returns a feasible plan by itself, without the beam search
+    (eq. DP6), where brute force finds one; before, every such option was left to the beam."""
+    from haap_milp.problem import violations
+    from haap_milp.solvers.dp import solve as dp_solve
+
+    found = 0
+    for seed in range(12):
+        problem = _q2(random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=4, max_options=5), seed)
+        brute = get_solver("brute")(problem, EXACT)
+        res = dp_solve(problem)
+        if brute.status != "OPTIMAL":
+            continue
+        assert res.status == "FEASIBLE" and violations(problem, res.assignment) == []
+        assert res.objective_s >= brute.objective_s * (1 - 1e-9)
+        found += "fallback" not in res.stats
+    assert found >= 8, found
+
+
+def test_group_links_charge_the_slowest_endpoint_pair():
+    from haap_milp.solvers.dp.core import group_links
+
+    class T:  # what group_links reads of the tables: use [n, G], group (endpoint) [n]
+        use = np.array([[4, 0], [8, 0], [0, 4]])
+        group = np.array([2, 3, 4])
+
+    m = np.arange(25.0).reshape(5, 5)
+    out = group_links(T, np.array([True, True, True]), m)
+    assert out.tolist() == [[m[3, 3], m[3, 4]], [m[4, 3], m[4, 4]]]
+    out = group_links(T, np.array([True, False, True]), m)  # option 1 (endpoint 3) not usable: endpoint 2 alone
+    assert out.tolist() == [[m[2, 2], m[2, 4]], [m[4, 2], m[4, 4]]]

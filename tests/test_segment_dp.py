@@ -9,6 +9,7 @@ import pathlib
 import sys
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from synthetic import random_problem, variant_nodes
@@ -37,13 +38,15 @@ def _surrogate(dp: PathDP, plan: Assignment) -> float:
 
 
 def _is_segments(problem, plan: Assignment) -> bool:
-    groups = [problem.options[s.option].group for s in plan.stages]
-    seen, last = set(), None
-    for g in groups:
-        if g != last and g in seen:
-            return False
-        seen.add(g)
-        last = g
+    """Each group one run of stages, and each island one run of groups."""
+    island = problem.group_island
+    for of in (lambda g: g, lambda g: int(island[g])):
+        seen, last = set(), None
+        for x in (of(problem.options[s.option].group) for s in plan.stages):
+            if x != last and x in seen:
+                return False
+            seen.add(x)
+            last = x
     return True
 
 
@@ -57,15 +60,33 @@ def _plans(problem, v: int, P_max: int):
                 yield Assignment(v, tuple(Stage(int(o), int(n)) for o, n in zip(combo, sizes)))
 
 
-def test_segment_dp_is_feasible_and_least_over_segment_plans():
+def _shared_islands(problem):
+    """The same problem with its groups on two islands, two or more groups each (names ``type#n@isl{n % 2}``), and
+    every link between groups as cheap as the cheapest, so that leaving an island and coming back can pay (the
+    island runs are then a real restriction)."""
+    from dataclasses import replace
+
+    names = tuple(f"{g.split('@')[0]}#{n}@isl{n % 2}" for n, g in enumerate(problem.groups))
+    variants = tuple(replace(v, p2p_time=np.full_like(np.asarray(v.p2p_time), float(np.min(v.p2p_time))))
+                     for v in problem.variants)
+    return replace(problem, groups=names, variants=variants)
+
+
+@pytest.mark.parametrize("islands", ["own", "shared"])
+def test_segment_dp_is_feasible_and_least_over_segment_plans(islands):
+    """``own``: every group its own island (random_problem's names), so any order of group segments; ``shared``:
+    four groups on two islands, so the island runs (``segment_dp._step``) bind."""
     checked = found = 0
     for seed in range(40):
-        problem = random_problem(seed, uniform=False, same_tp_first_last=False)
+        problem = random_problem(seed, uniform=False, same_tp_first_last=False,
+                                 num_groups=None if islands == "own" else 4)
+        if islands == "shared":
+            problem = _shared_islands(problem)
         for v, dp, _ in variant_nodes(problem):
             t = dp.t
-            if not segment_dp.applies(dp):
+            if not segment_dp.applies(dp, problem.group_island):
                 continue
-            plan = segment_dp.segment_plan(dp)
+            plan = segment_dp.segment_plan(dp, problem.group_island)
             best = math.inf
             for a in _plans(problem, v, min(t.p_max, problem.max_stages)):
                 if len(a.stages) < t.p_min or not _is_segments(problem, a) or violations(problem, a):

@@ -612,10 +612,12 @@ def _group_split(st: _State, dp: PathDP, a, warm, mu, cutoff, deadline: float) -
 def _segments(problem, st: _State, dp: PathDP, name: str, deadline: float) -> None:
     """Eq. LS4 on a node the DPs leave open: the least plan of contiguous group segments, offered as an incumbent.
     It stops for the rest of a search after SEG_TRIAL such nodes in a row without a better plan."""
-    if not (USE_SEGMENT_DP and st.several_types and st.seg_idle < SEG_TRIAL and segment_dp.applies(dp) and _room(st, deadline)):
+    island = problem.group_island
+    if not (USE_SEGMENT_DP and st.several_types and st.seg_idle < SEG_TRIAL and segment_dp.applies(dp, island)
+            and _room(st, deadline)):
         return
     t0 = time.perf_counter()
-    plan = segment_dp.segment_plan(dp)
+    plan = segment_dp.segment_plan(dp, island)
     st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)  # (not interruptible either: _room counts it)
     st.stats["segment_dp"] = st.stats.get("segment_dp", 0) + 1
     before = st.inc_obj

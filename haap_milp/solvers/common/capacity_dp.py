@@ -93,8 +93,7 @@ def island_blocks(problem: Problem, dp: PathDP) -> np.ndarray | None:
     """Block (island) of each p2p endpoint, from the group names ``type@island``; None when there is one block or
     an endpoint's options draw from groups of several blocks (eq. N6's case split needs one block per endpoint).
     The names only choose the split: the bound of ``island_bound`` is sound for any partition of the groups."""
-    names = [g.rsplit("@", 1)[-1] for g in problem.groups]
-    group_block = np.unique(names, return_inverse=True)[1].reshape(-1)
+    group_block = problem.group_island
     if group_block.max(initial=0) == 0:
         return None
     out = np.full(dp.E, -1)
@@ -138,7 +137,7 @@ def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray, mu:
     pays at least the least path with cross-block links priced 0 and every group's GPUs pooled, plus c_x. The
     node's bound is the least of the cases (inf: none has a path). Returns (bound, plans that fit)."""
     G, cap = dp.G, dp.cap
-    group_block = np.unique([g.rsplit("@", 1)[-1] for g in problem.groups], return_inverse=True)[1].reshape(-1)
+    group_block = problem.group_island
     keep = keep_multipliers(dp)  # eq. N13b: every group keeps its multiplier (else only the budget row)
     mu0 = np.maximum(mu, 0.0) if keep else np.where(np.arange(len(cap)) < G, 0.0, np.maximum(mu, 0.0))
     cases, plans = [], []

@@ -26,7 +26,7 @@ from haap_milp.problem import Assignment, Stage
 from haap_milp.solvers.common.stage_dp import INF, PathDP
 
 RMAX = 96  # most units per group in the state
-MAX_GROUPS = 4  # (set, group) states grow as G 2^(G-1)
+MAX_GROUPS = 4  # groups per island: (set, group) states grow as G 2^(G-1) per island
 
 
 def _own_rows(dp: PathDP) -> list[np.ndarray]:
@@ -38,13 +38,16 @@ def _own_rows(dp: PathDP) -> list[np.ndarray]:
     return [np.flatnonzero(single & (owner == g) & (dp.row_group == g)) for g in range(dp.G)]
 
 
-def applies(dp: PathDP) -> bool:
-    """At least two groups with stages of their own, and at most MAX_GROUPS groups."""
-    return dp.G <= MAX_GROUPS and sum(len(r) > 0 for r in _own_rows(dp)) >= 2
+def applies(dp: PathDP, island: np.ndarray) -> bool:
+    """At least two groups with stages of their own, and at most MAX_GROUPS groups on any island (``island`` [G]:
+    each group's island, ``Problem.group_island``)."""
+    return np.bincount(island).max() <= MAX_GROUPS and sum(len(r) > 0 for r in _own_rows(dp)) >= 2
 
 
-def segment_plan(dp: PathDP) -> Assignment | None:
-    """The least path of contiguous group segments over the node (None: none), as a plan."""
+def segment_plan(dp: PathDP, island: np.ndarray) -> Assignment | None:
+    """The least path of contiguous group segments over the node (None: none), as a plan; the groups of an island
+    form one run of segments (the pipeline enters each island once), so the state keeps the groups placed on the
+    current island and the islands left behind: ``_step``."""
     G, K = dp.G, dp.k_max
     rows_of = _own_rows(dp)
     unit = []
@@ -58,10 +61,10 @@ def segment_plan(dp: PathDP) -> Assignment | None:
     best = (INF, None)
     for k in range(1, K + 1):
         if k >= dp.p_first and k in dp.first:
-            best = min(best, _close_first(dp, states, dp.first[k][0], rows_of, unit, k), key=lambda x: x[0])
+            best = min(best, _close_first(dp, states, dp.first[k][0], rows_of, unit, k, island), key=lambda x: x[0])
         if k >= K or k not in dp.nonfirst:
             break
-        states, back = _advance(dp, states, dp.nonfirst[k][0], rows_of, unit, k == 1)
+        states, back = _advance(dp, states, dp.nonfirst[k][0], rows_of, unit, k == 1, island)
         trace.append(back)
         if not states:
             break
@@ -82,16 +85,29 @@ def _units_up(d: np.ndarray, cap: int) -> tuple[np.ndarray, int]:
     return np.where(d % q == 0, d // q, R + 1), R
 
 
-def _sources(dp: PathDP, states: dict, g: int, start: bool):
-    """Where a stage of group g at the current slot may follow from: (earlier key, F, link, stay)."""
+def _sources(dp: PathDP, states: dict, g: int, start: bool, island: np.ndarray):
+    """Where a stage of group g at the current slot may follow from: (earlier key, F, link, stay, new key)."""
     if start:
-        yield None, None, 0.0, False
+        yield None, None, 0.0, False, (1 << g, g)
         return
     for (mask, h), F in states.items():
-        if h == g:
-            yield (mask, h), F, dp.link[g, g], True
-        elif not mask >> g & 1:
-            yield (mask, h), F, dp.link[g, h], False
+        new = _step(dp.G, island, mask, h, g)
+        if new is not None:
+            yield (mask, h), F, dp.link[g, h], h == g, (new, g)
+
+
+def _step(G: int, island: np.ndarray, mask: int, h: int, g: int) -> int | None:
+    """The state's set after a stage of group g follows one of group h (None: not a segment plan). The set holds
+    bit g for each group placed on the current island and bit G + i for each island i left behind: leaving an
+    island forgets its groups (no later stage may come back to it), so on I islands of G/I groups there are
+    I 2^(G/I) sets where G groups on one island have 2^G."""
+    if g == h:
+        return mask
+    if island[g] == island[h]:
+        return None if mask >> g & 1 else mask | 1 << g
+    if mask >> (G + int(island[g])) & 1:
+        return None
+    return (mask >> G << G) | 1 << (G + int(island[h])) | 1 << g
 
 
 def _later(F, link, w: np.ndarray, R: int, stay: bool, L: int):
@@ -117,7 +133,7 @@ def _prefix_arg(F: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(idx, axis=1)
 
 
-def _close_first(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, k: int):
+def _close_first(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, k: int, island: np.ndarray):
     """(least total, where) with the pipeline's first stage at slot k."""
     L = dp.L
     best = (INF, None)
@@ -126,7 +142,7 @@ def _close_first(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, k: i
         rows = rows_of[g]
         if not len(rows):
             continue
-        for prev, F, link, stay in _sources(dp, states, g, k == 1):
+        for prev, F, link, stay, _ in _sources(dp, states, g, k == 1, island):
             if not math.isfinite(link):
                 continue
             if F is None and k != 1:
@@ -145,7 +161,7 @@ def _close_first(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, k: i
     return best
 
 
-def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: bool):
+def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: bool, island: np.ndarray):
     """One non-first slot: the new states and, per state, (src [L+1, R+1], candidates (earlier key, n, row, r_prev))."""
     L = dp.L
     new, back = {}, {}
@@ -157,10 +173,9 @@ def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: b
         rows = rows_of[g]
         if not len(rows):
             continue
-        for prev, F, link, stay in _sources(dp, states, g, start):
+        for prev, F, link, stay, key in _sources(dp, states, g, start, island):
             if not math.isfinite(link):
                 continue
-            key = ((0 if prev is None else prev[0]) | 1 << g, g)
             later = _later(F, link, w, R, stay, L)
             if key not in new:
                 new[key] = np.full((L + 1, R + 1), INF)

@@ -29,7 +29,7 @@ from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.polish import Polish, polish
-from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, option_classes, split
+from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, group_links, option_classes, owners, split
 from haap_milp.solvers.dp.fallback import TIME_LIMIT_S, beam_search
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def _cross_charge(problem: Problem, t: Tables, best: float, rest_lb: float) -> n
     islands (group names ``type@island``) the second pass charges a link between two islands ``CROSS_SHARE`` of its
     time when a plan across it can beat ``best`` (eq. DP5's window: (M - 1) c/2 + rest_lb < best, tau >= c/2); with
     no such link there is no second pass. The plans are scored by ``evaluate`` either way."""
-    blocks = np.unique([g.rsplit("@", 1)[-1] for g in problem.groups], return_inverse=True)[1].reshape(-1)
+    blocks = problem.group_island
     if blocks.max(initial=0) == 0 or CROSS_SHARE >= 1:
         return None
     own = np.full(t.p2p.shape[0], -1)
@@ -216,9 +216,9 @@ def _cross_charge(problem: Problem, t: Tables, best: float, rest_lb: float) -> n
 
 def _restrictions(problem: Problem, t: Tables) -> list[Restriction]:
     """U1: one run per (tp, dp, recompute) signature; U2: one run per tp of the pipeline ends."""
-    # mixed options (eq. H1) span groups and eq. Q2's (group, tp) endpoints are not groups: outside the
-    # group-segment DP, which indexes GPU capacities and links by the endpoint (beam search covers them)
-    every = ((t.use > 0).sum(axis=1) == 1) & (t.group < len(problem.groups))
+    # mixed options (eq. H1) span groups: outside the group-segment DP (beam search covers them); eq. Q2's (group, tp)
+    # endpoints are in, their links charged by group (core.group_links)
+    every = owners(t) >= 0
     if problem.uniform:
         return [Restriction((t.sig == s) & every, (t.sig == s) & every) for s in np.unique(t.sig)]
     if problem.same_tp_first_last:
@@ -238,16 +238,17 @@ def _candidates(t: Tables, r: Restriction) -> np.ndarray:
     return np.unique(np.concatenate([(base[None, :] + links[:, None]).ravel(), t.p2p.ravel() / 2]))
 
 
-def _feasible(problem: Problem, t: Tables, r: Restriction, cls, tau: float, charge=None) -> dict:
+def _feasible(problem: Problem, t: Tables, r: Restriction, cls, tau: float, charge: np.ndarray) -> dict:
     return coverage(t, cls, CapCache(t, r), problem.group_capacity, tau, MAX_SEGMENTS, charge)
 
 
 def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float, charge=None):
     """Best (objective, assignment) of one variant and restriction, and the number of splits; ``charge``: the
-    links' budget charges (eq. DP8b; default their times, eq. DP1)."""
+    links' budget charges by endpoint (eq. DP8b; default their times, eq. DP1), charged by group (``group_links``)."""
     cls = option_classes(t, r)
     if not len(cls.members):
         return None, 0
+    charge = group_links(t, r.every, t.p2p if charge is None else charge)
     cand = _candidates(t, r)
     if not cand.size or not _feasible(problem, t, r, cls, float(cand[-1]), charge):
         return None, 0
@@ -271,7 +272,7 @@ def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float, charge
     return best, splits_total
 
 
-def _try_tau(problem: Problem, t: Tables, r: Restriction, cls, tau: float, best, charge=None):
+def _try_tau(problem: Problem, t: Tables, r: Restriction, cls, tau: float, best, charge: np.ndarray):
     caps_at = CapCache(t, r)
     structures = coverage(t, cls, caps_at, problem.group_capacity, tau, MAX_SEGMENTS, charge)
     ps = sorted(structures)

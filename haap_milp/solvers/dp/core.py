@@ -7,8 +7,9 @@
   2022, sec. 5.2, with each stage's budget reduced by its link so that the in-flight term of
   eq. T2 stays within tau).
 
-Both take ``charge`` ([E, E], default ``t.p2p``): what a stage's outgoing link takes of its budget (eq. DP8b
-charges a link between islands less than its time; the plans are scored by ``evaluate`` either way).
+Both take ``charge`` ([G, G] by GPU group, ``group_links`` of ``t.p2p`` or of eq. DP8b's charges): what a stage's
+outgoing link takes of its budget (eq. DP8b charges a link between islands less than its time; the plans are scored
+by ``evaluate`` either way).
 """
 
 from __future__ import annotations
@@ -54,9 +55,34 @@ class Classes:
     members: list  # [C] arrays of local option indices
 
 
+def owners(t: Tables) -> np.ndarray:
+    """[n] the GPU group each option draws from, -1 for a mixed option (eq. H1, several groups). An option's p2p
+    endpoint (``t.group``) is its group, or under eq. Q2 its own (group, tp) row: the DP's segments are GPU
+    groups either way."""
+    use = t.use > 0
+    return np.where(use.sum(axis=1) == 1, use.argmax(axis=1), -1)
+
+
+def group_links(t: Tables, every: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """[G, G] per pair of GPU groups the largest of ``m`` ([E, E] s per micro-batch, by endpoint) between the
+    endpoints of their options in ``every``: the DP charges a boundary by its groups alone (eqs. DP1, DP2), so
+    under eq. Q2, where a stage's link depends on the tp of both ends, it charges the slowest pair. That can only
+    shrink a stage's budget: the plans stay feasible (and are scored by ``evaluate`` on their own links)."""
+    own = owners(t)
+    G = t.use.shape[1]
+    out = np.zeros((G, G))
+    ends = [np.unique(t.group[every & (own == g)]) for g in range(G)]
+    for g in range(G):
+        for h in range(G):
+            if len(ends[g]) and len(ends[h]):
+                out[g, h] = m[np.ix_(ends[g], ends[h])].max()
+    return out
+
+
 def option_classes(t: Tables, r: Restriction) -> Classes:
-    keys = sorted({(int(g), int(d)) for g, d, ok in zip(t.group, t.gpus, r.every) if ok})
-    members = [np.flatnonzero((t.group == g) & (t.gpus == d) & r.every) for g, d in keys]
+    own = owners(t)
+    keys = sorted({(int(g), int(d)) for g, d, ok in zip(own, t.gpus, r.every) if ok})
+    members = [np.flatnonzero((own == g) & (t.gpus == d) & r.every) for g, d in keys]
     return Classes(np.array([g for g, _ in keys], np.int64), np.array([d for _, d in keys], np.int64), members)
 
 
@@ -73,108 +99,131 @@ class CapCache:
         return self.cache[key]
 
 
-def _segments(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, g: int, link: float):
-    """For group g whose bottom slot sends to the next stage over ``link`` (0 at slot 1):
+def _segments(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, g: int, link: float, inner: float):
+    """For group g whose bottom slot sends to the next stage over ``link`` (0 at slot 1), and its stages to each
+    other over ``inner``:
     seg[s, e] most layers of a segment on slots s+1..e (non-final), segf[s, e] the same with
     slot e the first stage, arg/argf the class used. Every slot's budget is tau less its
     outgoing link (eq. DP1), so the in-flight term of eq. T2 stays within tau (eq. DP2)."""
     K = t.K
-    seg = np.full((K + 1, K + 1), NEG, np.int64)
-    segf = np.full((K + 1, K + 1), NEG, np.int64)
-    arg = np.full((K + 1, K + 1), -1, np.int64)
-    argf = np.full((K + 1, K + 1), -1, np.int64)
+    cs = np.flatnonzero(cls.group == g)
+    if not len(cs):
+        none = np.full((K + 1, K + 1), NEG, np.int64)
+        return none, none.copy(), np.full_like(none, -1), np.full_like(none, -1)
     s_idx, e_idx = np.meshgrid(np.arange(K + 1), np.arange(K + 1), indexing="ij")
     span = e_idx - s_idx
-    h_in, hf_in = caps_at(tau - t.p2p[g, g])
+    h_in, hf_in = caps_at(tau - inner)
     h_bo, hf_bo = caps_at(tau - link)
     s_c = np.minimum(s_idx, K - 1)
-    for c in np.flatnonzero(cls.group == g):
-        mem, d = cls.members[c], int(cls.gpus[c])
-        A, Af = h_in[:, mem].max(axis=1), hf_in[:, mem].max(axis=1)  # [K] best per slot
-        B, Bf = h_bo[:, mem].max(axis=1), hf_bo[:, mem].max(axis=1)
-        pre = np.concatenate([[0], np.cumsum(A)])
-        zer = np.concatenate([[0], np.cumsum(A < 1)])
-        ok = (span >= 1) & (span * d <= gpu_caps[g]) & (s_idx < K)
-        lo = np.minimum(s_idx + 1, K)
-        mid_ok = zer[np.maximum(e_idx, lo)] - zer[lo] == 0
-        val = np.where(ok & (B[s_c] >= 1) & mid_ok, B[s_c] + pre[np.maximum(e_idx, lo)] - pre[lo], NEG)
-        better = val > seg
-        seg, arg = np.where(better, val, seg), np.where(better, c, arg)
-        top = np.maximum(e_idx - 1, lo)
-        inner_ok = zer[top] - zer[lo] == 0
-        two = B[s_c] + pre[top] - pre[lo] + Af[np.clip(e_idx - 1, 0, K - 1)]
-        valf = np.where(span == 1, np.where(Bf[s_c] >= 1, Bf[s_c], NEG),
-                        np.where((B[s_c] >= 1) & inner_ok & (Af[np.clip(e_idx - 1, 0, K - 1)] >= 1), two, NEG))
-        valf = np.where(ok, valf, NEG)
-        better = valf > segf
-        segf, argf = np.where(better, valf, segf), np.where(better, c, argf)
+    # per class c of the group (axis 0) and slot: the most layers its best member holds, [C, K]
+    A, Af, B, Bf = (np.stack([h[:, cls.members[c]].max(axis=1) for c in cs]) for h in (h_in, hf_in, h_bo, hf_bo))
+    d = cls.gpus[cs][:, None, None]
+    pre = np.concatenate([np.zeros((len(cs), 1), np.int64), np.cumsum(A, axis=1)], axis=1)  # [C, K+1]
+    zer = np.concatenate([np.zeros((len(cs), 1), np.int64), np.cumsum(A < 1, axis=1)], axis=1)
+    ok = (span >= 1) & (span * d <= gpu_caps[g]) & (s_idx < K)  # [C, K+1, K+1]
+    lo = np.minimum(s_idx + 1, K)
+    hi = np.maximum(e_idx, lo)
+    Bs, Bfs = B[:, s_c], Bf[:, s_c]
+    val = np.where(ok & (Bs >= 1) & (zer[:, hi] - zer[:, lo] == 0), Bs + pre[:, hi] - pre[:, lo], NEG)
+    top = np.maximum(e_idx - 1, lo)
+    Afe = Af[:, np.clip(e_idx - 1, 0, K - 1)]
+    two = Bs + pre[:, top] - pre[:, lo] + Afe
+    valf = np.where(span == 1, np.where(Bfs >= 1, Bfs, NEG),
+                    np.where((Bs >= 1) & (zer[:, top] - zer[:, lo] == 0) & (Afe >= 1), two, NEG))
+    valf = np.where(ok, valf, NEG)
+    seg, segf = val.max(axis=0), valf.max(axis=0)  # the first class reaching the most (one at a time: strict >)
+    arg = np.where(seg > NEG, cs[val.argmax(axis=0)], -1)
+    argf = np.where(segf > NEG, cs[valf.argmax(axis=0)], -1)
     return seg, segf, arg, argf
 
 
 def coverage(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, max_segments: int,
-             charge: np.ndarray | None = None) -> dict:
+             charge: np.ndarray) -> dict:
     """Best structure per stage count P: {P: (layers, [(group, class, s, e), ...] from slot 1 up)}.
     GPU groups form contiguous segments in any order (eq. DP3): a DP over (set of groups used,
-    group of the topmost segment) with back pointers. ``charge``: the links' budget charges (module doc)."""
+    group of the topmost segment) with back pointers. ``charge``: the links' budget charges (module doc).
+    One level (segment count) at a time, every state and group together (``_level``); ties go to the earlier state
+    and the lower group, as one pair at a time in that order would."""
     memo: dict = {}
-    charge = t.p2p if charge is None else charge
 
     def segs(g, last):
         link = 0.0 if last < 0 else float(charge[g, last])
         if (g, link) not in memo:
-            memo[g, link] = _segments(t, cls, caps_at, gpu_caps, tau, g, link)
+            memo[g, link] = _segments(t, cls, caps_at, gpu_caps, tau, g, link, float(charge[g, g]))
         return memo[g, link]
 
     groups = sorted({int(g) for g in cls.group})
-    init = np.full(t.K + 1, NEG, np.int64)
+    K1 = t.K + 1
+    init = np.full(K1, NEG, np.int64)
     init[0] = 0
-    states = {(0, -1): (init, None, None)}  # (set bits, last) -> (F, prev key per e, s per e)
-    frontier = [(0, -1)]
-    best: dict = {}
+    keys = [(0, -1)]  # state id -> (set bits, last)
+    states = {(0, -1): (init, None, None)}  # (set bits, last) -> (F, prev state id per e, s per e)
+    frontier = [0]
+    best_val, best_at = np.full(K1, NEG, np.int64), [None] * K1  # per P: layers, (state, group, s)
     for _ in range(min(max_segments, len(groups))):
-        nxt: dict = {}
-        for key in frontier:
-            F = states[key][0]
-            used, last = key
-            for g in groups:
-                if used >> g & 1:
-                    continue
-                seg, segf, _, _ = segs(g, last)
-                tot = F[:, None] + segf
-                val, s_at = tot.max(axis=0), tot.argmax(axis=0)
-                for e in np.flatnonzero((val >= t.L) & (np.arange(t.K + 1) <= t.L)):
-                    if e not in best or val[e] > best[e][0]:
-                        best[int(e)] = (int(val[e]), key, g, int(s_at[e]))
-                tot = F[:, None] + seg
-                val, s_at = tot.max(axis=0), tot.argmax(axis=0)
-                nk = (used | 1 << g, g)
-                if nk not in nxt:
-                    nxt[nk] = (np.full(t.K + 1, NEG, np.int64), [None] * (t.K + 1), np.zeros(t.K + 1, np.int64))
-                F2, prev, s2 = nxt[nk]
-                for e in np.flatnonzero(val > F2):
-                    F2[e], prev[e], s2[e] = val[e], key, s_at[e]
-        states.update(nxt)
-        frontier = [k for k, v in nxt.items() if (v[0] > NEG // 2).any()]
+        if not frontier:
+            break
+        si, gi, (valf, sf), (val, sv) = _level(t, [keys[i] for i in frontier], [states[keys[i]][0] for i in frontier],
+                                               groups, segs)
+        cand = np.where((valf >= t.L) & (np.arange(K1) <= t.L), valf, NEG)  # [pairs, K+1]
+        pick = cand.argmax(axis=0)  # the first pair reaching the most
+        top = cand[pick, np.arange(K1)]
+        for e in np.flatnonzero(top > best_val):
+            r = int(pick[e])
+            best_val[e], best_at[e] = top[e], (keys[frontier[si[r]]], groups[gi[r]], int(sf[r, e]))
+        order: dict = {}
+        for r, (a, b) in enumerate(zip(si.tolist(), gi.tolist())):
+            order.setdefault((keys[frontier[a]][0] | 1 << groups[b], groups[b]), []).append(r)
+        nxt = []
+        for nk, rows in order.items():
+            j = val[rows].argmax(axis=0)  # rows in processing order: the first one reaching the most
+            at = np.asarray(rows)[j]
+            F2 = np.maximum(val[at, np.arange(K1)], NEG)
+            states[nk] = (F2, np.asarray(frontier, np.int64)[si[at]], sv[at, np.arange(K1)])
+            keys.append(nk)
+            if (F2 > NEG // 2).any():
+                nxt.append(len(keys) - 1)
+        frontier = nxt
     out = {}
-    for p, (val, key, g, s) in best.items():
+    for p in np.flatnonzero(best_val > NEG).tolist():
+        key, g, s = best_at[p]
         structure = [(g, int(segs(g, key[1])[3][s, p]), s, p)]
         e = s
         while key != (0, -1):
             _, prev, s_arr = states[key]
             s_prev = int(s_arr[e])
-            pkey = prev[e]
+            pkey = keys[int(prev[e])]
             structure.append((key[1], int(segs(key[1], pkey[1])[2][s_prev, e]), s_prev, e))
             key, e = pkey, s_prev
-        out[p] = (val, structure[::-1])
+        out[p] = (int(best_val[p]), structure[::-1])
     return out
 
 
-def split(t: Tables, cls: Classes, structure, caps_at: CapCache, tau: float, charge: np.ndarray | None = None):
+def _level(t: Tables, keys: list, Fs: list, groups: list, segs):
+    """One segment more on each state (set bits, last) with layers F [K+1] on slots 1..s, for each group g not in its
+    set: the most layers up to slot e with g's segment on slots s+1..e, and the first s reaching it. Returns the pairs
+    (state index [pairs], group index [pairs], state-major) and, per pair, ([pairs, K+1] layers, [pairs, K+1] s) for
+    a final segment (``segf``) and a non-final one. Int32 with s innermost: the reduction runs over contiguous
+    memory (the sums stay >= 2 NEG)."""
+    F = np.stack(Fs).astype(np.int32)  # [S, K+1]
+    ok = np.array([[not used >> g & 1 for g in groups] for used, _ in keys])
+    si, gi = np.nonzero(ok)
+    lasts = sorted({last for _, last in keys})
+    li = np.searchsorted(lasts, [last for _, last in keys])
+    blank = np.full((t.K + 1, t.K + 1), NEG, np.int32)
+    out = []
+    for part in (1, 0):  # segf, then seg; SEG [last, group, e, s]
+        SEG = np.stack([np.stack([segs(g, last)[part].T if g != last else blank for g in groups]) for last in lasts])
+        tot = F[si][:, None, :] + SEG.astype(np.int32)[li[si], gi]  # [pairs, e, s]
+        out.append((tot.max(axis=2).astype(np.int64), tot.argmax(axis=2)))
+    return si, gi, out[0], out[1]
+
+
+def split(t: Tables, cls: Classes, structure, caps_at: CapCache, tau: float, charge: np.ndarray):
     """Eq. DP4: min sum_j t_j with t_j + (outgoing link) <= tau for the given slots ->
     [(local option, n)] from slot 1 up, or None. ``structure``: [(group, class, s, e)] from
     slot 1 up; the top slot is the first stage. ``charge``: the links' budget charges (module doc)."""
     L = t.L
-    charge = t.p2p if charge is None else charge
     lt, ft, xt = t.coef["layer_time"], t.coef["first_time"], t.coef["last_time"]
     P = structure[-1][3]
     group_of = {}
@@ -213,4 +262,5 @@ def split(t: Tables, cls: Classes, structure, caps_at: CapCache, tau: float, cha
     return out[::-1]  # slot 1 first
 
 
-__all__ = ["CapCache", "Classes", "Restriction", "coverage", "option_classes", "split", "stage_caps"]
+__all__ = ["CapCache", "Classes", "Restriction", "coverage", "group_links", "option_classes", "owners", "split",
+           "stage_caps"]

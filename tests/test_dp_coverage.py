@@ -1,0 +1,90 @@
+"""Eq. DP3 (solvers/dp/core.py ``coverage``): per stage count P, the most layers a structure of contiguous group
+segments holds within tau, against brute force over every structure (group order, one class per segment, slots per
+segment) on small instances. The brute force prices each slot from ``stage_caps`` directly (eqs. DP1, DP2): a
+segment's bottom slot has tau less the link to the segment below (0 at slot 1), its other slots tau less the link
+inside the group, the pipeline's first stage its first-stage caps; every slot holds at least one layer and a
+segment's stages fit the group's GPUs."""
+
+from __future__ import annotations
+
+import itertools
+import pathlib
+import sys
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from synthetic import random_problem
+
+from haap_milp.solvers.common import build_tables
+from haap_milp.solvers.dp import _candidates, _restrictions
+from haap_milp.solvers.dp.core import CapCache, coverage, group_links, option_classes, stage_caps
+
+NEG = -(10**9)
+
+
+def _segment_layers(t, r, cls, c, s, e, tau, below, inner, final):
+    """Layers class c holds on slots s+1..e (NEG where a slot holds none)."""
+    mem = cls.members[c]
+    total = 0
+    for k in range(s + 1, e + 1):
+        h, hf = stage_caps(t, tau - (below if k == s + 1 else inner), r)
+        got = int((hf if final and k == e else h)[k - 1, mem].max())
+        if got < 1:
+            return NEG
+        total += got
+    return total
+
+
+def _brute(t, r, cls, caps, tau, charge, max_segments):
+    """{P: most layers} over every structure (the P where it reaches L)."""
+    groups = sorted({int(g) for g in cls.group})
+    best: dict = {}
+    for n in range(1, min(max_segments, len(groups)) + 1):
+        for order in itertools.permutations(groups, n):
+            choices = [np.flatnonzero(cls.group == g).tolist() for g in order]
+            for classes in itertools.product(*choices):
+                for spans in itertools.product(range(1, t.K + 1), repeat=n):
+                    if sum(spans) > t.K or any(sp * int(cls.gpus[c]) > caps[g]
+                                               for sp, c, g in zip(spans, classes, order)):
+                        continue
+                    total, s = 0, 0
+                    for i, (g, c, sp) in enumerate(zip(order, classes, spans)):
+                        below = 0.0 if i == 0 else float(charge[g, order[i - 1]])
+                        got = _segment_layers(t, r, cls, c, s, s + sp, tau, below, float(charge[g, g]), i == n - 1)
+                        total = NEG if got == NEG else total + got
+                        s += sp
+                    P = s
+                    if total >= t.L and P <= t.L:
+                        best[P] = max(best.get(P, NEG), total)
+    return best
+
+
+def test_coverage_is_the_most_layers_per_stage_count():
+    checked = reached = 0
+    for seed in range(40):
+        problem = random_problem(seed, max_stages=int(seed % 3) + 2, max_options=5)
+        for v in range(len(problem.variants)):
+            t = build_tables(problem, v)
+            if t.p_min == 0:
+                continue
+            for r in _restrictions(problem, t):
+                cls = option_classes(t, r)
+                if not len(cls.members):
+                    continue
+                charge = group_links(t, r.every, t.p2p)
+                cand = _candidates(t, r)
+                for tau in cand[np.linspace(0, len(cand) - 1, 5).astype(int)].tolist():
+                    got = coverage(t, cls, CapCache(t, r), problem.group_capacity, tau, 6, charge)
+                    want = _brute(t, r, cls, problem.group_capacity, tau, charge, 6)
+                    assert {p: v_ for p, (v_, _) in got.items()} == want, (seed, v, tau)
+                    for p, (layers, structure) in got.items():  # the structure returned holds what it claims
+                        total = 0
+                        for i, (g, c, s, e) in enumerate(structure):
+                            below = 0.0 if i == 0 else float(charge[g, structure[i - 1][0]])
+                            total += _segment_layers(t, r, cls, c, s, e, tau, below, float(charge[g, g]),
+                                                     i == len(structure) - 1)
+                        assert total == layers and structure[-1][3] == p, (seed, v, tau, p)
+                    checked += 1
+                    reached += bool(want)
+    assert checked >= 100 and reached >= 30, (checked, reached)
