@@ -21,6 +21,7 @@ import math
 from functools import reduce
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from haap_milp.problem import Assignment, Stage
 from haap_milp.solvers.common.stage_dp import INF, PathDP
@@ -173,6 +174,7 @@ def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: b
         rows = rows_of[g]
         if not len(rows):
             continue
+        sizes = _stage_rows(cost, rows, w, R, lidx)
         for prev, F, link, stay, key in _sources(dp, states, g, start, island):
             if not math.isfinite(link):
                 continue
@@ -181,19 +183,13 @@ def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: b
                 new[key] = np.full((L + 1, R + 1), INF)
                 back[key] = (np.full((L + 1, R + 1), -1), [])
             Fk, (src, cands) = new[key], back[key]
-            for wv in np.unique(w).tolist():
-                if wv > R:
-                    continue
-                sel = rows[w == wv]
-                j = cost[sel].argmin(axis=0)
-                best_n = cost[sel][j, lidx]  # [L+1]
+            V = _shifted(F, L) if stay else None
+            for wv, sel, j, best_n, ns in sizes:
                 if stay:
-                    ns = np.flatnonzero(np.isfinite(best_n))
-                    if not len(ns):
-                        continue
-                    tot = np.where(ok[:, ns, None], best_n[ns][None, :, None] + F[mm[:, ns], : R + 1 - wv] + link, INF)
-                    jn = ns[tot.argmin(axis=1)]  # [l, r']: layers of the stage
-                    val = np.take_along_axis(tot, np.searchsorted(ns, jn)[:, None, :], axis=1)[:, 0, :]
+                    tot = V[:, : R + 1 - wv, ns] + best_n[ns] + link  # [l, r', n]
+                    at = tot.argmin(axis=2)  # the fewest layers reaching the least
+                    jn = ns[at]  # [l, r']: layers of the stage
+                    val = np.take_along_axis(tot, at[:, :, None], axis=2)[:, :, 0]
                     tgt = Fk[:, wv:]
                     better = val < tgt
                     if better.any():
@@ -214,6 +210,29 @@ def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: b
                         src[better, wv] = ci
     keep = {key: F for key, F in new.items() if np.isfinite(F).any()}
     return keep, {key: back[key] for key in keep}
+
+
+def _stage_rows(cost: np.ndarray, rows: np.ndarray, w: np.ndarray, R: int, lidx: np.ndarray) -> list:
+    """Per unit value wv of the group's stages (those within R): (wv, its rows, [L+1] the row of least cost per layer
+    count, [L+1] that cost, the layer counts it can hold); the same for every state the slot extends."""
+    out = []
+    for wv in np.unique(w).tolist():
+        if wv > R:
+            continue
+        sel = rows[w == wv]
+        j = cost[sel].argmin(axis=0)
+        best_n = cost[sel][j, lidx]
+        ns = np.flatnonzero(np.isfinite(best_n))
+        if len(ns):
+            out.append((wv, sel, j, best_n, ns))
+    return out
+
+
+def _shifted(F: np.ndarray, L: int) -> np.ndarray:
+    """[l, r, n] = F[l - n, r], inf for n > l: a view of F stacked under L + 1 rows of inf (no copy), so a stage of n
+    layers on top of the later part F is one gather over n."""
+    pad = np.vstack([np.full((L + 1, F.shape[1]), INF), F])  # pad[L + 1 + i] = F[i]
+    return sliding_window_view(pad[::-1], L + 1, axis=0)[: L + 1][::-1]
 
 
 def _backtrack(dp: PathDP, at, trace, rows_of, unit) -> Assignment | None:
