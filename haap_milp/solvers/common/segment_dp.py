@@ -42,7 +42,7 @@ def _own_rows(dp: PathDP) -> list[np.ndarray]:
 def applies(dp: PathDP, island: np.ndarray) -> bool:
     """At least two groups with stages of their own, and at most MAX_GROUPS groups on any island (``island`` [G]:
     each group's island, ``Problem.group_island``)."""
-    return np.bincount(island).max() <= MAX_GROUPS and sum(len(r) > 0 for r in _own_rows(dp)) >= 2
+    return np.bincount(island, minlength=1).max() <= MAX_GROUPS and sum(len(r) > 0 for r in _own_rows(dp)) >= 2
 
 
 def segment_plan(dp: PathDP, island: np.ndarray) -> Assignment | None:
