@@ -174,3 +174,23 @@ def test_polish_returns_an_infeasible_plan_unevaluated():
     run = Polish(problem, bad)
     run.step(10)
     assert run.done and run.best is bad and run.tried == 0
+
+
+def test_the_plain_search_stops_past_the_best_micro_batch():
+    """Eq. DP8g: with one plain variant per micro-batch, ascending, the DP stops at a variant whose plan is slower
+    than the one before it and more than STOP_RISE above the best; not while plans still fall, not within
+    STOP_RISE of the best, and never when the micro-batches do not ascend."""
+    from types import SimpleNamespace
+
+    from haap_milp.solvers import dp
+
+    def problem(batches):
+        return SimpleNamespace(variants=[SimpleNamespace(samples_per_microbatch=b) for b in batches])
+
+    p = problem([1, 2, 4, 8])
+    best = (10.0, None)
+    assert dp._past_the_best(p, [0, 1, 2, 3], {0: (12.0,), 1: (10.0,), 2: (11.5,)}, 2, best)
+    assert not dp._past_the_best(p, [0, 1, 2, 3], {0: (12.0,), 1: (10.0,), 2: (10.5,)}, 2, best)  # within 10 %
+    assert not dp._past_the_best(p, [0, 1, 2, 3], {0: (14.0,), 1: (12.0,)}, 1, best)  # still falling
+    assert not dp._past_the_best(p, [0, 1, 2, 3], {0: (10.0,)}, 0, best)  # the first variant
+    assert not dp._past_the_best(problem([1, 2, 2, 4]), [0, 1, 2, 3], {0: (10.0,), 1: (12.0,)}, 1, best)

@@ -49,6 +49,9 @@ CROSS_SHARE = 0.25
 # 10,000-candidate budget (15.263 -> 15.148 s) before variant 4's (15.463 -> 14.714 s) starts; in turn, 14.714 s is
 # reached after 10,250 candidates instead of ~14,000, and the best after N candidates is never worse from N = 4,000 on
 POLISH_CHUNK = 250
+# eq. DP8g: the plain variants' search stops past the best micro-batch, once a variant's plan is slower than the one
+# before it and this share above the best (None: never)
+STOP_RISE = 0.10
 
 
 def solve(problem: Problem, options=None, hint: Assignment | None = None) -> RawResult:
@@ -58,7 +61,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
     dl = current()  # past it (or interrupted) with a plan in hand: stop and return the best so far
     best: tuple[float, Assignment] | None = None
     tried = skipped = 0
-    stopped = False
+    stopped = rose = False
     bounds = []
     plain = [v for v in range(len(problem.variants)) if problem.variants[v].vpp == 1]
     copies = [v for v in range(len(problem.variants)) if problem.variants[v].vpp != 1]
@@ -103,7 +106,12 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                         found[v] = got
                     if got is not None and (best is None or got[0] < best[0]):
                         best = got
+            if phase is plain and _past_the_best(problem, plain, found, v, best):
+                rose = True
+                break
     stats = {"splits": tried, "variants_skipped_by_bound": skipped}
+    if rose:
+        stats["stopped"] = "past the best micro-batch (eq. DP8g)"
     if stopped:
         stats["stopped"] = "interrupted" if dl.interrupted else "deadline"
     if best is None and any(math.isfinite(b.total_s) for b in bounds):
@@ -129,6 +137,19 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
     a = canonical(problem, build_tables(problem, a.variant), a)
     return RawResult("FEASIBLE", "dp", assignment=a, objective_s=evaluate(problem, a), bound_s=None,
                      wall_time_s=wall, stats=stats)
+
+
+def _past_the_best(problem: Problem, plain: list[int], found: dict, v: int, best) -> bool:
+    """Eq. DP8g: the plain variants, one per micro-batch in ascending order, stop once a variant's DP plan is both
+    slower than the previous variant's and more than ``STOP_RISE`` above the best: past the best micro-batch the bubble
+    only grows. Only the warm start's search stops (the exact search still bounds every variant)."""
+    if STOP_RISE is None or best is None or v not in found or plain.index(v) == 0:
+        return False
+    batches = [problem.variants[w].samples_per_microbatch for w in plain]
+    if any(b <= a for a, b in zip(batches, batches[1:])):
+        return False
+    u = plain[plain.index(v) - 1]
+    return u in found and found[v][0] > found[u][0] and found[v][0] > (1 + STOP_RISE) * best[0]
 
 
 def _polish_top(problem: Problem, found, k: int = POLISH_TOP) -> tuple[float, Assignment] | None:
