@@ -12,7 +12,7 @@ Per micro-batch variant and engine restriction (eqs. U1/U2):
 On a cluster of several islands each variant gets a second pass of 1-2 in which links between islands take a share
 of their time from the sending stage's budget (eq. DP8b, ``_cross_charge``).
 With interleaved copies (vpp > 1 variants), steps 1-3 run on the plain variants first, then on the copies,
-those of the plain best's micro-batch first (eq. DP7).
+those of the plain best's micro-batch first (eq. DP7). The plain variants stop past the best micro-batch (eq. DP8g).
 If no structure fits, a beam search over (slot, layers, GPUs used) states (eq. DP6) looks for
 any feasible plan; it is complete while the beam is not truncated (all small instances).
 """
