@@ -41,6 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sailor_sim
 
+from haap_milp.profiling import cpu_name
+
 ROOT = Path(__file__).resolve().parent.parent
 NET_SRC = ROOT / "tests" / "data" / "sailor_network" / "multizone_bandwidths_het.json"
 # --intra-node: also import Sailor's measured intra-VM streams (the GPU types not in these clusters left out)
@@ -66,19 +68,6 @@ ROWS = [
     ("80+240", 80, 240, [("Sailor", 0.361, [(*s, 20) for s in SAILOR_7], 1, 1040)]),
     ("128+384", 128, 384, [("Sailor", 0.523, [(*s, 32) for s in SAILOR_7], 1, 1024)]),
 ]
-
-
-def _cpu_name() -> str:
-    """The CPU's model name (Linux /proc/cpuinfo; the platform's processor string elsewhere)."""
-    import platform
-
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def run(args: list[str]) -> tuple[int, str, float]:
@@ -237,7 +226,7 @@ def main() -> int:
         for label, na, nv, published in ROWS:
             lines += row_lines(label, na, nv, published, net, args.time_limit, tmp, args.keep_plans)
     load = os.getloadavg()
-    lines.append(f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {_cpu_name()}. "
+    lines.append(f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {cpu_name()}. "
                  f"Load average at the end of the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} "
                  "CPUs (the solves share them; their 60 s limit is wall time).")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -64,6 +64,7 @@ Engine rules: ``uniform`` (every stage the same (tp, dp, recompute, ep) signatur
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -220,7 +221,7 @@ class Problem:
     def num_options(self) -> int:
         return len(self.options)
 
-    @property
+    @cached_property  # read per search node (eqs. N6, LS4): the names parsed once per problem
     def group_island(self) -> np.ndarray:
         """[G] the island index of each group, from the names ``type@island`` (one home for that parse)."""
         return np.unique([g.rsplit("@", 1)[-1] for g in self.groups], return_inverse=True)[1].reshape(-1)

@@ -89,14 +89,19 @@ def gpu_type_from_name(device_name: str) -> str | None:
     return None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo; the platform's processor string elsewhere)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                return f"CPU: {line.split(':', 1)[1].strip()}"
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return f"CPU: {platform.processor() or platform.machine()}"
+    return platform.processor() or platform.machine()
+
+
+def _cpu_name() -> str:
+    return f"CPU: {cpu_name()}"
 
 
 def device_info(torch: Any, device: str, gpu_type: str, count: int) -> DeviceInfo:

@@ -19,6 +19,7 @@ any feasible plan; it is complete while the beam is not truncated (all small ins
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -146,7 +147,7 @@ def _past_the_best(problem: Problem, plain: list[int], found: dict, v: int, best
     if STOP_RISE is None or best is None or v not in found or plain.index(v) == 0:
         return False
     batches = [problem.variants[w].samples_per_microbatch for w in plain]
-    if any(b <= a for a, b in zip(batches, batches[1:])):
+    if any(b <= a for a, b in itertools.pairwise(batches)):
         return False
     u = plain[plain.index(v) - 1]
     return u in found and found[v][0] > found[u][0] and found[v][0] > (1 + STOP_RISE) * best[0]
