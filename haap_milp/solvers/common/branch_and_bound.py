@@ -66,9 +66,17 @@ USE_STAGE_DP = True
 USE_BUNDLE = True
 USE_SIGMA = True  # eq. N8 after eq. N4 when the node survives
 # eq. LS4: the segment DP's plans on nodes the DPs leave open, until SEG_TRIAL nodes in a row bring no better plan
-# (measured: llama3-70b x 3 types x 1024 GPUs, the optimum's 0.13 % found on the 2nd node, 0.2-0.6 s a node)
+# (measured: llama3-70b x 3 types x 1024 GPUs, the optimum's 0.13 % found on the 2nd node, 0.2-0.6 s a node; 12
+# rather than 6 since eq. LS4a: mixtral-8x7b x 4096 x 3 types proven at 10 s end to end, 7.9 % before; 24 no better)
 USE_SEGMENT_DP = True
-SEG_TRIAL = 6
+SEG_TRIAL = 12
+# eq. LS4b: before branching, where every island holds one group, the segment DP on each variant whose bound beats
+# the incumbent, its tau cap lowered from eq. X1's to just under each better plan's own tau (measured: gpt3-13b on 128
+# H100@ib + 128 A100-80@roce, the DP heuristic's 5.071 s, the scan's 4.660 s, the optimum; on three types x two
+# islands one call costs 0.2-2.6 s and the scan cost the search more than it found: formulations/README.md, LS4b)
+SCAN_SHARE = 0.15
+SCAN_CALLS = 40
+SCAN_STEP = 1e-3  # the least relative step of the cap below the last plan's tau
 # eq. N16: the stage DPs' Lagrangian bound per stage count (the least path of each count, every run's multipliers)
 # drops the counts that reach the cut-off and narrows or splits the node's range
 USE_PER_P = True
@@ -296,6 +304,7 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     elif hint is not None:
         log.warning("%s: ignoring an infeasible hint", name)
     floors = _primal(problem, options, st, vb, tables, deadline, name, solve_node)
+    _segment_scan(problem, st, vb, tables, r, t0 + SCAN_SHARE * (deadline - t0), name)
     heap = _roots(problem, st, vb, tables, r, floors)
     while heap:
         node = heap[0]
@@ -624,6 +633,51 @@ def _segments(problem, st: _State, dp: PathDP, name: str, deadline: float) -> No
     if plan is not None and not violations(problem, plan):
         st.offer(problem, plan, f"{name} segment DP")
     st.seg_idle = 0 if st.inc_obj < before else st.seg_idle + 1
+
+
+def _segment_scan(problem: Problem, st: _State, vb: list, tables: list, r: float, until: float, name: str) -> None:
+    """Eq. LS4b: per variant (least bound first, while it beats the incumbent) the segment DP's plan under eq. X1's
+    tau cap b, then under caps just below the variant's best plan's own tau (eq. T2), the step doubling while the
+    plans improve and back to SCAN_STEP when one does not, until a cap at SCAN_STEP brings nothing. The plans are
+    offered as incumbents; a heuristic that proves nothing, run only where eq. LS4 does."""
+    island = problem.group_island
+    if not (USE_SEGMENT_DP and st.several_types and SCAN_CALLS > 0 and len(island) > 1
+            and np.bincount(island).max() == 1):
+        return
+    calls = 0
+    for v in sorted(range(len(vb)), key=lambda i: vb[i].total_s):
+        M = _m_eff(problem.variants[v])
+        if M <= 1 or not math.isfinite(vb[v].total_s) or vb[v].total_s >= st.inc_obj * (1 - r):
+            continue
+        b = _worst_tau(tables[v])
+        if st.inc is not None:
+            b = min(b, (st.inc_obj * (1 - r) - vb[v].rest_lb) / (M - 1))  # eq. X1
+        best, tau, step = math.inf, b, 0.0
+        while b >= vb[v].tau_lb and calls < SCAN_CALLS and time.perf_counter() + st.cap_dp_s <= until:
+            t0 = time.perf_counter()
+            plan = _segment_at(problem, v, b, island)
+            st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
+            calls += 1
+            obj = evaluate(problem, plan) if plan is not None else math.inf
+            if obj < best:
+                st.offer(problem, plan, f"{name} segment scan")
+                best, tau, step = obj, min(b, _steady(problem, plan)), min(2 * step, 0.1) if step else SCAN_STEP
+            elif step <= SCAN_STEP:
+                break
+            else:
+                step = SCAN_STEP
+            b = tau * (1 - step)
+    st.stats["segment_scan"] = calls
+
+
+def _segment_at(problem: Problem, v: int, b: float, island) -> Assignment | None:
+    """Eq. LS4's plan of variant v with every stage and link within tau <= b (None: none, or not a valid plan)."""
+    t = build_tables(problem, v, b)
+    if t.p_min == 0:
+        return None
+    dp = PathDP(problem, t, b, t.p_min, t.p_max)
+    plan = segment_dp.segment_plan(dp, island) if segment_dp.applies(dp, island) else None
+    return plan if plan is not None and not violations(problem, plan) else None
 
 
 def _room(st: _State, deadline: float) -> bool:

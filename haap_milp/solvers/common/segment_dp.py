@@ -11,7 +11,8 @@ over the pipelines whose groups form contiguous segments (each group at most one
 group's GPUs in the state: slots k = 1 .. K from the end, state (groups placed so far, the group of slot k, layers
 held, units of that group used; units as eq. N5's, ``capacity_dp._units``, with q exact or the state's rounding,
 which the final check catches). The slot tables are the node's (memory at the exact slot, eqs. M2, D1, X1), links
-between endpoints exact. Every path found is checked (``violations``) and scored (``evaluate``) by the caller
+between endpoints exact, and the in-flight rows of eq. T2 kept within the node's b by eq. N10's cut (eq. LS4a: F at
+slot k is the least time and links of slots 1..k, which row k < M bounds by k b). Every path found is checked (``violations``) and scored (``evaluate``) by the caller
 before it is offered, so this is a heuristic: it claims no bound. Cost: one capacity DP per (set, group) state.
 """
 
@@ -60,18 +61,29 @@ def segment_plan(dp: PathDP, island: np.ndarray) -> Assignment | None:
     states: dict = {}  # (mask, g) -> F [L+1, R_g+1]: the least later part with slot k at group g
     trace = []  # per non-first slot: (mask, g) -> (src [L+1, R+1], candidates)
     best = (INF, None)
+    pure = dp.t.vpp <= 1 and not dp.extra_priced and math.isfinite(dp.b)  # (costs are times and links alone)
     for k in range(1, K + 1):
         if k >= dp.p_first and k in dp.first:
-            best = min(best, _close_first(dp, states, dp.first[k][0], rows_of, unit, k, island), key=lambda x: x[0])
+            cap = k * dp.b if pure and k < dp.t.M else INF  # (the first stage's in-flight row, eq. T2)
+            best = min(best, _close_first(dp, states, k, rows_of, unit, island, cap), key=lambda x: x[0])
         if k >= K or k not in dp.nonfirst:
             break
         states, back = _advance(dp, states, dp.nonfirst[k][0], rows_of, unit, k == 1, island)
+        if pure and k < dp.t.M:  # eq. N10's in-flight row k of eq. T2: slots 1..k's times and links <= k tau <= k b
+            states = {key: F for key, F in states.items() if _cut(F, k * dp.b)}
+            back = {key: back[key] for key in states}
         trace.append(back)
         if not states:
             break
     if best[1] is None:
         return None
     return _backtrack(dp, best[1], trace, rows_of, unit)
+
+
+def _cut(F: np.ndarray, cap: float) -> bool:
+    """F with every entry past ``cap`` (s, within float noise) set to inf, in place; False when none is left."""
+    F[F > cap * (1 + 1e-9) + 1e-12] = INF
+    return bool(np.isfinite(F).any())
 
 
 def _units_up(d: np.ndarray, cap: int) -> tuple[np.ndarray, int]:
@@ -134,9 +146,12 @@ def _prefix_arg(F: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(idx, axis=1)
 
 
-def _close_first(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, k: int, island: np.ndarray):
-    """(least total, where) with the pipeline's first stage at slot k."""
+def _close_first(dp: PathDP, states: dict, k: int, rows_of, unit, island: np.ndarray, cap: float = INF):
+    """(least total, where) with the pipeline's first stage at slot k; ``cap``: the most its time and the later
+    slots' times and links may add up to (eq. T2's in-flight row k)."""
     L = dp.L
+    cost, opt = dp.first[k]
+    time_part = np.take_along_axis(dp._first_parts[k][0], opt, axis=0)  # [rows, L+1] the time of the row's option
     best = (INF, None)
     for g in range(dp.G):
         w, R = unit[g]
@@ -154,7 +169,10 @@ def _close_first(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, k: i
                     continue
                 rest, rp = later(wv)
                 sel = rows[w == wv]
-                tot = cost[sel] + rest[L - np.arange(L + 1)][None, :]  # [rows, n]
+                later_part = rest[L - np.arange(L + 1)][None, :]
+                tot = cost[sel] + later_part  # [rows, n]
+                if math.isfinite(cap):
+                    tot = np.where(time_part[sel] + later_part <= cap * (1 + 1e-9) + 1e-12, tot, INF)
                 i, n = np.unravel_index(int(np.argmin(tot)), tot.shape)
                 if tot[i, n] < best[0]:
                     r_prev = None if rp is None else int(rp[L - n])
