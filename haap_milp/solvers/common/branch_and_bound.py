@@ -639,7 +639,8 @@ def _segment_scan(problem: Problem, st: _State, vb: list, tables: list, r: float
     """Eq. LS4b: per variant (least bound first, while it beats the incumbent) the segment DP's plan under eq. X1's
     tau cap b, then under caps just below the variant's best plan's own tau (eq. T2), the step doubling while the
     plans improve and back to SCAN_STEP when one does not, until a cap at SCAN_STEP brings nothing. The plans are
-    offered as incumbents; a heuristic that proves nothing, run only where eq. LS4 does."""
+    offered as incumbents; a heuristic that proves nothing, run where eq. LS4 does and every island holds one group
+    (so that every pipeline is a segment plan over the islands). Until ``until``, or Ctrl-C."""
     island = problem.group_island
     if not (USE_SEGMENT_DP and st.several_types and SCAN_CALLS > 0 and len(island) > 1
             and np.bincount(island).max() == 1):
@@ -653,7 +654,8 @@ def _segment_scan(problem: Problem, st: _State, vb: list, tables: list, r: float
         if st.inc is not None:
             b = min(b, (st.inc_obj * (1 - r) - vb[v].rest_lb) / (M - 1))  # eq. X1
         best, tau, step = math.inf, b, 0.0
-        while b >= vb[v].tau_lb and calls < SCAN_CALLS and time.perf_counter() + st.cap_dp_s <= until:
+        while (b >= vb[v].tau_lb and calls < SCAN_CALLS and time.perf_counter() + st.cap_dp_s <= until
+               and not current().interrupted):
             t0 = time.perf_counter()
             plan = _segment_at(problem, v, b, island)
             st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)

@@ -12,8 +12,9 @@ group's GPUs in the state: slots k = 1 .. K from the end, state (groups placed s
 held, units of that group used; units as eq. N5's, ``capacity_dp._units``, with q exact or the state's rounding,
 which the final check catches). The slot tables are the node's (memory at the exact slot, eqs. M2, D1, X1), links
 between endpoints exact, and the in-flight rows of eq. T2 kept within the node's b by eq. N10's cut (eq. LS4a: F at
-slot k is the least time and links of slots 1..k, which row k < M bounds by k b). Every path found is checked (``violations``) and scored (``evaluate``) by the caller
-before it is offered, so this is a heuristic: it claims no bound. Cost: one capacity DP per (set, group) state.
+slot k is the least time and links of slots 1..k, which row k < M bounds by k b). Every path found is checked
+(``violations``) and scored (``evaluate``) by the caller before it is offered, so this is a heuristic: it claims no
+bound. Cost: one capacity DP per (set, group) state.
 """
 
 from __future__ import annotations
