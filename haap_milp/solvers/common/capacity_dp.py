@@ -27,7 +27,7 @@ from functools import reduce
 import numpy as np
 
 from haap_milp.problem import Assignment, Problem, Stage
-from haap_milp.solvers.common.stage_dp import INF, PathDP
+from haap_milp.solvers.common.stage_dp import INF, PathDP, inflight_cap
 
 USE_INFLIGHT_CUT = True  # eq. N10 in the capacity DPs whose costs are times and links alone
 KEEP_MU = False  # eq. N13b: sound, tested, off by default (it cost the 4096 x 1 type x 2 islands proof; formulations)
@@ -81,7 +81,7 @@ def capacity_bound(problem: Problem, dp: PathDP, a: float, mu: np.ndarray, s, ro
         cost, opt = dp.nonfirst[k]
         F, step = _slot(dp, cost + mu_cost, opt, H, keys, w_row, R)
         if pure and k < t.M:
-            F[F > k * dp.b * (1 + 1e-9) + 1e-12] = INF
+            F[F > inflight_cap(k, dp.b)] = INF
         trace.append((*step, argH))
     if not math.isfinite(best[0]):
         return INF, None
@@ -185,7 +185,7 @@ def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, cross: np.ndarray, keep
             tot = cost + mu_cost + rest
             if pure and k < t.M:  # the in-flight row of the whole pipeline: its time and links <= P b
                 tmin = dp._rows(dp._first_parts[k][0])[0]  # (the least first-stage time of each row)
-                tot = np.where(tmin + rest > k * dp.b * (1 + 1e-9) + 1e-12, INF, tot)
+                tot = np.where(tmin + rest > inflight_cap(k, dp.b), INF, tot)
             best = min(best, float(tot.min()))
         if k >= dp.k_max:
             break
@@ -193,8 +193,8 @@ def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, cross: np.ndarray, keep
         F0 = _slot(dp, cost + mu_cost, opt, H0, keys, w_row, R)[0]
         F1 = _slot(dp, cost + mu_cost, opt, H1, keys, w_row, R)[0] if H1 is not None else np.full_like(F0, INF)
         if pure and k < t.M:
-            F0[F0 > k * dp.b * (1 + 1e-9) + 1e-12] = INF
-            F1[F1 > k * dp.b * (1 + 1e-9) + 1e-12] = INF
+            F0[F0 > inflight_cap(k, dp.b)] = INF
+            F1[F1 > inflight_cap(k, dp.b)] = INF
     return t.tau_weight * a + best - float(mu_o @ cap)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from haap_milp.problem import Assignment, Stage
-from haap_milp.solvers.common.stage_dp import INF, PathDP
+from haap_milp.solvers.common.stage_dp import INF, PathDP, inflight_cap
 
 RMAX = 96  # most units per group in the state
 MAX_GROUPS = 4  # groups per island: (set, group) states grow as G 2^(G-1) per island
@@ -65,13 +65,13 @@ def segment_plan(dp: PathDP, island: np.ndarray) -> Assignment | None:
     pure = dp.t.vpp <= 1 and not dp.extra_priced and math.isfinite(dp.b)  # (costs are times and links alone)
     for k in range(1, K + 1):
         if k >= dp.p_first and k in dp.first:
-            cap = k * dp.b if pure and k < dp.t.M else INF  # (the first stage's in-flight row, eq. T2)
+            cap = inflight_cap(k, dp.b) if pure and k < dp.t.M else INF  # (the first stage's in-flight row, eq. T2)
             best = min(best, _close_first(dp, states, k, rows_of, unit, island, cap), key=lambda x: x[0])
         if k >= K or k not in dp.nonfirst:
             break
         states, back = _advance(dp, states, dp.nonfirst[k][0], rows_of, unit, k == 1, island)
         if pure and k < dp.t.M:  # eq. N10's in-flight row k of eq. T2: slots 1..k's times and links <= k tau <= k b
-            states = {key: F for key, F in states.items() if _cut(F, k * dp.b)}
+            states = {key: F for key, F in states.items() if _cut(F, inflight_cap(k, dp.b))}
             back = {key: back[key] for key in states}
         trace.append(back)
         if not states:
@@ -82,8 +82,8 @@ def segment_plan(dp: PathDP, island: np.ndarray) -> Assignment | None:
 
 
 def _cut(F: np.ndarray, cap: float) -> bool:
-    """F with every entry past ``cap`` (s, within float noise) set to inf, in place; False when none is left."""
-    F[F > cap * (1 + 1e-9) + 1e-12] = INF
+    """F with every entry past ``cap`` (s, ``inflight_cap``) set to inf, in place; False when none is left."""
+    F[F > cap] = INF
     return bool(np.isfinite(F).any())
 
 
@@ -152,7 +152,7 @@ def _close_first(dp: PathDP, states: dict, k: int, rows_of, unit, island: np.nda
     slots' times and links may add up to (eq. T2's in-flight row k)."""
     L = dp.L
     cost, opt = dp.first[k]
-    time_part = np.take_along_axis(dp._first_parts[k][0], opt, axis=0)  # [rows, L+1] the time of the row's option
+    time_part = None if math.isinf(cap) else np.take_along_axis(dp._first_parts[k][0], opt, axis=0)  # [rows, L+1]
     best = (INF, None)
     for g in range(dp.G):
         w, R = unit[g]
@@ -172,8 +172,8 @@ def _close_first(dp: PathDP, states: dict, k: int, rows_of, unit, island: np.nda
                 sel = rows[w == wv]
                 later_part = rest[L - np.arange(L + 1)][None, :]
                 tot = cost[sel] + later_part  # [rows, n]
-                if math.isfinite(cap):
-                    tot = np.where(time_part[sel] + later_part <= cap * (1 + 1e-9) + 1e-12, tot, INF)
+                if time_part is not None:  # (the time of the row's option, without its sync)
+                    tot = np.where(time_part[sel] + later_part <= cap, tot, INF)
                 i, n = np.unravel_index(int(np.argmin(tot)), tot.shape)
                 if tot[i, n] < best[0]:
                     r_prev = None if rp is None else int(rp[L - n])

@@ -46,6 +46,12 @@ POOLED_STEPS = 8  # DP runs on one multiplier shared by every group when the sub
 MU_RTOL = 1e-3  # one group: bisection on mu stops when the bracket is this narrow (relative)
 
 
+def inflight_cap(k: int, b: float) -> float:
+    """Eq. N10: the most slots 1..k's times and links may add up to under eq. T2's in-flight row k (<= k tau) at
+    tau <= b, s, within float noise (every in-flight cut of the DPs compares against this)."""
+    return k * b * (1 + 1e-9) + 1e-12
+
+
 @dataclass
 class PathResult:
     """One DP evaluation: the least Lagrangian path cost (s, before subtracting mu . cap), its GPUs per
