@@ -41,7 +41,7 @@ from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, 
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
 from haap_milp.solvers.common.dual_bundle import bundle_bound, with_gpu_time
 from haap_milp.solvers.common.hints import canonical
-from haap_milp.solvers.common.lp import lp_bound
+from haap_milp.solvers.common.lp import LPRelaxation, lp_relaxation, tau_cap
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
 from haap_milp.solvers.common.sigma_dp import sigma_bound
@@ -89,6 +89,11 @@ USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups
 # mixtral-8x7b 3.53 % / 5.31 %; the 64- and 512-GPU pairs the same either way)
 # eq. N14c: with one priced row (one group, no budget) the capacity DP also runs when the Lagrangian path fits but mu > 0
 USE_SLACK_CAP = True
+# eq. N19: reduced-cost fixing of tau after the node LP; RC_SHRINK: the least share of the node's tau range a cap must
+# cut to rebuild the node on the rest, at most RC_ROUNDS times a node
+USE_RC_TAU = True
+RC_SHRINK = 0.1
+RC_ROUNDS = 3
 USE_ISLAND_PARTS = True  # eq. N9: each island bounded on its own when no link between islands is usable
 SIGMA_OFFERS = 4  # of eq. N8's paths that fit, the last this many are offered as plans (each checked, maybe polished)
 # the stage DPs stop for the rest of a search after this many nodes without a prune or a better plan from them
@@ -376,11 +381,14 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     # models small while their range is wide)
     probe = small and tries == 0 and PROBE_S > 0 and M > 1 and b - a > _split_width(options, a, M, vb.rest_lb)
     if not small and tries == 0:
-        lp = lp_bound(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
+        lpr = lp_relaxation(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
         before = bound
-        if lp is not None:
-            bound = max(bound, lp - 1e-7 * abs(lp) if math.isfinite(lp) else lp)
+        if lpr is not None:
+            bound = max(bound, _lp_value(lpr))
         closed = math.isinf(bound) or (cutoff is not None and bound >= cutoff)
+        if not closed and lpr is not None and cutoff is not None and M > 1 and USE_RC_TAU:
+            t, lm, b, bound, closed = _rc_narrow(problem, st, t, lm, lpr, v, a, b, bound, cutoff, plo, phi, sig,
+                                                 deadline)
         if use_dp and not pol.lp_first:  # eq. N13c's trial: the LP after the DPs
             st.lp_calls += 1
             st.lp_wins += closed or bound > before + LP_LIFT * abs(before)
@@ -447,6 +455,43 @@ def _stage_counts(st: _State, heap, t: Tables, per_p, bound, cutoff, v, a, b, mu
     for r in runs:
         _push(heap, max(bound, float(vals[r].min())), v, a, b, 0, int(ks[r[0]]), int(ks[r[-1]]), mu, sig)
     return bound, True
+
+
+def _lp_value(lpr: LPRelaxation) -> float:
+    """The LP's value as a bound, less a relative 1e-7 for HiGHS' tolerances."""
+    return lpr.value - 1e-7 * abs(lpr.value) if math.isfinite(lpr.value) else lpr.value
+
+
+def _rc_narrow(problem, st: _State, t: Tables, lm: LinModel, lpr: LPRelaxation, v, a, b, bound, cutoff, plo, phi,
+               sig, deadline):
+    """Eq. N19 on a node its LP leaves open: tau's reduced cost caps the node's tau at ``tau_cap``; while that cuts
+    at least RC_SHRINK of the range, the node is rebuilt on [a, cap] (eq. X1's layer bounds at the cap) and its LP
+    solved again, at most RC_ROUNDS times. The part cut off holds no plan below the cut-off. Returns (tables,
+    model, b, bound, closed)."""
+    for _ in range(RC_ROUNDS):
+        cap = tau_cap(lpr, lm, cutoff)
+        if cap >= b - RC_SHRINK * (b - a) or time.perf_counter() > deadline:
+            break
+        st.stats["rc_narrowed"] = st.stats.get("rc_narrowed", 0) + 1
+        st.closed.append(cutoff)  # the range (cap, b]: every plan there reaches the cut-off
+        if cap < a:
+            return t, lm, b, cutoff, True
+        b = cap
+        t = build_tables(problem, v, b)
+        if sig >= 0:
+            _keep_signature(problem, t, sig)
+        if t.p_min > 0:
+            t.p_min, t.p_max = max(t.p_min, plo), min(t.p_max, phi)
+        if t.p_min == 0 or t.p_min > t.p_max:
+            return t, lm, b, cutoff, True
+        lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
+        lpr = lp_relaxation(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
+        if lpr is None:
+            break
+        bound = max(bound, _lp_value(lpr))
+        if math.isinf(bound) or bound >= cutoff:
+            return t, lm, b, bound, True
+    return t, lm, b, bound, False
 
 
 def _split_only(options, heap, vb: VariantBound, bound, v, a, b, M, t: Tables, mu, sig) -> bool:

@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -125,9 +126,18 @@ def _option(h, name: str):
     return got[1] if isinstance(got, tuple) else got
 
 
-def lp_bound(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 5.0) -> float | None:
-    """LP value (seconds, constant included), +inf when the LP is infeasible, None when HiGHS
-    gives no answer in time."""
+@dataclass(frozen=True)
+class LPRelaxation:
+    """The node LP's value (seconds, constant included; +inf: infeasible) and, when solved, tau's value and reduced
+    cost there (eq. N19)."""
+
+    value: float
+    tau: float = math.nan
+    tau_rc: float = 0.0
+
+
+def lp_relaxation(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 5.0) -> LPRelaxation | None:
+    """The LP of ``lm`` (eq. N2); None when HiGHS gives no answer in time."""
     if highspy is None:
         return None
     tol = None if cutoff_s is None else TIME_RTOL * max(1.0, cutoff_s)
@@ -136,7 +146,36 @@ def lp_bound(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 
     run(h)
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
-        return math.inf
+        return LPRelaxation(math.inf)
     if status != highspy.HighsModelStatus.kOptimal:
         return None
-    return float(h.getInfo().objective_function_value) + lm.obj_const
+    sol = h.getSolution()
+    value = float(h.getInfo().objective_function_value) + lm.obj_const
+    if not sol.dual_valid:
+        return LPRelaxation(value)
+    return LPRelaxation(value, float(sol.col_value[lm.tau]), float(sol.col_dual[lm.tau]))
+
+
+def lp_bound(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 5.0) -> float | None:
+    """LP value (seconds, constant included), +inf when the LP is infeasible, None when HiGHS
+    gives no answer in time."""
+    lp = lp_relaxation(lm, cutoff_s, time_limit_s)
+    return None if lp is None else lp.value
+
+
+def tau_cap(lp: LPRelaxation, lm: LinModel, cutoff_s: float) -> float:
+    """Eq. N19, reduced-cost fixing on tau: every point of the node's LP has objective >= value + rc * (tau - tau*)
+    (at an optimal basis the other reduced-cost terms and the row-dual terms are >= 0), so no plan with T < cutoff
+    has tau above tau* + (cutoff - value) / rc. HiGHS' dual feasibility tolerance (1e-7 per unit of each variable's
+    range, each row's dual alike, a range of max(1, cutoff) where unbounded) widens the cut-off so that it never
+    cuts a plan. +inf: no cap."""
+    if not math.isfinite(lp.value) or not lp.tau_rc > RC_MIN or not math.isfinite(lp.tau):
+        return math.inf
+    unit = max(1.0, abs(cutoff_s))
+    ranges = sum(u - lo if math.isfinite(u) else unit for lo, u in zip(lm.lb, lm.ub))
+    slack = DUAL_TOL * (ranges + len(lm.rows) * unit) + TIME_RTOL * unit
+    return lp.tau + (cutoff_s - lp.value + slack) / lp.tau_rc
+
+
+RC_MIN = 1e-6  # a smaller reduced cost gives no useful cap
+DUAL_TOL = 1e-7  # HiGHS' default dual_feasibility_tolerance
