@@ -87,7 +87,10 @@ def run_one(spec: dict) -> dict:
 
     model, cluster = load_model(spec["model"]), load_cluster(spec["cluster"])
     training = TrainingSpec(global_batch_size=GBS, seq_len=SEQ if not spec["profile"] else 2048)
-    opts = SolveOptions(time_limit_s=spec["limit_s"], threads=THREADS)
+    # the CLI's defaults when no dimension flag is given (eqs. D1-D3: vpp, cp and ZeRO searched where they pay); the
+    # plain space (vpp 1, cp 1, the runtime's ZeRO stage) is what the runs before 2026-12-03 measured
+    space = dict(vpp="default", cp="default", zero="default") if spec.get("cli_defaults") else {}
+    opts = SolveOptions(time_limit_s=spec["limit_s"], threads=THREADS, **space)
     est = None
     if spec["profile"]:
         est = Estimator(model, cluster, training, profile=load_profile(PROFILE_DIR, PROFILE_MAP))
@@ -284,6 +287,9 @@ def main(argv=None) -> int:
                     help="set a module constant in each solve (e.g. haap_milp.solvers.common.branch_and_bound:USE_BUNDLE=False)")
     ap.add_argument("--repeats", type=int, default=1, choices=range(1, 10), metavar="N",
                     help="run each instance and limit N times (1-9) and report the median by gap, with the spread")
+    ap.add_argument("--cli-defaults", action="store_true",
+                    help="search what `haap-solve solve` searches with no dimension flag (eqs. D1-D3: interleaving, "
+                         "cp and ZeRO where they pay) instead of the plain space (vpp 1, cp 1, the runtime's ZeRO)")
     ap.add_argument("--note", default="", help="a paragraph put first in the md (what was compared, the machine)")
     args = ap.parse_args(argv)
     if args.one:
@@ -299,6 +305,8 @@ def main(argv=None) -> int:
         limits = tuple(sorted({r["limit_s"] for r in rows}))
         return report(rows, limits, args)
     specs = [{**s, "set": args.set} if args.set else s for s in instances(args)]
+    if args.cli_defaults:
+        specs = [{**s, "cli_defaults": True} for s in specs]
     rows = []
     for i, spec in enumerate(specs):
         for lim in limits:
