@@ -281,3 +281,54 @@ def test_sigma_and_inflight_bounds_hold_per_node_and_bind(blocking, monkeypatch)
                                                                                  sync_share(blocking)) >= mid:
                 lifted += 1
     assert checked >= 30 and lifted >= checked // 5, (checked, lifted, split)
+
+
+def test_sigma_bound_holds_and_binds_on_interleaved_variants(monkeypatch):
+    """Eq. N8 under interleaving (eq. I1: sigma_v = max_j (s_j - (beta / vpp) sum_{k<j} t_k); the stage DP's costs are
+    t / vpp per stage and vpp * c per link, so its credits are (beta / vpp) times the earlier stages' times) against the
+    node-level oracle: on the interleaved copies (vpp 2, 3; P fixed, eq. I5) of sync-heavy random problems, eq. N8 never
+    claims a cut-off above a node's least plan, the paths it offers are plans, and it lifts eq. N4's bound on some
+    nodes around the optimum (7 of 48 here). The test fails with the credit removed (sigma_v = max_j s_j)."""
+    from dataclasses import replace
+
+    from haap_milp.interleave import interleaved_variants
+    from haap_milp.pipeline import sync_share
+
+    monkeypatch.setattr(sigma_dp, "INTERLEAVED", True)  # eq. N8b (off by default): its bound must hold
+    rng = np.random.default_rng(11)
+    checked = lifted = 0
+    for seed in range(60):
+        base = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(5, 8)),
+                              max_stages=int(rng.integers(3, 5)), max_options=4, num_variants=1)
+        base = _sync_heavy(base, float(rng.uniform(20, 60)))
+        copies = interleaved_variants(base.variants, (2, 3), base.max_stages, base.num_layers)
+        if not copies:
+            continue
+        problem = replace(base, variants=tuple(copies))
+        for v in range(len(copies)):
+            plans = _node_plans(problem, v)
+            if not plans:
+                continue
+            best = min(plans, key=lambda x: x[2])
+            for a, b in ((best[1] * 0.999, best[1] * 1.001), (best[1] * 0.98, best[1] * 1.05)):
+                t = build_tables(problem, v, float(b))
+                if t.p_min == 0:
+                    continue
+                inside = [T for P, tau, T, _ in plans if a * (1 - 1e-12) <= tau <= b * (1 + 1e-9)]
+                opt = min(inside, default=math.inf)
+                dp = PathDP(problem, t, float(b), t.p_min, t.p_max)
+                nb = node_bound(problem, t, float(a), float(b), t.p_min, t.p_max, None, None, dp)
+                if not math.isfinite(opt) or not math.isfinite(nb.bound_s):
+                    continue
+                assert nb.bound_s <= opt * (1 + 1e-9) + 1e-12, (seed, v, a, b, nb.bound_s, opt)
+                checked += 1
+                found: list = []
+                cut = opt * (1 + 1e-7) + 1e-12  # a node holding a plan below the cutoff must not be pruned
+                assert sigma_dp.sigma_bound(dp, float(a), nb.mu, cut, sync_share(False), found) < cut, (seed, v, a, b)
+                for p in found:
+                    assert violations(problem, p) == []
+                mid = nb.bound_s + 0.5 * (opt - nb.bound_s)
+                if opt > nb.bound_s * (1 + 1e-4) and sigma_dp.sigma_bound(dp, float(a), nb.mu, mid,
+                                                                          sync_share(False)) >= mid:
+                    lifted += 1
+    assert checked >= 30 and lifted >= 5, (checked, lifted)

@@ -11,6 +11,10 @@ from haap_milp.solvers.common.stage_dp import INF, PathDP, _assignment
 
 SIGMA_BUCKETS = 4  # cases on sigma's bottleneck row per stage count (each halved up to SIGMA_SPLITS times)
 SIGMA_SPLITS = 2
+# eq. N8b: eq. N8 on interleaved variants too (eq. I1's sigma_v: the DP's stage costs are t / vpp, so its credits are
+# beta / vpp times the earlier stages' times). Sound (tests/test_stage_dp.py) but off: no node pruned and the same gaps
+# on the eight 4096-GPU rows of solve_scaling.py --cli-defaults (formulations/README.md, eq. N8b)
+INTERLEAVED = False
 
 
 def sigma_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float, beta: float,
@@ -26,7 +30,7 @@ def sigma_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float, beta: float
     ``plans``: the paths within every group's GPUs are appended (plans; their sigma is what the thresholds kept low).
     """
     t = dp.t
-    if t.vpp > 1 or not dp.first:
+    if not dp.first or (t.vpp > 1 and not INTERLEAVED):
         return -INF
     c, L = t.coef, dp.L
     nn = np.arange(L + 1, dtype=float)[None, :]
