@@ -130,6 +130,10 @@ class BenchSpec(_Frozen):
     relative_gap: float = Field(default=0.01, description="Exact solvers stop at this proven gap.", ge=0, le=1)
     target: Target = "any"
     seed: int = Field(default=0, ge=0)
+    search: Literal["solve", "plain"] = Field(
+        default="solve", description="solve: the space `haap-solve solve` searches with no --vpp/--cp/--zero (eqs. "
+        "D1-D3: interleaving, cp and ZeRO where they pay); plain: vpp 1, cp 1 and the runtime's ZeRO stage (what the "
+        "bench searched before 2026-12-03, and SolveOptions()'s default).")
     exclude: tuple[Exclude, ...] = Field(default=(), description="(model, cluster) pairs to skip.")
 
     @model_validator(mode="before")
@@ -195,8 +199,9 @@ class BenchSpec(_Frozen):
 
     def solve_options(self) -> dict:
         """SolveOptions fields shared by every run (the time limit is set per run)."""
+        space = {"vpp": "default", "cp": "default", "zero": "default"} if self.search == "solve" else {}
         return {"threads": self.threads, "relative_gap": self.relative_gap, "target": self.target,
-                "seed": self.seed, "warm_start": True}
+                "seed": self.seed, "warm_start": True, **space}
 
 
 class TaskInputs(BaseModel):
