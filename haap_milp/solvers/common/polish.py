@@ -3,7 +3,8 @@ exact solvers' incumbent improver.
 
 Moves, each kept only if the plan stays feasible (``problem.violations``) and ``evaluate``
 drops: change one stage's option; move one layer to another stage; split a stage in two with
-the same option; merge two neighbouring stages into one with either option. First
+the same option; merge two neighbouring stages into one with either option; the same stages
+under another micro-batch variant (eq. LS1b: another micro-batch count or vpp). First
 improvement, deterministic order, stopped at a local optimum or after ``max_moves`` candidate
 plans (a count, not a clock: the same input gives the same plan whatever the machine's load).
 """
@@ -22,6 +23,7 @@ from haap_milp.problem import Assignment, Problem, Stage, evaluate, violations
 # candidates (median 23), one candidate costing 30-100 us (idle to loaded machine), so 10,000 is twice
 # the worst case and about the 0.2-0.3 s the clock budget it replaces allowed on an idle machine
 MAX_MOVES = 10_000
+USE_VARIANT_MOVES = True  # eq. LS1b: the stages moved to another micro-batch variant, after the other moves
 
 
 def _feasible_better(problem: Problem, a: Assignment, best: float) -> float | None:
@@ -65,6 +67,14 @@ def _shape_moves(a: Assignment):
             yield Assignment(a.variant, st[:j] + (Stage(o, n),) + st[j + 2:])
 
 
+def _variant_moves(problem: Problem, a: Assignment):
+    """The same stages under another micro-batch variant (another micro-batch count, or an interleaved copy's vpp):
+    the options are the problem's, each variant prices them at its own micro-batch (eq. LS1b)."""
+    for v in range(len(problem.variants)):
+        if v != a.variant and problem.variants[v].allowed[[s.option for s in a.stages]].all():
+            yield Assignment(v, a.stages)
+
+
 def polish(problem: Problem, a: Assignment, max_moves: int = MAX_MOVES) -> Assignment:
     """A plan no worse than ``a`` (``a`` itself if it is infeasible) after at most ``max_moves``
     candidate plans (fewer when the deadline of ``deadline.current()`` passes: the best so far)."""
@@ -87,11 +97,14 @@ class Polish:
 
     def _walk(self):
         """Yields after each candidate; first improvement, restarting the move order on each better plan."""
-        opts = np.flatnonzero(self.problem.variants[self.best.variant].allowed)
         improved = True
         while improved:
             improved = False
-            for gen in (_layer_moves(self.best), _option_moves(self.best, opts), _shape_moves(self.best)):
+            opts = np.flatnonzero(self.problem.variants[self.best.variant].allowed)  # (a variant move changes them)
+            moves = (_layer_moves(self.best), _option_moves(self.best, opts), _shape_moves(self.best))
+            if USE_VARIANT_MOVES:
+                moves += (_variant_moves(self.problem, self.best),)
+            for gen in moves:
                 for cand in gen:
                     obj = _feasible_better(self.problem, cand, self.best_obj)
                     if obj is not None:
