@@ -84,12 +84,13 @@ def run_one(spec: dict) -> dict:
     from haap_milp.planfile import solution_document
     from haap_milp.report.tables import plan_metrics
     from haap_milp.specs import SolveOptions, TrainingSpec
+    from haap_milp.specs.solve import SOLVE_SPACE
 
     model, cluster = load_model(spec["model"]), load_cluster(spec["cluster"])
     training = TrainingSpec(global_batch_size=GBS, seq_len=SEQ if not spec["profile"] else 2048)
     # the CLI's defaults when no dimension flag is given (eqs. D1-D3: vpp, cp and ZeRO searched where they pay); the
     # plain space (vpp 1, cp 1, the runtime's ZeRO stage) is what the runs before 2026-12-03 measured
-    space = dict(vpp="default", cp="default", zero="default") if spec.get("cli_defaults") else {}
+    space = SOLVE_SPACE if spec.get("cli_defaults") else {}
     opts = SolveOptions(time_limit_s=spec["limit_s"], threads=THREADS, **space)
     est = None
     if spec["profile"]:

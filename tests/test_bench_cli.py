@@ -162,3 +162,13 @@ def test_help_documents_default_and_resume():
     proc = _main(["bench", "--help"], env={**os.environ, "COLUMNS": "200"})
     text = " ".join(proc.stdout.split())
     assert "'default'" in text and "exits 2" in text and "resumes" in text
+
+
+def test_bad_search_space_names_the_key(tmp_path):
+    """The spec's ``search`` field (solve | plain): another value is one paragraph naming the key and value, exit 2."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**SPEC, "search": "wide"}))
+    proc = _main(["bench", str(bad), "--out", str(tmp_path / "out")])
+    assert proc.returncode == 2, proc.stderr
+    assert "search" in proc.stderr and "wide" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "results.csv").exists()

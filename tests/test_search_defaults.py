@@ -100,3 +100,18 @@ def test_api_defaults_are_the_old_values_and_the_cli_passes_default():
     o = _options("auto", 10.0, 2, "any", None, 0.01, 0, "auto", _zero(None, None, False))
     assert (o.vpp, o.cp, o.zero) == ("default", "default", "default")
     assert _zero(None, 3, False) is None and _zero(None, None, True) is None  # a fixed stage: not searched
+
+
+def test_solve_space_is_what_the_cli_solve_searches_without_dimension_flags():
+    """SOLVE_SPACE (the bench's `search: solve`, solve_scaling.py --cli-defaults) is the SolveOptions that `haap-solve
+    solve` builds when none of --vpp/--cp/--zero/--zero-stage/--no-dist-opt is given: the two cannot drift apart."""
+    import inspect
+
+    from haap_milp.cli import solve_cmds
+    from haap_milp.specs.solve import SOLVE_SPACE
+
+    p = inspect.signature(solve_cmds.solve).parameters
+    opts = solve_cmds._options("auto", 10.0, 2, "any", None, 0.01, 0, p["mixed_stages"].default,
+                               solve_cmds._zero(p["zero"].default, p["zero_stage"].default, p["no_dist_opt"].default),
+                               p["vpp"].default, p["cp"].default, p["etp"].default)
+    assert {k: getattr(opts, k) for k in SOLVE_SPACE} == SOLVE_SPACE

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from haap_milp.errors import HaapInputError
 from haap_milp.methods import EXACT, LISTED
 from haap_milp.specs import Target
+from haap_milp.specs.solve import SOLVE_SPACE
 
 Method = Literal[LISTED]  # the method registry (methods.py), less the test oracle
 # run order inside a task: heuristics first (they warm-start the exact solvers), then the exact methods
@@ -199,7 +200,7 @@ class BenchSpec(_Frozen):
 
     def solve_options(self) -> dict:
         """SolveOptions fields shared by every run (the time limit is set per run)."""
-        space = {"vpp": "default", "cp": "default", "zero": "default"} if self.search == "solve" else {}
+        space = SOLVE_SPACE if self.search == "solve" else {}
         return {"threads": self.threads, "relative_gap": self.relative_gap, "target": self.target,
                 "seed": self.seed, "warm_start": True, **space}
 

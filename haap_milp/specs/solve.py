@@ -18,6 +18,11 @@ from haap_milp.specs.base import (
 from haap_milp.specs.plan import Plan, Status
 
 
+# The search space of `haap-solve solve` with none of --vpp/--cp/--zero (formulations/ eqs. D1-D3: interleaving, cp
+# and ZeRO where they pay), as SolveOptions fields; SolveOptions() itself keeps vpp 1, cp 1 and the runtime's ZeRO
+SOLVE_SPACE = {"vpp": "default", "cp": "default", "zero": "default"}
+
+
 class SolveOptions(Frozen):
     """How to search."""
 

@@ -340,12 +340,8 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if b < a:  # every plan of the node is slower than T_max: none is feasible
             st.closed.append(math.inf)
             return
-    t = build_tables(problem, v, b if M > 1 else None)
-    if sig >= 0:
-        _keep_signature(problem, t, sig)
-    if t.p_min > 0:  # eq. N1: the node's stage-count range
-        t.p_min, t.p_max = max(t.p_min, plo), min(t.p_max, phi)
-    if t.p_min == 0 or t.p_min > t.p_max:  # no plan of this variant has tau <= b (memory and GPUs)
+    t = _node_tables(problem, v, b if M > 1 else None, sig, plo, phi)
+    if t is None:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
     pol = st.policy
@@ -457,6 +453,17 @@ def _stage_counts(st: _State, heap, t: Tables, per_p, bound, cutoff, v, a, b, mu
     return bound, True
 
 
+def _node_tables(problem, v: int, b, sig: int, plo: int, phi: int) -> Tables | None:
+    """The slot tables of variant v at tau <= b (eq. X1; None: no cap), kept to uniform signature ``sig`` (eq. U1,
+    -1: any) and to the node's stage counts [plo, phi] (eq. N1); None when no plan of the variant fits them."""
+    t = build_tables(problem, v, b)
+    if sig >= 0:
+        _keep_signature(problem, t, sig)
+    if t.p_min > 0:
+        t.p_min, t.p_max = max(t.p_min, plo), min(t.p_max, phi)
+    return None if t.p_min == 0 or t.p_min > t.p_max else t
+
+
 def _lp_value(lpr: LPRelaxation) -> float:
     """The LP's value as a bound, less a relative 1e-7 for HiGHS' tolerances."""
     return lpr.value - 1e-7 * abs(lpr.value) if math.isfinite(lpr.value) else lpr.value
@@ -477,13 +484,10 @@ def _rc_narrow(problem, st: _State, t: Tables, lm: LinModel, lpr: LPRelaxation, 
         if cap < a:
             return t, lm, b, cutoff, True
         b = cap
-        t = build_tables(problem, v, b)
-        if sig >= 0:
-            _keep_signature(problem, t, sig)
-        if t.p_min > 0:
-            t.p_min, t.p_max = max(t.p_min, plo), min(t.p_max, phi)
-        if t.p_min == 0 or t.p_min > t.p_max:
+        nt = _node_tables(problem, v, b, sig, plo, phi)
+        if nt is None:
             return t, lm, b, cutoff, True
+        t = nt
         lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
         lpr = lp_relaxation(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
         if lpr is None:

@@ -96,6 +96,8 @@ def columns(order: np.ndarray) -> np.ndarray:
     return col
 
 
+RC_MIN = 1e-6  # eq. N19: a smaller reduced cost of tau gives no useful cap
+DUAL_TOL = 1e-7  # HiGHS' default dual_feasibility_tolerance (eq. N19's slack)
 _POOL = threading.Lock()
 _pool_threads: list = []  # the "threads" option the global pool was last made for (empty: never, this process)
 
@@ -172,10 +174,8 @@ def tau_cap(lp: LPRelaxation, lm: LinModel, cutoff_s: float) -> float:
     if not math.isfinite(lp.value) or not lp.tau_rc > RC_MIN or not math.isfinite(lp.tau):
         return math.inf
     unit = max(1.0, abs(cutoff_s))
-    ranges = sum(u - lo if math.isfinite(u) else unit for lo, u in zip(lm.lb, lm.ub))
+    lb, ub = np.asarray(lm.lb, float), np.asarray(lm.ub, float)
+    ranges = float(np.where(np.isfinite(ub), ub - lb, unit).sum())
     slack = DUAL_TOL * (ranges + len(lm.rows) * unit) + TIME_RTOL * unit
     return lp.tau + (cutoff_s - lp.value + slack) / lp.tau_rc
 
-
-RC_MIN = 1e-6  # a smaller reduced cost gives no useful cap
-DUAL_TOL = 1e-7  # HiGHS' default dual_feasibility_tolerance
