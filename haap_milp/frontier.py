@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from haap_milp import economics
+from haap_milp import cost_dp, economics
 from haap_milp.catalog.prices import PriceBook
 from haap_milp.deadline import Deadline, current, use
 from haap_milp.errors import HaapInputError
@@ -66,6 +66,7 @@ class Frontier:
     lower_bound: float | None = None  # of the measure over every plan within the cap (eqs. F2, F3)
     candidates: list[Point] = field(default_factory=list)  # energy objective: eq. E7's plans (not frontier points)
     solves: int = 0  # band search: the bands solved (eq. EB4)
+    dp_runs: int = 0  # band search: eq. CD4 shortest paths run (eq. CD5)
     search: str = "sweep"  # sweep (eqs. F1-F3) | band (eqs. EB1-EB5)
 
     @property
@@ -375,6 +376,7 @@ class _Band:
     lo: int
     hi: int
     tries: int = 0
+    dp_done: bool = False  # eq. CD5 has bounded the band
 
     def __lt__(self, other):
         return (self.lower, -self.hi) < (other.lower, -other.hi)
@@ -493,15 +495,32 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
     t_floor = _TimeFloor(prob, weights, t_all)
     closed: list[float] = []
     heap: list[_Band] = []
+    # eq. CD5: the stage-additive bound of every plan within the cap (rate >= the floor), and its paths as plans
+    cdps = cost_dp.variant_dps(prob, r_true, rho)
+    paid = weights > 0
+    kappa_hi = float((r_true[paid] / (unit_w * weights[paid])).max()) if paid.any() else 1.0  # R_true <= kappa_hi U R
+    best = min(found.values(), default=math.inf)
+    whole = cost_dp.cost_bound(cdps, best * (1 - gap), r_lo=kappa * unit_w * bottom, usable=weights <= top,
+                               r_hi=kappa_hi * unit_w * top,
+                               deadline=dl.cap(dl.remaining() * CD_SHARE) if dl.limited else None)
+    for a in whole.plans:
+        offer(a)
+    fr.dp_runs = whole.dps
+    log.debug("eq. CD5 over every plan: %.6g (%d runs, %s), %.2f s left", whole.value, whole.dps,
+              "complete" if whole.complete else "stopped", dl.remaining() if dl.limited else -1)
+
+    def cheap(lo: int, hi: int) -> float:
+        # eq. EB5: R >= kappa U lo, T >= the budget-hi bound of T, D >= eq. E6b's bound
+        d_lb = economics.dynamic_energy_lb(prob, types, book, weights, hi) if measure == "energy" else 0.0
+        return kappa * unit_w * lo * t_floor(hi) + d_lb
 
     def push(lo: int, hi: int, lower: float = 0.0, tries: int = 0) -> None:
-        # eq. EB5: R >= kappa U lo, T >= the budget-hi bound of T, D >= eq. E6b's bound
-        t_hi = t_floor(hi)
-        if max_time_s is not None and t_hi > max_time_s * (1 + 1e-9):  # eq. TX3e: no plan of the band is fast enough
+        # eq. EB5's bound waits for the band's turn (its T_lo takes eq. B2 on every variant: 1 s for 20 bands x 53
+        # variants), unless T_max needs it now (eq. TX3e); eq. CD5 over every plan bounds every band at once
+        if max_time_s is not None and t_floor(hi) > max_time_s * (1 + 1e-9):  # eq. TX3e: no plan fast enough
             closed.append(math.inf)
             return
-        d_lb = economics.dynamic_energy_lb(prob, types, book, weights, hi) if measure == "energy" else 0.0
-        heapq.heappush(heap, _Band(max(lower, kappa * unit_w * lo * t_hi + d_lb), lo, hi, tries))
+        heapq.heappush(heap, _Band(max(lower, whole.value), lo, hi, tries))
 
     for lo, hi in _geometric(bottom, top, BAND_RATIO):
         push(lo, hi)
@@ -515,6 +534,19 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
             fr.stopped = "time limit reached"
             break
         heapq.heappop(heap)
+        if not b.dp_done:  # eq. CD5 on the band: its rate floor in form 0, only options within its top
+            got = cost_dp.cost_bound(cdps, best * (1 - gap), r_lo=kappa * unit_w * b.lo, usable=weights <= b.hi,
+                                     r_hi=kappa_hi * unit_w * b.hi, deadline=dl, max_ratio=BAND_CD_RATIO,
+                                     floors=whole.floors)
+            fr.dp_runs += got.dps
+            for a in got.plans:
+                offer(a)
+            b.dp_done, b.lower = True, max(b.lower, got.value)
+            if b.lower < best * (1 - gap):  # not pruned by eq. CD5: eq. EB5's bound too (its T_lo is needed to solve)
+                b.lower = max(b.lower, cheap(b.lo, b.hi))
+            log.debug("band [%d, %d] eq. CD5 %.6g (%d runs), lower %.6g", b.lo, b.hi, got.value, got.dps, b.lower)
+            heapq.heappush(heap, b)  # back in best-first order (pruned at the top of the loop when it reaches best)
+            continue
         r_lo = kappa * unit_w * b.lo
         t_lo = t_floor(b.hi)
         bprob = band_problem(tprob, weights, rho, b.lo, b.hi, t_lo, r_lo)
@@ -636,6 +668,8 @@ def _geometric(lo: int, hi: int, ratio: float) -> list[tuple[int, int]]:
 
 
 BAND_RATIO = 1.25  # the initial bands' top / floor
+CD_SHARE = 0.3  # of the time left after the time optimum, at most, for eq. CD5 over every plan
+BAND_CD_RATIO = 1.01  # eq. CD5's narrowest period interval on a band (the whole problem's: cost_dp.MAX_RATIO)
 BAND_FOCUS = 3  # a band's solve gets at least 1/BAND_FOCUS of the time left (best first)
 FIRST_SHARE = 0.25  # of the deadline for the time optimum that starts the band search
 MAX_BAND_POINTS = 8  # plans of the band search kept as points

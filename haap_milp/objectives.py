@@ -91,7 +91,7 @@ def plan_for(ctx: Context, book: PriceBook, goal: Goal, deadline: Deadline | Non
         fr = frontier.sweep(ctx, book, measure, max_points=1, cap=goal.max_usd_per_hour,
                             max_time_s=goal.max_iteration_time_s, stop_when_bounded=True, step=goal.step,
                             deadline=deadline)
-    doc = {"objective": goal.objective, "search": fr.search, "solves": fr.solves,
+    doc = {"objective": goal.objective, "search": fr.search, "solves": fr.solves, "dp_runs": fr.dp_runs,
            "points_searched": len(fr.points), "frontier_complete": fr.complete,
            "stopped": fr.stopped, "max_usd_per_hour": goal.max_usd_per_hour,
            "max_iteration_time_s": goal.max_iteration_time_s}

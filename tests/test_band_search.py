@@ -143,7 +143,8 @@ def test_cli_energy_objective_is_proven(run_cli, tmp_path):
     assert code == 0, err
     doc = json.loads(out.read_text())
     obj = doc["objective"]
-    assert obj["search"] == "band" and obj["frontier_complete"] and obj["solves"] >= 1
+    # proven by band solves or by eq. CD5 alone (exact on this case: its optimum is one stage, where eq. CD4 is T R)
+    assert obj["search"] == "band" and obj["frontier_complete"] and obj["solves"] + obj["dp_runs"] >= 1
     assert obj["objective_gap"] <= 1e-5 and doc["status"] == "OPTIMAL"
     assert doc["joules_per_iteration"] == pytest.approx(obj["joules_per_iteration"])
     assert obj["joules_per_iteration_lower_bound"] <= obj["joules_per_iteration"] * (1 + 1e-9)

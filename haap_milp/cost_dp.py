@@ -1,0 +1,306 @@
+"""A lower bound of a plan's cost or energy that is a sum over its stages, at a fixed steady period (eqs. CD1-CD5).
+
+The band search (``frontier.band_search``, eqs. EB1-EB5) bounds the measure E = R T + D of a band of rates by a
+McCormick under-estimator around one lower bound of T for the whole band, which stays loose (30 % on llama3-70b
+x hetero3-1024 after 30 s). Here the bilinear R T is split per stage instead. For every plan and every stage j
+(rate r_j: $/s or idle W of its GPUs; R = sum_j r_j; w = 1 under 1F1B, 1/vpp interleaved; beta' the sync share
+of eq. T3, BWD_SHARE / vpp interleaved):
+
+    T >= (M - w) tau + w sum_i t_i + sigma          (eqs. T1 / I1 without the links; tau_w = M - w)   (CD1)
+    tau >= max(a, t_j)  on the plans whose period lies in [a, b];  t_j <= b there                   (CD2)
+    w sum_i t_i + sigma >= X_j = max( w (t_j + rest_j),  w t_j + s_j + (w - beta') rest_j )
+        rest_j = (L - n_j) lambda_j* + [j > 0] phi_j* + [j < P-1] psi_j*  <=  sum_{i != j} t_i       (CD3)
+        (sigma >= s_j - beta' sum_{k<j} t_k, w >= w - beta' >= 0)
+    lambda_j* = max(min_u lambda_u, min_u lambda_u r_u / (R_hi - r_j)): every other stage i has r_i <= R - r_j
+        (u the usable options, R_hi a bound of every plan's rate; phi*, psi* alike)                    (CD3b)
+    E = sum_j r_j T + D >= sum_j [ tau_w r_j max(a, t_j) + r_j X_j + M rho_j t_j ]                  (CD4, form 1)
+    with R >= R_lo:  E >= sum_j [ tau_w r_j max(a, t_j) + w max(R_lo, r_j) t_j + M rho_j t_j ]
+                         + max(R_lo, r_0) s_0        (R sum t >= sum_i max(R_lo, r_i) t_i, sigma >= s_0)  (CD4, form 0)
+
+Both right-hand sides are sums of stage terms whose memory depends only on the stage's slot from the end
+(eq. M2), so their least value over all pipelines of a variant is a shortest path over (slots, layers), the
+same DP as the time search's stage DP (eq. N4) without its links. Left out, which only lowers it: links,
+sigma's other rows, eq. T2's in-flight rows, the GPU rows G1 and the engine rules U1/U2. The least over the
+variants and over intervals [a, b] covering every period is a lower bound of E over every plan (CD5); the
+intervals are refined best first (split at the geometric middle) while the least one is under the target, and a
+path that meets every constraint is a plan, offered as a candidate. D = M sum_j rho_j t_j is exact (eq. E4;
+rho = 0 for cost).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from haap_milp.deadline import Deadline
+from haap_milp.pipeline import BWD_SHARE, TIME_RTOL, interleaved_tau_weight, sync_share
+from haap_milp.problem import Assignment, Problem, Stage, violations
+from haap_milp.solvers.common.slot_bounds import _memory_part
+
+INF = math.inf
+MAX_RATIO = 1.01  # eq. CD5: an interval [a, b] with b / a at most this is not split further
+MAX_TAIL = 1e6  # eq. CD5: the tail [A, inf) is not split once A is this many times the least period
+
+
+class VariantCostDP:
+    """Eq. CD4's shortest path for one variant: ``bound(a, b, r_lo, usable)`` is the least right-hand side over
+    the pipelines whose stage times are <= b, at tau >= a, with every stage's option in ``usable``."""
+
+    def __init__(self, problem: Problem, v: int, rate: np.ndarray, rho: np.ndarray):
+        base = _memory_part(problem, v)
+        var = problem.variants[v]
+        self.problem, self.v, self.opts = problem, v, base["opts"]
+        self.L, self.K, self.M, self.vpp = base["L"], base["K"], var.num_microbatches, var.vpp
+        self.p_fixed = var.num_stages if var.vpp > 1 else 0  # eq. I5: an interleaved copy's stage count
+        self.w = 1.0 if var.vpp <= 1 else 1.0 / var.vpp
+        self.beta = sync_share(problem.p2p_blocking) if var.vpp <= 1 else BWD_SHARE / var.vpp
+        self.tau_w = interleaved_tau_weight(self.M, var.vpp)
+        self.r, self.rho = rate[self.opts].astype(float), rho[self.opts].astype(float)
+        self.rate_of = np.asarray(rate, float)  # by global option index (a path's rate, eq. CD6)
+        self.n = np.arange(self.L + 1)
+        c = self.c = base["coef"]
+        if len(self.opts):
+            self.stars = (c["layer_time"].min(), c["first_time"].min(), c["last_time"].min())
+        # per (first, last): stage time [O, L+1], the part of the cost that does not depend on a, and the memory
+        # caps; the middle and first stages at slots k >= 2 use the sorted form of ``_slot_min``
+        self.kind = {}
+        for first in (False, True):
+            for last in (False, True):
+                self.kind[first, last] = self._kind(c, base, first, last)
+
+    def _kind(self, c: dict, base: dict, first: bool, last: bool) -> dict:
+        n, L = self.n[None, :], self.L
+        lam = c["layer_time"][:, None]
+        t = lam * n + (c["first_time"][:, None] if first else 0.0) + (c["last_time"][:, None] if last else 0.0)
+        s = c["sync_fixed"][:, None] + c["sync_per_layer"][:, None] * n \
+            + (c["sync_first"][:, None] if first else 0.0) + (c["sync_last"][:, None] if last else 0.0)
+        caps = (base["Uf_mem"] if first else base["U_mem"])  # [K, O]
+        caps = caps[:1] if last else caps[1:]  # a last stage sits at slot 1; any other at slots 2..K
+        reach = (caps[:, :, None] >= n[None, :, :]) & (n[None, :, :] >= 1)  # [slots, O, L+1]
+        # slots counted from the first row: an option with n layers fits the first ``depth`` rows when memory
+        # falls with the slot (eq. M1: more in flight further from the end), which ``monotone`` checks
+        monotone = bool((np.diff(caps, axis=0) <= 0).all()) if len(caps) > 1 else True
+        depth = reach.sum(axis=0)  # [O, L+1]
+        order = np.argsort(-depth, axis=0, kind="stable")
+        counts = (depth[None, :, :] >= np.arange(1, len(caps) + 1)[:, None, None]).sum(axis=1)  # [slots, L+1]
+        return {"t": t, "s": s, "energy": self.M * self.rho[:, None] * t, "reach": reach, "first": first,
+                "last": last, "monotone": monotone, "order": order, "counts": counts}
+
+    def _rest(self, usable: np.ndarray | None, r_hi: float) -> tuple:
+        """Eq. CD3b: per option o of stage j, the least layer, first and last times of the other stages: each
+        other stage i has r_i <= R - r_j <= r_hi - r_o, so t-per-layer_i >= min_u (lambda r) / (r_hi - r_o), and
+        >= min_u lambda, over the usable options u ([O] arrays; inf where no other stage is affordable)."""
+        c = self.c
+        u = np.ones(len(self.opts), bool) if usable is None else usable[self.opts]
+        if not u.any():
+            return (np.full(len(self.opts), INF),) * 3
+        room = r_hi - self.r
+        out = []
+        for key in ("layer_time", "first_time", "last_time"):
+            x = c[key][u]
+            per_rate = (x * self.r[u]).min()
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lifted = np.where(room > 0, per_rate / np.where(room > 0, room, 1.0), INF)
+            out.append(np.maximum(x.min(), lifted))
+        return tuple(out)
+
+    def _costs(self, kind: dict, a: float, b: float, r_lo: float | None, usable: np.ndarray | None,
+               first: bool, rest: tuple) -> np.ndarray:
+        """[O, L+1] the stage term of eq. CD4 (form 1 when ``r_lo`` is None, else form 0), inf where t > b."""
+        t, r = kind["t"], self.r[:, None]
+        out = self.tau_w * r * np.maximum(a, t) + kind["energy"]
+        if r_lo is None:
+            lam, phi, psi = (x[:, None] for x in rest)
+            others = self.L - self.n[None, :]  # layers of the other stages (eq. CD3)
+            with np.errstate(invalid="ignore"):
+                more = np.where(others > 0, others * lam, 0.0) + (0.0 if kind["first"] else phi) + \
+                    (0.0 if kind["last"] else psi)
+            w = self.w
+            out = out + r * np.maximum(w * (t + more), w * t + kind["s"] + (w - self.beta) * more)
+        else:
+            rr = np.maximum(r_lo, r)
+            out = out + self.w * rr * t + (rr * kind["s"] if first else 0.0)
+        bad = t > b * (1 + TIME_RTOL)
+        if usable is not None:
+            bad = bad | ~usable[self.opts][:, None]
+        return np.where(bad, INF, out)
+
+    def _slot_min(self, kind: dict, cost: np.ndarray) -> np.ndarray:
+        """[slots, L+1]: per slot and layer count the least cost over the options whose memory holds them."""
+        if kind["monotone"]:
+            ranked = np.minimum.accumulate(np.take_along_axis(cost, kind["order"], axis=0), axis=0)
+            cnt = kind["counts"]
+            got = np.take_along_axis(ranked, np.maximum(cnt - 1, 0), axis=0)
+            return np.where(cnt > 0, got, INF)
+        return np.where(kind["reach"], cost[None, :, :], INF).min(axis=1)
+
+    def bound(self, a: float, b: float, r_lo: float | None = None, usable: np.ndarray | None = None,
+              path_below: float = INF, r_hi: float = INF, shift: float = 0.0) -> tuple[float, Assignment | None]:
+        """The least eq. CD4 over the variant's pipelines at tau in [a, b], and the path that reaches it when the
+        least is below ``path_below`` (a path costs a tenth of the DP; one whose bound is past the incumbent's
+        cannot be a better plan when it lies in the interval). ``shift``: eq. CD6's multiplier, s per unit of rate
+        added to every stage (the caller subtracts it from the bound)."""
+        if not len(self.opts):
+            return INF, None
+        L, n = self.L, self.n
+        rest = self._rest(usable, r_hi) if r_lo is None else None
+        cost = {fl: self._costs(k, a, b, r_lo, usable, fl[0], rest) for fl, k in self.kind.items()}
+        if shift:
+            cost = {fl: c + shift * self.r[:, None] for fl, c in cost.items()}
+        p_lo, p_hi = (self.p_fixed, self.p_fixed) if self.p_fixed else (1, self.K)
+        best, shape = INF, None  # shape: (P, layers of the first stage)
+        if p_lo <= 1:
+            one = self._slot_min(self.kind[True, True], cost[True, True])[0]
+            best, shape = float(one[L]), (1, L)
+        firsts = self._slot_min(self.kind[True, False], cost[True, False])  # row k-2: slot k >= 2
+        mids = self._slot_min(self.kind[False, False], cost[False, False])
+        V = self._slot_min(self.kind[False, True], cost[False, True])[0]  # slot 1 (the last stage), l layers
+        paths = [V]
+        shift = n[:, None] - n[None, :]  # l - m
+        ok = shift >= 1  # the slots below keep at least one layer
+        for p in range(2, p_hi + 1):
+            if p >= p_lo and p - 2 < len(firsts):
+                tot = V[L - n[1:L]] + firsts[p - 2][1:L]
+                if len(tot) and tot.min() < best:
+                    best, shape = float(tot.min()), (p, int(np.argmin(tot)) + 1)
+            if p == p_hi or p - 2 >= len(mids):
+                break
+            V = np.where(ok, V[np.where(ok, shift, 0)] + mids[p - 2][None, :], INF).min(axis=1)
+            paths.append(V)
+        if shape is None or not math.isfinite(best):
+            return INF, None
+        return best, (self._path(shape, paths, cost, mids) if best < path_below else None)
+
+    def _path(self, shape, paths, cost, mids) -> Assignment:
+        """The stages of the least path: the first stage's layers, then back through the slots' values."""
+        p, m = shape
+        L = self.L
+
+        def pick(first: bool, last: bool, slot: int, layers: int) -> int:
+            kind = self.kind[first, last]
+            row = kind["reach"][0 if last else slot - 2][:, layers]
+            return int(self.opts[int(np.argmin(np.where(row, cost[first, last][:, layers], INF)))])
+
+        if p == 1:
+            return Assignment(self.v, (Stage(pick(True, True, 1, L), L),))
+        stages = [Stage(pick(True, False, p, m), m)]
+        left = L - m
+        for slot in range(p - 1, 1, -1):  # the value of slots 1..slot holding ``left`` layers is paths[slot-1]
+            below = paths[slot - 2]
+            cand = [(below[left - k] + mids[slot - 2][k], k) for k in range(1, left)]
+            k = min(cand)[1]
+            stages.append(Stage(pick(False, False, slot, k), k))
+            left -= k
+        stages.append(Stage(pick(False, True, 1, left), left))
+        return Assignment(self.v, tuple(stages))
+
+
+@dataclass
+class CostBound:
+    """Eq. CD5's result: ``value`` bounds the measure of every plan (inf: no plan), ``plans`` are the paths that
+    meet every constraint of the problem, ``complete`` says whether every interval was bounded (a deadline can
+    stop the search before; then ``value`` is what the intervals bounded so far prove: still a bound)."""
+
+    value: float
+    plans: list
+    dps: int
+    complete: bool
+    floors: list  # per DP: the least bound of its variant's intervals (inf: none left)
+
+
+def cost_bound(dps: list[VariantCostDP], target: float, *, r_lo: float | None = None,
+               usable: np.ndarray | None = None, deadline: Deadline | None = None,
+               max_ratio: float = MAX_RATIO, form1: bool = True, r_hi: float = INF,
+               floors: list[float] | None = None) -> CostBound:
+    """Eq. CD5: the least eq. CD4 bound over the variants and the periods tau in [0, inf), refined best first until
+    the least interval reaches ``target`` (the incumbent less the gap: nothing left to prove) or is narrower than
+    ``max_ratio``. Form 1 (unless ``form1`` is False; ``r_hi`` an upper bound of every plan's rate, eq. CD3b) and
+    form 0 when ``r_lo`` (a lower bound of every plan's rate) is given; on a band (both given) eq. CD6 lifts each
+    interval's bound by the rate multiplier. Paths are kept from the intervals whose bound is below ``target`` (the
+    others hold no better plan). ``floors``: per DP, a bound of its variant over a superset of these plans with
+    settings no tighter (``CostBound.floors`` of the whole problem's search); a variant whose floor reaches the
+    target is not searched again (its floor still counts in the value)."""
+    heap: list = []
+    count = [0]
+    plans: dict = {}
+    lagrange = math.isfinite(r_hi) and r_lo is not None  # eq. CD6 on a band of rates
+
+    def run(dp: VariantCostDP, a: float, b: float, form_lo, shift: float = 0.0):
+        x, path = dp.bound(a, b, form_lo, usable, path_below=INF if lagrange else target, r_hi=r_hi, shift=shift)
+        count[0] += 1
+        if path is not None and x - shift * (r_hi if shift > 0 else r_lo or 0.0) < target and path not in plans \
+                and not violations(dp.problem, path):
+            plans[path] = None
+        return x, (None if path is None else float(sum(dp.rate_of[s.option] for s in path.stages)))
+
+    def value(dp: VariantCostDP, a: float, b: float) -> float:
+        got = []
+        for form_lo in ((None,) if r_lo is None else (None, r_lo) if form1 else (r_lo,)):
+            x, rate = run(dp, a, b, form_lo)
+            if lagrange and rate is not None and x < target:
+                x = max(x, _lagrange(lambda s: run(dp, a, b, form_lo, s), x, rate, r_lo or 0.0, r_hi))
+            got.append(x)
+            if x >= target:
+                break  # one form prunes the interval: the other cannot lower the larger of the two
+        return max(got)
+
+    skipped = INF
+    for i, dp in enumerate(dps):
+        if floors is not None and floors[i] >= target:
+            skipped = min(skipped, floors[i])
+        elif len(dp.opts):
+            # no plan has tau below L lambda* / K (tau >= max_j t_j >= sum_j t_j / P, P <= K): one interval from
+            # there to inf per variant, split when least: [a, inf) into [a, 2a] and [2a, inf), else at sqrt(ab)
+            lo = dp.L * dp.stars[0] / max(dp.K, 1)
+            heapq.heappush(heap, (value(dp, lo, INF), i, lo, INF))
+    complete = True
+    while heap and heap[0][0] < target:
+        x, i, a, b = heap[0]
+        top = dps[i].L * dps[i].stars[0] / max(dps[i].K, 1) * MAX_TAIL
+        if a <= 0 or (math.isfinite(b) and b / a <= max_ratio) or (not math.isfinite(b) and a >= top):
+            break  # the least interval cannot be split usefully: its bound is the answer
+        if deadline is not None and deadline.expired():
+            complete = False
+            break
+        heapq.heappop(heap)
+        mid = math.sqrt(a * b) if math.isfinite(b) else 2 * a
+        for lo, hi in ((a, mid), (mid, b)):
+            heapq.heappush(heap, (max(x, value(dps[i], lo, hi)), i, lo, hi))
+    per = [INF] * len(dps) if floors is None else [f if f >= target else INF for f in floors]  # skipped: theirs
+    for x, i, _, _ in heap:
+        per[i] = min(per[i], x)
+    return CostBound(min(heap[0][0] if heap else INF, skipped), list(plans), count[0], complete, per)
+
+
+LAGRANGE_STEPS = 5  # eq. CD6: bisection steps on the rate multiplier per interval and form
+
+
+def _lagrange(run, x0: float, rate0: float, r_lo: float, r_hi: float) -> float:
+    """Eq. CD6: every plan of the band has r_lo <= R <= r_hi, so for s >= 0 the least path with s r added to every
+    stage, less s r_hi, bounds it too (for s < 0: less s r_lo). The path of s = 0 above r_hi (below r_lo) says
+    which side; s is bisected on the side whose path's rate crosses the band's edge (the bound is concave in s)."""
+    if r_lo <= rate0 <= r_hi:
+        return x0
+    up = rate0 > r_hi
+    edge = r_hi if up else r_lo
+    best, lo, hi = x0, 0.0, 2.0 * x0 / max(edge, 1e-300)  # s is about the iteration time: E ~ R T
+    for _ in range(LAGRANGE_STEPS):
+        s = (lo + hi) / 2
+        x, rate = run(s if up else -s)
+        if rate is None:
+            hi = s
+            continue
+        best = max(best, x - (s if up else -s) * edge)
+        if (rate > r_hi) if up else (rate < r_lo):
+            lo = s
+        else:
+            hi = s
+    return best
+
+
+def variant_dps(problem: Problem, rate: np.ndarray, rho: np.ndarray) -> list[VariantCostDP]:
+    """One eq. CD4 DP per micro-batch variant of the problem."""
+    return [VariantCostDP(problem, v, rate, rho) for v in range(len(problem.variants))]
