@@ -241,22 +241,24 @@ def cost_bound(dps: list[VariantCostDP], target: float, *, r_lo: float | None = 
         for form_lo in ((None,) if r_lo is None else (None, r_lo) if form1 else (r_lo,)):
             x, rate = run(dp, a, b, form_lo)
             if lagrange and rate is not None and x < target:
-                x = max(x, _lagrange(lambda s: run(dp, a, b, form_lo, s), x, rate, r_lo or 0.0, r_hi))
+                x = max(x, _lagrange(lambda s: run(dp, a, b, form_lo, s), x, rate, r_lo or 0.0, r_hi, deadline))
             got.append(x)
-            if x >= target:
-                break  # one form prunes the interval: the other cannot lower the larger of the two
+            if x >= target or (deadline is not None and deadline.expired()):
+                break  # one form prunes the interval (the other cannot lower the larger), or time is up: each is a bound
         return max(got)
 
-    skipped = INF
+    per = [INF] * len(dps)  # per variant the least bound of its intervals
+    complete = True
     for i, dp in enumerate(dps):
         if floors is not None and floors[i] >= target:
-            skipped = min(skipped, floors[i])
+            per[i] = floors[i]
+        elif deadline is not None and deadline.expired():  # not bounded here: the floor given, else nothing
+            per[i], complete = floors[i] if floors is not None else 0.0, False
         elif len(dp.opts):
             # no plan has tau below L lambda* / K (tau >= max_j t_j >= sum_j t_j / P, P <= K): one interval from
             # there to inf per variant, split when least: [a, inf) into [a, 2a] and [2a, inf), else at sqrt(ab)
             lo = dp.L * dp.stars[0] / max(dp.K, 1)
             heapq.heappush(heap, (value(dp, lo, INF), i, lo, INF))
-    complete = True
     while heap and heap[0][0] < target:
         x, i, a, b = heap[0]
         top = dps[i].L * dps[i].stars[0] / max(dps[i].K, 1) * MAX_TAIL
@@ -269,16 +271,15 @@ def cost_bound(dps: list[VariantCostDP], target: float, *, r_lo: float | None = 
         mid = math.sqrt(a * b) if math.isfinite(b) else 2 * a
         for lo, hi in ((a, mid), (mid, b)):
             heapq.heappush(heap, (max(x, value(dps[i], lo, hi)), i, lo, hi))
-    per = [INF] * len(dps) if floors is None else [f if f >= target else INF for f in floors]  # skipped: theirs
     for x, i, _, _ in heap:
         per[i] = min(per[i], x)
-    return CostBound(min(heap[0][0] if heap else INF, skipped), list(plans), count[0], complete, per)
+    return CostBound(min(per, default=INF), list(plans), count[0], complete, per)
 
 
 LAGRANGE_STEPS = 5  # eq. CD6: bisection steps on the rate multiplier per interval and form
 
 
-def _lagrange(run, x0: float, rate0: float, r_lo: float, r_hi: float) -> float:
+def _lagrange(run, x0: float, rate0: float, r_lo: float, r_hi: float, deadline: Deadline | None = None) -> float:
     """Eq. CD6: every plan of the band has r_lo <= R <= r_hi, so for s >= 0 the least path with s r added to every
     stage, less s r_hi, bounds it too (for s < 0: less s r_lo). The path of s = 0 above r_hi (below r_lo) says
     which side; s is bisected on the side whose path's rate crosses the band's edge (the bound is concave in s)."""
@@ -288,6 +289,8 @@ def _lagrange(run, x0: float, rate0: float, r_lo: float, r_hi: float) -> float:
     edge = r_hi if up else r_lo
     best, lo, hi = x0, 0.0, 2.0 * x0 / max(edge, 1e-300)  # s is about the iteration time: E ~ R T
     for _ in range(LAGRANGE_STEPS):
+        if deadline is not None and deadline.expired():
+            break  # every step's value is a bound: the best so far stands
         s = (lo + hi) / 2
         x, rate = run(s if up else -s)
         if rate is None:

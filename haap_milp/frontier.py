@@ -530,20 +530,21 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
         b = heap[0]
         if b.lower + tol >= best * (1 - gap) - 1e-9 * best:
             break  # every open band is pruned
-        if dl.interrupted or (dl.limited and dl.remaining() < BAND_MIN_S):
+        if dl.interrupted or (dl.limited and dl.remaining() < BAND_MIN_S + FINISH_S):
             fr.stopped = "time limit reached"
             break
         heapq.heappop(heap)
         if not b.dp_done:  # eq. CD5 on the band: its rate floor in form 0, only options within its top
             got = cost_dp.cost_bound(cdps, best * (1 - gap), r_lo=kappa * unit_w * b.lo, usable=weights <= b.hi,
-                                     r_hi=kappa_hi * unit_w * b.hi, deadline=dl, max_ratio=BAND_CD_RATIO,
+                                     r_hi=kappa_hi * unit_w * b.hi, max_ratio=BAND_CD_RATIO,
+                                     deadline=dl.cap(dl.remaining() - FINISH_S) if dl.limited else None,
                                      floors=whole.floors)
             fr.dp_runs += got.dps
             for a in got.plans:
                 offer(a)
             b.dp_done, b.lower = True, max(b.lower, got.value)
-            if b.lower < best * (1 - gap):  # not pruned by eq. CD5: eq. EB5's bound too (its T_lo is needed to solve)
-                b.lower = max(b.lower, cheap(b.lo, b.hi))
+            if b.lower < best * (1 - gap) and not (dl.limited and dl.remaining() < BAND_MIN_S + FINISH_S):
+                b.lower = max(b.lower, cheap(b.lo, b.hi))  # not pruned: eq. EB5's bound too (its T_lo is needed to solve)
             log.debug("band [%d, %d] eq. CD5 %.6g (%d runs), lower %.6g", b.lo, b.hi, got.value, got.dps, b.lower)
             heapq.heappush(heap, b)  # back in best-first order (pruned at the top of the loop when it reaches best)
             continue
@@ -671,6 +672,7 @@ BAND_RATIO = 1.25  # the initial bands' top / floor
 CD_SHARE = 0.3  # of the time left after the time optimum, at most, for eq. CD5 over every plan
 BAND_CD_RATIO = 1.01  # eq. CD5's narrowest period interval on a band (the whole problem's: cost_dp.MAX_RATIO)
 BAND_FOCUS = 3  # a band's solve gets at least 1/BAND_FOCUS of the time left (best first)
-FIRST_SHARE = 0.25  # of the deadline for the time optimum that starts the band search
+FIRST_SHARE = 0.15  # of the deadline for the time optimum that starts the band search
 MAX_BAND_POINTS = 8  # plans of the band search kept as points
+FINISH_S = 0.5  # s left at the end of a band search with a deadline to decode, estimate and check its points
 MAX_BAND_TRIES = 8  # a one-rate band whose solves end unfinished this often is closed with its proven bound

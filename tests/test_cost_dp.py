@@ -144,3 +144,17 @@ def test_bound_at_each_plans_own_period_rate_and_options_never_exceeds_it(seed):
         assert max(x, y) <= val * (1 + 1e-9), (seed, a, max(x, y) / val)
         ratios.append(max(x, y) / val)
     assert max(ratios) > 0.8  # the check bites: some plan is bounded within 20 % (measured 0.86-1.0 per seed)
+
+
+def test_a_deadline_that_has_passed_leaves_a_valid_bound_and_says_so():
+    """Variants not reached before the deadline count with their given floor, else 0: the value stays a bound."""
+    from haap_milp.deadline import Deadline
+
+    prob, rate, rho, plans = _case(3)
+    opt = min(_value(prob, a, rate, rho) for a in plans)
+    dps = cost_dp.variant_dps(prob, rate, rho)
+    got = cost_dp.cost_bound(dps, opt * 1.5, deadline=Deadline(0.0))
+    assert not got.complete and got.value == 0.0
+    whole = cost_dp.cost_bound(dps, opt * 1.5)
+    again = cost_dp.cost_bound(dps, opt * 1.5, deadline=Deadline(0.0), floors=whole.floors)
+    assert not again.complete and again.value == pytest.approx(whole.value) and again.value <= opt * (1 + 1e-9)
