@@ -61,6 +61,10 @@ class VariantCostDP:
         self.r, self.rho = rate[self.opts].astype(float), rho[self.opts].astype(float)
         self.rate_of = np.asarray(rate, float)  # by global option index (a path's rate, eq. CD6)
         self.n = np.arange(self.L + 1)
+        # [L+1, L+1] at (l, m): the layers l - m left to the slots below a stage of m, and 0 where they keep at
+        # least one (else inf): the shortest path's step is (V[below] + keep + stage[m]).min over m
+        left = self.n[:, None] - self.n[None, :]
+        self._below, self._keep = np.maximum(left, 0), np.where(left >= 1, 0.0, INF)
         c = self.c = base["coef"]
         if len(self.opts):
             self.stars = (c["layer_time"].min(), c["first_time"].min(), c["last_time"].min())
@@ -87,7 +91,10 @@ class VariantCostDP:
         order = np.argsort(-depth, axis=0, kind="stable")
         counts = (depth[None, :, :] >= np.arange(1, len(caps) + 1)[:, None, None]).sum(axis=1)  # [slots, L+1]
         return {"t": t, "s": s, "energy": self.M * self.rho[:, None] * t, "reach": reach, "first": first,
-                "last": last, "monotone": monotone, "order": order, "counts": counts}
+                "last": last, "monotone": monotone, "counts": counts,
+                # flat indices into [O, L+1]: the options of each column by depth, and the last of each slot's
+                "order_flat": order * (L + 1) + self.n[None, :],
+                "count_flat": np.maximum(counts - 1, 0) * (L + 1) + self.n[None, :]}
 
     def _rest(self, usable: np.ndarray | None, r_hi: float) -> tuple:
         """Eq. CD3b: per option o of stage j, the least layer, first and last times of the other stages: each
@@ -107,50 +114,55 @@ class VariantCostDP:
             out.append(np.maximum(x.min(), lifted))
         return tuple(out)
 
-    def _costs(self, kind: dict, a: float, b: float, r_lo: float | None, usable: np.ndarray | None,
-               first: bool, rest: tuple) -> np.ndarray:
-        """[O, L+1] the stage term of eq. CD4 (form 1 when ``r_lo`` is None, else form 0), inf where t > b."""
+    def prepare(self, r_lo: float | None = None, usable: np.ndarray | None = None, r_hi: float = INF) -> dict:
+        """Per (first, last): the [O, L+1] stage terms of eq. CD4 that do not depend on the period interval (form 1
+        when ``r_lo`` is None, else form 0), inf on the options not in ``usable``; ``bound`` adds the period's."""
+        rest = self._rest(usable, r_hi) if r_lo is None else None
+        kinds = [fl for fl in self.kind if not self.p_fixed or fl != (True, True)]  # one stage: first and last
+        out = {}
+        for fl in kinds:
+            kind, r = self.kind[fl], self.r[:, None]
+            t = kind["t"]
+            if r_lo is None:
+                lam, phi, psi = (x[:, None] for x in rest)
+                others = self.L - self.n[None, :]  # layers of the other stages (eq. CD3)
+                with np.errstate(invalid="ignore"):
+                    more = np.where(others > 0, others * lam, 0.0) + (0.0 if kind["first"] else phi) + \
+                        (0.0 if kind["last"] else psi)
+                w = self.w
+                x = kind["energy"] + r * np.maximum(w * (t + more), w * t + kind["s"] + (w - self.beta) * more)
+            else:
+                rr = np.maximum(r_lo, r)
+                x = kind["energy"] + self.w * rr * t + (rr * kind["s"] if fl[0] else 0.0)
+            if usable is not None:
+                x = np.where(usable[self.opts][:, None], x, INF)
+            out[fl] = x
+        return out
+
+    def _costs(self, kind: dict, static: np.ndarray, a: float, b: float, shift: float) -> np.ndarray:
+        """[O, L+1] the stage term of eq. CD4 at tau in [a, b]: inf where t > b (eq. CD2)."""
         t, r = kind["t"], self.r[:, None]
-        out = self.tau_w * r * np.maximum(a, t) + kind["energy"]
-        if r_lo is None:
-            lam, phi, psi = (x[:, None] for x in rest)
-            others = self.L - self.n[None, :]  # layers of the other stages (eq. CD3)
-            with np.errstate(invalid="ignore"):
-                more = np.where(others > 0, others * lam, 0.0) + (0.0 if kind["first"] else phi) + \
-                    (0.0 if kind["last"] else psi)
-            w = self.w
-            out = out + r * np.maximum(w * (t + more), w * t + kind["s"] + (w - self.beta) * more)
-        else:
-            rr = np.maximum(r_lo, r)
-            out = out + self.w * rr * t + (rr * kind["s"] if first else 0.0)
-        bad = t > b * (1 + TIME_RTOL)
-        if usable is not None:
-            bad = bad | ~usable[self.opts][:, None]
-        return np.where(bad, INF, out)
+        out = static + self.tau_w * r * np.maximum(a, t) + (shift * r if shift else 0.0)
+        return np.where(t > b * (1 + TIME_RTOL), INF, out)
 
     def _slot_min(self, kind: dict, cost: np.ndarray) -> np.ndarray:
         """[slots, L+1]: per slot and layer count the least cost over the options whose memory holds them."""
         if kind["monotone"]:
-            ranked = np.minimum.accumulate(np.take_along_axis(cost, kind["order"], axis=0), axis=0)
-            cnt = kind["counts"]
-            got = np.take_along_axis(ranked, np.maximum(cnt - 1, 0), axis=0)
-            return np.where(cnt > 0, got, INF)
+            ranked = np.minimum.accumulate(cost.ravel()[kind["order_flat"]], axis=0)  # column-wise prefix minima
+            return np.where(kind["counts"] > 0, ranked.ravel()[kind["count_flat"]], INF)
         return np.where(kind["reach"], cost[None, :, :], INF).min(axis=1)
 
-    def bound(self, a: float, b: float, r_lo: float | None = None, usable: np.ndarray | None = None,
-              path_below: float = INF, r_hi: float = INF, shift: float = 0.0) -> tuple[float, Assignment | None]:
-        """The least eq. CD4 over the variant's pipelines at tau in [a, b], and the path that reaches it when the
-        least is below ``path_below`` (a path costs a tenth of the DP; one whose bound is past the incumbent's
-        cannot be a better plan when it lies in the interval). ``shift``: eq. CD6's multiplier, s per unit of rate
-        added to every stage (the caller subtracts it from the bound)."""
+    def bound(self, a: float, b: float, prep: dict, shift: float = 0.0,
+              path_below: float = INF) -> tuple[float, Assignment | None]:
+        """The least eq. CD4 over the variant's pipelines at tau in [a, b] (``prep``: ``prepare``'s terms), and the
+        path that reaches it when the least is below ``path_below`` (a path costs a tenth of the DP; one whose bound
+        is past the incumbent's cannot be a better plan when it lies in the interval). ``shift``: eq. CD6's
+        multiplier, s per unit of rate added to every stage (the caller subtracts it from the bound)."""
         if not len(self.opts):
             return INF, None
         L, n = self.L, self.n
-        rest = self._rest(usable, r_hi) if r_lo is None else None
-        cost = {fl: self._costs(k, a, b, r_lo, usable, fl[0], rest) for fl, k in self.kind.items()}
-        if shift:
-            cost = {fl: c + shift * self.r[:, None] for fl, c in cost.items()}
         p_lo, p_hi = (self.p_fixed, self.p_fixed) if self.p_fixed else (1, self.K)
+        cost = {fl: self._costs(self.kind[fl], x, a, b, shift) for fl, x in prep.items()}
         best, shape = INF, None  # shape: (P, layers of the first stage)
         if p_lo <= 1:
             one = self._slot_min(self.kind[True, True], cost[True, True])[0]
@@ -159,8 +171,6 @@ class VariantCostDP:
         mids = self._slot_min(self.kind[False, False], cost[False, False])
         V = self._slot_min(self.kind[False, True], cost[False, True])[0]  # slot 1 (the last stage), l layers
         paths = [V]
-        shift = n[:, None] - n[None, :]  # l - m
-        ok = shift >= 1  # the slots below keep at least one layer
         for p in range(2, p_hi + 1):
             if p >= p_lo and p - 2 < len(firsts):
                 tot = V[L - n[1:L]] + firsts[p - 2][1:L]
@@ -168,7 +178,7 @@ class VariantCostDP:
                     best, shape = float(tot.min()), (p, int(np.argmin(tot)) + 1)
             if p == p_hi or p - 2 >= len(mids):
                 break
-            V = np.where(ok, V[np.where(ok, shift, 0)] + mids[p - 2][None, :], INF).min(axis=1)
+            V = (V[self._below] + self._keep + mids[p - 2][None, :]).min(axis=1)  # slots 1..p hold l = row
             paths.append(V)
         if shape is None or not math.isfinite(best):
             return INF, None
@@ -189,9 +199,8 @@ class VariantCostDP:
         stages = [Stage(pick(True, False, p, m), m)]
         left = L - m
         for slot in range(p - 1, 1, -1):  # the value of slots 1..slot holding ``left`` layers is paths[slot-1]
-            below = paths[slot - 2]
-            cand = [(below[left - k] + mids[slot - 2][k], k) for k in range(1, left)]
-            k = min(cand)[1]
+            ks = np.arange(1, left)
+            k = int(ks[np.argmin(paths[slot - 2][left - ks] + mids[slot - 2][ks])])
             stages.append(Stage(pick(False, False, slot, k), k))
             left -= k
         stages.append(Stage(pick(False, True, 1, left), left))
@@ -228,8 +237,13 @@ def cost_bound(dps: list[VariantCostDP], target: float, *, r_lo: float | None = 
     plans: dict = {}
     lagrange = math.isfinite(r_hi) and r_lo is not None  # eq. CD6 on a band of rates
 
+    preps: dict = {}
+
     def run(dp: VariantCostDP, a: float, b: float, form_lo, shift: float = 0.0):
-        x, path = dp.bound(a, b, form_lo, usable, path_below=INF if lagrange else target, r_hi=r_hi, shift=shift)
+        key = (id(dp), form_lo)
+        if key not in preps:
+            preps[key] = dp.prepare(form_lo, usable, r_hi)
+        x, path = dp.bound(a, b, preps[key], shift, path_below=INF if lagrange else target)
         count[0] += 1
         if path is not None and x - shift * (r_hi if shift > 0 else r_lo or 0.0) < target and path not in plans \
                 and not violations(dp.problem, path):

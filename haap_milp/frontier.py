@@ -522,7 +522,7 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
             return
         heapq.heappush(heap, _Band(max(lower, whole.value), lo, hi, tries))
 
-    for lo, hi in _geometric(bottom, top, BAND_RATIO):
+    for lo, hi in _geometric(bottom, top, BAND_CD_START):
         push(lo, hi)
     tol = 0.0
     while heap:
@@ -543,6 +543,13 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
             for a in got.plans:
                 offer(a)
             b.dp_done, b.lower = True, max(b.lower, got.value)
+            best = min(found.values(), default=math.inf)
+            if b.lower < best * (1 - gap) and b.hi > b.lo * BAND_RATIO:  # wide and not pruned: eq. CD5 on halves
+                mid = max(b.lo, min(b.hi - 1, int(math.sqrt(b.lo * b.hi))))
+                log.debug("band [%d, %d] eq. CD5 %.6g (%d runs): split at %d", b.lo, b.hi, got.value, got.dps, mid)
+                push(b.lo, mid, b.lower, b.tries)
+                push(mid + 1, b.hi, b.lower, b.tries)
+                continue
             if b.lower < best * (1 - gap) and not (dl.limited and dl.remaining() < BAND_MIN_S + FINISH_S):
                 b.lower = max(b.lower, cheap(b.lo, b.hi))  # not pruned: eq. EB5's bound too (its T_lo is needed to solve)
             log.debug("band [%d, %d] eq. CD5 %.6g (%d runs), lower %.6g", b.lo, b.hi, got.value, got.dps, b.lower)
@@ -668,7 +675,8 @@ def _geometric(lo: int, hi: int, ratio: float) -> list[tuple[int, int]]:
     return out
 
 
-BAND_RATIO = 1.25  # the initial bands' top / floor
+BAND_RATIO = 1.25  # a band this narrow (top / floor) that eq. CD5 does not prune is solved; a wider one is halved
+BAND_CD_START = 2.0  # the initial bands' top / floor (eq. CD5 prunes most of them whole)
 CD_SHARE = 0.3  # of the time left after the time optimum, at most, for eq. CD5 over every plan
 BAND_CD_RATIO = 1.01  # eq. CD5's narrowest period interval on a band (the whole problem's: cost_dp.MAX_RATIO)
 BAND_FOCUS = 3  # a band's solve gets at least 1/BAND_FOCUS of the time left (best first)

@@ -78,7 +78,7 @@ def test_interval_bound_never_exceeds_a_plan_of_its_interval(seed):
             inside = [val for a, tau, r, val in info
                       if a.variant == v and lo <= tau <= hi and (r_lo is None or r >= r_lo) and r <= r_hi
                       and (usable is None or all(usable[s.option] for s in a.stages))]
-            x, path = dp.bound(lo, hi, r_lo, usable, r_hi=r_hi)
+            x, path = dp.bound(lo, hi, dp.prepare(r_lo, usable, r_hi))
             if inside:
                 assert x <= min(inside) * (1 + 1e-9), (seed, v, lo, hi, r_lo)
             if path is not None and not violations(prob, path) and lo <= _period(prob, path) <= hi and \
@@ -139,8 +139,9 @@ def test_bound_at_each_plans_own_period_rate_and_options_never_exceeds_it(seed):
         usable = np.zeros(prob.num_options, bool)
         usable[[s.option for s in a.stages]] = True
         val = _value(prob, a, rate, rho)
-        x, _ = dps[a.variant].bound(tau, tau, r, usable, r_hi=r * (1 + 1e-12))
-        y, _ = dps[a.variant].bound(tau, tau, None, usable, r_hi=r * (1 + 1e-12))
+        dp = dps[a.variant]
+        x, _ = dp.bound(tau, tau, dp.prepare(r, usable, r * (1 + 1e-12)))
+        y, _ = dp.bound(tau, tau, dp.prepare(None, usable, r * (1 + 1e-12)))
         assert max(x, y) <= val * (1 + 1e-9), (seed, a, max(x, y) / val)
         ratios.append(max(x, y) / val)
     assert max(ratios) > 0.8  # the check bites: some plan is bounded within 20 % (measured 0.86-1.0 per seed)
