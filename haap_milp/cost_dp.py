@@ -1,4 +1,4 @@
-"""A lower bound of a plan's cost or energy that is a sum over its stages, at a fixed steady period (eqs. CD1-CD5).
+"""A lower bound of a plan's cost or energy that is a sum over its stages, at a fixed steady period (eqs. CD1-CD6).
 
 The band search (``frontier.band_search``, eqs. EB1-EB5) bounds the measure E = R T + D of a band of rates by a
 McCormick under-estimator around one lower bound of T for the whole band, which stays loose (30 % on llama3-70b
@@ -16,6 +16,7 @@ of eq. T3, BWD_SHARE / vpp interleaved):
     E = sum_j r_j T + D >= sum_j [ tau_w r_j max(a, t_j) + r_j X_j + M rho_j t_j ]                  (CD4, form 1)
     with R >= R_lo:  E >= sum_j [ tau_w r_j max(a, t_j) + w max(R_lo, r_j) t_j + M rho_j t_j ]
                          + max(R_lo, r_0) s_0        (R sum t >= sum_i max(R_lo, r_i) t_i, sigma >= s_0)  (CD4, form 0)
+    on a band R_lo <= R <= R_hi: E >= min_path sum_j (c_j + s r_j) - s R_hi for s >= 0 (- s R_lo for s < 0)   (CD6)
 
 Both right-hand sides are sums of stage terms whose memory depends only on the stage's slot from the end
 (eq. M2), so their least value over all pipelines of a variant is a shortest path over (slots, layers), the
