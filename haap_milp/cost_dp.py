@@ -1,4 +1,4 @@
-"""A lower bound of a plan's cost or energy that is a sum over its stages, at a fixed steady period (eqs. CD1-CD6).
+"""A lower bound of a plan's cost or energy that is a sum over its stages, at a fixed steady period (eqs. CD1-CD7).
 
 The band search (``frontier.band_search``, eqs. EB1-EB5) bounds the measure E = R T + D of a band of rates by a
 McCormick under-estimator around one lower bound of T for the whole band, which stays loose (30 % on llama3-70b
@@ -17,6 +17,8 @@ of eq. T3, BWD_SHARE / vpp interleaved):
     with R >= R_lo:  E >= sum_j [ tau_w r_j max(a, t_j) + w max(R_lo, r_j) t_j + M rho_j t_j ]
                          + max(R_lo, r_0) s_0        (R sum t >= sum_i max(R_lo, r_i) t_i, sigma >= s_0)  (CD4, form 0)
     on a band R_lo <= R <= R_hi: E >= min_path sum_j (c_j + s r_j) - s R_hi for s >= 0 (- s R_lo for s < 0)   (CD6)
+    sigma >= theta, or every s_j < theta + beta' j b (j <= P_max - slot stages before j, each t_k <= b):
+        E >= min( form 0 without the first stage's sync + R_lo theta,  form 0 over the stages within that cap )  (CD7)
 
 Both right-hand sides are sums of stage terms whose memory depends only on the stage's slot from the end
 (eq. M2), so their least value over all pipelines of a variant is a shortest path over (slots, layers), the
@@ -115,7 +117,8 @@ class VariantCostDP:
             out.append(np.maximum(x.min(), lifted))
         return tuple(out)
 
-    def prepare(self, r_lo: float | None = None, usable: np.ndarray | None = None, r_hi: float = INF) -> dict:
+    def prepare(self, r_lo: float | None = None, usable: np.ndarray | None = None, r_hi: float = INF,
+                first_sync: bool = True) -> dict:
         """Per (first, last): the [O, L+1] stage terms of eq. CD4 that do not depend on the period interval (form 1
         when ``r_lo`` is None, else form 0), inf on the options not in ``usable``; ``bound`` adds the period's."""
         rest = self._rest(usable, r_hi) if r_lo is None else None
@@ -134,7 +137,7 @@ class VariantCostDP:
                 x = kind["energy"] + r * np.maximum(w * (t + more), w * t + kind["s"] + (w - self.beta) * more)
             else:
                 rr = np.maximum(r_lo, r)
-                x = kind["energy"] + self.w * rr * t + (rr * kind["s"] if fl[0] else 0.0)
+                x = kind["energy"] + self.w * rr * t + (rr * kind["s"] if fl[0] and first_sync else 0.0)
             if usable is not None:
                 x = np.where(usable[self.opts][:, None], x, INF)
             out[fl] = x
@@ -153,23 +156,37 @@ class VariantCostDP:
             return np.where(kind["counts"] > 0, ranked.ravel()[kind["count_flat"]], INF)
         return np.where(kind["reach"], cost[None, :, :], INF).min(axis=1)
 
-    def bound(self, a: float, b: float, prep: dict, shift: float = 0.0,
-              path_below: float = INF) -> tuple[float, Assignment | None]:
+    def bound(self, a: float, b: float, prep: dict, shift: float = 0.0, path_below: float = INF,
+              sync_cap: float | None = None) -> tuple[float, Assignment | None]:
         """The least eq. CD4 over the variant's pipelines at tau in [a, b] (``prep``: ``prepare``'s terms), and the
         path that reaches it when the least is below ``path_below`` (a path costs a tenth of the DP; one whose bound
         is past the incumbent's cannot be a better plan when it lies in the interval). ``shift``: eq. CD6's
-        multiplier, s per unit of rate added to every stage (the caller subtracts it from the bound)."""
+        multiplier, s per unit of rate added to every stage (the caller subtracts it from the bound). ``sync_cap``:
+        eq. CD7's theta: only stages whose sync s_j <= theta + beta' j b, j <= P_max - slot stages before them
+        (then every plan with sigma < theta is among the paths; no path is decoded)."""
         if not len(self.opts):
             return INF, None
         L, n = self.L, self.n
         p_lo, p_hi = (self.p_fixed, self.p_fixed) if self.p_fixed else (1, self.K)
         cost = {fl: self._costs(self.kind[fl], x, a, b, shift) for fl, x in prep.items()}
+        if sync_cap is not None:  # eq. CD7: the first stage (j = 0) within theta, the last within P_max - 1 stages
+            for fl in cost:
+                room = sync_cap + (0.0 if fl[0] else self.beta * b * (p_hi - 1))
+                cost[fl] = np.where(self.kind[fl]["s"] <= room * (1 + TIME_RTOL), cost[fl], INF)
+            path_below = -INF
         best, shape = INF, None  # shape: (P, layers of the first stage)
         if p_lo <= 1:
             one = self._slot_min(self.kind[True, True], cost[True, True])[0]
             best, shape = float(one[L]), (1, L)
         firsts = self._slot_min(self.kind[True, False], cost[True, False])  # row k-2: slot k >= 2
-        mids = self._slot_min(self.kind[False, False], cost[False, False])
+        mid = self.kind[False, False]
+        if sync_cap is None:
+            mids = self._slot_min(mid, cost[False, False])
+        else:  # a middle stage at slot k has at most P_max - k stages before it
+            slots = np.arange(2, len(mid["reach"]) + 2)[:, None, None]
+            room = (sync_cap + self.beta * b * (p_hi - slots)) * (1 + TIME_RTOL)
+            ok = mid["reach"] & (mid["s"][None, :, :] <= room)
+            mids = np.where(ok, cost[False, False][None, :, :], INF).min(axis=1)
         V = self._slot_min(self.kind[False, True], cost[False, True])[0]  # slot 1 (the last stage), l layers
         paths = [V]
         for p in range(2, p_hi + 1):
@@ -256,11 +273,39 @@ def cost_bound(dps: list[VariantCostDP], target: float, *, r_lo: float | None = 
         for form_lo in ((None,) if r_lo is None else (None, r_lo) if form1 else (r_lo,)):
             x, rate = run(dp, a, b, form_lo)
             if lagrange and rate is not None and x < target:
-                x = max(x, _lagrange(lambda s: run(dp, a, b, form_lo, s), x, rate, r_lo or 0.0, r_hi, deadline))
+                x = max(x, _lagrange(lambda s: run(dp, a, b, form_lo, s), x, rate, r_lo or 0.0, r_hi, deadline)[0])
             got.append(x)
             if x >= target or (deadline is not None and deadline.expired()):
                 break  # one form prunes the interval (the other cannot lower the larger), or time is up: each is a bound
         return max(got)
+
+    def sync_value(dp: VariantCostDP, a: float, b: float, x: float) -> float:
+        """Eq. CD7 on form 0 at the band's multiplier (eq. CD6): every plan has sigma >= theta (case A: the paths
+        without the first stage's sync, plus r_lo theta) or every stage's s_j < theta + beta' j b (case B: the
+        paths of those stages); the larger of the two cases' least, bisected on theta."""
+        shift = 0.0
+        base, rate = run(dp, a, b, r_lo)
+        if lagrange and rate is not None:
+            base, shift = _lagrange(lambda s: run(dp, a, b, r_lo, s), base, rate, r_lo, r_hi, deadline)
+        const = shift * (r_hi if shift > 0 else r_lo)
+        key = (id(dp), "nosync")
+        if key not in preps:
+            preps[key] = dp.prepare(r_lo, usable, r_hi, first_sync=False)
+        case_a = dp.bound(a, b, preps[key], shift, path_below=-INF)[0] - const
+        count[0] += 1
+        best, lo, hi = base, 0.0, max(float(k["s"][np.isfinite(k["s"])].max(initial=0.0)) for k in dp.kind.values())
+        for _ in range(SYNC_STEPS):
+            if deadline is not None and deadline.expired():
+                break
+            theta = (lo + hi) / 2
+            case_b = dp.bound(a, b, preps[(id(dp), r_lo)], shift, sync_cap=theta)[0] - const
+            count[0] += 1
+            best = max(best, min(case_a + r_lo * theta, case_b))
+            if case_a + r_lo * theta < case_b:
+                lo = theta
+            else:
+                hi = theta
+        return best
 
     per = [INF] * len(dps)  # per variant the least bound of its intervals
     complete = True
@@ -273,36 +318,43 @@ def cost_bound(dps: list[VariantCostDP], target: float, *, r_lo: float | None = 
             # no plan has tau below L lambda* / K (tau >= max_j t_j >= sum_j t_j / P, P <= K): one interval from
             # there to inf per variant, split when least: [a, inf) into [a, 2a] and [2a, inf), else at sqrt(ab)
             lo = dp.L * dp.stars[0] / max(dp.K, 1)
-            heapq.heappush(heap, (value(dp, lo, INF), i, lo, INF))
+            heapq.heappush(heap, (value(dp, lo, INF), i, lo, INF, False))
     while heap and heap[0][0] < target:
-        x, i, a, b = heap[0]
+        x, i, a, b, synced = heap[0]
         top = dps[i].L * dps[i].stars[0] / max(dps[i].K, 1) * MAX_TAIL
-        if a <= 0 or (math.isfinite(b) and b / a <= max_ratio) or (not math.isfinite(b) and a >= top):
+        narrow = a <= 0 or (math.isfinite(b) and b / a <= max_ratio) or (not math.isfinite(b) and a >= top)
+        if narrow and (synced or r_lo is None or not math.isfinite(b)):
             break  # the least interval cannot be split usefully: its bound is the answer
         if deadline is not None and deadline.expired():
             complete = False
             break
         heapq.heappop(heap)
+        if narrow:  # eq. CD7 once on it: sigma's other rows by cases on a threshold
+            heapq.heappush(heap, (max(x, sync_value(dps[i], a, b, x)), i, a, b, True))
+            continue
         mid = math.sqrt(a * b) if math.isfinite(b) else 2 * a
         for lo, hi in ((a, mid), (mid, b)):
-            heapq.heappush(heap, (max(x, value(dps[i], lo, hi)), i, lo, hi))
-    for x, i, _, _ in heap:
+            heapq.heappush(heap, (max(x, value(dps[i], lo, hi)), i, lo, hi, False))
+    for x, i, *_ in heap:
         per[i] = min(per[i], x)
     return CostBound(min(per, default=INF), list(plans), count[0], complete, per)
 
 
 LAGRANGE_STEPS = 5  # eq. CD6: bisection steps on the rate multiplier per interval and form
+SYNC_STEPS = 6  # eq. CD7: bisection steps on sigma's threshold (once per least interval that cannot be split)
 
 
-def _lagrange(run, x0: float, rate0: float, r_lo: float, r_hi: float, deadline: Deadline | None = None) -> float:
+def _lagrange(run, x0: float, rate0: float, r_lo: float, r_hi: float,
+              deadline: Deadline | None = None) -> tuple[float, float]:
     """Eq. CD6: every plan of the band has r_lo <= R <= r_hi, so for s >= 0 the least path with s r added to every
     stage, less s r_hi, bounds it too (for s < 0: less s r_lo). The path of s = 0 above r_hi (below r_lo) says
-    which side; s is bisected on the side whose path's rate crosses the band's edge (the bound is concave in s)."""
+    which side; s is bisected on the side whose path's rate crosses the band's edge (the bound is concave in s).
+    Returns the best bound and its s."""
     if r_lo <= rate0 <= r_hi:
-        return x0
+        return x0, 0.0
     up = rate0 > r_hi
     edge = r_hi if up else r_lo
-    best, lo, hi = x0, 0.0, 2.0 * x0 / max(edge, 1e-300)  # s is about the iteration time: E ~ R T
+    best, arg, lo, hi = x0, 0.0, 0.0, 2.0 * x0 / max(edge, 1e-300)  # s is about the iteration time: E ~ R T
     for _ in range(LAGRANGE_STEPS):
         if deadline is not None and deadline.expired():
             break  # every step's value is a bound: the best so far stands
@@ -311,12 +363,13 @@ def _lagrange(run, x0: float, rate0: float, r_lo: float, r_hi: float, deadline: 
         if rate is None:
             hi = s
             continue
-        best = max(best, x - (s if up else -s) * edge)
+        if x - (s if up else -s) * edge > best:
+            best, arg = x - (s if up else -s) * edge, (s if up else -s)
         if (rate > r_hi) if up else (rate < r_lo):
             lo = s
         else:
             hi = s
-    return best
+    return best, arg
 
 
 def variant_dps(problem: Problem, rate: np.ndarray, rho: np.ndarray) -> list[VariantCostDP]:

@@ -24,8 +24,8 @@ from synthetic import feasible_assignments, random_problem
 
 from haap_milp import cost_dp, frontier
 from haap_milp.interleave import interleaved_variants
-from haap_milp.pipeline import interleaved_period, steady_period
-from haap_milp.problem import boundary_times, stage_times, violations, wrap_time
+from haap_milp.pipeline import BWD_SHARE, exposed_sync, interleaved_period, steady_period, sync_share
+from haap_milp.problem import boundary_times, stage_times, sync_times, violations, wrap_time
 
 
 def _period(prob, a) -> float:
@@ -144,6 +144,15 @@ def test_bound_at_each_plans_own_period_rate_and_options_never_exceeds_it(seed):
         y, _ = dp.bound(tau, tau, dp.prepare(None, usable, r * (1 + 1e-12)))
         assert max(x, y) <= val * (1 + 1e-9), (seed, a, max(x, y) / val)
         ratios.append(max(x, y) / val)
+        # eq. CD7's two cases at the plan's own sigma: the plan is among case B's paths (every s_j below theta + beta'
+        # j b), and case A (sigma >= theta) bounds it with r_lo theta in place of the first stage's sync
+        v = prob.variants[a.variant]
+        beta = BWD_SHARE / v.vpp if v.vpp > 1 else sync_share(prob.p2p_blocking)
+        sigma = exposed_sync(stage_times(prob, a), sync_times(prob, a), beta)
+        z, _ = dp.bound(tau, tau, dp.prepare(r, usable, r * (1 + 1e-12)), sync_cap=sigma * (1 + 1e-9) + 1e-12)
+        assert z <= val * (1 + 1e-9), (seed, a, z / val)
+        q, _ = dp.bound(tau, tau, dp.prepare(r, usable, r * (1 + 1e-12), first_sync=False))
+        assert q + r * sigma <= val * (1 + 1e-9), (seed, a, (q + r * sigma) / val)
     assert max(ratios) > 0.8  # the check bites: some plan is bounded within 20 % (measured 0.86-1.0 per seed)
 
 
