@@ -41,7 +41,7 @@ import numpy as np
 from haap_milp.deadline import Deadline
 from haap_milp.pipeline import BWD_SHARE, TIME_RTOL, interleaved_tau_weight, sync_share
 from haap_milp.problem import Assignment, Problem, Stage, violations
-from haap_milp.solvers.common.slot_bounds import _memory_part
+from haap_milp.solvers.common.slot_bounds import build_tables
 
 INF = math.inf
 MAX_RATIO = 1.01  # eq. CD5: an interval [a, b] with b / a at most this is not split further
@@ -49,14 +49,14 @@ MAX_TAIL = 1e6  # eq. CD5: the tail [A, inf) is not split once A is this many ti
 
 
 class VariantCostDP:
-    """Eq. CD4's shortest path for one variant: ``bound(a, b, r_lo, usable)`` is the least right-hand side over
-    the pipelines whose stage times are <= b, at tau >= a, with every stage's option in ``usable``."""
+    """Eq. CD4's shortest path for one variant: ``bound(a, b, prepare(r_lo, usable, r_hi))`` is the least right-hand
+    side over the pipelines whose stage times are <= b, at tau >= a, with every stage's option in ``usable``."""
 
     def __init__(self, problem: Problem, v: int, rate: np.ndarray, rho: np.ndarray):
-        base = _memory_part(problem, v)
+        tab = build_tables(problem, v)  # the usable options, their coefficients and memory caps per slot (eq. M2)
         var = problem.variants[v]
-        self.problem, self.v, self.opts = problem, v, base["opts"]
-        self.L, self.K, self.M, self.vpp = base["L"], base["K"], var.num_microbatches, var.vpp
+        self.problem, self.v, self.opts = problem, v, tab.opts
+        self.L, self.K, self.M, self.vpp = tab.L, tab.K, var.num_microbatches, var.vpp
         self.p_fixed = var.num_stages if var.vpp > 1 else 0  # eq. I5: an interleaved copy's stage count
         self.w = 1.0 if var.vpp <= 1 else 1.0 / var.vpp
         self.beta = sync_share(problem.p2p_blocking) if var.vpp <= 1 else BWD_SHARE / var.vpp
@@ -68,23 +68,27 @@ class VariantCostDP:
         # least one (else inf): the shortest path's step is (V[below] + keep + stage[m]).min over m
         left = self.n[:, None] - self.n[None, :]
         self._below, self._keep = np.maximum(left, 0), np.where(left >= 1, 0.0, INF)
-        c = self.c = base["coef"]
+        c = self.c = tab.coef
         if len(self.opts):
             self.stars = (c["layer_time"].min(), c["first_time"].min(), c["last_time"].min())
+            # eq. CD5: no plan has tau below L lambda* / K (tau >= max_j t_j >= sum_j t_j / P, P <= K)
+            self.tau_floor = self.L * self.stars[0] / max(self.K, 1)
         # per (first, last): stage time [O, L+1], the part of the cost that does not depend on a, and the memory
         # caps; the middle and first stages at slots k >= 2 use the sorted form of ``_slot_min``
         self.kind = {}
         for first in (False, True):
             for last in (False, True):
-                self.kind[first, last] = self._kind(c, base, first, last)
+                self.kind[first, last] = self._kind(c, tab, first, last)
+        # eq. CD7: the largest stage sync of any option and layer count (theta's bisection range)
+        self.sync_max = max(float(k["s"][np.isfinite(k["s"])].max(initial=0.0)) for k in self.kind.values())
 
-    def _kind(self, c: dict, base: dict, first: bool, last: bool) -> dict:
+    def _kind(self, c: dict, tab, first: bool, last: bool) -> dict:
         n, L = self.n[None, :], self.L
         lam = c["layer_time"][:, None]
         t = lam * n + (c["first_time"][:, None] if first else 0.0) + (c["last_time"][:, None] if last else 0.0)
         s = c["sync_fixed"][:, None] + c["sync_per_layer"][:, None] * n \
             + (c["sync_first"][:, None] if first else 0.0) + (c["sync_last"][:, None] if last else 0.0)
-        caps = (base["Uf_mem"] if first else base["U_mem"])  # [K, O]
+        caps = tab.Uf_mem if first else tab.U_mem  # [K, O]
         caps = caps[:1] if last else caps[1:]  # a last stage sits at slot 1; any other at slots 2..K
         reach = (caps[:, :, None] >= n[None, :, :]) & (n[None, :, :] >= 1)  # [slots, O, L+1]
         # slots counted from the first row: an option with n layers fits the first ``depth`` rows when memory
@@ -240,11 +244,10 @@ class CostBound:
 
 def cost_bound(dps: list[VariantCostDP], target: float, *, r_lo: float | None = None,
                usable: np.ndarray | None = None, deadline: Deadline | None = None,
-               max_ratio: float = MAX_RATIO, form1: bool = True, r_hi: float = INF,
-               floors: list[float] | None = None) -> CostBound:
+               max_ratio: float = MAX_RATIO, r_hi: float = INF, floors: list[float] | None = None) -> CostBound:
     """Eq. CD5: the least eq. CD4 bound over the variants and the periods tau in [0, inf), refined best first until
     the least interval reaches ``target`` (the incumbent less the gap: nothing left to prove) or is narrower than
-    ``max_ratio``. Form 1 (unless ``form1`` is False; ``r_hi`` an upper bound of every plan's rate, eq. CD3b) and
+    ``max_ratio``. Form 1 (``r_hi`` an upper bound of every plan's rate, eq. CD3b) and
     form 0 when ``r_lo`` (a lower bound of every plan's rate) is given; on a band (both given) eq. CD6 lifts each
     interval's bound by the rate multiplier. Paths are kept from the intervals whose bound is below ``target`` (the
     others hold no better plan). ``floors``: per DP, a bound of its variant over a superset of these plans with
@@ -256,6 +259,7 @@ def cost_bound(dps: list[VariantCostDP], target: float, *, r_lo: float | None = 
     lagrange = math.isfinite(r_hi) and r_lo is not None  # eq. CD6 on a band of rates
 
     preps: dict = {}
+    shifts: dict = {}  # (dp, a, b) -> eq. CD6's multiplier of form 0 there (eq. CD7 starts from it)
 
     def run(dp: VariantCostDP, a: float, b: float, form_lo, shift: float = 0.0):
         key = (id(dp), form_lo)
@@ -270,30 +274,36 @@ def cost_bound(dps: list[VariantCostDP], target: float, *, r_lo: float | None = 
 
     def value(dp: VariantCostDP, a: float, b: float) -> float:
         got = []
-        for form_lo in ((None,) if r_lo is None else (None, r_lo) if form1 else (r_lo,)):
+        for form_lo in ((None,) if r_lo is None else (None, r_lo)):
             x, rate = run(dp, a, b, form_lo)
             if lagrange and rate is not None and x < target:
-                x = max(x, _lagrange(lambda s: run(dp, a, b, form_lo, s), x, rate, r_lo or 0.0, r_hi, deadline)[0])
+                lifted, shift = _lagrange(lambda s: run(dp, a, b, form_lo, s), x, rate, r_lo, r_hi, deadline)
+                x = max(x, lifted)
+                if form_lo is not None:
+                    shifts[id(dp), a, b] = lifted, shift
             got.append(x)
             if x >= target or (deadline is not None and deadline.expired()):
                 break  # one form prunes the interval (the other cannot lower the larger), or time is up: each is a bound
         return max(got)
 
-    def sync_value(dp: VariantCostDP, a: float, b: float, x: float) -> float:
+    def sync_value(dp: VariantCostDP, a: float, b: float) -> float:
         """Eq. CD7 on form 0 at the band's multiplier (eq. CD6): every plan has sigma >= theta (case A: the paths
         without the first stage's sync, plus r_lo theta) or every stage's s_j < theta + beta' j b (case B: the
         paths of those stages); the larger of the two cases' least, bisected on theta."""
-        shift = 0.0
-        base, rate = run(dp, a, b, r_lo)
-        if lagrange and rate is not None:
-            base, shift = _lagrange(lambda s: run(dp, a, b, r_lo, s), base, rate, r_lo, r_hi, deadline)
+        if (id(dp), a, b) in shifts:  # value() found it when it bounded this interval
+            base, shift = shifts[id(dp), a, b]
+        else:
+            shift = 0.0
+            base, rate = run(dp, a, b, r_lo)
+            if lagrange and rate is not None:
+                base, shift = _lagrange(lambda s: run(dp, a, b, r_lo, s), base, rate, r_lo, r_hi, deadline)
         const = shift * (r_hi if shift > 0 else r_lo)
         key = (id(dp), "nosync")
         if key not in preps:
             preps[key] = dp.prepare(r_lo, usable, r_hi, first_sync=False)
         case_a = dp.bound(a, b, preps[key], shift, path_below=-INF)[0] - const
         count[0] += 1
-        best, lo, hi = base, 0.0, max(float(k["s"][np.isfinite(k["s"])].max(initial=0.0)) for k in dp.kind.values())
+        best, lo, hi = base, 0.0, dp.sync_max
         for _ in range(SYNC_STEPS):
             if deadline is not None and deadline.expired():
                 break
@@ -315,13 +325,12 @@ def cost_bound(dps: list[VariantCostDP], target: float, *, r_lo: float | None = 
         elif deadline is not None and deadline.expired():  # not bounded here: the floor given, else nothing
             per[i], complete = floors[i] if floors is not None else 0.0, False
         elif len(dp.opts):
-            # no plan has tau below L lambda* / K (tau >= max_j t_j >= sum_j t_j / P, P <= K): one interval from
-            # there to inf per variant, split when least: [a, inf) into [a, 2a] and [2a, inf), else at sqrt(ab)
-            lo = dp.L * dp.stars[0] / max(dp.K, 1)
-            heapq.heappush(heap, (value(dp, lo, INF), i, lo, INF, False))
+            # one interval from tau_floor to inf per variant, split when least: [a, inf) into [a, 2a] and
+            # [2a, inf), else at sqrt(ab)
+            heapq.heappush(heap, (value(dp, dp.tau_floor, INF), i, dp.tau_floor, INF, False))
     while heap and heap[0][0] < target:
         x, i, a, b, synced = heap[0]
-        top = dps[i].L * dps[i].stars[0] / max(dps[i].K, 1) * MAX_TAIL
+        top = dps[i].tau_floor * MAX_TAIL
         narrow = a <= 0 or (math.isfinite(b) and b / a <= max_ratio) or (not math.isfinite(b) and a >= top)
         if narrow and (synced or r_lo is None or not math.isfinite(b)):
             break  # the least interval cannot be split usefully: its bound is the answer
@@ -330,7 +339,7 @@ def cost_bound(dps: list[VariantCostDP], target: float, *, r_lo: float | None = 
             break
         heapq.heappop(heap)
         if narrow:  # eq. CD7 once on it: sigma's other rows by cases on a threshold
-            heapq.heappush(heap, (max(x, sync_value(dps[i], a, b, x)), i, a, b, True))
+            heapq.heappush(heap, (max(x, sync_value(dps[i], a, b)), i, a, b, True))
             continue
         mid = math.sqrt(a * b) if math.isfinite(b) else 2 * a
         for lo, hi in ((a, mid), (mid, b)):
