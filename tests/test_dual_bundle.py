@@ -20,7 +20,7 @@ from haap_milp.problem import violations
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common.branch_and_bound import _steady
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_bound
-from haap_milp.solvers.common.dual_bundle import bundle_bound, with_gpu_time
+from haap_milp.solvers.common.dual_bundle import bundle_bound, resource_ray, with_gpu_time
 from haap_milp.solvers.common.slot_bounds import build_tables
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 from haap_milp.specs import SolveOptions
@@ -122,3 +122,42 @@ def test_bundle_reaches_the_dual_maximum_of_a_multiplier_grid():
         nb = bundle_bound(problem, t, 0.0, dp, None, rng.uniform(0, scale, len(cap)), max_steps=60)
         assert nb.bound_s >= best - 1e-6 * abs(best), (seed, nb.bound_s, best)
     assert checked >= 3, checked
+
+
+@pytest.mark.parametrize("budget", [False, True])
+def test_resource_ray_claims_empty_only_nodes_without_plans(budget):
+    """Eq. N11b against brute force: a node (variant v, tau <= b) that ``resource_ray`` calls empty holds no feasible
+    plan whose steady period is <= b, on three-group instances with and without a binding budget row; every b at or
+    above the least period of a plan is never called empty; and it is not vacuous: it finds the ray on most nodes
+    just below that least period that still have paths, and ``bundle_bound`` returns inf there."""
+    from synthetic import feasible_assignments
+
+    rng = np.random.default_rng(11)
+    empty = below = 0
+    for seed in range(24):
+        problem = random_problem(seed, num_groups=3, uniform=False, same_tp_first_last=False)
+        if budget:
+            problem = with_binding_budget(problem, rng, EXACT)
+            if problem is None:
+                continue
+        taus: dict[int, list[float]] = {}
+        for a in feasible_assignments(problem):
+            taus.setdefault(a.variant, []).append(_steady(problem, a))
+        for v, ts in taus.items():
+            least = min(ts)
+            for b in (least * 0.5, least * 0.9, least * 0.999, least, least * 1.5):
+                t, dp = _node(problem, v, 0.0, b)
+                if t is None:
+                    continue
+                found, runs = resource_ray(dp)
+                assert runs >= 1
+                if b >= least:
+                    assert not found, (seed, v, b, least)
+                    continue
+                below += 1
+                empty += found
+                if found:
+                    nb = bundle_bound(problem, t, 0.0, dp, None, None, b=b)
+                    assert math.isinf(nb.bound_s), (seed, v, b)
+    assert below >= 15, below
+    assert empty >= below // 3, (empty, below)

@@ -30,8 +30,15 @@ from haap_milp.solvers.common.slot_bounds import Tables
 from haap_milp.solvers.common.stage_dp import INF, NodeBound, PathDP, _assignment, _mu_scale
 
 MAX_STEPS = 30  # DP runs a node (each 5-40 ms on 3 types); most nodes stop earlier (cut-off or converged)
+# eq. N11b: the resource-only ray search, at most RAY_STEPS DP runs, after the bundle's step RAY_AT when that step's
+# least path overfills a row (measured: llama3-70b x 64 GPUs x 3 types x 2 islands, all 24 nodes of the proof hold no
+# plan; two of them the node LP proved empty in 2.05 and 1.24 s after the bundle's 30 runs stopped at 141.9 s against
+# a 156.8 s cut-off; the ray search in 1-14 runs, 5-150 ms a node)
+RAY_STEPS = 24
+RAY_AT = 1
 CONVERGED_RTOL = 1e-4  # stop when the model's best inside the box is within this of the best bound (relative)
 USE_GPU_TIME = True  # price eq. C1 too (eq. N12, class GpuTimeRows)
+USE_RAY = True  # eq. N11b
 
 
 class _Master:
@@ -145,6 +152,70 @@ def with_gpu_time(dp: PathDP, t: Tables, a: float, x: np.ndarray, bound_fn, *arg
     return (val + gtr.tau_shift(t, a, lam), *rest)
 
 
+@contextmanager
+def _resources_only(dp: PathDP):
+    """The DP's stage and link costs set to 0 where allowed (inf kept) while inside: ``dp.run(d)`` is then the least
+    ``d . used`` over the node's paths, exactly (memory, eqs. D1 and X1 and the usable links stay as they are)."""
+    saved = dp.first, dp.nonfirst, dp.link, dp.extra_priced, getattr(dp, "per_first", None)
+
+    def zero(table):
+        return {k: (np.where(np.isfinite(cost), 0.0, INF), opt) for k, (cost, opt) in table.items()}
+
+    try:
+        dp.extra_priced = True  # (eq. N10's in-flight cut reads costs as times: off)
+        dp.first, dp.nonfirst, dp.link = zero(saved[0]), zero(saved[1]), np.where(np.isfinite(saved[2]), 0.0, INF)
+        yield
+    finally:
+        dp.first, dp.nonfirst, dp.link, dp.extra_priced = saved[:4]
+        if saved[4] is not None:
+            dp.per_first = saved[4]  # (eq. N8 reads the last time-priced run's)
+
+
+def resource_ray(dp: PathDP, d0: np.ndarray | None = None, max_steps: int = RAY_STEPS) -> tuple[bool, int]:
+    """Eq. N11b: (found, DP runs made); found when some d >= 0 on the priced rows (G1, and the budget W1) has
+    min_p d . (used_p - cap) > 0 over the node's paths p: then no path, nor any convex mix of paths, fits the rows,
+    so the node holds no plan (its Lagrangian dual is unbounded along d). phi(d) = min_p d . (used_p - cap) is
+    concave and piecewise linear; it is maximised over the simplex by Kelley's method (each DP run with zero time
+    costs gives the exact minimiser p and the cut phi(d') <= d' . (used_p - cap), valid for every d'), from ``d0``
+    (e.g. the bundle's multipliers) or the rows' uniform mix. Not found when the model's maximum reaches <= 0 (some
+    mix of the paths found fits) or after ``max_steps`` runs. Why: the bundle of eq. N11 climbs such a ray only as
+    fast as its trust region grows, and the node LP took 1-2 s to prove these nodes empty."""
+    cap = dp.cap
+    active = dp.usage.any(axis=0)
+    R = len(cap)
+    if highspy is None or not active.any():
+        return False, 0
+    d0 = None if d0 is None else np.maximum(np.asarray(d0, float)[:R], 0.0) * active
+    d = (d0 if d0 is not None and d0.any() else active.astype(float)) / (d0.sum() if d0 is not None and d0.any()
+                                                                           else active.sum())
+    h = highspy.Highs()  # max z s.t. z <= d . g_p (per path p), sum d = 1, d >= 0 (0 on unused rows)
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    inf = highspy.kHighsInf
+    idx = np.arange(R + 1, dtype=np.int32)
+    h.addVars(R + 1, np.r_[np.zeros(R), -inf], np.r_[active.astype(float), inf])
+    h.changeColsCost(R + 1, idx, np.r_[np.zeros(R), -1.0])  # (HiGHS minimises)
+    h.addRow(1.0, 1.0, R, idx[:R], np.ones(R))
+    tol = 1e-9 * float(cap.sum())
+    with _resources_only(dp):
+        for runs in range(1, max_steps + 1):
+            res = dp.run(d)
+            if res is None:
+                return True, runs  # no path at all
+            g = res.used - cap
+            if float(d @ g) > tol:
+                return True, runs
+            h.addRow(-inf, 0.0, R + 1, idx, np.r_[-g, 1.0])
+            run(h)
+            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+                return False, runs
+            x = np.asarray(h.getSolution().col_value, float)
+            if x[R] <= tol:
+                return False, runs  # every d has a path found so far within the rows
+            d = np.maximum(x[:R], 0.0)
+    return False, max_steps
+
+
 def _next(master: _Master, center: np.ndarray, width: np.ndarray, free: np.ndarray):
     """The model's best x in the box (coordinates not ``free`` held at 0): (x, value, whether the box binds
     nowhere but at x >= 0), None when HiGHS fails."""
@@ -186,7 +257,7 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
     best = NodeBound(-INF, x.copy())
     center = x.copy()
     master = _Master(R + nl) if highspy is not None else None
-    step, plan, plan_cost = 0, None, INF
+    step, plan, plan_cost, ray_runs = 0, None, INF, 0
     pp = None  # eq. N16
     for step in range(1, max_steps + 1):
         mu, lam = x[:R], x[R:]
@@ -214,6 +285,10 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
             delta *= 0.5
         if cutoff is not None and best.bound_s >= cutoff:
             break
+        if step == RAY_AT and USE_RAY and np.any(res.used > cap * (1 + 1e-9)):  # eq. N11b
+            empty, ray_runs = resource_ray(dp, x[:R])
+            if empty:  # the node holds no plan
+                return NodeBound(INF, best.mu, None, step + ray_runs, best.used, per_p=np.full_like(pp, INF))
         if master is None or time.perf_counter() > deadline:
             break
         master.add(val - float(g @ x), g)  # z <= val + g . (x' - x)
@@ -229,5 +304,5 @@ def bundle_bound(problem, t: Tables, a: float, dp: PathDP, cutoff: float | None,
             break  # the model (above LB) is no higher in a box around the best x: a maximum (LB is concave)
         if cutoff is not None and z < cutoff and interior and phase.all():
             break  # the model's global maximum (the box does not bind) is below the cut-off: no prune here
-    best.steps, best.plan, best.per_p = step, plan, pp
+    best.steps, best.plan, best.per_p = step + ray_runs, plan, pp
     return best
