@@ -202,13 +202,17 @@ class PathDP:
         """Least cost per (endpoint, n) over rows and the option reaching it: [E, L+1] each (the first least row of
         an endpoint; an endpoint without rows: inf, option 0)."""
         pad = self._pad  # [E, R] the endpoint's rows, padded with the extra row len(cost) (inf, option 0)
-        cost_x = np.vstack([cost, np.full((1, cost.shape[1]), INF)])
-        opt_x = np.vstack([opt, np.zeros((1, opt.shape[1]), opt.dtype)])
+        n1 = cost.shape[1]
+        cost_x = np.empty((cost.shape[0] + 1, n1))
+        cost_x[:-1] = cost
+        cost_x[-1] = INF
         sub = cost_x[pad]  # [E, R, L+1]
         j = sub.argmin(axis=1)
-        best = np.take_along_axis(sub, j[:, None, :], axis=1)[:, 0, :]
         rows = pad[np.arange(self.E)[:, None], j]  # [E, L+1]
-        return best, opt_x[rows, np.arange(cost.shape[1])[None, :]].astype(np.int64)
+        cols = np.arange(n1)[None, :]
+        opt_rows = np.minimum(rows, cost.shape[0] - 1)  # (the padding row's option: 0)
+        argI = np.where(rows < cost.shape[0], opt[opt_rows, cols], 0).astype(np.int64)
+        return cost_x[rows, cols], argI
 
     def per_p(self, shift: float, acc: np.ndarray | None = None) -> np.ndarray:
         """Eq. N16: the last run's least path cost per stage count P (``per_first``) plus ``shift`` (the run's
@@ -232,12 +236,13 @@ class PathDP:
             first_t, nonfirst_t, k_max = tables
         mu_cost = (self.row_usage @ mu)[:, None]
         lidx = np.arange(L + 1)
-        conv_idx = lidx[:, None] - lidx[None, :]  # [l, n] -> l - n
-        conv_ok = conv_idx >= 0
-        conv_idx = np.where(conv_ok, conv_idx, 0)
+        # [l, n] -> l - n, or L + 1 (a column of inf appended to the later part) where n > l
+        conv_idx = np.where(lidx[:, None] >= lidx[None, :], lidx[:, None] - lidx[None, :], L + 1)
         F = None  # [E, L+1]: slots 1..k-1 non-first, slot k-1 at endpoint e, l layers held
         trace = []  # per slot k: (argI [E, L+1], argN [E, L+1], argH [E, L+1] or None)
         best = (INF, None)
+        Hx = np.empty((E, L + 2))
+        Hx[:, L + 1] = INF
         for k in range(1, k_max + 1):
             if F is not None:  # H[e, m]: the best later part when slot k is at endpoint e
                 Hgh = F[None, :, :] + links[k][:, :, None]  # [g, h, m]
@@ -272,7 +277,8 @@ class PathDP:
                 if len(ns) == 0:
                     F, argN = np.full((E, L + 1), INF), np.zeros((E, L + 1), np.int64)
                 else:
-                    tens = np.where(conv_ok[None][:, :, ns], cb[:, None, ns] + H[:, conv_idx[:, ns]], INF)  # [g, l, n]
+                    Hx[:, :L + 1] = H
+                    tens = cb[:, None, ns] + Hx[:, conv_idx[:, ns]]  # [g, l, n]
                     j = tens.argmin(axis=2)
                     F = np.take_along_axis(tens, j[:, :, None], axis=2)[:, :, 0]
                     argN = ns[j]
