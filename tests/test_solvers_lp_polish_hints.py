@@ -228,6 +228,33 @@ def test_polish_is_bounded_by_moves_not_by_the_clock(monkeypatch):
     assert polish_mod.polish(problem, a, max_moves=0) == a
 
 
+def test_polish_screen_never_rejects_a_better_candidate_and_keeps_the_plans(monkeypatch):
+    """polish._no_better (the (M - 1) max t + sum t screen before ``evaluate``) holds for every candidate at its own
+    objective (never True at a limit just above it; eq. T1 in floating point), is True on a good share of the moves
+    it is asked about, and polish returns the same plans with the screen off; large problems of 2-3 types."""
+    screened = asked = 0
+    real = polish_mod._no_better
+
+    def count(problem, a, limit):
+        nonlocal screened, asked
+        got = real(problem, a, limit)
+        asked += 1
+        screened += got
+        obj = evaluate(problem, a)
+        assert not (got and obj < limit), (obj, limit)
+        assert not real(problem, a, obj * (1 + 1e-15) + 1e-300) or problem.variants[a.variant].vpp > 1
+        return got
+
+    for seed, types in ((0, 2), (1, 3)):
+        problem = large_problem(seed, num_gpus=256, num_types=types, num_layers=32)
+        a = get_solver("uniform")(problem, SolveOptions(time_limit_s=10)).assignment
+        monkeypatch.setattr(polish_mod, "_no_better", count)
+        with_screen = polish_mod.polish(problem, a, max_moves=3000)
+        monkeypatch.setattr(polish_mod, "_no_better", lambda *args: False)
+        assert polish_mod.polish(problem, a, max_moves=3000) == with_screen
+    assert asked >= 1000 and screened >= asked // 4, (screened, asked)
+
+
 # --- MILP backends: HiGHS (highspy) and the CBC fallback (milp.py) ----------------------------------
 
 @pytest.mark.parametrize("seed", [1, 4, 9])
