@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from haap_milp.problem import Assignment, Problem, RawResult
+from haap_milp.problem import Assignment, Problem, RawResult, evaluate
 from haap_milp.solvers.common import (
     LinModel,
     VariantBound,
@@ -55,7 +55,7 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     t0 = time.perf_counter()
     if backend == "highs" and highspy is not None:
         try:
-            res = _highs_node(lm, cutoff, time_s, hint, options, t0)
+            res = _highs_node(problem, lm, cutoff, time_s, hint, options, t0)
         except Exception as exc:  # noqa: BLE001 - any HiGHS failure: CBC gets the node
             res = VariantResult("ERROR", message=f"HiGHS: {type(exc).__name__}: {exc}")
         if res.status != "ERROR":
@@ -82,7 +82,7 @@ def column_order(n: int) -> np.ndarray:
     return np.array(sorted(range(n), key=lambda i: f"{i}_"), dtype=np.int64)
 
 
-def _highs_node(lm: LinModel, cutoff: float | None, time_s: float, hint: Assignment | None,
+def _highs_node(problem: Problem, lm: LinModel, cutoff: float | None, time_s: float, hint: Assignment | None,
                 options: SolveOptions, t0: float) -> VariantResult:
     order = column_order(len(lm.names))
     col = columns(order)
@@ -109,6 +109,12 @@ def _highs_node(lm: LinModel, cutoff: float | None, time_s: float, hint: Assignm
         return VariantResult("INFEASIBLE", stats=stats)
     if has_sol:
         a = decode(lm, np.asarray(h.getSolution().col_value)[col])
+        # HiGHS' rows hold within its primal feasibility tolerance (1e-7), so its tau and sigma may sit that far below
+        # the plan's own, (M - 1) tau amplifying it: the plan's T (evaluate) can exceed HiGHS' objective, to which the
+        # dual bound is proven within ABS_GAP_S. Measured: a random problem with M = 16, HiGHS' objective and bound
+        # 0.0762289 s, the plan 0.0762309 s (the brute-force optimum)
+        model_err = evaluate(problem, a) - (info.objective_function_value + lm.obj_const)
+        stats["tolerance_s"] = ABS_GAP_S + max(0.0, float(model_err))
         return VariantResult("OPTIMAL" if ms == status.kOptimal else "FEASIBLE", a, bound, stats)
     if ms in (status.kTimeLimit, status.kInterrupt):
         return VariantResult("NO_SOLUTION", bound_s=bound, stats=stats)
