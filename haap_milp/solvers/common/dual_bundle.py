@@ -185,9 +185,10 @@ def resource_ray(dp: PathDP, d0: np.ndarray | None = None, max_steps: int = RAY_
     R = len(cap)
     if highspy is None or not active.any():
         return False, 0
-    d0 = None if d0 is None else np.maximum(np.asarray(d0, float)[:R], 0.0) * active
-    d = (d0 if d0 is not None and d0.any() else active.astype(float)) / (d0.sum() if d0 is not None and d0.any()
-                                                                           else active.sum())
+    d = active.astype(float) if d0 is None else np.maximum(np.asarray(d0, float)[:R], 0.0) * active
+    if not d.any():
+        d = active.astype(float)
+    d /= d.sum()
     h = highspy.Highs()  # max z s.t. z <= d . g_p (per path p), sum d = 1, d >= 0 (0 on unused rows)
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
