@@ -77,14 +77,14 @@ SEG_TRIAL = 12
 SCAN_SHARE = 0.15
 SCAN_CALLS = 40
 SCAN_STEP = 1e-3  # the least relative step of the cap below the last plan's tau
-# eq. LS4c: before branching, on the warm start's variant, its period floor by bisection on eq. N11b (DIVE_RTOL wide)
-# and eq. LS4's plan just above it (DIVE_SLACK); the floor lifts that variant's bound (measured: llama3-70b x 1024 x 3
+# eq. LS4c: before branching, on the warm start's variant and its neighbours, the period floor by bisection on eq. N11b
+# (DIVE_RTOL wide) and eq. LS4's plan just above it (DIVE_SLACK); the floor lifts the variant's bound (measured: llama3-70b x 1024 x 3
 # types, the warm start 14.714 s of variant M = 128, floor 0.09592 s in 7 probes, 0.26 s; the segment plan there
 # 13.648 s, polished 13.644 s, the best known; a 6 s search from it ends at 2.5 % against 5.6 % from the warm start)
 USE_FLOOR_DIVE = True
 DIVE_SHARE, DIVE_MAX_S = 0.15, 1.0  # of the exact search's time, at most DIVE_MAX_S
 DIVE_VARIANTS = 3  # the incumbent's and the two nearest micro-batch counts
-DIVE_RTOL = 2e-3
+DIVE_RTOL = 2e-3  # the bisection stops when its bracket is this narrow, relative to its upper end (a floor of 0 ends too)
 DIVE_SLACK = 0.01
 # eq. N16: the stage DPs' Lagrangian bound per stage count (the least path of each count, every run's multipliers)
 # drops the counts that reach the cut-off and narrows or splits the node's range
@@ -758,7 +758,7 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
             if _holds_no_plan(problem, v, hi):  # no plan of v beats the incumbent
                 vb[v] = VariantBound(hi, vb[v].rest_lb, max(vb[v].total_s, (M - 1) * hi + vb[v].rest_lb))
                 continue
-        while hi - lo > DIVE_RTOL * lo and time.perf_counter() < until and not current().interrupted:
+        while hi - lo > DIVE_RTOL * hi and time.perf_counter() < until and not current().interrupted:
             mid = (lo + hi) / 2
             probes += 1
             if _holds_no_plan(problem, v, mid):
