@@ -38,7 +38,7 @@ def test_floor_dive_bounds_hold_for_every_plan_and_lift_some(monkeypatch):
         offered = []
         real_offer = bb._State.offer
         monkeypatch.setattr(bb._State, "offer", lambda self, p, a, who: offered.append(a) or real_offer(self, p, a, who))
-        bb._floor_dive(problem, st, vb, 0.0, math.inf, "test")
+        bb._floor_dive(problem, st, vb, 0.0, math.inf, math.inf, "test")
         monkeypatch.setattr(bb._State, "offer", real_offer)
         for a in plans:
             b = vb[a.variant]

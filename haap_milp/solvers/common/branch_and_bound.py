@@ -86,6 +86,9 @@ DIVE_SHARE, DIVE_MAX_S = 0.15, 1.0  # of the exact search's time, at most DIVE_M
 DIVE_VARIANTS = 3  # the incumbent's and the two nearest micro-batch counts
 DIVE_RTOL = 2e-3  # the bisection stops when its bracket is this narrow, relative to its upper end (a floor of 0 ends too)
 DIVE_SLACK = 0.01
+# eq. LS4's first run, before any has been timed, guessed at this many bisection probes (measured 15-16: 0.5 s against
+# 0.03 s on llama3-70b x 1024 x 3 types, 1.5 s against 0.1 s on two islands)
+SEG_GUESS = 20
 # eq. N16: the stage DPs' Lagrangian bound per stage count (the least path of each count, every run's multipliers)
 # drops the counts that reach the cut-off and narrows or splits the node's range
 USE_PER_P = True
@@ -319,7 +322,7 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
         log.warning("%s: ignoring an infeasible hint", name)
     floors = _primal(problem, options, st, vb, tables, deadline, name, solve_node)
     _segment_scan(problem, st, vb, tables, r, t0 + SCAN_SHARE * (deadline - t0), name)
-    _floor_dive(problem, st, vb, r, t0 + min(DIVE_SHARE * (deadline - t0), DIVE_MAX_S), name)
+    _floor_dive(problem, st, vb, r, t0 + min(DIVE_SHARE * (deadline - t0), DIVE_MAX_S), deadline, name)
     heap = _roots(problem, st, vb, tables, r, floors)
     while heap:
         node = heap[0]
@@ -731,13 +734,15 @@ def _segment_scan(problem: Problem, st: _State, vb: list, tables: list, r: float
     st.stats["segment_scan"] = calls
 
 
-def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, name: str) -> None:
+def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadline: float, name: str) -> None:
     """Eq. LS4c: on the incumbent's variant and then on the DIVE_VARIANTS - 1 others of vpp = 1 nearest its micro-batch
     count (ratio), the least period b at which eq. N11b still finds a path mix within the GPUs, by bisection between
     the variant's eq. B2 floor and the incumbent's own period (its variant) or eq. X1's cap (DIVE_RTOL wide). Every
     plan of the variant has tau above the last b proven empty, so its bound rises to (M - 1) b + rest_lb (``vb``
     updated in place; past the cap: the variant cannot beat the incumbent). Then eq. LS4's plan at DIVE_SLACK above
-    the floor is offered. Where eq. LS4 runs (several GPU types), until ``until`` or Ctrl-C."""
+    the floor is offered when it may start before ``until`` and, at twice the longest such run so far (or, before any,
+    SEG_GUESS probes' time), end before ``deadline`` (it is not interruptible). Where eq. LS4 runs (several GPU
+    types), until ``until`` or Ctrl-C."""
     island = problem.group_island
     if not (USE_FLOOR_DIVE and USE_SEGMENT_DP and st.several_types and st.inc is not None):
         return
@@ -745,6 +750,7 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
     order = sorted((v for v, var in enumerate(problem.variants) if var.vpp == 1 and var.num_microbatches > 1),
                    key=lambda v: (v != st.inc.variant, abs(math.log(problem.variants[v].num_microbatches / home)), v))
     probes = dives = 0
+    t_start = time.perf_counter()
     for v in order[:DIVE_VARIANTS]:
         M = problem.variants[v].num_microbatches
         cap = (st.inc_obj * (1 - r) - vb[v].rest_lb) / (M - 1)  # eq. X1
@@ -766,7 +772,8 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
             else:
                 hi = mid
         vb[v] = VariantBound(lo, vb[v].rest_lb, max(vb[v].total_s, (M - 1) * lo + vb[v].rest_lb))
-        if time.perf_counter() + st.cap_dp_s < until:  # (eq. LS4 is not interruptible: its longest run so far fits)
+        guess = max(st.cap_dp_s, SEG_GUESS * (time.perf_counter() - t_start) / max(probes, 1))
+        if time.perf_counter() < until and time.perf_counter() + 2 * guess < deadline:
             t0 = time.perf_counter()
             st.offer(problem, _segment_at(problem, v, hi * (1 + DIVE_SLACK), island), f"{name} floor dive")
             st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
