@@ -678,7 +678,7 @@ def _geometric(lo: int, hi: int, ratio: float) -> list[tuple[int, int]]:
 BAND_RATIO = 1.25  # a band this narrow (top / floor) that eq. CD5 does not prune is solved; a wider one is halved
 BAND_CD_START = 2.0  # the initial bands' top / floor (eq. CD5 prunes most of them whole)
 CD_SHARE = 0.3  # of the time left after the time optimum, at most, for eq. CD5 over every plan
-BAND_CD_RATIO = 1.01  # eq. CD5's narrowest period interval on a band (the whole problem's: cost_dp.MAX_RATIO)
+BAND_CD_RATIO = cost_dp.MAX_RATIO  # eq. CD5's narrowest period interval on a band, as over the whole problem
 BAND_FOCUS = 3  # a band's solve gets at least 1/BAND_FOCUS of the time left (best first)
 FIRST_SHARE = 0.15  # of the deadline for the time optimum that starts the band search
 MAX_BAND_POINTS = 8  # plans of the band search kept as points

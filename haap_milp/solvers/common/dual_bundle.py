@@ -55,6 +55,11 @@ class _Master:
         h.changeColsCost(R + 1, np.arange(R + 1, dtype=np.int32), np.r_[np.zeros(R), -1.0])  # HiGHS minimises
         self.h, self.idx = h, np.arange(R + 1, dtype=np.int32)
 
+    def on_simplex(self) -> "_Master":
+        """The multipliers kept to sum 1 (eq. N11b's directions)."""
+        self.h.addRow(1.0, 1.0, self.R, self.idx[:-1], np.ones(self.R))
+        return self
+
     def add(self, c: float, g: np.ndarray) -> None:
         self.h.addRow(-highspy.kHighsInf, float(c), self.R + 1, self.idx, np.r_[-g, 1.0])
 
@@ -189,14 +194,8 @@ def resource_ray(dp: PathDP, d0: np.ndarray | None = None, max_steps: int = RAY_
     if not d.any():
         d = active.astype(float)
     d /= d.sum()
-    h = highspy.Highs()  # max z s.t. z <= d . g_p (per path p), sum d = 1, d >= 0 (0 on unused rows)
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
-    inf = highspy.kHighsInf
-    idx = np.arange(R + 1, dtype=np.int32)
-    h.addVars(R + 1, np.r_[np.zeros(R), -inf], np.r_[active.astype(float), inf])
-    h.changeColsCost(R + 1, idx, np.r_[np.zeros(R), -1.0])  # (HiGHS minimises)
-    h.addRow(1.0, 1.0, R, idx[:R], np.ones(R))
+    master = _Master(R).on_simplex()  # max z s.t. z <= d . g_p (per path p), sum d = 1, 0 <= d (0 on unused rows)
+    lo, hi = np.zeros(R), active.astype(float)
     tol = 1e-9 * float(cap.sum())
     with _resources_only(dp):
         for runs in range(1, max_steps + 1):
@@ -206,14 +205,13 @@ def resource_ray(dp: PathDP, d0: np.ndarray | None = None, max_steps: int = RAY_
             g = res.used - cap
             if float(d @ g) > tol:
                 return True, runs
-            h.addRow(-inf, 0.0, R + 1, idx, np.r_[-g, 1.0])
-            run(h)
-            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            master.add(0.0, g)
+            got = master.solve(lo, hi)
+            if got is None:
                 return False, runs
-            x = np.asarray(h.getSolution().col_value, float)
-            if x[R] <= tol:
+            d, z = got
+            if z <= tol:
                 return False, runs  # every d has a path found so far within the rows
-            d = np.maximum(x[:R], 0.0)
     return False, max_steps
 
 
