@@ -36,7 +36,7 @@ from haap_milp.problem import (
     violations,
     wrap_time,
 )
-from haap_milp.solvers.common import dual_bundle, group_split, segment_dp
+from haap_milp.solvers.common import dual_bundle, group_split, island_split, segment_dp
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
 from haap_milp.solvers.common.dual_bundle import bundle_bound, resource_ray, with_gpu_time
@@ -107,6 +107,7 @@ USE_RC_TAU = True
 RC_SHRINK = 0.1
 RC_ROUNDS = 3
 USE_ISLAND_PARTS = True  # eq. N9: each island bounded on its own when no link between islands is usable
+USE_ISLAND_SPLIT = True  # eq. N9b: then one node per island, and islands another dominates left out
 SIGMA_OFFERS = 4  # of eq. N8's paths that fit, the last this many are offered as plans (each checked, maybe polished)
 # the stage DPs stop for the rest of a search after this many nodes without a prune or a better plan from them
 # (measured: llama3-8b on 32 A100-80 + 32 A100-40, 1 thread, 24 nodes: OPTIMAL in 2.5 s without them, 4.2 s with;
@@ -121,6 +122,7 @@ DP_TRIAL = 8
 LP_TRIAL = 4
 LP_LIFT = 1e-3
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
+NO_KEEP = (-1, -1)  # a node's (uniform signature, island): any
 
 
 @dataclass(frozen=True)
@@ -167,11 +169,11 @@ SolveNode = Callable[[Problem, LinModel, VariantBound, "float | None", float, "A
 _SEQ = itertools.count()
 
 
-def _push(heap, bound, v, a, b, tries, plo, phi, mu=None, sig=-1) -> None:
-    """A node (bound, variant, a, b, tries, P_lo, P_hi, seq, mu, sig): ``seq`` keeps the heap from comparing the
-    multipliers ``mu`` of eq. N4 (inherited by the children as their warm start); ``sig``: the one uniform
+def _push(heap, bound, v, a, b, tries, plo, phi, mu=None, keep=NO_KEEP) -> None:
+    """A node (bound, variant, a, b, tries, P_lo, P_hi, seq, mu, keep): ``seq`` keeps the heap from comparing the
+    multipliers ``mu`` of eq. N4 (inherited by the children as their warm start); ``keep``: (sig, island), the one uniform
     signature (eq. U1) its plans have, -1 for any (eq. N2b)."""
-    heapq.heappush(heap, (bound, v, a, b, tries, plo, phi, next(_SEQ), mu, sig))
+    heapq.heappush(heap, (bound, v, a, b, tries, plo, phi, next(_SEQ), mu, keep))
 
 
 @dataclass
@@ -296,12 +298,12 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floor
         if st.inc is not None and M > 1:
             hi = min(hi, (st.inc_obj - b.rest_lb) / (M - 1))  # eq. X1
         if M == 1 or hi <= b.tau_lb:
-            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30, next(_SEQ), None, -1))
+            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30, next(_SEQ), None, NO_KEEP))
             continue
         edges = [b.tau_lb + (hi - b.tau_lb) * i / INITIAL_SPLIT for i in range(INITIAL_SPLIT + 1)]
         for lo, up in itertools.pairwise(edges):
             heap.append((max((M - 1) * lo + b.rest_lb, floors.get(v, -math.inf)), v, lo, up, 0, 0, 1 << 30,
-                         next(_SEQ), None, -1))
+                         next(_SEQ), None, NO_KEEP))
     heapq.heapify(heap)
     return heap
 
@@ -342,7 +344,7 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
 
 def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
     """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
-    bound, v, a, b, tries, plo, phi, _, mu, sig = node
+    bound, v, a, b, tries, plo, phi, _, mu, keep = node
     st.nodes += 1
     st.lagr.clear()
     M = _m_eff(problem.variants[v])
@@ -353,7 +355,11 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if b < a:  # every plan of the node is slower than T_max: none is feasible
             st.closed.append(math.inf)
             return
-    t = _node_tables(problem, v, b if M > 1 else None, sig, plo, phi)
+    t = _node_tables(problem, v, b if M > 1 else None, keep, plo, phi)
+    if t is not None and keep[1] < 0 and M > 1 and USE_ISLAND_SPLIT:
+        t, keep, split = _islands_apart(problem, st, heap, t, node, b, keep)
+        if split:
+            return
     if t is None:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
@@ -362,23 +368,23 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     # eqs. N4, N5 (their state is the p2p endpoint, so mixed options, eq. H5, take part)
     light = use_dp and not pol.lp_first and LIGHT_FIRST  # eq. N17: the costlier DPs after the LP
     if use_dp and not pol.lp_first:
-        bound, mu, cutoff, done = _dps(problem, options, st, heap, t, v, a, b, bound, cutoff, mu, sig, name, deadline,
+        bound, mu, cutoff, done = _dps(problem, options, st, heap, t, v, a, b, bound, cutoff, mu, keep, name, deadline,
                                        extras=not light)
         if done:
             return
         plo, phi = t.p_min, t.p_max
         if st.inc is not None and time.perf_counter() > deadline:  # the DPs took the rest: back, with their bound
-            _push(heap, bound, v, a, b, tries, plo, phi, mu, sig)  # (the model build below is not interruptible)
+            _push(heap, bound, v, a, b, tries, plo, phi, mu, keep)  # (the model build below is not interruptible)
             return
     # eq. N13c: once the LP has neither closed a node nor lifted the DPs' bound in LP_TRIAL nodes, a node the DPs
     # bounded is split without its model (built only for the engine)
     lp_off = use_dp and not pol.lp_first and tries == 0 and st.lp_calls >= LP_TRIAL and st.lp_wins == 0
     if lp_off and light:
-        bound, mu, cutoff, done = _dps(problem, options, st, heap, t, v, a, b, bound, cutoff, mu, sig, name, deadline)
+        bound, mu, cutoff, done = _dps(problem, options, st, heap, t, v, a, b, bound, cutoff, mu, keep, name, deadline)
         if done:
             return
         plo, phi, light = t.p_min, t.p_max, False
-    if lp_off and _split_only(options, heap, vb, bound, v, a, b, M, t, mu, sig):
+    if lp_off and _split_only(options, heap, vb, bound, v, a, b, M, t, mu, keep):
         st.stats["lp_skipped"] = st.stats.get("lp_skipped", 0) + 1
         return
     t0 = time.perf_counter()
@@ -396,7 +402,7 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             bound = max(bound, _lp_value(lpr))
         closed = math.isinf(bound) or (cutoff is not None and bound >= cutoff)
         if not closed and lpr is not None and cutoff is not None and M > 1 and USE_RC_TAU:
-            t, lm, b, bound, closed = _rc_narrow(problem, st, t, lm, lpr, v, a, b, bound, cutoff, plo, phi, sig,
+            t, lm, b, bound, closed = _rc_narrow(problem, st, t, lm, lpr, v, a, b, bound, cutoff, plo, phi, keep,
                                                  deadline)
         if use_dp and not pol.lp_first:  # eq. N13c's trial: the LP after the DPs
             st.lp_calls += 1
@@ -406,41 +412,41 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             return
         # the DPs where the LP leaves the node open: in full after eq. N17's light pass, or (eq. N2b) only now
         if light or (use_dp and pol.lp_first):
-            bound, mu, cutoff, done = _dps(problem, options, st, heap, t, v, a, b, bound, cutoff, mu, sig, name,
+            bound, mu, cutoff, done = _dps(problem, options, st, heap, t, v, a, b, bound, cutoff, mu, keep, name,
                                            deadline)
             if done:
                 return
             if (plo, phi) != (t.p_min, t.p_max):  # (the LP above covered the wider range: the engine gets the new one)
                 plo, phi = t.p_min, t.p_max
                 lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
-        sigs = _signatures(problem, t) if pol.sig_first and sig < 0 else []
+        sigs = _signatures(problem, t) if pol.sig_first and keep[0] < 0 else []
         if len(sigs) > 1:  # eq. N2b: one child per uniform signature (eq. U1: every plan has exactly one)
             for s_ in sigs:
-                _push(heap, bound, v, a, b, 0, t.p_min, t.p_max, mu, s_)
+                _push(heap, bound, v, a, b, 0, t.p_min, t.p_max, mu, (s_, keep[1]))
             return
         wide = M > 1 and b - a > _split_width(options, a, M, vb.rest_lb)
         if wide and not (pol.p_first and t.p_max > t.p_min):
-            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, sig)
+            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, keep)
             return
         if t.p_max > t.p_min:  # then (eq. N2b: first) on the number of stages
             mid = (t.p_min + t.p_max) // 2
-            _push(heap, bound, v, a, b, 0, t.p_min, mid, mu, sig)
-            _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, sig)
+            _push(heap, bound, v, a, b, 0, t.p_min, mid, mu, keep)
+            _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, keep)
             return
     _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
-            (bound, v, a, b, tries, plo, phi, None, mu, sig), cutoff, deadline, name, solve_node, probe)
+            (bound, v, a, b, tries, plo, phi, None, mu, keep), cutoff, deadline, name, solve_node, probe)
 
 
-def _dps(problem, options, st: _State, heap, t: Tables, v, a, b, bound, cutoff, mu, sig, name, deadline,
+def _dps(problem, options, st: _State, heap, t: Tables, v, a, b, bound, cutoff, mu, keep, name, deadline,
          extras: bool = True):
     """The stage DPs on the node, then eq. N16 on what they leave open: (bound, multipliers, cut-off, node done)."""
     bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline, extras)
     if not done:
-        bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, sig)
+        bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, keep)
     return bound, mu, cutoff, done
 
 
-def _stage_counts(st: _State, heap, t: Tables, per_p, bound, cutoff, v, a, b, mu, sig) -> tuple[float, bool]:
+def _stage_counts(st: _State, heap, t: Tables, per_p, bound, cutoff, v, a, b, mu, keep) -> tuple[float, bool]:
     """Eq. N16 on a node the DPs leave open: the stage counts whose own bound reaches the cut-off are dropped. One run
     of counts left: the node's range narrowed to it in place (``t.p_min``, ``t.p_max``) with the least of their bounds;
     several: one child per run with its own least bound, and the node is done. (bound, node done)."""
@@ -462,19 +468,46 @@ def _stage_counts(st: _State, heap, t: Tables, per_p, bound, cutoff, v, a, b, mu
         t.p_min, t.p_max = int(ks[r[0]]), int(ks[r[-1]])
         return max(bound, float(vals[r].min())), False
     for r in runs:
-        _push(heap, max(bound, float(vals[r].min())), v, a, b, 0, int(ks[r[0]]), int(ks[r[-1]]), mu, sig)
+        _push(heap, max(bound, float(vals[r].min())), v, a, b, 0, int(ks[r[0]]), int(ks[r[-1]]), mu, keep)
     return bound, True
 
 
-def _node_tables(problem, v: int, b, sig: int, plo: int, phi: int) -> Tables | None:
-    """The slot tables of variant v at tau <= b (eq. X1; None: no cap), kept to uniform signature ``sig`` (eq. U1,
-    -1: any) and to the node's stage counts [plo, phi] (eq. N1); None when no plan of the variant fits them."""
+def _node_tables(problem, v: int, b, keep: tuple[int, int], plo: int, phi: int) -> Tables | None:
+    """The slot tables of variant v at tau <= b (eq. X1; None: no cap), kept to ``keep`` = (uniform signature, eq.
+    U1; island, eq. N9b; -1: any) and to the node's stage counts [plo, phi] (eq. N1); None when no plan of the variant
+    fits them."""
+    sig, island = keep
     t = build_tables(problem, v, b)
     if sig >= 0:
         _keep_signature(problem, t, sig)
+    if island >= 0:
+        t = island_split.restrict(problem, t, island_split.option_islands(problem, t), island)
     if t.p_min > 0:
         t.p_min, t.p_max = max(t.p_min, plo), min(t.p_max, phi)
     return None if t.p_min == 0 or t.p_min > t.p_max else t
+
+
+def _islands_apart(problem, st: _State, heap, t: Tables, node, b: float, keep):
+    """Eq. N9b on a node whose plans all lie inside one island (no link between islands usable at tau <= b): one
+    child per island that holds usable options and no other kept island dominates (``island_split``), or the node
+    itself kept to the only such island. Returns (tables, keep, whether children were pushed); tables None: no plan."""
+    own = island_split.apart(problem, t, b)
+    if own is None:
+        return t, keep, False
+    st.stats["island_nodes"] = st.stats.get("island_nodes", 0) + 1
+    usable = (t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0)
+    kept = sorted(set(own[usable].tolist()) & island_split.kept_islands(problem, t.v))
+    if len(kept) > 1:
+        bound, v, a, _, tries, plo, phi, _, mu, _ = node
+        for k in kept:
+            _push(heap, bound, v, a, b, tries, t.p_min, t.p_max, mu, (keep[0], k))
+        return t, keep, True
+    if not kept:
+        return None, keep, False
+    plo, phi = t.p_min, t.p_max  # (the node's stage counts, eq. N1)
+    t = island_split.restrict(problem, t, own, kept[0])
+    t.p_min, t.p_max = max(t.p_min, plo), min(t.p_max, phi)
+    return (t if 0 < t.p_min <= t.p_max else None), (keep[0], kept[0]), False
 
 
 def _lp_value(lpr: LPRelaxation) -> float:
@@ -483,7 +516,7 @@ def _lp_value(lpr: LPRelaxation) -> float:
 
 
 def _rc_narrow(problem, st: _State, t: Tables, lm: LinModel, lpr: LPRelaxation, v, a, b, bound, cutoff, plo, phi,
-               sig, deadline):
+               keep, deadline):
     """Eq. N19 on a node its LP leaves open: tau's reduced cost caps the node's tau at ``tau_cap``; while that cuts
     at least RC_SHRINK of the range, the node is rebuilt on [a, cap] (eq. X1's layer bounds at the cap) and its LP
     solved again, at most RC_ROUNDS times. The part cut off holds no plan below the cut-off. Returns (tables,
@@ -497,7 +530,7 @@ def _rc_narrow(problem, st: _State, t: Tables, lm: LinModel, lpr: LPRelaxation, 
         if cap < a:
             return t, lm, b, cutoff, True
         b = cap
-        nt = _node_tables(problem, v, b, sig, plo, phi)
+        nt = _node_tables(problem, v, b, keep, plo, phi)
         if nt is None:
             return t, lm, b, cutoff, True
         t = nt
@@ -511,16 +544,16 @@ def _rc_narrow(problem, st: _State, t: Tables, lm: LinModel, lpr: LPRelaxation, 
     return t, lm, b, bound, False
 
 
-def _split_only(options, heap, vb: VariantBound, bound, v, a, b, M, t: Tables, mu, sig) -> bool:
+def _split_only(options, heap, vb: VariantBound, bound, v, a, b, M, t: Tables, mu, keep) -> bool:
     """Eq. N13c: the node split as eq. N2 would after its LP (tau while wide, then the stage count); False when it would
     go to the engine instead (the model is then built)."""
     if M > 1 and b - a > _split_width(options, a, M, vb.rest_lb):
-        _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, sig)
+        _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, keep)
         return True
     if t.p_max > t.p_min:
         mid = (t.p_min + t.p_max) // 2
-        _push(heap, bound, v, a, b, 0, t.p_min, mid, mu, sig)
-        _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, sig)
+        _push(heap, bound, v, a, b, 0, t.p_min, mid, mu, keep)
+        _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, keep)
         return True
     return False
 
@@ -572,6 +605,10 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
         keep = np.ones(t.n, bool) if sig is None else t.sig == sig
         dp = PathDP(problem, t, b, t.p_min, t.p_max, keep)
         parts = island_parts(problem, dp) if USE_ISLAND_PARTS else None  # eq. N9: no usable link between islands
+        if parts is not None:  # (the islands with usable options: one under eq. N9b's node of one island)
+            usable = keep & ((t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0))
+            parts = [part for part in parts if (usable & part).any()]
+            parts = None if len(parts) == 1 else parts
         for j, part in enumerate([None] if parts is None else parts):
             one = dp if part is None else PathDP(problem, t, b, t.p_min, t.p_max, keep & part)
             val, mu_s, pp = _dp_bound(problem, st, one, a, b, cutoff, mu, name, deadline, extras, (sig, j))
@@ -783,21 +820,37 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
 
 def _holds_no_plan(problem: Problem, v: int, b: float) -> bool:
     """No plan of variant v (vpp = 1) has its period tau <= b: no stage count fits the layer bounds of tau <= b
-    (eq. X1), or eq. N11b finds a ray on the node's stage DP."""
-    t = build_tables(problem, v, b)
-    if t.p_min == 0:
-        return True
-    return resource_ray(PathDP(problem, t, b, t.p_min, t.p_max))[0]
+    (eq. X1), or eq. N11b finds a ray on the node's stage DP (on each island's own, eq. N9b)."""
+    return all(resource_ray(PathDP(problem, t, b, t.p_min, t.p_max))[0] for t in _island_tables(problem, v, b))
 
 
 def _segment_at(problem: Problem, v: int, b: float, island) -> Assignment | None:
-    """Eq. LS4's plan of variant v with every stage and link within tau <= b (None: none, or not a valid plan)."""
+    """Eq. LS4's plan of variant v with every stage and link within tau <= b (None: none, or not a valid plan); under
+    eq. N9b the best of each island's."""
+    best, best_obj = None, math.inf
+    for t in _island_tables(problem, v, b):
+        dp = PathDP(problem, t, b, t.p_min, t.p_max)
+        plan = segment_dp.segment_plan(dp, island) if segment_dp.applies(dp, island) else None
+        if plan is not None and not violations(problem, plan) and evaluate(problem, plan) < best_obj:
+            best, best_obj = plan, evaluate(problem, plan)
+    return best
+
+
+def _island_tables(problem: Problem, v: int, b: float) -> list[Tables]:
+    """The tables of variant v at tau <= b (eq. X1) that hold a stage count: one, or under eq. N9b (no link between
+    islands usable) one per island that another kept island does not dominate, each kept to it."""
     t = build_tables(problem, v, b)
     if t.p_min == 0:
-        return None
-    dp = PathDP(problem, t, b, t.p_min, t.p_max)
-    plan = segment_dp.segment_plan(dp, island) if segment_dp.applies(dp, island) else None
-    return plan if plan is not None and not violations(problem, plan) else None
+        return []
+    own = island_split.apart(problem, t, b) if USE_ISLAND_SPLIT else None
+    if own is None:
+        return [t]
+    out = []
+    for k in sorted(set(own.tolist()) & island_split.kept_islands(problem, v)):
+        tk = island_split.restrict(problem, t, own, k)
+        if tk.p_min > 0:
+            out.append(tk)
+    return out
 
 
 def _room(st: _State, deadline: float) -> bool:
@@ -823,17 +876,17 @@ def _split_width(options, a: float, M: float = 2.0, rest_lb: float = 0.0) -> flo
     return max(options.relative_gap, 2e-3) * (a + max(rest_lb, 0.0) / max(M - 1, 1.0)) / 2
 
 
-def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=None, sig=-1) -> None:
+def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=None, keep=NO_KEEP) -> None:
     mid = (a + b) / 2 if b <= 4 * a or a <= 0 else math.sqrt(a * b)
-    _push(heap, max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi, mu, sig)
-    _push(heap, max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi, mu, sig)
+    _push(heap, max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi, mu, keep)
+    _push(heap, max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi, mu, keep)
 
 
 def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node,
             probe: bool = False):
     """The exact engine on the node; unfinished, it is pushed back with more time next (``probe``: split instead,
     after at most PROBE_S, eq. N17b)."""
-    bound, v, a, b, tries, plo, phi, _, mu, sig = node
+    bound, v, a, b, tries, plo, phi, _, mu, keep = node
     left = deadline - time.perf_counter()
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
@@ -841,6 +894,8 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
         share = min(share, PROBE_S)
     inc = st.inc
     h = inc if inc is not None and inc.variant == v and a <= _steady(problem, inc) <= b * (1 + TIME_RTOL) else None
+    if h is not None and keep[1] >= 0 and not island_split.inside(problem, h, keep[1]):
+        h = None  # (a node of another island, eq. N9b)
     res = _call(problem, options, st, lm, nb, cutoff, share, h, name, solve_node, v)
     if res.status == "INFEASIBLE":
         st.closed.append(cutoff if cutoff is not None else math.inf)
@@ -851,9 +906,9 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
         return
     if probe:
         _split(heap, nbound, v, a, b, _m_eff(problem.variants[v]), VariantBound(a, nb.rest_lb, nb.total_s), plo, phi,
-               mu, sig)
+               mu, keep)
         return
-    _push(heap, nbound, v, a, b, tries + 1, plo, phi, mu, sig)  # not finished: again later with more time
+    _push(heap, nbound, v, a, b, tries + 1, plo, phi, mu, keep)  # not finished: again later with more time
 
 
 def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) -> RawResult:

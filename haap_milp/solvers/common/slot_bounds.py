@@ -7,6 +7,7 @@ is linear in its layer count (eq. M2). Equation labels: formulations/README.md.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 
@@ -231,6 +232,16 @@ def build_tables(problem: Problem, v: int, tau_ub: float | None = None) -> Table
     t = Tables(**base, U=U, Uf=Uf, p_min=0, p_max=0, tau_ub=tau_ub)
     stage_count_bounds(problem, t)
     return t
+
+
+def subset(t: Tables, keep: np.ndarray) -> Tables:
+    """The tables with only the options ``keep`` ([n] bool; local indices renumbered, ``opts`` maps them to the
+    problem's), their stage-count range left to the caller (``stage_count_bounds``)."""
+    idx = np.flatnonzero(keep)
+    cols = {name: getattr(t, name)[:, idx] for name in ("U_mem", "Uf_mem", "U", "Uf", "lo", "lof")}
+    return dataclasses.replace(t, opts=t.opts[idx], group=t.group[idx], gpus=t.gpus[idx], use=t.use[idx],
+                               tp=t.tp[idx], sig=t.sig[idx], coef={k: v[idx] for k, v in t.coef.items()},
+                               dom=None if t.dom is None else t.dom[np.ix_(idx, idx)], **cols)
 
 
 def _blocking_sends(problem: Problem, base: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -75,6 +75,11 @@ class NodeBound:
     per_p: np.ndarray | None = None
 
 
+def link_usable(p2p: np.ndarray, b: float) -> np.ndarray:
+    """Links a plan of tau <= b may take: every plan has tau >= c/2 for each of its links (eq. T2)."""
+    return p2p / 2 <= b * (1 + TIME_RTOL)
+
+
 class PathDP:
     """The node's stage costs without the multipliers, built once per node ([n, L+1] per slot: the time
     terms of a stage of n layers, inf where memory, eq. D1, X1 or the GPUs the other stages need forbid
@@ -93,7 +98,7 @@ class PathDP:
         # bound, only the subgradient's conditioning); ``cap`` [R] their right-hand sides
         self.usage, self.cap = _resources(problem, t)
         # [e earlier, f later]; an interleaved variant pays vpp * c per link (eq. I1)
-        self.link = np.where(t.p2p / 2 <= b * (1 + TIME_RTOL), t.p2p * (float(t.vpp) if t.vpp > 1 else 1.0), INF)
+        self.link = np.where(link_usable(t.p2p, b), t.p2p * (float(t.vpp) if t.vpp > 1 else 1.0), INF)
         self.p_first = max(p_lo, t.p_min)
         self.k_max = min(p_hi, t.p_max)
         # options with the same footprint (endpoint, GPUs taken of each group) pay the same multipliers, so per slot
