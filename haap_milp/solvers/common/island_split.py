@@ -83,10 +83,7 @@ def restrict(problem: Problem, t: Tables, own: np.ndarray, island: int) -> Table
 
 def kept_islands(problem: Problem, v: int) -> frozenset[int]:
     """The islands of variant v that no other kept island dominates (ties: the lower index is kept)."""
-    memo = _MEMO.__dict__
-    if memo.get("options") is not problem.options or memo.get("caps") != problem.group_capacity \
-            or memo.get("budget") is not problem.budget:
-        memo.update(options=problem.options, caps=problem.group_capacity, budget=problem.budget, variants={})
+    memo = _memo(problem)
     var = problem.variants[v]
     hit = memo["variants"].get(id(var))
     if hit is not None and hit[0] is var:
@@ -100,6 +97,27 @@ def kept_islands(problem: Problem, v: int) -> frozenset[int]:
     out = frozenset(kept)
     memo["variants"][id(var)] = (var, out)
     return out
+
+
+def _memo(problem: Problem) -> dict:
+    """What depends on the problem's options, capacities and budget alone, kept for the last problem seen (per
+    thread): ``own`` [O] each option's island (-1: groups of several), ``fits`` [O] within its groups' GPUs,
+    ``by_key`` per island {twin key: option} (``_key``), ``variants``: kept_islands' results."""
+    memo = _MEMO.__dict__
+    if memo.get("options") is not problem.options or memo.get("caps") != problem.group_capacity \
+            or memo.get("budget") is not problem.budget:
+        isl = problem.group_island
+        own = np.array([int(isl[o.usage[0][0]]) if len({int(isl[g]) for g, _ in o.usage}) == 1 else -1
+                        for o in problem.options], np.int64)
+        fits = np.array([all(n <= problem.group_capacity[g] for g, n in o.usage) for o in problem.options], bool)
+        keys = [_key(problem, o) for o in problem.options]
+        by_key: dict[int, dict] = {}
+        for i, k in enumerate(keys):
+            if own[i] >= 0:
+                by_key.setdefault(int(own[i]), {}).setdefault(k, []).append(i)
+        memo.update(options=problem.options, caps=problem.group_capacity, budget=problem.budget, own=own, fits=fits,
+                    keys=keys, by_key=by_key, variants={})
+    return memo
 
 
 def _island_groups(problem: Problem, island: int) -> dict[str, int] | None:
@@ -120,12 +138,6 @@ def _key(problem: Problem, o) -> tuple:
     return gpu_type(problem.groups[o.group]), mix, plain
 
 
-def _usable(problem: Problem, v: int) -> np.ndarray:
-    var = problem.variants[v]
-    return np.array([bool(var.allowed[i]) and all(n <= problem.group_capacity[g] for g, n in o.usage)
-                     for i, o in enumerate(problem.options)], bool)
-
-
 def dominates(problem: Problem, v: int, a: int, b: int) -> bool:
     """Island ``a`` dominates island ``b`` in variant v: for each GPU type of b, a holds at least as many GPUs of it,
     and each option of b usable in v has a twin in a (the same degrees and recomputation on a's group of the same type)
@@ -140,17 +152,12 @@ def dominates(problem: Problem, v: int, a: int, b: int) -> bool:
     for typ, g in gb.items():
         if problem.group_capacity[g] > 0 and (typ not in ga or problem.group_capacity[ga[typ]] < problem.group_capacity[g]):
             return False
-    isl, var = problem.group_island, problem.variants[v]
-    usable = _usable(problem, v)
-    twins = {}
-    for i, o in enumerate(problem.options):
-        if usable[i] and all(isl[g] == a for g, _ in o.usage):
-            twins.setdefault(_key(problem, o), i)
+    memo, var = _memo(problem), problem.variants[v]
+    usable = np.asarray(var.allowed, bool) & memo["fits"]
+    twins = memo["by_key"].get(a, {})
     pairs = []  # (option of b, its twin in a)
-    for i, o in enumerate(problem.options):
-        if not usable[i] or not all(isl[g] == b for g, _ in o.usage):
-            continue
-        j = twins.get(_key(problem, o))
+    for i in np.flatnonzero(usable & (memo["own"] == b)).tolist():
+        j = next((j for j in twins.get(memo["keys"][i], ()) if usable[j]), None)
         if j is None:
             return False
         pairs.append((i, j))
