@@ -37,7 +37,10 @@ log = logging.getLogger(__name__)
 # 3 (mixtral-8x7b x 4096 2.28 against 3.16 %), 0.35 on 1. Re-measured after eqs. N16/N17 made the search faster
 # (2026-12-02, one type, 1024 and 4096 GPUs x 1-2 islands, dense and MoE, median of 2 runs): 0.3 against 0.5 proves 7
 # of 8 against 5 of 8 (llama3-70b x 2 x 512 H100 2.78 % -> 10.0 s, x 2 x 2048 10.05 % -> 8.4 s; mixtral-8x7b x 2 x 2048
-# 7.88 -> 2.60 %), and the five both prove sooner (5.7/5.5/8.6/9.0/9.2 s -> 5.2/5.1/7.9/7.6/6.1 s; formulations eq. D2). MIN_EXACT_S: below this the exact search is skipped
+# 7.88 -> 2.60 %), and the five both prove sooner (5.7/5.5/8.6/9.0/9.2 s -> 5.2/5.1/7.9/7.6/6.1 s; formulations eq. D2).
+# Re-measured 2026-12-03 evening with eqs. N9b, DP8h, LS4c (the quick grid, one run each): several types at 0.2 against
+# 0.35, the plain space the same 25 of 30 and plans, the CLI's space lost two plans (llama3-70b x 1024 x 3 types x 2
+# islands 14.495 -> 16.379 s), so 0.35 stays (benchmarks/results/solve_scaling.md, "2026-12-03 (evening)"). MIN_EXACT_S: below this the exact search is skipped
 # and the plan keeps the presolve's eq. B1 bound as its proven gap.
 RESERVE_S = 0.3
 HEURISTIC_SHARE = 0.3
