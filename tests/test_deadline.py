@@ -107,3 +107,26 @@ def test_ctrl_c_prints_and_writes_the_best_plan(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["status"] in ("FEASIBLE", "OPTIMAL") and doc["gap"] is not None and doc["plan"]
     assert stdout  # the report was printed before the message
+
+
+def test_time_limit_before_the_search_returns_the_warm_start_with_a_valid_bound():
+    """The limit reached while the exact search builds its variants' tables (before any node): the warm start as
+    FEASIBLE with bound 0 (the planner raises it to eq. B1), not a search that runs past the limit."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from synthetic import random_problem
+
+    from haap_milp.solvers import get_solver
+    from haap_milp.solvers.common.branch_and_bound import run_variants
+
+    checked = 0
+    for seed in range(30):
+        problem = random_problem(seed, num_variants=3)
+        ref = get_solver("brute")(problem, SolveOptions(time_limit_s=20))
+        if ref.status != "OPTIMAL" or len(problem.variants) < 2:
+            continue
+        res = run_variants(problem, SolveOptions(time_limit_s=1e-9, threads=1), ref.assignment, "cpsat",
+                           lambda *a, **k: pytest.fail("no node may run"))
+        assert res.status == "FEASIBLE" and res.assignment == ref.assignment
+        assert res.bound_s == 0.0 and "before the exact search began" in res.message
+        checked += 1
+    assert checked >= 5
