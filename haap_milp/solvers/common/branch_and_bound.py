@@ -319,7 +319,7 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     dl = current()  # the command's deadline and Ctrl-C (deadline.py); the time limit is within it already
     deadline = t0 + min(options.time_limit_s, dl.remaining())
     r = options.relative_gap
-    st = _State(policy=node_policy(problem), several_types=len({g.rsplit("@", 1)[0] for g in problem.groups}) > 1,
+    st = _State(policy=node_policy(problem), several_types=len({island_split.gpu_type(g) for g in problem.groups}) > 1,
                 several_groups=len(problem.groups) > 1)
     tables, vb = [], []
     for v in range(len(problem.variants)):  # (0.03-0.1 s a variant on 4096 GPUs x 6 groups, not interruptible)
@@ -512,12 +512,11 @@ def _islands_apart(problem, st: _State, heap, t: Tables, node, b: float, keep):
     """Eq. N9b on a node whose plans all lie inside one island (no link between islands usable at tau <= b): one
     child per island that holds usable options and no other kept island dominates (``island_split``), or the node
     itself kept to the only such island. Returns (tables, keep, whether children were pushed); tables None: no plan."""
-    own = island_split.apart(problem, t, b)
-    if own is None:
+    parts = island_split.kept_parts(problem, t, b)
+    if parts is None:
         return t, keep, False
     st.stats["island_nodes"] = st.stats.get("island_nodes", 0) + 1
-    usable = (t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0)
-    kept = sorted(set(own[usable].tolist()) & island_split.kept_islands(problem, t.v))
+    own, kept = parts
     if len(kept) > 1:
         bound, v, a, _, tries, plo, phi, _, mu, _ = node
         for k in kept:
@@ -627,7 +626,7 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
         dp = PathDP(problem, t, b, t.p_min, t.p_max, keep)
         parts = island_parts(problem, dp) if USE_ISLAND_PARTS else None  # eq. N9: no usable link between islands
         if parts is not None:  # (the islands with usable options: one under eq. N9b's node of one island)
-            usable = keep & ((t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0))
+            usable = keep & t.holding()
             parts = [part for part in parts if (usable & part).any()]
             parts = None if len(parts) == 1 else parts
         for j, part in enumerate([None] if parts is None else parts):
@@ -853,8 +852,9 @@ def _segment_at(problem: Problem, v: int, b: float, island) -> Assignment | None
     for t in _island_tables(problem, v, b):
         dp = PathDP(problem, t, b, t.p_min, t.p_max)
         plan = segment_dp.segment_plan(dp, island) if segment_dp.applies(dp, island) else None
-        if plan is not None and not violations(problem, plan) and evaluate(problem, plan) < best_obj:
-            best, best_obj = plan, evaluate(problem, plan)
+        obj = evaluate(problem, plan) if plan is not None and not violations(problem, plan) else math.inf
+        if obj < best_obj:
+            best, best_obj = plan, obj
     return best
 
 
@@ -864,15 +864,11 @@ def _island_tables(problem: Problem, v: int, b: float) -> list[Tables]:
     t = build_tables(problem, v, b)
     if t.p_min == 0:
         return []
-    own = island_split.apart(problem, t, b) if USE_ISLAND_SPLIT else None
-    if own is None:
+    parts = island_split.kept_parts(problem, t, b) if USE_ISLAND_SPLIT else None
+    if parts is None:
         return [t]
-    out = []
-    for k in sorted(set(own.tolist()) & island_split.kept_islands(problem, v)):
-        tk = island_split.restrict(problem, t, own, k)
-        if tk.p_min > 0:
-            out.append(tk)
-    return out
+    own, kept = parts
+    return [tk for tk in (island_split.restrict(problem, t, own, k) for k in kept) if tk.p_min > 0]
 
 
 def _room(st: _State, deadline: float) -> bool:

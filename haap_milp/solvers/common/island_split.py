@@ -19,7 +19,7 @@ import threading
 import numpy as np
 
 from haap_milp.problem import Problem
-from haap_milp.solvers.common.slot_bounds import Tables, stage_count_bounds, subset
+from haap_milp.solvers.common.slot_bounds import Tables, stage_count_bounds, subset, usable_options
 from haap_milp.solvers.common.stage_dp import link_usable
 
 # per-option costs of a Variant where the twin must be no larger (times in s, memory in bytes); mem_capacity: no
@@ -39,13 +39,10 @@ def gpu_type(name: str) -> str:
 def option_islands(problem: Problem, t: Tables) -> np.ndarray | None:
     """[n] the island (``problem.group_island``) of each of the tables' options; None when some option draws on
     groups of several islands, or when the problem has one island."""
-    isl = problem.group_island
-    if isl.max(initial=0) == 0:
+    if problem.group_island.max(initial=0) == 0:
         return None
-    own = isl[t.use.argmax(axis=1)]
-    if ((t.use > 0) & (isl[None, :] != own[:, None])).any():
-        return None
-    return own
+    own = _memo(problem)["own"][t.opts]
+    return None if (own < 0).any() else own
 
 
 def apart(problem: Problem, t: Tables, b: float | None) -> np.ndarray | None:
@@ -56,7 +53,7 @@ def apart(problem: Problem, t: Tables, b: float | None) -> np.ndarray | None:
     own = option_islands(problem, t)
     if own is None:
         return None
-    used = (t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0)
+    used = t.holding()
     ends = np.unique(t.group[used])
     end_isl = {int(e): int(own[used & (t.group == e)][0]) for e in ends}
     if len(set(end_isl.values())) < 2:
@@ -65,6 +62,15 @@ def apart(problem: Problem, t: Tables, b: float | None) -> np.ndarray | None:
     cross = isl[:, None] != isl[None, :]
     ok = link_usable(t.p2p[np.ix_(ends, ends)], b)
     return None if (ok & cross).any() else own
+
+
+def kept_parts(problem: Problem, t: Tables, b: float | None) -> tuple[np.ndarray, list[int]] | None:
+    """Under eq. N9b (``apart``): ([n] each option's island, the islands, ascending, that hold an option able to take a
+    layer and that no other kept island dominates); None when a link between islands is usable at tau <= b."""
+    own = apart(problem, t, b)
+    if own is None:
+        return None
+    return own, sorted(set(own[t.holding()].tolist()) & kept_islands(problem, t.v))
 
 
 def inside(problem: Problem, a, island: int) -> bool:
@@ -89,7 +95,8 @@ def kept_islands(problem: Problem, v: int) -> frozenset[int]:
     if hit is not None and hit[0] is var:
         return hit[1]
     n = int(problem.group_island.max(initial=0)) + 1
-    dom = np.array([[a != b and dominates(problem, v, a, b) for b in range(n)] for a in range(n)])
+    usable = _usable(problem, v)
+    dom = np.array([[a != b and dominates(problem, v, a, b, usable) for b in range(n)] for a in range(n)])
     kept = set(range(n))
     for b in range(n):  # B goes when a kept A dominates it and B does not dominate A back with a lower index
         if any(dom[a, b] and a in kept and not (dom[b, a] and b < a) for a in range(n)):
@@ -101,22 +108,20 @@ def kept_islands(problem: Problem, v: int) -> frozenset[int]:
 
 def _memo(problem: Problem) -> dict:
     """What depends on the problem's options, capacities and budget alone, kept for the last problem seen (per
-    thread): ``own`` [O] each option's island (-1: groups of several), ``fits`` [O] within its groups' GPUs,
-    ``by_key`` per island {twin key: option} (``_key``), ``variants``: kept_islands' results."""
+    thread): ``own`` [O] each option's island (-1: groups of several), ``by_key`` per island {twin key: options}
+    (``_key``), ``variants``: kept_islands' results."""
     memo = _MEMO.__dict__
     if memo.get("options") is not problem.options or memo.get("caps") != problem.group_capacity \
             or memo.get("budget") is not problem.budget:
         isl = problem.group_island
         own = np.array([int(isl[o.usage[0][0]]) if len({int(isl[g]) for g, _ in o.usage}) == 1 else -1
                         for o in problem.options], np.int64)
-        fits = np.array([all(n <= problem.group_capacity[g] for g, n in o.usage) for o in problem.options], bool)
         keys = [_key(problem, o) for o in problem.options]
         by_key: dict[int, dict] = {}
         for i, k in enumerate(keys):
             if own[i] >= 0:
                 by_key.setdefault(int(own[i]), {}).setdefault(k, []).append(i)
-        memo.update(options=problem.options, caps=problem.group_capacity, budget=problem.budget, own=own, fits=fits,
-                    keys=keys, by_key=by_key, variants={})
+        memo.update(options=problem.options, caps=problem.group_capacity, budget=problem.budget, own=own, keys=keys, by_key=by_key, variants={})
     return memo
 
 
@@ -138,14 +143,21 @@ def _key(problem: Problem, o) -> tuple:
     return gpu_type(problem.groups[o.group]), mix, plain
 
 
-def dominates(problem: Problem, v: int, a: int, b: int) -> bool:
+def _usable(problem: Problem, v: int) -> np.ndarray:
+    """[O] the options usable in variant v (``slot_bounds.usable_options``) as a mask."""
+    out = np.zeros(problem.num_options, bool)
+    out[usable_options(problem, v)] = True
+    return out
+
+
+def dominates(problem: Problem, v: int, a: int, b: int, usable: np.ndarray | None = None) -> bool:
     """Island ``a`` dominates island ``b`` in variant v: for each GPU type of b, a holds at least as many GPUs of it,
     and each option of b usable in v has a twin in a (the same degrees and recomputation on a's group of the same type)
     that is usable, no slower in every time term, no larger in memory, budget weight and eq. EX1's terms, with no less
     memory per GPU, and whose endpoints' links are no slower, pair by pair. A plan inside b then has a plan inside a
     (each stage on its twin, the same layers) that fits wherever it fits and has no larger T: T is non-decreasing in
     every stage time, link time and sync time (eqs. T1-T3, I1: sigma's credit beta <= 1 is taken from the sum of the
-    stage times it is subtracted from)."""
+    stage times it is subtracted from). ``usable``: ``_usable(problem, v)`` when the caller has it."""
     ga, gb = _island_groups(problem, a), _island_groups(problem, b)
     if ga is None or gb is None:
         return False
@@ -153,7 +165,7 @@ def dominates(problem: Problem, v: int, a: int, b: int) -> bool:
         if problem.group_capacity[g] > 0 and (typ not in ga or problem.group_capacity[ga[typ]] < problem.group_capacity[g]):
             return False
     memo, var = _memo(problem), problem.variants[v]
-    usable = np.asarray(var.allowed, bool) & memo["fits"]
+    usable = _usable(problem, v) if usable is None else usable
     twins = memo["by_key"].get(a, {})
     pairs = []  # (option of b, its twin in a)
     for i in np.flatnonzero(usable & (memo["own"] == b)).tolist():

@@ -78,6 +78,10 @@ class Tables:
             return np.zeros(self.n, bool)
         return (self.lo[k - 1] <= self.U[k - 1]) & (self.U[k - 1] >= 1)
 
+    def holding(self) -> np.ndarray:
+        """[n] options that may hold a layer at some slot, first or not (their U or Uf reaches 1 somewhere)."""
+        return (self.U >= 1).any(axis=0) | (self.Uf >= 1).any(axis=0)
+
     def first_ok(self, k: int) -> np.ndarray:
         if k < self.p_min or k > self.p_max:
             return np.zeros(self.n, bool)
