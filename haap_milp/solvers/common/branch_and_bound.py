@@ -98,6 +98,11 @@ SEG_GUESS = 20
 USE_PER_P = True
 LIGHT_FIRST = True  # eq. N17
 PROBE_S = 0.25  # eq. N17b (0: off)
+# eq. N17c: a node the LP and the DPs leave open goes to the engine once its tau range is within ENGINE_WIDTH split
+# widths (_split_width), for PROBE_S at most while wider than one; unfinished, it is split on tau. After PROBE_FAILS
+# unfinished probes the search goes back to one split width (ENGINE_WIDTH 1: off)
+ENGINE_WIDTH = 16.0
+PROBE_FAILS = 2
 USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups remain and the node survives
 # eqs. LS4 and N15 run only where the groups hold two or more GPU types: on one type over two islands the groups are
 # interchangeable but for their links, eqs. N6/N9 and the DP heuristic's island segments cover them, and the two
@@ -199,6 +204,7 @@ class _State:
     sigma_wins: int = 0
     split_calls: int = 0  # nodes eq. N15 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     split_wins: int = 0
+    probe_fails: int = 0  # eq. N17c: probes the engine did not finish
     seg_idle: int = 0  # eq. LS4: nodes in a row on which the segment DP found no better plan
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
@@ -405,7 +411,7 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if done:
             return
         plo, phi, light = t.p_min, t.p_max, False
-    if lp_off and _split_only(options, heap, vb, bound, v, a, b, M, t, mu, keep):
+    if lp_off and _split_only(options, st, heap, vb, bound, v, a, b, M, t, mu, keep):
         st.stats["lp_skipped"] = st.stats.get("lp_skipped", 0) + 1
         return
     t0 = time.perf_counter()
@@ -415,7 +421,8 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     small = len(lm.names) <= pol.small_model
     # eq. N17b: a small model over a wide tau range gets the engine for PROBE_S only, then is split (eq. N16 makes many
     # models small while their range is wide)
-    probe = small and tries == 0 and PROBE_S > 0 and M > 1 and b - a > _split_width(options, a, M, vb.rest_lb)
+    width = _split_width(options, a, M, vb.rest_lb)
+    probe = small and tries == 0 and PROBE_S > 0 and M > 1 and b - a > width
     if not small and tries == 0:
         lpr = lp_relaxation(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
         before = bound
@@ -445,7 +452,8 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             for s_ in sigs:
                 _push(heap, bound, v, a, b, 0, t.p_min, t.p_max, mu, (s_, keep[1]))
             return
-        wide = M > 1 and b - a > _split_width(options, a, M, vb.rest_lb)
+        wide = M > 1 and b - a > _engine_width(st) * width
+        probe = M > 1 and b - a > width and PROBE_S > 0  # eq. N17c: the engine first, then the split
         if wide and not (pol.p_first and t.p_max > t.p_min):
             _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, keep)
             return
@@ -454,8 +462,12 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             _push(heap, bound, v, a, b, 0, t.p_min, mid, mu, keep)
             _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, keep)
             return
-    _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
-            (bound, v, a, b, tries, plo, phi, None, mu, keep), cutoff, deadline, name, solve_node, probe)
+    finished = _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
+                       (bound, v, a, b, tries, plo, phi, None, mu, keep), cutoff, deadline, name, solve_node, probe)
+    if probe and not small:  # eq. N17c's probe (eq. N17b's are not counted)
+        st.stats["engine_probes"] = st.stats.get("engine_probes", 0) + 1
+        st.probe_fails += not finished
+        st.stats["probe_fails"] = st.probe_fails
 
 
 def _dps(problem, options, st: _State, heap, t: Tables, v, a, b, bound, cutoff, mu, keep, name, deadline,
@@ -564,10 +576,15 @@ def _rc_narrow(problem, st: _State, t: Tables, lm: LinModel, lpr: LPRelaxation, 
     return t, lm, b, bound, False
 
 
-def _split_only(options, heap, vb: VariantBound, bound, v, a, b, M, t: Tables, mu, keep) -> bool:
+def _engine_width(st: _State) -> float:
+    """Eq. N17c: how many split widths a node's tau range may span when it goes to the engine."""
+    return ENGINE_WIDTH if st.probe_fails < PROBE_FAILS and PROBE_S > 0 else 1.0
+
+
+def _split_only(options, st: _State, heap, vb: VariantBound, bound, v, a, b, M, t: Tables, mu, keep) -> bool:
     """Eq. N13c: the node split as eq. N2 would after its LP (tau while wide, then the stage count); False when it would
     go to the engine instead (the model is then built)."""
-    if M > 1 and b - a > _split_width(options, a, M, vb.rest_lb):
+    if M > 1 and b - a > _engine_width(st) * _split_width(options, a, M, vb.rest_lb):
         _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, keep)
         return True
     if t.p_max > t.p_min:
@@ -901,9 +918,9 @@ def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=Non
 
 
 def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node,
-            probe: bool = False):
+            probe: bool = False) -> bool:
     """The exact engine on the node; unfinished, it is pushed back with more time next (``probe``: split instead,
-    after at most PROBE_S, eq. N17b)."""
+    after at most PROBE_S, eqs. N17b, N17c). Returns whether the engine finished the node."""
     bound, v, a, b, tries, plo, phi, _, mu, keep = node
     left = deadline - time.perf_counter()
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
@@ -917,16 +934,17 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     res = _call(problem, options, st, lm, nb, cutoff, share, h, name, solve_node, v)
     if res.status == "INFEASIBLE":
         st.closed.append(cutoff if cutoff is not None else math.inf)
-        return
+        return True
     nbound = max(res.bound_s if res.bound_s is not None else -math.inf, bound)
     if res.status == "OPTIMAL":
         st.closed.append(min(nbound, cutoff) if cutoff is not None else nbound)
-        return
+        return True
     if probe:
         _split(heap, nbound, v, a, b, _m_eff(problem.variants[v]), VariantBound(a, nb.rest_lb, nb.total_s), plo, phi,
                mu, keep)
-        return
-    _push(heap, nbound, v, a, b, tries + 1, plo, phi, mu, keep)  # not finished: again later with more time
+    else:
+        _push(heap, nbound, v, a, b, tries + 1, plo, phi, mu, keep)  # not finished: again later with more time
+    return False
 
 
 def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) -> RawResult:

@@ -1,0 +1,87 @@
+"""Eq. N17c (formulations/README.md): a node the LP and the DPs leave open goes to the engine while its tau range is
+still up to ENGINE_WIDTH split widths wide; an unfinished probe splits the node. Both outcomes checked against brute
+force, with CP-SAT and the MILP as the engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from synthetic import random_problem
+
+from haap_milp.solvers import get_solver
+from haap_milp.solvers.common import branch_and_bound as bb
+from haap_milp.specs import SolveOptions
+
+EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=1, seed=0)
+
+
+def _no_small_models(monkeypatch) -> None:
+    """Every node model counts as large (eq. N17b's direct route to the engine off), so eq. N17c decides."""
+    policy = bb.node_policy
+    monkeypatch.setattr(bb, "node_policy", lambda problem: dataclasses.replace(policy(problem), small_model=0))
+
+
+def _agrees(name: str, seeds, most_fails: int | None = None) -> dict:
+    """Solve each seed's problem with ``name`` and brute force; assert the same status, optimum and a valid bound.
+    Returns the summed stats the test reads."""
+    seen = {"checked": 0, "engine_probes": 0, "probe_fails": 0}
+    for seed in seeds:
+        problem = random_problem(seed, num_groups=1 + seed % 2, num_layers=6 + seed % 3, max_stages=4, max_options=6)
+        brute = get_solver("brute")(problem, EXACT)
+        res = get_solver(name)(problem, EXACT)
+        assert res.status == brute.status, (seed, res.status, brute.status, res.message)
+        if brute.status != "OPTIMAL":
+            continue
+        seen["checked"] += 1
+        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
+        assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol, seed
+        assert res.bound_s <= brute.objective_s * (1 + 1e-9), seed
+        for key in ("engine_probes", "probe_fails"):
+            seen[key] += res.stats.get(key, 0)
+        if most_fails is not None:
+            assert res.stats.get("probe_fails", 0) <= most_fails, (seed, res.stats)
+    return seen
+
+
+@pytest.mark.parametrize("name", ["cpsat", "milp"])
+def test_every_node_probed_at_any_width_still_matches_brute_force(name, monkeypatch):
+    """Every node the LP and DPs leave open goes to the engine whatever its tau range (ENGINE_WIDTH huge, the model
+    treated as large so that eq. N17b does not take it): the engine's answer on a wide node must be exact too."""
+    monkeypatch.setattr(bb, "ENGINE_WIDTH", 1e12)
+    monkeypatch.setattr(bb, "PROBE_FAILS", 10**9)
+    _no_small_models(monkeypatch)
+    seen = _agrees(name, range(20))
+    assert seen["checked"] >= 10 and seen["engine_probes"] >= 5, seen
+
+
+def _probes_time_out(monkeypatch) -> None:
+    """Every probe (an engine run capped at PROBE_S) ends unfinished, as CP-SAT does on a large node: NO_SOLUTION
+    without a bound. The engine runs of narrow nodes (no cap) are real."""
+    call = bb._call
+
+    def timed_out(problem, options, st, lm, nb, cutoff, share, hint, name, solve_node, v, **kw):
+        if share <= bb.PROBE_S:
+            st.engine_calls += 1
+            return bb.VariantResult("NO_SOLUTION")
+        return call(problem, options, st, lm, nb, cutoff, share, hint, name, solve_node, v, **kw)
+
+    monkeypatch.setattr(bb, "_call", timed_out)
+
+
+@pytest.mark.parametrize("name", ["cpsat", "milp"])
+@pytest.mark.parametrize("fails", [1, 10**9])
+def test_unfinished_probes_split_the_node_and_stay_exact(name, fails, monkeypatch):
+    """An unfinished probe must split the node, not close it or retry it; after PROBE_FAILS of them the search goes
+    back to one split width (no more probes). Fails if an unfinished probe dropped its node, or if the guard let more
+    probes run."""
+    monkeypatch.setattr(bb, "ENGINE_WIDTH", 1e12)
+    monkeypatch.setattr(bb, "PROBE_FAILS", fails)
+    _no_small_models(monkeypatch)
+    _probes_time_out(monkeypatch)
+    seen = _agrees(name, range(20), most_fails=fails)
+    assert seen["checked"] >= 10 and seen["probe_fails"] >= 5, seen
