@@ -68,10 +68,10 @@ USE_SIGMA = True  # eq. N8 after eq. N4 when the node survives
 # eq. LS4: the segment DP's plans on nodes the DPs leave open, until SEG_TRIAL nodes in a row bring no better plan
 # (measured: llama3-70b x 3 types x 1024 GPUs, the optimum's 0.13 % found on the 2nd node, 0.2-0.6 s a node; 12
 # rather than 6 since eq. LS4a: mixtral-8x7b x 4096 x 3 types proven at 10 s end to end, 7.9 % before; 24 no better;
-# 4 since eq. N17c and the floor dive: the quick grid 28 against 27 of 30 proven, the CLI's space 24 and 24 with lower
-# gaps, and no plan lost; on llama3-70b x 1024 / 4096 x 3 types the 12 trials cost 1.4-1.5 s and found nothing)
+# 4 tried after eq. N17c: the quick grid 28 against 27 of 30 proven, but llama3-70b x hetero3-1024 (gbs 1024) lost
+# its plan, 7.1922 -> 7.2608 s, which LS4 finds on its 5th node)
 USE_SEGMENT_DP = True
-SEG_TRIAL = 4
+SEG_TRIAL = 12
 # eq. LS4b: before branching, where every island holds one group, the segment DP on each variant whose bound beats
 # the incumbent, its tau cap lowered from eq. X1's to just under each better plan's own tau (measured: gpt3-13b on 128
 # H100@ib + 128 A100-80@roce, the DP heuristic's 5.071 s, the scan's 4.660 s, the optimum; on three types x two
