@@ -17,6 +17,8 @@ import numpy as np
 from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 
+USE_FLOOR = True  # skip placements whose eq. T1 floor reaches the best plan so far (exact)
+
 
 def _placements(problem: Problem, sig_opts: dict[int, int], p: int, gpus: int):
     """Yield option lists (one per stage) filling groups in each order of the groups."""
@@ -40,7 +42,7 @@ def _placements(problem: Problem, sig_opts: dict[int, int], p: int, gpus: int):
 def solve(problem: Problem, options=None, hint=None) -> RawResult:
     """Exhaustive over the (small) uniform space; returns the best feasible assignment."""
     t0 = time.perf_counter()
-    best, best_t, tried = None, float("inf"), 0
+    best, best_t, tried, skipped = None, float("inf"), 0, 0
     L = problem.num_layers
     dl = current()  # past it (or interrupted) with a plan in hand: the best so far
     for vi, var in enumerate(problem.variants):
@@ -55,6 +57,11 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
                 continue
             # one option per (signature, group); ep: keep the first (smallest) allowed
             by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep, o.zero, o.etp), {}).setdefault(o.group, int(i))  # zero: eq. Z1
+        # eq. T1: T = (M - 1) tau + sum_j t_j + sum_j c_j + sigma >= M max_j t_j >= M (L/P) max_j layer_time (tau >= every
+        # t_j, every term >= 0; not with eq. EX1's terms, which may be negative): a placement whose bound reaches the best
+        # so far is skipped unchecked. Exact; measured on mixtral-8x7b x 3 types x 2 islands x 64 GPUs (6 groups, 720
+        # group orders): 69,580 placements checked in 3.3 s before
+        floor = var.num_microbatches * np.asarray(var.layer_time, float) if USE_FLOOR and var.extra is None else None
         for sig_opts in by_sig.values():
             if best is not None and dl.expired():
                 break
@@ -63,6 +70,9 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
                     continue
                 gpus = problem.options[next(iter(sig_opts.values()))].num_gpus  # tp*dp*cp (eq. CP1)
                 for chosen in _placements(problem, sig_opts, p, gpus):
+                    if floor is not None and (L // p) * max(floor[o] for o in chosen) >= best_t:
+                        skipped += 1
+                        continue
                     a = Assignment(vi, tuple(Stage(o, L // p) for o in chosen))
                     tried += 1
                     if violations(problem, a):
@@ -74,4 +84,4 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
     if best is None:
         return RawResult("INFEASIBLE", "uniform", wall_time_s=wall, stats={"tried": tried},
                          message="no uniform (even-split, same tp/dp/recompute) plan fits")
-    return RawResult("FEASIBLE", "uniform", best, best_t, None, wall, stats={"tried": tried})
+    return RawResult("FEASIBLE", "uniform", best, best_t, None, wall, stats={"tried": tried, "skipped_by_floor": skipped})
