@@ -50,3 +50,46 @@ def test_floor_is_below_every_uniform_plan():
                         assert floor <= evaluate(problem, a) * (1 + 1e-12), (seed, vi, i, p)
                         checked += 1
     assert checked > 100, checked
+
+
+def _placements_by_permutation(capacity, sig_opts, p, gpus):
+    """The baseline's placements as first written: every order of the groups, each list at its first order."""
+    import itertools
+
+    groups = sorted(sig_opts)
+    seen = set()
+    for order in itertools.permutations(groups):
+        left = {g: capacity[g] for g in groups}
+        chosen, gi = [], 0
+        for _ in range(p):
+            while gi < len(order) and left[order[gi]] < gpus:
+                gi += 1
+            if gi == len(order):
+                break
+            left[order[gi]] -= gpus
+            chosen.append(sig_opts[order[gi]])
+        if len(chosen) == p and tuple(chosen) not in seen:
+            seen.add(tuple(chosen))
+            yield chosen
+
+
+def test_placements_by_prefix_are_the_permutations_in_the_same_order():
+    """The prefix walk yields exactly the permutation version's lists, in the same order (so ties keep the same plan)."""
+    import types
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(300):
+        n = int(rng.integers(1, 7))
+        groups = sorted(int(g) for g in rng.choice(10, size=n, replace=False))
+        capacity = {g: int(rng.integers(0, 9)) for g in groups}
+        sig_opts = {g: 100 + g for g in groups}
+        gpus, p = int(rng.integers(1, 4)), int(rng.integers(1, 7))
+        problem = types.SimpleNamespace(group_capacity=capacity)
+        got = list(uniform._placements(problem, sig_opts, p, gpus))
+        want = list(_placements_by_permutation(capacity, sig_opts, p, gpus))
+        assert got == want, (capacity, gpus, p)
+        checked += bool(want)
+    assert checked > 100, checked
