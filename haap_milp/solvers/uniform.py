@@ -24,10 +24,10 @@ def _placements(problem: Problem, sig_opts: dict[int, int], p: int, gpus: int):
     many stages as it holds until ``p`` are placed. Only the groups before the last one used decide a list, so the
     orders are walked as prefixes (depth first, in the lexicographic order of ``itertools.permutations``, each list
     at its first order): 6 groups are 720 orders but far fewer prefixes. A group too small for one stage takes none
-    wherever it stands, so it is left out."""
+    wherever it stands, so it is left out. Each prefix gives its own list (an option belongs to one group), so no
+    list comes twice."""
     holds = {g: problem.group_capacity[g] // gpus for g in sorted(sig_opts)}
     groups = [g for g, k in holds.items() if k > 0]
-    seen = set()
 
     def walk(chosen: list, used: set, left: int):
         for g in groups:
@@ -36,9 +36,7 @@ def _placements(problem: Problem, sig_opts: dict[int, int], p: int, gpus: int):
             take = min(holds[g], left)
             nxt = chosen + [sig_opts[g]] * take
             if take == left:
-                if tuple(nxt) not in seen:
-                    seen.add(tuple(nxt))
-                    yield nxt
+                yield nxt
             else:
                 yield from walk(nxt, used | {g}, left - take)
 

@@ -469,7 +469,6 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     if probe and not small:  # eq. N17c's probe (eq. N17b's are not counted)
         st.stats["engine_probes"] = st.stats.get("engine_probes", 0) + 1
         st.probe_fails += not finished
-        st.stats["probe_fails"] = st.probe_fails
 
 
 def _dps(problem, options, st: _State, heap, t: Tables, v, a, b, bound, cutoff, mu, keep, name, deadline,
@@ -953,6 +952,8 @@ def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) ->
     bound = min(st.closed + [n[0] for n in heap], default=math.inf)
     st.stats["tolerance_s"] = st.tol_s
     st.stats["nodes"] = st.nodes
+    if st.probe_fails:
+        st.stats["probe_fails"] = st.probe_fails
     st.stats["open_nodes"] = len(heap)
     msg = "; ".join(st.errors)
     if st.inc is None:
