@@ -36,11 +36,12 @@ from haap_milp.problem import (
     violations,
     wrap_time,
 )
-from haap_milp.solvers.common import dual_bundle, group_split, island_split, segment_dp
+from haap_milp.solvers.common import dual_bundle, group_split, island_split, joint_capacity, segment_dp
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
 from haap_milp.solvers.common.dual_bundle import bundle_bound, resource_ray, with_gpu_time
 from haap_milp.solvers.common.hints import canonical
+from haap_milp.solvers.common.joint_capacity import joint_units
 from haap_milp.solvers.common.lp import LPRelaxation, lp_relaxation, tau_cap
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import polish
@@ -105,6 +106,12 @@ PROBE_S = 0.25  # eq. N17b (0: off)
 # unfinished probes the search goes back to one split width (ENGINE_WIDTH 1: off)
 ENGINE_WIDTH = 16.0
 PROBE_FAILS = 2
+# eq. N20: where every group's GPUs fit in one capacity state (joint_capacity.JOINT_MAX), the stage DP with all of them
+# exact, and sigma's cases on it (eq. N20b), in place of eqs. N15, N5 and N6 (measured: formulations/README.md, N20)
+USE_JOINT = True
+JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes without closing one
+JOINT_PLANS = True  # eq. N20's least paths offered as plans
+JOINT_S = 0.15  # eq. N20b: sigma's cases stop after this long on a node (the count then keeps its N20 bound)
 USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups remain and the node survives
 # eqs. LS4 and N15 run only where the groups hold two or more GPU types: on one type over two islands the groups are
 # interchangeable but for their links, eqs. N6/N9 and the DP heuristic's island segments cover them, and the two
@@ -204,6 +211,8 @@ class _State:
     lp_wins: int = 0
     sigma_calls: int = 0  # nodes eq. N8 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     sigma_wins: int = 0
+    joint_calls: int = 0  # nodes eq. N20 ran on, and those it closed or lifted (it stops after DP_TRIAL without)
+    joint_wins: int = 0
     split_calls: int = 0  # nodes eq. N15 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     split_wins: int = 0
     probe_fails: int = 0  # eq. N17c: probes the engine did not finish
@@ -703,6 +712,9 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
         st.sigma_wins += bound >= cutoff
         st.stats["sigma_dp_s"] = st.stats.get("sigma_dp_s", 0.0) + time.perf_counter() - t0
         st.stats["sigma_prunes"] = st.sigma_wins
+    per_p = nb.per_p
+    if math.isfinite(bound) and (cutoff is None or bound < cutoff):
+        bound, per_p = _joint(problem, st, dp, a, bound, nb.mu, cutoff, per_p, deadline, name)
     if math.isfinite(bound) and (cutoff is None or bound < cutoff):
         bound = max(bound, _group_split(st, dp, a, warm, nb.mu, cutoff, deadline))
     cap = np.asarray(problem.group_capacity, float)
@@ -734,7 +746,35 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
             st.offer(problem, plan, f"{name} stage DP")
     if math.isfinite(bound) and (cutoff is None or bound < cutoff):
         _segments(problem, st, dp, name, deadline)
-    return bound, warm, nb.per_p
+    return bound, warm, per_p
+
+
+def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadline: float, name: str):
+    """Eqs. N20, N20b on a node the DPs leave open, where every group's GPUs fit in one state (``joint_units``): (bound,
+    per stage count bounds). Where it leaves the node open eqs. N15, N5 and N6 still run (for their plans). It stops for the rest of a search after JOINT_TRIAL nodes without closing
+    one."""
+    if not (USE_JOINT and (st.joint_calls < JOINT_TRIAL or st.joint_wins > 0) and _room(st, deadline)):
+        return bound, per_p
+    u = joint_units(dp, [island_split.gpu_type(g) for g in problem.groups])
+    if u is None:
+        return bound, per_p
+    t0 = time.perf_counter()
+    found: list | None = [] if JOINT_PLANS else None
+    jb, jp = joint_capacity.joint_bound(dp, a, mu, cutoff, sync_share(problem.p2p_blocking), u,
+                                        min(deadline, t0 + JOINT_S), found)
+    for plan in found or ():  # (each within every group's GPUs; the check decides the rows the DP leaves out)
+        if not violations(problem, plan):
+            st.offer(problem, plan, f"{name} joint DP")
+    st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
+    st.joint_calls += 1
+    bound = max(bound, _safe(jb))
+    st.joint_wins += cutoff is not None and bound >= cutoff
+    st.stats["joint_dp"] = st.joint_calls
+    st.stats["joint_dp_s"] = st.stats.get("joint_dp_s", 0.0) + time.perf_counter() - t0
+    if per_p is not None and len(per_p) == len(jp):
+        jp = np.where(np.isfinite(jp), jp - 1e-9 * np.abs(np.where(np.isfinite(jp), jp, 0.0)), jp)  # (as _safe)
+        per_p = np.maximum(per_p, jp)
+    return bound, per_p
 
 
 def _group_split(st: _State, dp: PathDP, a, warm, mu, cutoff, deadline: float) -> float:

@@ -32,13 +32,8 @@ def sigma_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float, beta: float
     t = dp.t
     if not dp.first or (t.vpp > 1 and not INTERLEAVED):
         return -INF
-    c, L = t.coef, dp.L
-    nn = np.arange(L + 1, dtype=float)[None, :]
     base = dp.tau_term(a, a, None) - float(mu @ dp.cap)
-    nonfirst = {k: dp._base(k, False) for k in range(1, dp.k_max)}  # [n, L+1] time, option level
-    sync = {k: np.where(np.isfinite(nonfirst[k]), c["sync_fixed"][:, None] + nn * c["sync_per_layer"][:, None]
-                        + (c["sync_last"][:, None] if k == 1 else 0.0), INF) for k in nonfirst}
-    tmax = {k: float(np.max(v[np.isfinite(v)], initial=0.0)) for k, v in nonfirst.items()}
+    nonfirst, sync, tmax = later_rows(dp)
     first_time = {P: dp._rows(tm) for P, (tm, _) in dp._first_parts.items()}
     if dp.run(mu, tables=(first_time, dp.nonfirst, dp.k_max)) is None:
         return INF
@@ -46,11 +41,7 @@ def sigma_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float, beta: float
     cases = []
     for P in sorted(free, key=free.get):  # the likeliest to fall below the cutoff first
         tm, sy = dp._first_parts[P]
-        credit, acc = {}, float(np.max(tm[np.isfinite(tm)], initial=0.0))  # slot P: the first stage's time
-        for k in range(P - 1, 0, -1):
-            credit[k] = beta * acc
-            acc += tmax[k]
-        lo = float(np.min(np.where(np.isfinite(tm), sy, INF)))  # sigma >= s_P >= the least first-stage sync
+        credit, lo = credits(tm, sy, tmax, P, beta)
         top = cutoff - (base + free[P]) + 1e-7 * abs(cutoff)  # a bucket from here up lies above the cutoff
         cases.append(base + free[P] + max(lo, top))
         if not lo < top:
@@ -78,3 +69,26 @@ def sigma_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float, beta: float
             else:
                 return -INF  # this node is not pruned by eq. N8
     return min(cases, default=INF)
+
+
+def later_rows(dp: PathDP) -> tuple[dict, dict, dict]:
+    """Per non-first slot k of the node: [n, L+1] the stage's time (option level, inf where not allowed), its sync
+    s_k (eq. T3; inf alike) and the longest allowed time (eq. N8's credit per slot)."""
+    t = dp.t
+    c, L = t.coef, dp.L
+    nn = np.arange(L + 1, dtype=float)[None, :]
+    nonfirst = {k: dp._base(k, False) for k in range(1, dp.k_max)}
+    sync = {k: np.where(np.isfinite(nonfirst[k]), c["sync_fixed"][:, None] + nn * c["sync_per_layer"][:, None]
+                        + (c["sync_last"][:, None] if k == 1 else 0.0), INF) for k in nonfirst}
+    tmax = {k: float(np.max(v[np.isfinite(v)], initial=0.0)) for k, v in nonfirst.items()}
+    return nonfirst, sync, tmax
+
+
+def credits(tm: np.ndarray, sy: np.ndarray, tmax: dict, P: int, beta: float) -> tuple[dict, float]:
+    """Eq. N8 for P stages: per slot k < P the credit beta * (the longest allowed times of slots k+1..P; slot P the
+    first stage's, ``tm``), and sigma's floor, the least first-stage sync (``sy``)."""
+    credit, acc = {}, float(np.max(tm[np.isfinite(tm)], initial=0.0))  # slot P: the first stage's time
+    for k in range(P - 1, 0, -1):
+        credit[k] = beta * acc
+        acc += tmax[k]
+    return credit, float(np.min(np.where(np.isfinite(tm), sy, INF)))  # sigma >= s_P >= the least first-stage sync

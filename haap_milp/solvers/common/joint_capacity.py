@@ -1,0 +1,293 @@
+"""Eq. N20 (formulations/README.md): the stage DP of eq. N4 with the GPUs of every group in its state at once.
+
+Eqs. N4-N6 keep at most one group's GPUs (or a pooled sum, eq. N6) in the state and price the others with
+multipliers; on several GPU types the least path then escapes into the priced groups (measured: mixtral-8x7b x 4096
+GPUs x 3 types, CLI space, an interleaved node at tau in [0.03905, 0.03924] s: the Lagrangian path takes 5888 of 1360
+A100-40GB GPUs; the capacity DP with any one group exact lifts eq. N4's 0.790 s to at most 0.792 s while no plan is
+below 0.861 s). Where stages are large against the groups, every group fits in the state together: per group g the
+unit q_g = gcd of the GPUs its usable options take of g and R_g = floor(cap_g / q_g), so sum_j d_jg <= cap_g is
+exactly sum_j d_jg / q_g <= R_g (each term an integer); the state is the vector (units used per group), flattened
+mixed-radix, a stage of offset w allowed from the states whose digits stay within R. That makes the GPU rows (G1) of
+every group exact, so the least path is a plan but for the in-flight rows of eq. T2 / I3, sigma's later rows and
+U2; the budget row (W1), when there is one, stays priced by its multiplier.
+
+Eq. N20b: sigma's later rows by eq. N8's cases on their bottleneck, per stage count (``sigma_dp.credits``), each case
+run on this DP: on the node above, every case below the cut-off holds no path within the GPUs (0.2 s, 5 DP runs),
+while eq. N8 on the Lagrangian paths gave nothing (their A100 stages, where the expert syncs are, priced away).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from functools import reduce
+
+import numpy as np
+
+from haap_milp.problem import Assignment, Stage
+from haap_milp.solvers.common import sigma_dp
+from haap_milp.solvers.common.stage_dp import INF, PathDP, inflight_cap
+
+PATH_MAX = 4_000_000  # most floats of a run's states kept (E x (L+1) x states x slots, twice): to trace its path
+JOINT_MAX = 4096  # most states of the capacity vector (product of R_g + 1); more: eq. N20 does not run
+SIGMA_RUNS = 40  # eq. N20b: most DP runs per node for sigma's cases (a stage count left unfinished keeps its N20 bound)
+LIFT = 1e-3  # eq. N20b: a stage count's cases are run only when the lowest one lifts its bound by this much (relative)
+
+
+@dataclass
+class JointUnits:
+    """The capacity state of eq. N20: per group the GPUs per unit ``q`` and the units ``R``; per footprint row of the
+    PathDP its flat offset (-1: the row takes more than a group holds, or is not a multiple of the units)."""
+
+    R: np.ndarray  # [B] units per digit (a group, or the pooled groups of one GPU type)
+    size: int  # states: prod(R + 1)
+    off: np.ndarray  # [rows]
+    wvec: np.ndarray  # [rows, B] units per digit
+    digits: np.ndarray  # [size, B] the units of each flat state
+    _valid: dict = field(default_factory=dict)
+    _work: tuple | None = None
+
+    def workspace(self, slots: int, E: int, L1: int) -> tuple[np.ndarray, np.ndarray]:
+        """[slots, E, L+1, size] twice (H, F per slot), kept for the node's runs that trace their paths."""
+        shape = (slots, E, L1, self.size)
+        if self._work is None or self._work[0].shape[0] < slots or self._work[0].shape[1:] != shape[1:]:
+            self._work = (np.empty(shape), np.empty(shape))
+        return self._work
+
+    def valid(self, r: int) -> np.ndarray:
+        """[size] the states from which row r's stage fits (every digit plus its units within R)."""
+        key = int(self.off[r])
+        if key not in self._valid:
+            self._valid[key] = (self.digits + self.wvec[r][None, :] <= self.R[None, :]).all(axis=1)
+        return self._valid[key]
+
+
+def joint_units(dp: PathDP, types: list[str] | None = None) -> JointUnits | None:
+    """The state of eq. N20 for the node of ``dp``: every group its own digit, or, when that holds more than JOINT_MAX
+    states, the groups of one GPU type (``types``, by group: one type on several islands) pooled into one digit against
+    their summed capacity (eq. N6's relaxation: the sum of their G1 rows; the links stay exact, the endpoint is in the
+    state); None when that too is over JOINT_MAX (or there is a single digit: eq. N5 is the same DP there)."""
+    G = dp.G
+    parts = [[[g] for g in range(G)]]
+    if types is not None and len(set(types)) < G:
+        parts.append([[g for g in range(G) if types[g] == ty] for ty in dict.fromkeys(types)])
+    for blocks in parts:
+        if len(blocks) >= 2:
+            u = _units(dp, blocks)
+            if u is not None:
+                return u
+    return None
+
+
+def _units(dp: PathDP, blocks: list[list[int]]) -> JointUnits | None:
+    t = dp.t
+    usable = dp.keep & ((t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0))
+    cap = np.array([float(dp.cap[b].sum()) for b in blocks])
+    use = np.column_stack([dp.usage[:, b].sum(axis=1) for b in blocks]).astype(np.int64)  # [n, B] per option
+    q = np.array([reduce(math.gcd, use[usable, j].tolist(), 0) or 1 for j in range(len(blocks))], np.int64)
+    R = (cap // q).astype(np.int64)
+    if float(np.prod(R + 1.0)) > JOINT_MAX:
+        return None
+    stride = np.cumprod(np.r_[1, (R + 1)[:-1]]).astype(np.int64)
+    rows = np.column_stack([dp.row_usage[:, b].sum(axis=1) for b in blocks]).astype(np.int64)
+    wvec = rows // q[None, :]
+    exact = (rows % q[None, :] == 0).all(axis=1) & (wvec <= R[None, :]).all(axis=1)
+    off = np.where(exact, (wvec * stride[None, :]).sum(axis=1), -1)
+    size = int(np.prod(R + 1))
+    digits = (np.arange(size)[:, None] // stride[None, :]) % (R + 1)[None, :]
+    return JointUnits(R, size, off, wvec, digits)
+
+
+def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None,
+                plans: list | None = None) -> dict[int, float]:
+    """Eq. N20: per stage count P of the node, a lower bound on T of its plans of P stages (inf: none) -- the tau
+    term at ``a``, plus the least path within every group's GPUs (times, links and the first stage's sync, eq. N4's
+    costs), the budget row priced by ``mu`` (``mu`` on the groups is not used: their rows are exact). ``tables``:
+    (first, nonfirst, k_max) in place of the node's (eq. N20b's thresholds). ``plans``: the least path over every P
+    is appended as an Assignment (it fits every group's GPUs; the caller checks the rows the DP leaves out), where
+    the slots' states fit PATH_MAX floats."""
+    t, L, E, N = dp.t, dp.L, dp.E, u.size
+    first_t, nonfirst_t, k_max = tables if tables is not None else (dp.first, dp.nonfirst, dp.k_max)
+    mu_o = np.maximum(np.asarray(mu, float), 0.0)
+    mu_o[:dp.G] = 0.0
+    mu_cost = dp.row_usage @ mu_o  # [rows] (the budget row only)
+    base = t.tau_weight * a - float(mu_o @ dp.cap)
+    # eq. N10: with nothing priced a slot's cost is its time and links, so the in-flight row k < M cuts states
+    pure = t.vpp <= 1 and not dp.extra_priced and not np.any(mu_cost > 0)
+    fits = E * (L + 1) * N * k_max <= PATH_MAX
+    keep = plans is not None and fits
+    out: dict[int, float] = {}
+    trace, best = [], (INF, None)  # per slot k (H in, F out, cost), and (value, (P, row, n)) of the least pipeline
+    F = None  # [E, L+1, N]: slots 1..k-1, slot k-1 at endpoint e, l layers, the units used
+    work = u.workspace(k_max, E, L + 1) if fits else None  # (reused across the node's runs: fresh pages cost more)
+    for k in range(1, k_max + 1):
+        H = None if F is None else _later(F, dp.link, None if work is None else work[0][k - 1])
+        if keep:
+            trace.append([H, None, None])
+        if k in first_t:
+            val, arg = _close(dp, u, first_t[k][0] + mu_cost[:, None], H)
+            out[k] = base + val
+            if val < best[0]:
+                best = (val, (k, *arg))
+        if k >= k_max:
+            break
+        cost = nonfirst_t[k][0] + mu_cost[:, None]
+        F = _slot(dp, u, cost, H, None if work is None else work[1][k - 1])
+        if pure and k < t.M:
+            F[F > inflight_cap(k, dp.b)] = INF
+        if keep:
+            trace[-1][1:] = F, cost
+        if not np.isfinite(F).any():
+            break
+    if keep and best[1] is not None:
+        plans.append(_backtrack(dp, u, trace, first_t, nonfirst_t, mu_cost, *best[1]))
+    return out
+
+
+def _backtrack(dp: PathDP, u: JointUnits, trace: list, first_t: dict, nonfirst_t: dict, mu_cost: np.ndarray, P: int,
+               r: int, n: int) -> Assignment:
+    """The least pipeline as a plan: from its first stage (slot P, row r, n layers) down to slot 1, each slot's
+    endpoint, row and layers found by the equalities the DP's minima were taken by (the same float sums);
+    ``trace[k - 1]``: slot k's (later part H, F, cost)."""
+    t, L = dp.t, dp.L
+    stages = [(int(first_t[P][1][r, n]), n)]
+    left, g = L - n, int(dp.row_group[r])
+    H = trace[P - 1][0]
+    s = int(np.argmin(np.where(u.valid(r), H[g][left], INF))) if P > 1 else 0
+    for k in range(P - 1, 0, -1):
+        Hn, F, cost = trace[k - 1]
+        h = next(h for h in range(dp.E) if F[h, left, s] + dp.link[g, h] == H[g, left, s])
+        r2, n2 = _stage_at(u, Hn, cost, h, left, s, F[h, left, s], dp.row_group)
+        stages.append((int(nonfirst_t[k][1][r2, n2]), n2))
+        left, s, g, H = left - n2, s - int(u.off[r2]), h, Hn
+    return Assignment(t.v, tuple(Stage(int(t.opts[i]), m) for i, m in stages))
+
+
+def _stage_at(u: JointUnits, H, cost: np.ndarray, h: int, left: int, s: int, value: float, row_group: np.ndarray):
+    """(row, n) of a stage at endpoint h that ``_slot`` reached F[h, left, s] = ``value`` by: n layers on the later part
+    H[h][left - n, s - off] from a state where the row fits (at slot 1, H None: the stage alone, state off)."""
+    n = np.arange(left + 1)
+    for r in np.flatnonzero((row_group == h) & (u.off >= 0) & (u.off <= s)).tolist():
+        prev = s - int(u.off[r])
+        if H is None:
+            if prev == 0 and cost[r, left] == value:
+                return r, left
+        elif u.valid(r)[prev]:
+            hit = np.flatnonzero(H[h][left - n, prev] + cost[r, :left + 1] == value)
+            if len(hit):
+                return r, int(hit[0])
+    raise AssertionError("the joint DP's path does not trace back")  # (the sums are the DP's own: unreachable)
+
+
+def _later(F: np.ndarray, link: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """H[e] = min_h F[h] + link[e, h] (e the earlier slot's endpoint), one endpoint at a time (E x E x L x N would
+    not fit: 12 x 12 x 33 x 4096 floats); into ``out`` when given."""
+    live = [h for h in range(F.shape[0]) if np.isfinite(F[h]).any()]
+    H = np.full(F.shape, INF) if out is None else out
+    H[...] = INF
+    for e in range(F.shape[0]):
+        for h in live:
+            if math.isfinite(link[e, h]):
+                np.minimum(H[e], F[h] + link[e, h], out=H[e])
+    return H
+
+
+def _slot(dp: PathDP, u: JointUnits, cost: np.ndarray, H, out: np.ndarray | None = None) -> np.ndarray:
+    """F at a non-first slot: per row (footprint) and layer count n its stage on top of the later part H (into
+    ``out`` when given)."""
+    L, E, N = dp.L, dp.E, u.size
+    F = np.full((E, L + 1, N), INF) if out is None else out
+    F[...] = INF
+    for r in np.flatnonzero(u.off >= 0):
+        ns = np.flatnonzero(np.isfinite(cost[r]))
+        if not len(ns):
+            continue
+        g, off = int(dp.row_group[r]), int(u.off[r])
+        if H is None:  # slot 1: the stage alone
+            F[g, ns, off] = np.minimum(F[g, ns, off], cost[r, ns])
+            continue
+        src = np.where(u.valid(r)[None, :N - off], H[g][:, :N - off], INF)  # [L+1, N-off]
+        dst = F[g, :, off:]
+        for n in ns.tolist():  # n layers here on l - n layers later (one [L+1-n, N-off] min at a time)
+            np.minimum(dst[n:], src[:L + 1 - n] + cost[r, n], out=dst[n:])
+    return F
+
+
+def _close(dp: PathDP, u: JointUnits, cost: np.ndarray, H) -> tuple[float, tuple[int, int]]:
+    """The least pipeline with its first stage at this slot: a row's stage of n layers on the later part holding
+    L - n from a state where it fits; (value, (row, n))."""
+    L = dp.L
+    best, arg = INF, (0, 0)
+    for r in np.flatnonzero(u.off >= 0).tolist():
+        if not np.isfinite(cost[r]).any():
+            continue
+        if H is None:  # P = 1: the stage holds every layer
+            tot = np.full(L + 1, INF)
+            tot[L] = cost[r, L]
+        else:
+            later = np.where(u.valid(r)[None, :], H[int(dp.row_group[r])], INF).min(axis=1)  # [L+1]
+            tot = cost[r] + later[::-1]  # later[L - n] for n = 0..L
+        n = int(np.argmin(tot))
+        if tot[n] < best:
+            best, arg = float(tot[n]), (r, n)
+    return best, arg
+
+
+def joint_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float | None, beta: float, u: JointUnits,
+                deadline: float = math.inf, plans: list | None = None) -> tuple[float, np.ndarray]:
+    """Eqs. N20, N20b on the node: (bound, [k_max + 1] per stage count P its bound, inf outside the node's range).
+    Sigma's cases run per stage count whose N20 bound is below ``cutoff``, the least first, until one is not lifted (the
+    node's bound, their least, cannot rise past it), SIGMA_RUNS DP runs in all; each case (e0, e1] bounds the plans
+    whose sigma bottleneck lies in it by e0 + (least path of P stages whose every sigma_k <= e1, first stage's time
+    alone); a count whose cases all finish is bounded by their least (those from cutoff - (its path without
+    thresholds) up are at the cutoff, eq. N8), else by its N20 bound. The lowest case at the finest split runs first:
+    when it lifts a count's bound by less than LIFT, the count's cases are not run (measured: mixtral-8x7b x 64 GPUs x
+    3 types x 2 islands, where sigma does not bind, 40 runs cost 0.9-1.1 s a node for nothing). ``plans``: each run's
+    least path is appended (``least_paths``)."""
+    per = least_paths(dp, a, mu, u, plans=plans)
+    out = np.full(dp.k_max + 1, INF)
+    for P, val in per.items():
+        out[P] = val
+    if cutoff is None:
+        return float(out.min()), out
+    nonfirst, sync, tmax = sigma_dp.later_rows(dp)
+    runs = 0
+    for P in sorted(per, key=per.get):  # the least first: the node's bound rises only while each of them does
+        if per[P] >= cutoff:
+            break
+        if runs >= SIGMA_RUNS or time.perf_counter() > deadline:
+            break
+        tm, sy = dp._first_parts[P]
+        credit, lo = sigma_dp.credits(tm, sy, tmax, P, beta)
+
+        def least(x, P=P, tm=tm, sy=sy, credit=credit):  # P stages, every sigma_k <= x, first stage's time only
+            tables = ({P: dp._rows(np.where(sy <= x, tm, INF))},
+                      {k: dp._rows(np.where(sync[k] - credit[k] <= x, nonfirst[k], INF)) for k in credit}, P)
+            return least_paths(dp, a, mu, u, tables, plans).get(P, INF)
+
+        free = least(INF)
+        top = cutoff - free + 1e-7 * abs(cutoff)  # a case from here up lies at or above the cutoff
+        width = (top - lo) / sigma_dp.SIGMA_BUCKETS
+        # the lowest case at the finest split first: when even it lifts nothing, neither do the cases together
+        low = lo + least(lo + width / 2 ** sigma_dp.SIGMA_SPLITS) if lo < top else INF
+        runs += 2
+        if low <= per[P] * (1 + LIFT):
+            break
+        cases = [free + max(lo, top)]
+        todo = [(e0, e1, 0) for e0, e1 in itertools.pairwise(np.linspace(lo, top, sigma_dp.SIGMA_BUCKETS + 1))] \
+            if lo < top else []
+        while todo and runs < SIGMA_RUNS and time.perf_counter() <= deadline:
+            e0, e1, depth = todo.pop()
+            val = e0 + least(e1)
+            runs += 1
+            if val < cutoff and depth < sigma_dp.SIGMA_SPLITS:
+                mid = (e0 + e1) / 2
+                todo += [(e0, mid, depth + 1), (mid, e1, depth + 1)]
+            else:
+                cases.append(val)
+        if todo:
+            break
+        out[P] = max(out[P], min(cases))
+    return float(out.min()), out

@@ -1,0 +1,163 @@
+"""Eqs. N20, N20b (the stage DP with every group's GPUs in its state, and sigma's cases on it) against the node-level
+brute-force oracle of tests/test_stage_dp.py on random small instances: never above a node's least plan (per stage
+count too), and above eq. N4's Lagrangian bound on a good share of the nodes."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import pathlib
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from synthetic import random_problem
+from test_stage_dp import _node_plans, _sync_heavy
+
+from haap_milp.pipeline import sync_share
+from haap_milp.problem import violations
+from haap_milp.solvers.common import joint_capacity
+from haap_milp.solvers.common.bounds import variant_bound
+from haap_milp.solvers.common.branch_and_bound import _worst_tau
+from haap_milp.solvers.common.island_split import gpu_type
+from haap_milp.solvers.common.joint_capacity import joint_bound, joint_units, least_paths
+from haap_milp.solvers.common.slot_bounds import build_tables
+from haap_milp.solvers.common.stage_dp import PathDP, node_bound
+
+TOL = 1e-9
+
+
+def _nodes(problem, v, plans, rng):
+    """(a, b, P_lo, P_hi) nodes of variant v: a random partition of its tau range, and a narrow one around the
+    optimum's own period and stage count."""
+    t0 = build_tables(problem, v)
+    vb = variant_bound(problem, t0)
+    bot, top = vb.tau_lb, max(_worst_tau(t0), vb.tau_lb) * 1.01
+    edges = np.sort(np.concatenate([[bot, top], rng.uniform(bot, top, 3)]))
+    best = min(plans, key=lambda x: x[2])
+    out = [(float(a), float(b), None, None) for a, b in itertools.pairwise(edges)]
+    out.append((best[1] * 0.999, best[1] * 1.001, best[0], best[0]))
+    return out
+
+
+def _check_problem(problem, rng, types) -> tuple[int, int, int]:
+    """Every node of every variant: N20's per-P values and N20b's bound against the oracle. (nodes, lifted over
+    eq. N4, lifted by sigma's cases over N20 alone)."""
+    checked = lifted = sig_lifted = traced = 0
+    beta = sync_share(problem.p2p_blocking)
+    for v in range(len(problem.variants)):
+        plans = _node_plans(problem, v)
+        if not plans:
+            continue
+        for a, b, plo, phi in _nodes(problem, v, plans, rng):
+            t = build_tables(problem, v, b)
+            if t.p_min == 0:
+                continue
+            plo = plo or int(rng.integers(t.p_min, t.p_max + 1))
+            phi = phi or int(rng.integers(plo, t.p_max + 1))
+            t.p_min, t.p_max = max(t.p_min, plo), min(t.p_max, phi)
+            if t.p_min > t.p_max:
+                continue
+            dp = PathDP(problem, t, b, t.p_min, t.p_max)
+            u = joint_units(dp, types)
+            if u is None:
+                continue
+            inside = [(P, T) for P, tau, T, _ in plans
+                      if t.p_min <= P <= t.p_max and a * (1 - 1e-12) <= tau <= b * (1 + 1e-9)]
+            opt = min((T for _, T in inside), default=math.inf)
+            nb = node_bound(problem, t, a, b, t.p_min, t.p_max, None, None, dp)
+            per = least_paths(dp, a, nb.mu, u)
+            for P, val in per.items():  # eq. N20 per stage count: at most the least plan of P stages in the node
+                least_p = min((T for q, T in inside if q == P), default=math.inf)
+                assert val <= least_p * (1 + TOL) + 1e-12, (v, a, b, P, val, least_p)
+            cut = opt * (1 + 1e-7) + 1e-12  # a node holding a plan below the cutoff must not be pruned
+            found: list = []
+            jb, jp = joint_bound(dp, a, nb.mu, cut, beta, u, plans=found)
+            for plan in found:  # every run's least path is a plan: within every group's GPUs, memory, the rules
+                bad = violations(problem, plan)  # (pooled groups: within their summed GPUs only)
+                assert bad == [] or len(u.R) < dp.G and all(" GPUs of " in x for x in bad), (v, a, b, plan, bad)
+            traced += len(found)
+            assert jb < cut or not math.isfinite(opt), (v, a, b, jb, opt)
+            for P in range(len(jp)):
+                least_p = min((T for q, T in inside if q == P), default=math.inf)
+                assert jp[P] <= least_p * (1 + 1e-7) + 1e-12 or jp[P] >= cut, (v, a, b, P, jp[P], least_p)
+            if not math.isfinite(opt) or not math.isfinite(nb.bound_s):
+                continue
+            checked += 1
+            free = min(per.values())
+            lifted += free > nb.bound_s * (1 + 1e-6)
+            mid = free + 0.5 * (opt - free)  # not vacuous: sigma's cases proven above eq. N20 alone
+            sig_lifted += opt > free * (1 + 1e-4) and joint_bound(dp, a, nb.mu, mid, beta, u)[0] >= mid * (1 - 1e-9)
+    assert traced >= checked, (traced, checked)
+    return checked, lifted, sig_lifted
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_joint_bounds_never_exceed_a_nodes_least_plan_and_lift_eq_n4(blocking):
+    rng = np.random.default_rng(7)
+    checked = lifted = sig_lifted = 0
+    for seed in range(40):
+        base = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
+                              max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1,
+                              num_groups=int(rng.integers(2, 4)))
+        problem = _sync_heavy(base, float(rng.uniform(20, 60))) if seed % 2 else base
+        if blocking:
+            problem = replace(problem, p2p_blocking=True)
+        c, lf, sl = _check_problem(problem, rng, None)
+        checked, lifted, sig_lifted = checked + c, lifted + lf, sig_lifted + sl
+    assert checked >= 40 and lifted >= checked // 10 and sig_lifted >= 3, (checked, lifted, sig_lifted)
+
+
+def test_joint_bounds_hold_on_interleaved_copies():
+    """Eq. N20b under interleaving (eq. I1's sigma_v: credits (beta / vpp) times the earlier stages' times, as eq. N8b)
+    on the vpp 2/3 copies of sync-heavy random problems."""
+    from haap_milp.interleave import interleaved_variants
+
+    rng = np.random.default_rng(11)
+    checked = 0
+    for seed in range(50):
+        base = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(5, 8)),
+                              max_stages=int(rng.integers(3, 5)), max_options=4, num_variants=1,
+                              num_groups=int(rng.integers(2, 4)))
+        base = _sync_heavy(base, float(rng.uniform(20, 60)))
+        copies = interleaved_variants(base.variants, (2, 3), base.max_stages, base.num_layers)
+        if copies:
+            checked += _check_problem(replace(base, variants=tuple(copies)), rng, None)[0]
+    assert checked >= 30, checked
+
+
+def test_pooled_types_are_a_relaxation(monkeypatch):
+    """Where every group's own digit is too many states, the groups of one GPU type share a digit against their summed
+    capacity (eq. N6's relaxation): still never above a node's least plan. Forced here by a tiny JOINT_MAX and
+    problems whose groups repeat a type."""
+    rng = np.random.default_rng(3)
+    pooled = checked = 0
+    for seed in range(60):
+        problem = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
+                                 max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1, num_groups=3)
+        types = [gpu_type(g) for g in problem.groups]
+        types[1] = types[0]  # (the first two groups taken as one type on two islands)
+        monkeypatch.setattr(joint_capacity, "JOINT_MAX", 10**9)
+        full = [joint_units(PathDP(problem, build_tables(problem, 0), 1.0, 1, 1), types)]
+        if full[0] is None or full[0].size <= 2:
+            continue
+        monkeypatch.setattr(joint_capacity, "JOINT_MAX", full[0].size - 1)
+        u = joint_units(PathDP(problem, build_tables(problem, 0), 1.0, 1, 1), types)
+        if u is None:
+            continue
+        pooled += len(u.R) == 2
+        checked += _check_problem(problem, rng, types)[0]
+    assert pooled >= 10 and checked >= 20, (pooled, checked)
+
+
+def test_no_joint_state_when_too_large_or_one_group(monkeypatch):
+    problem = random_problem(1, uniform=False, same_tp_first_last=False, num_groups=3)
+    dp = PathDP(problem, build_tables(problem, 0), 1.0, 1, 1)
+    assert joint_units(dp) is not None or np.prod(np.asarray(problem.group_capacity) + 1) > joint_capacity.JOINT_MAX
+    monkeypatch.setattr(joint_capacity, "JOINT_MAX", 1)
+    assert joint_units(dp) is None
+    one = random_problem(2, uniform=False, same_tp_first_last=False, num_groups=1)
+    assert joint_units(PathDP(one, build_tables(one, 0), 1.0, 1, 1)) is None
