@@ -107,7 +107,7 @@ PROBE_S = 0.25  # eq. N17b (0: off)
 ENGINE_WIDTH = 16.0
 PROBE_FAILS = 2
 # eq. N20: where every group's GPUs fit in one capacity state (joint_capacity.JOINT_MAX), the stage DP with all of them
-# exact, and sigma's cases on it (eq. N20b), in place of eqs. N15, N5 and N6 (measured: formulations/README.md, N20)
+# exact, and sigma's cases on it (eq. N20b), before eqs. N15, N5 and N6 (measured: formulations/README.md, N20)
 USE_JOINT = True
 JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes without closing one
 JOINT_PLANS = True  # eq. N20's least paths offered as plans
@@ -211,7 +211,7 @@ class _State:
     lp_wins: int = 0
     sigma_calls: int = 0  # nodes eq. N8 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     sigma_wins: int = 0
-    joint_calls: int = 0  # nodes eq. N20 ran on, and those it closed or lifted (it stops after DP_TRIAL without)
+    joint_calls: int = 0  # nodes eq. N20 ran on, and those it closed (it stops after JOINT_TRIAL without)
     joint_wins: int = 0
     split_calls: int = 0  # nodes eq. N15 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     split_wins: int = 0
@@ -751,8 +751,9 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
 
 def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadline: float, name: str):
     """Eqs. N20, N20b on a node the DPs leave open, where every group's GPUs fit in one state (``joint_units``): (bound,
-    per stage count bounds). Where it leaves the node open eqs. N15, N5 and N6 still run (for their plans). It stops for the rest of a search after JOINT_TRIAL nodes without closing
-    one."""
+    per stage count bounds); its paths that pass the check are offered as plans. Where it leaves the node open eqs.
+    N15, N5 and N6 still run (for their plans too). It stops for the rest of a search after JOINT_TRIAL nodes without
+    closing one."""
     if not (USE_JOINT and (st.joint_calls < JOINT_TRIAL or st.joint_wins > 0) and _room(st, deadline)):
         return bound, per_p
     u = joint_units(dp, [island_split.gpu_type(g) for g in problem.groups])

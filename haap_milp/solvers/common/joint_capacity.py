@@ -38,8 +38,9 @@ LIFT = 1e-3  # eq. N20b: a stage count's cases are run only when the lowest one 
 
 @dataclass
 class JointUnits:
-    """The capacity state of eq. N20: per group the GPUs per unit ``q`` and the units ``R``; per footprint row of the
-    PathDP its flat offset (-1: the row takes more than a group holds, or is not a multiple of the units)."""
+    """The capacity state of eq. N20: per digit (a group, or the pooled groups of one type) its units ``R``; per
+    footprint row of the PathDP its flat offset (-1: the row takes more than a digit holds, or is not a multiple of
+    the units)."""
 
     R: np.ndarray  # [B] units per digit (a group, or the pooled groups of one GPU type)
     size: int  # states: prod(R + 1)
@@ -142,12 +143,12 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
         if not np.isfinite(F).any():
             break
     if keep and best[1] is not None:
-        plans.append(_backtrack(dp, u, trace, first_t, nonfirst_t, mu_cost, *best[1]))
+        plans.append(_backtrack(dp, u, trace, first_t, nonfirst_t, *best[1]))
     return out
 
 
-def _backtrack(dp: PathDP, u: JointUnits, trace: list, first_t: dict, nonfirst_t: dict, mu_cost: np.ndarray, P: int,
-               r: int, n: int) -> Assignment:
+def _backtrack(dp: PathDP, u: JointUnits, trace: list, first_t: dict, nonfirst_t: dict, P: int, r: int,
+               n: int) -> Assignment:
     """The least pipeline as a plan: from its first stage (slot P, row r, n layers) down to slot 1, each slot's
     endpoint, row and layers found by the equalities the DP's minima were taken by (the same float sums);
     ``trace[k - 1]``: slot k's (later part H, F, cost)."""
