@@ -496,7 +496,7 @@ def _stage_counts(st: _State, heap, t: Tables, per_p, bound, cutoff, v, a, b, mu
     if not USE_PER_P or per_p is None or cutoff is None or t.p_max <= t.p_min:
         return bound, False
     ks = np.arange(t.p_min, t.p_max + 1)
-    vals = per_p[ks] - 1e-9 * np.abs(np.where(np.isfinite(per_p[ks]), per_p[ks], 0.0))  # (as _safe)
+    vals = _safe_all(per_p[ks])
     live = vals < cutoff
     if live.all():
         return max(bound, float(vals.min())), False
@@ -773,8 +773,7 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     st.stats["joint_dp"] = st.joint_calls
     st.stats["joint_dp_s"] = st.stats.get("joint_dp_s", 0.0) + time.perf_counter() - t0
     if per_p is not None and len(per_p) == len(jp):
-        jp = np.where(np.isfinite(jp), jp - 1e-9 * np.abs(np.where(np.isfinite(jp), jp, 0.0)), jp)  # (as _safe)
-        per_p = np.maximum(per_p, jp)
+        per_p = np.maximum(per_p, _safe_all(jp))
     return bound, per_p
 
 
@@ -939,6 +938,11 @@ def _room(st: _State, deadline: float) -> bool:
 def _safe(x: float) -> float:
     """A DP bound less its float noise (sums of up to ~100 terms)."""
     return x - 1e-9 * abs(x) if math.isfinite(x) else x
+
+
+def _safe_all(x: np.ndarray) -> np.ndarray:
+    """``_safe`` on each entry (eq. N16's bounds per stage count; inf stays inf)."""
+    return x - 1e-9 * np.abs(np.where(np.isfinite(x), x, 0.0))
 
 
 SPLIT_BY_T = True
