@@ -33,6 +33,7 @@ caller (scalars or numpy arrays) goes through the same function, so the results 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
 GIB = 2**30  # bytes per GiB (binary: HBM sold as "80 GB" is an 80 GiB part)
 
@@ -164,7 +165,8 @@ def interleaved_inflight_chunks(j: int, p: int, m: int, vpp: int) -> int:
     return min((p - j - 1) * 2 + (vpp - 1) * p + 1, m * vpp)
 
 
-def interleaved_round_trip(t: Sequence[float], c: Sequence[float], j: int, vpp: int, c_wrap: float) -> float:
+def interleaved_round_trip(after: float, before: float, links_after: float, links_before: float, vpp: int,
+                           c_wrap: float) -> float:
     """Eq. I3's numerator for rank j: the sum over its vpp chunks of each chunk's residence (forward start to
     backward end: the rest of the virtual pipeline after it, forward and back), by chunk c of rank j ...
 
@@ -172,12 +174,9 @@ def interleaved_round_trip(t: Sequence[float], c: Sequence[float], j: int, vpp: 
               + v(v-1)/2 * (sum_{b<j} c_b + c_wrap)
 
     (rank i's chunk c' follows rank j's chunk c when c'P + i >= cP + j: v(v+1)/2 pairs for i >= j, v(v-1)/2
-    for i < j; each chunk costs t_i / v; links alike, the wrap after every chunk but the last)."""
+    for i < j; each chunk costs t_i / v; links alike, the wrap after every chunk but the last). The four sums
+    are given (``after`` = sum_{i>=j} t_i, ...): ``interleaved_period`` keeps them running, O(P) for all ranks."""
     v = vpp
-    after = sum(t[j:])
-    before = sum(t[:j])
-    links_after = sum(c[j:])
-    links_before = sum(c[:j])
     return ((v + 1) / 2 * after + (v - 1) / 2 * before + v * (v + 1) / 2 * links_after
             + v * (v - 1) / 2 * (links_before + c_wrap))
 
@@ -195,8 +194,16 @@ def interleaved_period(t: Sequence[float], c: Sequence[float], num_microbatches:
     term with N_j = P - j."""
     p, m, v = len(t), num_microbatches, vpp
     tau = max(max(t), v * max(c, default=0.0) / 2, (v - 1) * c_wrap / 2)
+    # sums after rank j accumulated from the last rank (not a total less a prefix: no cancellation on the last
+    # ranks), sums before it from the first
+    after = list(accumulate(reversed(t)))[::-1]
+    links_after = list(accumulate(reversed(c)))[::-1] + [0.0]
+    before = links_before = 0.0
     for j in range(p):
-        tau = max(tau, interleaved_round_trip(t, c, j, v, c_wrap) / interleaved_inflight_chunks(j, p, m, v))
+        r = interleaved_round_trip(after[j], before, links_after[j], links_before, v, c_wrap)
+        tau = max(tau, r / interleaved_inflight_chunks(j, p, m, v))
+        before += t[j]
+        links_before += c[j] if j < len(c) else 0.0
     return tau
 
 

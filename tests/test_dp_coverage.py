@@ -75,7 +75,7 @@ def test_coverage_is_the_most_layers_per_stage_count():
                 charge = group_links(t, r.every, t.p2p)
                 cand = _candidates(t, r)
                 for tau in cand[np.linspace(0, len(cand) - 1, 5).astype(int)].tolist():
-                    got = coverage(t, cls, CapCache(t, r), problem.group_capacity, tau, 6, charge)
+                    got = coverage(t, cls, CapCache(t, r, cls), problem.group_capacity, tau, 6, charge)
                     want = _brute(t, r, cls, problem.group_capacity, tau, charge, 6)
                     assert {p: v_ for p, (v_, _) in got.items()} == want, (seed, v, tau)
                     for p, (layers, structure) in got.items():  # the structure returned holds what it claims

@@ -37,6 +37,21 @@ def test_steady_period_and_exposed_sync():
     assert pipeline.exposed_sync([3.0, 1.0], [0.0, 1.0], bwd_share=0.25) == 0.25
 
 
+def test_interleaved_period_is_eq_i2_rank_by_rank():
+    """Eq. I2 with each rank's R_j summed from scratch (eq. I3, as written in pipeline.interleaved_round_trip's
+    docstring) against the running sums ``interleaved_period`` keeps; random stages, links, M and vpp."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        p, v, m = int(rng.integers(1, 12)), int(rng.integers(2, 6)), int(rng.integers(1, 40))
+        t, c, cw = rng.uniform(0.001, 0.1, p).tolist(), rng.uniform(0.0, 0.02, p - 1).tolist(), float(rng.uniform(0, .02))
+        want = max(max(t), v * max(c, default=0.0) / 2, (v - 1) * cw / 2)
+        for j in range(p):
+            r = ((v + 1) / 2 * sum(t[j:]) + (v - 1) / 2 * sum(t[:j]) + v * (v + 1) / 2 * sum(c[j:])
+                 + v * (v - 1) / 2 * (sum(c[:j]) + cw))
+            want = max(want, r / min((p - j - 1) * 2 + (v - 1) * p + 1, m * v))
+        assert pipeline.interleaved_period(t, c, m, v, cw) == pytest.approx(want, rel=1e-12)
+
+
 def test_iteration_time_hand_values():
     # eq. T1: (4 - 1) * 2 + (1 + 1) + 2 + 1/3
     got = pipeline.iteration_time([1.0, 1.0], [2.0], [0.1, 1.0], 4)

@@ -771,6 +771,7 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     bound = max(bound, _safe(jb))
     st.joint_wins += cutoff is not None and bound >= cutoff
     st.stats["joint_dp"] = st.joint_calls
+    st.stats["joint_wins"] = st.joint_wins
     st.stats["joint_dp_s"] = st.stats.get("joint_dp_s", 0.0) + time.perf_counter() - t0
     if per_p is not None and len(per_p) == len(jp):
         per_p = np.maximum(per_p, _safe_all(jp))
@@ -806,6 +807,7 @@ def _segments(problem, st: _State, dp: PathDP, name: str, deadline: float) -> No
     plan = segment_dp.segment_plan(dp, island)
     st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)  # (not interruptible either: _room counts it)
     st.stats["segment_dp"] = st.stats.get("segment_dp", 0) + 1
+    st.stats["segment_dp_s"] = st.stats.get("segment_dp_s", 0.0) + time.perf_counter() - t0
     before = st.inc_obj
     if plan is not None and not violations(problem, plan):
         st.offer(problem, plan, f"{name} segment DP")

@@ -275,7 +275,7 @@ def _candidates(t: Tables, r: Restriction) -> np.ndarray:
 
 
 def _feasible(problem: Problem, t: Tables, r: Restriction, cls, tau: float, charge: np.ndarray) -> dict:
-    return coverage(t, cls, CapCache(t, r), problem.group_capacity, tau, MAX_SEGMENTS, charge)
+    return coverage(t, cls, CapCache(t, r, cls), problem.group_capacity, tau, MAX_SEGMENTS, charge)
 
 
 def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float, charge=None):
@@ -309,7 +309,7 @@ def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float, charge
 
 
 def _try_tau(problem: Problem, t: Tables, r: Restriction, cls, tau: float, best, charge: np.ndarray):
-    caps_at = CapCache(t, r)
+    caps_at = CapCache(t, r, cls)
     structures = coverage(t, cls, caps_at, problem.group_capacity, tau, MAX_SEGMENTS, charge)
     ps = sorted(structures)
     pick = sorted({ps[int(i)] for i in np.linspace(0, len(ps) - 1, min(MAX_P_PER_TAU, len(ps)))}) if ps else []

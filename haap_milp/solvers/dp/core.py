@@ -87,16 +87,28 @@ def option_classes(t: Tables, r: Restriction) -> Classes:
 
 
 class CapCache:
-    """stage_caps per time budget (a budget is tau less the stage's outgoing link, eq. DP1)."""
+    """stage_caps per time budget (a budget is tau less the stage's outgoing link, eq. DP1), and per budget the most
+    layers each option class's best member holds at each slot (``by_class``: what ``_segments`` reads)."""
 
-    def __init__(self, t: Tables, r: Restriction):
-        self.t, self.r, self.cache = t, r, {}
+    def __init__(self, t: Tables, r: Restriction, cls: Classes):
+        self.t, self.r, self.cache, self.classes = t, r, {}, {}
+        # the classes' members side by side (each class holds one option at least), for one reduceat per budget
+        self.perm = np.concatenate(cls.members) if cls.members else np.zeros(0, np.int64)
+        self.starts = np.cumsum([0] + [len(m) for m in cls.members[:-1]])
 
     def __call__(self, budget: float):
         key = round(budget, 15)
         if key not in self.cache:
             self.cache[key] = stage_caps(self.t, budget, self.r)
         return self.cache[key]
+
+    def by_class(self, budget: float) -> tuple[np.ndarray, np.ndarray]:
+        """[C, K] per class and slot the most layers of its best member, non-first and first stage."""
+        key = round(budget, 15)
+        if key not in self.classes:
+            self.classes[key] = tuple(np.maximum.reduceat(h[:, self.perm], self.starts, axis=1).T
+                                      for h in self(budget))
+        return self.classes[key]
 
 
 def _segments(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, g: int, link: float, inner: float):
@@ -112,11 +124,9 @@ def _segments(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, 
         return none, none.copy(), np.full_like(none, -1), np.full_like(none, -1)
     s_idx, e_idx = np.meshgrid(np.arange(K + 1), np.arange(K + 1), indexing="ij")
     span = e_idx - s_idx
-    h_in, hf_in = caps_at(tau - inner)
-    h_bo, hf_bo = caps_at(tau - link)
     s_c = np.minimum(s_idx, K - 1)
     # per class c of the group (axis 0) and slot: the most layers its best member holds, [C, K]
-    A, Af, B, Bf = (np.stack([h[:, cls.members[c]].max(axis=1) for c in cs]) for h in (h_in, hf_in, h_bo, hf_bo))
+    A, Af, B, Bf = (h[cs] for h in caps_at.by_class(tau - inner) + caps_at.by_class(tau - link))
     d = cls.gpus[cs][:, None, None]
     pre = np.concatenate([np.zeros((len(cs), 1), np.int64), np.cumsum(A, axis=1)], axis=1)  # [C, K+1]
     zer = np.concatenate([np.zeros((len(cs), 1), np.int64), np.cumsum(A < 1, axis=1)], axis=1)
