@@ -14,13 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import large_problem  # noqa: E402
+from synthetic import large_problem
 
-from haap_milp.pipeline import exposed_sync  # noqa: E402
-from haap_milp.problem import evaluate, sync_times, violations  # noqa: E402
-from haap_milp.solvers import get_solver  # noqa: E402
-from haap_milp.solvers.common import polish as polish_mod  # noqa: E402
-from haap_milp.specs import SolveOptions  # noqa: E402
+from haap_milp.pipeline import exposed_sync
+from haap_milp.problem import evaluate, sync_times, violations
+from haap_milp.solvers import get_solver
+from haap_milp.solvers.common import polish as polish_mod
+from haap_milp.specs import SolveOptions
 
 SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}
 
