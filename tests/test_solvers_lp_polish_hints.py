@@ -4,24 +4,27 @@ and the MILP's CBC fallback."""
 
 from __future__ import annotations
 
+import copy
 import math
 import pathlib
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from synthetic import large_problem, random_problem
 
+from haap_milp.interleave import interleaved_variants
 from haap_milp.problem import Assignment, Stage, evaluate, violations
 from haap_milp.solvers import get_solver, milp
 from haap_milp.solvers.common import build_model, build_tables, canonical, decode, hint_values
 from haap_milp.solvers.common import polish as polish_mod
 from haap_milp.solvers.common.lp import highs_model, highspy, lp_bound, run
-from haap_milp.solvers.common.model import start_values
+from haap_milp.solvers.common.model import Row, start_values
 from haap_milp.specs import SolveOptions
 
 EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=2, seed=0)
@@ -184,6 +187,49 @@ def test_lp_cutoff_below_the_optimum_is_infeasible():
     lp = lp_bound(lm)
     assert lp_bound(lm, cutoff_s=lp * 0.5) == math.inf
     assert lp_bound(lm, cutoff_s=brute.objective_s) == pytest.approx(lp, rel=1e-9)
+
+
+def _dense(lm):
+    """The same model with every row's terms written out and no expressions (the form before eq. N2c)."""
+    d = copy.copy(lm)
+    d.rows = [Row([(dict(zip(r.idx, r.coef)), 1.0)], r.lb, r.ub, r.kind, r.const, r.label, r.defines, [])
+              for r in lm.rows]
+    d.exprs = []
+    return d
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1), vpp=st.sampled_from([1, 2, 3]))
+def test_named_expressions_are_the_dense_rows_and_keep_the_lp(seed, vpp):
+    """Eq. N2c: each row's own terms plus its named expressions (each times its scale) are its dense terms, which the
+    engines read; HiGHS' LP with the expressions as columns has the value of the LP of the dense rows, with and
+    without a cut-off. Plain and interleaved variants (eqs. T2, T3, I3 name slot times and links)."""
+    problem = random_problem(seed, num_layers=6, max_stages=4, max_options=4)
+    if vpp > 1:
+        extra = interleaved_variants(problem.variants, (vpp,), problem.max_stages, problem.num_layers)
+        problem = replace(problem, variants=tuple(extra) or problem.variants)
+    named = 0
+    for v in range(len(problem.variants)):
+        t = build_tables(problem, v)
+        if t.p_min == 0:
+            continue
+        lm = build_model(problem, t)
+        for row in lm.rows:
+            own, refs = row.sparse()
+            named += bool(refs)
+            full = dict(own)
+            for e, scale in refs.items():
+                for var, c in lm.exprs[e].items():
+                    full[var] = full.get(var, 0.0) + scale * c
+            dense = dict(zip(row.idx, row.coef))
+            assert {k for k, c in full.items() if abs(c) > 1e-15} == set(dense)
+            assert all(full[k] == pytest.approx(c, rel=1e-12, abs=1e-18) for k, c in dense.items())
+        lp, ref = lp_bound(lm), lp_bound(_dense(lm))
+        assert lp == pytest.approx(ref, rel=1e-9, abs=1e-12)
+        if math.isfinite(ref):
+            for cut in (0.9 * ref, 1.1 * ref):
+                assert lp_bound(lm, cutoff_s=cut) == pytest.approx(lp_bound(_dense(lm), cutoff_s=cut), rel=1e-9)
+    assume(named > 0)  # (a model of one slot has no row that sums slots)
 
 
 # --- local search (polish.py) -------------------------------------------------------------------------

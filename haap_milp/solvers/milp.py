@@ -89,8 +89,11 @@ def _highs_node(problem: Problem, lm: LinModel, cutoff: float | None, time_s: fl
     h = highs_model(lm, integer=True, cutoff_s=cutoff, cutoff_tol_s=ABS_GAP_S, order=order)  # cutoff: eq. X2
     vals = start_values(lm, hint) if hint is not None else None
     if vals is not None:
-        h.setSolution(len(vals), col[np.fromiter(vals.keys(), np.int64, len(vals))].astype(np.int32),
-                      np.fromiter(vals.values(), np.float64, len(vals)))
+        n = len(lm.names)  # eq. N2c: each expression column at its value (highs_model puts them after the variables)
+        full = {**{col[v]: x for v, x in vals.items()},
+                **{n + e: sum(c * vals[v] for v, c in terms.items()) for e, terms in enumerate(lm.exprs)}}
+        h.setSolution(len(full), np.fromiter(full.keys(), np.int64, len(full)).astype(np.int32),
+                      np.fromiter(full.values(), np.float64, len(full)))
     build_s = time.perf_counter() - t0
     for key, value in (("time_limit", float(max(time_s - build_s, 0.01))), ("threads", int(options.threads)),
                        ("mip_rel_gap", float(options.relative_gap)), ("random_seed", int(options.seed)),

@@ -51,33 +51,47 @@ def highs_model(lm: LinModel, integer: bool, cutoff_s: float | None = None, cuto
                 order: np.ndarray | None = None):
     """A ``highspy.Highs`` holding ``lm``: its columns (integrality only when ``integer``), its rows
     (``tdef`` constants moved to the bounds) and its objective (eq. T1, constant left out: add
-    ``lm.obj_const`` to HiGHS' values). ``cutoff_s``: one more row, objective <= cutoff_s + cutoff_tol_s
-    (eq. X2). ``order``: column c holds variable ``order[c]`` (default: the LinModel's order); map
-    values with ``columns(order)``. Output off; the caller sets the run's options."""
+    ``lm.obj_const`` to HiGHS' values). Each expression of ``lm.exprs`` is one more free column e_j after the
+    model's own, with the row e_j - terms_j = 0, and the rows name it instead of repeating its terms (eq. N2c).
+    ``cutoff_s``: one more row, objective <= cutoff_s + cutoff_tol_s (eq. X2). ``order``: column c holds variable
+    ``order[c]`` (default: the LinModel's order); map values with ``columns(order)``. Output off; the caller sets the
+    run's options."""
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    n = len(lm.names)
+    n, ne = len(lm.names), len(lm.exprs)
     order = np.arange(n) if order is None else np.asarray(order)
-    col = columns(order)
+    col = np.r_[columns(order), np.arange(n, n + ne)]  # variable or n + expression id -> column
     inf = highspy.kHighsInf
     obj, const = lm.objective()
-    cost = np.zeros(n)
+    cost = np.zeros(n + ne)
     for i, c in obj.items():
         cost[col[i]] = c
-    lb = np.array(lm.lb, float)[order]
-    ub = np.array([u if math.isfinite(u) else inf for u in lm.ub], float)[order]
-    h.addVars(n, lb, ub)
-    h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
+    lb = np.r_[np.array(lm.lb, float)[order], np.full(ne, -inf)]
+    ub = np.r_[np.array([u if math.isfinite(u) else inf for u in lm.ub], float)[order], np.full(ne, inf)]
+    h.addVars(n + ne, lb, ub)
+    h.changeColsCost(n + ne, np.arange(n + ne, dtype=np.int32), cost)
     if integer:
         cols = col[np.flatnonzero(lm.integer)].astype(np.int32)
         h.changeColsIntegrality(len(cols), cols, np.full(len(cols), highspy.HighsVarType.kInteger))
     lo, up, starts, idx, val = [], [], [], [], []
     for row in lm.rows:  # tdef rows: sum a x + a0 - T <= 0
+        own, refs = row.sparse()
         starts.append(len(idx))
-        idx.extend(row.idx)  # variables; mapped to columns below, once
-        val.extend(row.coef)
+        idx.extend(own)  # variables; mapped to columns below, once
+        val.extend(own.values())
+        idx.extend(n + e for e in refs)
+        val.extend(refs.values())
         lo.append(row.lb - row.const if math.isfinite(row.lb) else -inf)
         up.append(row.ub - row.const if math.isfinite(row.ub) else inf)
+    for e, terms in enumerate(lm.exprs):  # eq. N2c: e - terms = 0
+        starts.append(len(idx))
+        nz = {v: c for v, c in terms.items() if c != 0}
+        idx.extend(nz)
+        val.extend(-c for c in nz.values())
+        idx.append(n + e)
+        val.append(1.0)
+        lo.append(0.0)
+        up.append(0.0)
     if cutoff_s is not None:  # eq. X2
         starts.append(len(idx))
         idx.extend(obj)
@@ -176,6 +190,7 @@ def tau_cap(lp: LPRelaxation, lm: LinModel, cutoff_s: float) -> float:
     unit = max(1.0, abs(cutoff_s))
     lb, ub = np.asarray(lm.lb, float), np.asarray(lm.ub, float)
     ranges = float(np.where(np.isfinite(ub), ub - lb, unit).sum())
-    slack = DUAL_TOL * (ranges + len(lm.rows) * unit) + TIME_RTOL * unit
+    extra = 2 * len(lm.exprs)  # eq. N2c: each expression's free column (unit) and its defining row
+    slack = DUAL_TOL * (ranges + (len(lm.rows) + extra) * unit) + TIME_RTOL * unit
     return lp.tau + (cutoff_s - lp.value + slack) / lp.tau_rc
 

@@ -30,16 +30,50 @@ from haap_milp.solvers.common.slot_bounds import Tables
 INF = float("inf")
 
 
-@dataclass
 class Row:
-    idx: list[int]
-    coef: list[float]
-    lb: float
-    ub: float
-    kind: str = "exact"
-    const: float = 0.0  # tdef rows: the constant a_0 (seconds)
-    label: str = ""
-    defines: int = -1  # tdef rows: the time variable (tau or sigma) whose lower bound the row is
+    """One row ``lb <= sum a x + const <= ub``. Its terms are kept as ``pieces``, each ({var: coefficient} or an
+    expression id of ``LinModel.exprs``, scale), summed in order: ``idx`` and ``coef`` give them expanded (the dense
+    row every engine reads), ``sparse`` keeps the expressions apart (``common.lp.highs_model`` gives each one column,
+    eq. N2c)."""
+
+    __slots__ = ("_dense", "_exprs", "const", "defines", "kind", "label", "lb", "pieces", "ub")
+
+    def __init__(self, pieces: list, lb: float, ub: float, kind: str = "exact", const: float = 0.0, label: str = "",
+                 defines: int = -1, exprs: list | None = None):
+        self.pieces, self.lb, self.ub, self.kind = pieces, lb, ub, kind
+        self.const, self.label, self.defines = const, label, defines  # defines: tdef rows, the time variable (tau or
+        self._exprs = exprs  # sigma) whose lower bound the row is
+        self._dense: tuple[list, list] | None = None
+
+    def _expand(self) -> tuple[list, list]:
+        if self._dense is None:
+            d: dict = {}
+            for terms, scale in self.pieces:
+                for v, c in (self._exprs[terms] if isinstance(terms, int) else terms).items():
+                    d[v] = d.get(v, 0.0) + c * scale
+            d = {v: c for v, c in d.items() if c != 0}
+            self._dense = (list(d), list(d.values()))
+        return self._dense
+
+    @property
+    def idx(self) -> list[int]:
+        return self._expand()[0]
+
+    @property
+    def coef(self) -> list[float]:
+        return self._expand()[1]
+
+    def sparse(self) -> tuple[dict, dict]:
+        """({var: coefficient}, {expression id: coefficient}): the row with its expressions as terms of their own."""
+        own: dict = {}
+        refs: dict = {}
+        for terms, scale in self.pieces:
+            if isinstance(terms, int):
+                refs[terms] = refs.get(terms, 0.0) + scale
+            else:
+                for v, c in terms.items():
+                    own[v] = own.get(v, 0.0) + c * scale
+        return {v: c for v, c in own.items() if c != 0}, {e: c for e, c in refs.items() if c != 0}
 
 
 @dataclass
@@ -62,6 +96,9 @@ class LinModel:
     obj_time: dict = field(default_factory=dict)  # var -> seconds coefficient (sum t + sum c)
     obj_const: float = 0.0  # seconds (constant p2p terms)
     zw: dict = field(default_factory=dict)  # (g, h) -> var: the wrap boundary last -> first (eq. I1, vpp > 1)
+    # eq. N2c: linear expressions ({var: seconds}) that rows name by id, e.g. a slot's time t_k, which eq. T2's in-flight
+    # rows and eq. T3's rows each sum over many slots
+    exprs: list = field(default_factory=list)
 
     def var(self, name: str, lb: float, ub: float, integer: bool = True) -> int:
         self.names.append(name)
@@ -73,11 +110,21 @@ class LinModel:
     def add(self, terms: dict, lb: float, ub: float, kind: str = "exact", const: float = 0.0, label: str = "",
             defines: int = -1):
         terms = {k: c for k, c in terms.items() if c != 0}
-        self.rows.append(Row(list(terms), list(terms.values()), lb, ub, kind, const, label, defines))
+        self.rows.append(Row([(terms, 1.0)], lb, ub, kind, const, label, defines, self.exprs))
 
-    def tdef(self, terms: dict, time_var: int, q: float = 1.0, const: float = 0.0, label: str = "") -> None:
-        """A defining row ``sum a x + a_0 <= q * T`` of the time variable T (eqs. T2, T3)."""
-        self.add({**terms, time_var: -q}, -INF, 0, kind="tdef", const=const, label=label, defines=time_var)
+    def expr(self, terms: dict) -> int:
+        """Eq. N2c: the id of a new expression ``terms`` ({var: coefficient}; kept, not copied) for ``pieces``."""
+        self.exprs.append(terms)
+        return len(self.exprs) - 1
+
+    def tdef(self, terms: dict, time_var: int, q: float = 1.0, const: float = 0.0, label: str = "",
+             pieces: list | None = None) -> None:
+        """A defining row ``sum a x + a_0 <= q * T`` of the time variable T (eqs. T2, T3); ``pieces``: its terms as
+        (terms or expression id, scale) pairs summed in order (eq. N2c) instead of ``terms``."""
+        if pieces is None:
+            self.add({**terms, time_var: -q}, -INF, 0, kind="tdef", const=const, label=label, defines=time_var)
+            return
+        self.rows.append(Row([*pieces, ({time_var: -q}, 1.0)], -INF, 0, "tdef", const, label, time_var, self.exprs))
 
     @property
     def aux(self) -> tuple[int, int]:
@@ -334,12 +381,14 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
     boundary = {k: _boundary(m, k, tau_hi) for k in range(1, t.p_max)}
     if problem.p2p_blocking:
         _blocking_rows(m, slot_t, boundary)
+    ts = _ids(m, slot_t)  # eq. N2c: t_k and c_k named once, summed by the rows below
+    cs = _ids(m, {b: terms for b, (terms, _) in boundary.items()})
     if t.vpp > 1:  # eqs. I1-I3 (pipeline.py's forms, here on the slots)
-        _interleaved_rows(m, slot_t, boundary, tau_hi)
-        _sync_rows(m, slot_t, slot_s, BWD_SHARE / t.vpp)
+        _interleaved_rows(m, ts, cs, boundary, tau_hi)
+        _sync_rows(m, ts, slot_s, BWD_SHARE / t.vpp)
         return
-    _inflight_rows(m, slot_t, boundary)
-    _sync_rows(m, slot_t, slot_s, sync_share(problem.p2p_blocking))
+    _inflight_rows(m, ts, cs, boundary)
+    _sync_rows(m, ts, slot_s, sync_share(problem.p2p_blocking))
 
 
 def tk_i(m: LinModel, k: int, i: int, c: dict) -> dict:
@@ -353,15 +402,16 @@ def tk_i(m: LinModel, k: int, i: int, c: dict) -> dict:
     return out
 
 
-def _sync_rows(m: LinModel, slot_t: dict, slot_s: dict, beta: float = BWD_SHARE) -> None:
+def _sync_rows(m: LinModel, ts: dict, slot_s: dict, beta: float = BWD_SHARE) -> None:
     """Eq. T3: sigma >= s_k - beta * (time of the slots before k in the pipeline, i.e. k' > k):
-    a later stage starts its DP sync as soon as its own last backward ends."""
-    before: dict = {}
+    a later stage starts its DP sync as soon as its own last backward ends (the slot times named by expression,
+    eq. N2c; ``ts``: slot -> expression id of t_k)."""
+    before: list = []
     for k in range(m.t.p_max, 0, -1):
-        row = dict(slot_s.get(k, {}))
-        _acc(row, before, -beta)
-        m.tdef(row, m.sigma, label="T3 sigma >= s_k - beta*before")
-        _acc(before, slot_t.get(k, {}))
+        m.tdef({}, m.sigma, label="T3 sigma >= s_k - beta*before",
+               pieces=[(slot_s.get(k, {}), 1.0), *before])
+        if k in ts:
+            before.append((ts[k], -beta))
 
 
 def _blocking_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
@@ -390,29 +440,36 @@ def _blocking_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
             m.tdef(row2, m.tau, const=const + extra * c0 - extra * c_max, label="T2b first stage")
 
 
-def _inflight_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
+def _ids(m: LinModel, parts: dict) -> dict:
+    """Eq. N2c: an expression id for each non-empty {var: seconds} of ``parts`` (slot times t_k, boundaries c_k)."""
+    return {k: m.expr(terms) for k, terms in parts.items() if terms}
+
+
+def _inflight_rows(m: LinModel, ts: dict, cs: dict, boundary: dict) -> None:
     """Eq. T2, in-flight term: for k < M, the last k slots and the k-1 links between them take at
     most k periods (1F1B round trip; problem.py). Unused slots add nothing, and the row of a k
-    beyond the pipeline is implied by the row of the first stage (its sum is the same, k larger)."""
-    row: dict = {}
+    beyond the pipeline is implied by the row of the first stage (its sum is the same, k larger).
+    Each row names the slot times and links by expression (eq. N2c; ``ts``, ``cs``: slot, boundary -> id): O(P)
+    terms, not O(P x options)."""
+    pieces: list = []
     const = 0.0
-    for k in range(1, m.t.p_max + 1):
-        _acc(row, slot_t.get(k, {}))
+    for k in range(1, min(m.t.p_max, m.t.M - 1) + 1):
+        if k in ts:
+            pieces.append((ts[k], 1.0))
         if k >= 2:
-            terms, c0 = boundary.get(k - 1, ({}, 0.0))
-            _acc(row, terms)
-            const += c0
-            if k < m.t.M:
-                m.tdef(row, m.tau, float(k), const=const, label="T2 in-flight")
+            if k - 1 in cs:
+                pieces.append((cs[k - 1], 1.0))
+            const += boundary.get(k - 1, ({}, 0.0))[1]
+            m.tdef({}, m.tau, float(k), const=const, label="T2 in-flight", pieces=list(pieces))
 
 
-def _interleaved_rows(m: LinModel, slot_t: dict, boundary: dict, tau_hi: float) -> None:
+def _interleaved_rows(m: LinModel, ts: dict, cs: dict, boundary: dict, tau_hi: float) -> None:
     """Eqs. I1-I3 on the slots of an interleaved variant (P = num_stages fixed, slot k = stage P - k): the wrap
     boundary c_w (last stage -> first, transport rows like Z1), its cost (vpp - 1) c_w in the objective, tau >=
     (vpp - 1) c_w / 2, and per slot k the round-trip row R_k <= N_k tau of eq. I3 with
     R_k = (v+1)/2 sum_{k'<=k} t + (v-1)/2 sum_{k'>k} t + v(v+1)/2 sum_{b<k} c_b + v(v-1)/2 (sum_{b>=k} c_b + c_w)
-    (boundary b joins slots b+1 and b). The boundaries' vpp * c_b / 2 rows and vpp * sum c cost are set by
-    ``_boundary``."""
+    (boundary b joins slots b+1 and b), its slot times and links named by expression (eq. N2c). The boundaries'
+    vpp * c_b / 2 rows and vpp * sum c cost are set by ``_boundary``."""
     t, v, p = m.t, m.t.vpp, m.t.num_stages
     wrap, w0 = _wrap(m, tau_hi)
     _acc(m.obj_time, wrap, v - 1.0)
@@ -420,19 +477,20 @@ def _interleaved_rows(m: LinModel, slot_t: dict, boundary: dict, tau_hi: float) 
     m.tdef({x: (v - 1) / 2 * c for x, c in wrap.items()}, m.tau, const=(v - 1) / 2 * w0,
            label="I2 tau >= (vpp-1) c_w/2")
     for k in range(1, p + 1):
-        row: dict = {}
+        pieces: list = []
         const = 0.0
         for kk in range(1, p + 1):
-            _acc(row, slot_t.get(kk, {}), (v + 1) / 2 if kk <= k else (v - 1) / 2)
+            if kk in ts:
+                pieces.append((ts[kk], (v + 1) / 2 if kk <= k else (v - 1) / 2))
         for b in range(1, p):
-            terms, c0 = boundary.get(b, ({}, 0.0))
             f = v * (v + 1) / 2 if b < k else v * (v - 1) / 2
-            _acc(row, terms, f)
-            const += f * c0
-        _acc(row, wrap, v * (v - 1) / 2)
+            if b in cs:
+                pieces.append((cs[b], f))
+            const += f * boundary.get(b, ({}, 0.0))[1]
+        pieces.append((wrap, v * (v - 1) / 2))
         const += v * (v - 1) / 2 * w0
         q = float(interleaved_inflight_chunks(p - k, p, t.M, v))  # eq. I4
-        m.tdef(row, m.tau, q, const=const, label="I3 round trip")
+        m.tdef({}, m.tau, q, const=const, label="I3 round trip", pieces=pieces)
 
 
 def _wrap(m: LinModel, tau_hi: float) -> tuple[dict, float]:
