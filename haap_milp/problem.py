@@ -221,6 +221,15 @@ class Problem:
     def num_options(self) -> int:
         return len(self.options)
 
+    @cached_property  # read by eq. LS1e on every local optimum: built once per problem
+    def same_gpus(self) -> tuple[tuple[int, ...], ...]:
+        """Per option, the options that use the same GPUs of the same groups (eq. G1's ``Option.usage``), itself
+        included, in index order: another tp, ep, recompute, ZeRO stage or cp on the same GPUs."""
+        by_use: dict = {}
+        for o, opt in enumerate(self.options):
+            by_use.setdefault(opt.usage, []).append(o)
+        return tuple(tuple(by_use[opt.usage]) for opt in self.options)
+
     @cached_property  # read per search node (eqs. N6, LS4): the names parsed once per problem
     def group_island(self) -> np.ndarray:
         """[G] the island index of each group, from the names ``type@island`` (one home for that parse)."""

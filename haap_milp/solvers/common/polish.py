@@ -4,8 +4,9 @@ exact solvers' incumbent improver.
 Moves, each kept only if the plan stays feasible (``problem.violations``) and ``evaluate``
 drops: the stages in another order (eq. LS1d: the middle stages by their DP sync, then two neighbours swapped);
 change one stage's option; move one layer to another stage; split a stage in two with
-the same option; merge two neighbouring stages into one with either option; the same stages
-under another micro-batch variant (eq. LS1b: another micro-batch count or vpp). First
+the same option; merge two neighbouring stages into one with either option; every stage's option regraded on
+the same GPUs against a cap on its sync (eq. LS1e); the same stages under another micro-batch variant (eq. LS1b:
+another micro-batch count or vpp). First
 improvement, deterministic order, stopped at a local optimum or after ``max_moves`` candidate
 plans (a count, not a clock: the same input gives the same plan whatever the machine's load).
 """
@@ -17,6 +18,7 @@ import math
 import numpy as np
 
 from haap_milp.deadline import current
+from haap_milp.pipeline import sync_share
 from haap_milp.problem import Assignment, Problem, Stage, evaluate, stage_times, sync_times, violations
 
 # candidate plans per call. Measured (synthetic instances of tests/synthetic.py, 40 small and six of
@@ -26,6 +28,10 @@ from haap_milp.problem import Assignment, Problem, Stage, evaluate, stage_times,
 MAX_MOVES = 10_000
 USE_VARIANT_MOVES = True  # eq. LS1b: the stages moved to another micro-batch variant, after the other moves
 USE_ORDER_MOVES = True  # eq. LS1d: the stages reordered, before the other moves
+# eq. LS1e: every stage's option regraded along the pipeline against a cap on its DP sync, GRADE_CAPS caps from 1/GRADE_CAPS
+# to all of the plan's largest sync, at a local optimum of the other moves (before the variant moves)
+USE_GRADE_MOVES = True
+GRADE_CAPS = 20
 
 
 def _feasible_better(problem: Problem, a: Assignment, best: float) -> float | None:
@@ -68,6 +74,45 @@ def _order_moves(problem: Problem, a: Assignment):
     for j in range(len(st) - 1):
         if st[j] != st[j + 1]:
             yield Assignment(a.variant, st[:j] + (st[j + 1], st[j]) + st[j + 2:])
+
+
+def _grade_moves(problem: Problem, a: Assignment):
+    """Eq. LS1e: each stage's option replaced by one on the same GPUs (``Problem.same_gpus``: another ep, tp,
+    recompute, ZeRO stage or cp), graded along the pipeline. sigma of eqs. T3/I1 is max_j (s_j - beta * sum_{k<j}
+    t_k), so a stage late in the pipeline may sync longer than an early one. For a cap S on sigma, stage j takes the
+    fastest alternative whose sync is at most S + beta * (the chosen times before it), or the least-sync one when
+    none is; one candidate per cap. One option at a time moves one stage and cannot lower a max that several stages
+    hold (eq. LS1's option move), nor can a swap of one option on every stage, which is too slow early or too
+    slow to sync late. Measured: qwen3-235b-a22b x hetero3-4096 (gbs 2048, what ``solve`` searches), the DP
+    heuristic gave every A100-80GB stage ep 8 (58 ms for 5 layers, a 428 ms expert-gradient sync): 2.5187 s; graded
+    at a cap of 1/4 of the largest sync 2.4187 s, polished 2.3779 s (CP-SAT's best in 60 s: 2.4123 s)."""
+    v = problem.variants[a.variant]
+    alts = {o: [x for x in problem.same_gpus[o] if v.allowed[x]] for o in dict.fromkeys(s.option for s in a.stages)}
+    if all(len(x) < 2 for x in alts.values()):
+        return
+    t_of, s_of = {}, {}  # (option, alternative) -> per position the stage time and sync with that alternative
+    for o, xs in alts.items():
+        for x in xs:
+            b = Assignment(a.variant, tuple(Stage(x, s.num_layers) if s.option == o else s for s in a.stages))
+            t_of[o, x], s_of[o, x] = stage_times(problem, b), sync_times(problem, b)
+    beta = sync_share(problem.p2p_blocking) / max(1, v.vpp)  # the model's sigma slope (eqs. T3, I1)
+    top = max(sync_times(problem, a))
+    seen, found = {a.stages}, []
+    for i in range(1, GRADE_CAPS + 1):
+        cap, before, out = top * i / GRADE_CAPS, 0.0, []
+        for j, st in enumerate(a.stages):
+            xs = alts[st.option]
+            ok = [x for x in xs if s_of[st.option, x][j] <= cap + beta * before]
+            x = (min(ok, key=lambda x: t_of[st.option, x][j]) if ok
+                 else min(xs, key=lambda x: s_of[st.option, x][j]))
+            out.append(Stage(x, st.num_layers))
+            before += t_of[st.option, x][j]
+        if tuple(out) not in seen:
+            seen.add(tuple(out))
+            found.append(Assignment(a.variant, tuple(out)))
+    # best first (first improvement would take the first cap that gains; measured on the plan above, the caps' plans
+    # polished to 2.3779 s from the best one, 2.4103 s from the first)
+    yield from sorted(found, key=lambda c: evaluate(problem, c))
 
 
 def _option_moves(a: Assignment, opts: np.ndarray):
@@ -139,6 +184,8 @@ class Polish:
             moves = (_layer_moves(self.best), _option_moves(self.best, opts), _shape_moves(self.best))
             if USE_ORDER_MOVES:
                 moves = (_order_moves(self.problem, self.best),) + moves
+            if USE_GRADE_MOVES:
+                moves += (_grade_moves(self.problem, self.best),)
             if USE_VARIANT_MOVES:
                 moves += (_variant_moves(self.problem, self.best),)
             for gen in moves:
