@@ -73,3 +73,20 @@ def test_grade_candidates_keep_variant_layers_and_gpus_and_polish_stays_sound(se
             assert s.option in problem.same_gpus[s0.option] and v.allowed[s.option]
     out = polish_mod.polish(problem, a, 2000)
     assert not violations(problem, out) and evaluate(problem, out) <= evaluate(problem, a)
+
+
+def test_regrade_gives_the_best_feasible_graded_plan_or_the_plan_itself():
+    """Eq. LS2b's step: on the toy the best graded plan; on the DP heuristic's plans a feasible plan no worse than the
+    plan given (the plan itself where no graded candidate beats it)."""
+    layers = [2, 2, 3, 2]
+    problem = _toy(layers, 3)
+    start = Assignment(0, tuple(Stage(0, n) for n in layers))
+    obj, plan = polish_mod.regrade(problem, start)
+    assert [s.option for s in plan.stages] == [1, 1, 1, 0] and obj == pytest.approx(evaluate(problem, plan))
+    best = Assignment(0, tuple(Stage(o, n) for o, n in zip([1, 1, 1, 0], layers)))
+    assert polish_mod.regrade(problem, best) == (evaluate(problem, best), best)
+    for seed, types in [(0, 2), (1, 3)]:
+        large = large_problem(seed, num_gpus=256, num_types=types, num_layers=32)
+        a = get_solver("dp")(large, SolveOptions(time_limit_s=10)).assignment
+        obj, plan = polish_mod.regrade(large, a)
+        assert not violations(large, plan) and obj == evaluate(large, plan) <= evaluate(large, a)

@@ -115,6 +115,19 @@ def _grade_moves(problem: Problem, a: Assignment):
     yield from sorted(found, key=lambda c: evaluate(problem, c))
 
 
+def regrade(problem: Problem, a: Assignment) -> tuple[float, Assignment]:
+    """Eq. LS2b: (T, plan) of the best feasible candidate of eq. LS1e that beats ``a``, else ``a``'s own (``a``
+    feasible)."""
+    best = (evaluate(problem, a), a)
+    for c in _grade_moves(problem, a):
+        obj = evaluate(problem, c)
+        if obj >= best[0] * (1 - 1e-12):
+            break  # (best first: no later candidate beats it)
+        if not violations(problem, c):
+            return obj, c
+    return best
+
+
 def _option_moves(a: Assignment, opts: np.ndarray):
     for j, st in enumerate(a.stages):
         for o in opts.tolist():

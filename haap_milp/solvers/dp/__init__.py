@@ -7,8 +7,8 @@ Per micro-batch variant and engine restriction (eqs. U1/U2):
 2. for tau* and up to ``EXTRA_TAUS`` larger candidates inside the window where (M-1)*tau can
    still pay off (eq. DP5), and for up to ``MAX_P_PER_TAU`` stage counts, split the layers with
    Alpa's inner DP (min sum t_j s.t. t_j <= tau, eq. DP4) and score the plan with ``evaluate``;
-3. keep each variant's best, improve the 3 lowest by local search (eqs. LS1, LS2), keep the best and
-   rewrite it into canonical form (dominated options swapped, eq. D1).
+3. keep each variant's best (regraded, eq. LS2b), improve the 3 lowest, and the 3 lowest as found, by local search
+   (eqs. LS1, LS2), keep the best and rewrite it into canonical form (dominated options swapped, eq. D1).
 On a cluster of several islands each variant gets a second pass of 1-2 in which links between islands take a share
 of their time from the sending stage's budget (eq. DP8b, ``_cross_charge``).
 With interleaved copies (vpp > 1 variants), steps 1-3 run on the plain variants first, then on the copies,
@@ -29,7 +29,7 @@ import numpy as np
 from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, island_split, variant_bound
-from haap_milp.solvers.common.polish import Polish, polish
+from haap_milp.solvers.common.polish import Polish, polish, regrade
 from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, group_links, option_classes, owners, split
 from haap_milp.solvers.dp.fallback import TIME_LIMIT_S, beam_search
 
@@ -50,6 +50,12 @@ CROSS_SHARE = 0.25
 # 10,000-candidate budget (15.263 -> 15.148 s) before variant 4's (15.463 -> 14.714 s) starts; in turn, 14.714 s is
 # reached after 10,250 candidates instead of ~14,000, and the best after N candidates is never worse from N = 4,000 on
 POLISH_CHUNK = 250
+# eq. LS2b: each variant's DP plan regraded by eq. LS1e as it is found (the DP chooses options by compute time alone), and
+# LS2's starts the POLISH_TOP lowest regraded plans plus the POLISH_TOP lowest DP plans as found. deepseek-v3 on 1024 H100
+# + 1024 A100-80GB (gbs 2048, what ``solve`` searches): 6.3202 -> 5.7760 s (the interleaved copy M = 32, vpp 4, P 8 that
+# the DP ranked low with ep 8 on the A100s, 1.9 s syncs); polishing the regraded plans alone lost qwen3-235b-a22b x
+# hetero3-4096's 2.3779 s plan (2.4019 s), which LS1 reaches from the DP plan as found, hence both sets of starts
+USE_REGRADE = True
 # eq. DP8g: the plain variants' search stops past the best micro-batch, once a variant's plan is slower than the one
 # before it and this share above the best (None: never)
 STOP_RISE = 0.10
@@ -68,13 +74,14 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
     copies = [v for v in range(len(problem.variants)) if problem.variants[v].vpp != 1]
     polished = None  # the plan polish already returned (not polished twice)
     found: dict[int, tuple[float, Assignment]] = {}  # variant -> its best DP plan, this phase (eq. LS2)
+    raw: dict[int, tuple[float, Assignment]] = {}  # the same before eq. LS2b's regrading
     for phase in (plain, copies):  # eq. DP7: the vpp = 1 variants, then the interleaved copies
         if phase is copies and copies and best is not None:
             # the plain result polished before any copy is searched, then its stages tried on each copy: the copies
             # cannot crowd out the plain variants' polish (qwen3-235b-a22b x hetero3-4096, gbs 2048, the DP's
             # budget in a 10 s solve: 3.251 s with the copies, 3.144 s with --vpp 1, the polish cut by the deadline)
-            best = polished = _polish_top(problem, found)
-            found = {}
+            best = polished = _polish_top(problem, found, raw=raw)
+            found, raw = {}, {}
             a = best[1]
             copies.sort(key=lambda w: _copy_rank(problem, a, w))  # in place: ``phase`` is this list
             seeded = _seed_copies(problem, a, copies)
@@ -104,6 +111,10 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                     got, n = _variant(problem, t, r if charge is not None else _kept(problem, t, r), vb.rest_lb,
                                       charge)
                     tried += n
+                    if got is not None and USE_REGRADE and not violations(problem, got[1]):
+                        if v not in raw or got[0] < raw[v][0]:
+                            raw[v] = got
+                        got = regrade(problem, got[1])
                     if got is not None and (v not in found or got[0] < found[v][0]):
                         found[v] = got
                     if got is not None and (best is None or got[0] < best[0]):
@@ -133,7 +144,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                              stats=stats)
         return RawResult("NO_SOLUTION", "dp", wall_time_s=wall, message="the DP heuristic found no plan", stats=stats)
     if best is not polished:  # eqs. LS1, LS2 (the move budget: common/polish.py)
-        best = min((b for b in (polished, _polish_top(problem, list(found.values()) or [best])) if b is not None),
+        best = min((b for b in (polished, _polish_top(problem, list(found.values()) or [best], raw=raw)) if b is not None),
                    key=lambda b: b[0])
     a = best[1]
     a = canonical(problem, build_tables(problem, a.variant), a)
@@ -154,11 +165,14 @@ def _past_the_best(problem: Problem, plain: list[int], found: dict, v: int, best
     return u in found and found[v][0] > found[u][0] and found[v][0] > (1 + STOP_RISE) * best[0]
 
 
-def _polish_top(problem: Problem, found, k: int = POLISH_TOP) -> tuple[float, Assignment] | None:
-    """Eq. LS2: the ``k`` lowest of ``found`` (a dict variant -> (objective, plan), or a list of them) polished in
+def _polish_top(problem: Problem, found, k: int = POLISH_TOP, raw: dict | None = None) -> tuple[float, Assignment] | None:
+    """Eq. LS2: the ``k`` lowest of ``found`` (a dict variant -> (objective, plan), or a list of them), and of ``raw``
+    (the same before eq. LS2b's regrading) the ``k`` lowest not among them, polished in
     turn, ``POLISH_CHUNK`` candidate plans each, the lowest first (eq. LS3a), until each is done (eq. LS1: its
     local optimum or move budget) or the deadline passes; the best one. Without a deadline this is LS1 on each."""
     plans = sorted(found.values() if isinstance(found, dict) else found, key=lambda b: b[0])[:k]
+    starts = {p[1].stages for p in plans}
+    plans += [b for b in sorted((raw or {}).values(), key=lambda b: b[0])[:k] if b[1].stages not in starts]
     runs = [Polish(problem, a) for _, a in plans]
     if not runs:
         return None
