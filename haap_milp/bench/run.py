@@ -482,6 +482,13 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
             p.kill()
             p.join(1.0)
     pool.shutdown(wait=False, cancel_futures=True)
+    # the pool's manager thread closes its wake-up pipe as it ends; CPython 3.11's exit hook (concurrent.futures.process.
+    # _python_exit) writes to that pipe if it still looks open, and a close in between printed "OSError: [Errno 9] Bad
+    # file descriptor" with a traceback after "interrupted by SIGTERM" (seen once in CI). Joined here, the thread has
+    # closed it before the hook runs (the workers are gone, so it ends at once)
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(2.0)
 
 
 def _wait(fs, should_stop: Callable[[], int | None]):
