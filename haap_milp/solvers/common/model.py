@@ -96,8 +96,8 @@ class LinModel:
     obj_time: dict = field(default_factory=dict)  # var -> seconds coefficient (sum t + sum c)
     obj_const: float = 0.0  # seconds (constant p2p terms)
     zw: dict = field(default_factory=dict)  # (g, h) -> var: the wrap boundary last -> first (eq. I1, vpp > 1)
-    # eq. N2c: linear expressions ({var: seconds}) that rows name by id, e.g. a slot's time t_k, which eq. T2's in-flight
-    # rows and eq. T3's rows each sum over many slots
+    # eq. N2c: linear expressions ({var: seconds}) that rows name by id, e.g. a slot's time t_k, which eq. T2's
+    # in-flight rows and eq. T3's rows each sum over many slots
     exprs: list = field(default_factory=list)
 
     def var(self, name: str, lb: float, ub: float, integer: bool = True) -> int:

@@ -28,8 +28,8 @@ from haap_milp.problem import Assignment, Problem, Stage, evaluate, stage_times,
 MAX_MOVES = 10_000
 USE_VARIANT_MOVES = True  # eq. LS1b: the stages moved to another micro-batch variant, after the other moves
 USE_ORDER_MOVES = True  # eq. LS1d: the stages reordered, before the other moves
-# eq. LS1e: every stage's option regraded along the pipeline against a cap on its DP sync, GRADE_CAPS caps from 1/GRADE_CAPS
-# to all of the plan's largest sync, at a local optimum of the other moves (before the variant moves)
+# eq. LS1e: every stage's option regraded along the pipeline against a cap on its DP sync, GRADE_CAPS caps from
+# 1/GRADE_CAPS to all of the plan's largest sync, at a local optimum of the other moves (before the variant moves)
 USE_GRADE_MOVES = True
 GRADE_CAPS = 20
 
@@ -115,10 +115,10 @@ def _grade_moves(problem: Problem, a: Assignment):
     yield from sorted(found, key=lambda c: evaluate(problem, c))
 
 
-def regrade(problem: Problem, a: Assignment) -> tuple[float, Assignment]:
+def regrade(problem: Problem, a: Assignment, obj: float | None = None) -> tuple[float, Assignment]:
     """Eq. LS2b: (T, plan) of the best feasible candidate of eq. LS1e that beats ``a``, else ``a``'s own (``a``
-    feasible)."""
-    best = (evaluate(problem, a), a)
+    feasible; ``obj``: its T when known)."""
+    best = (evaluate(problem, a) if obj is None else obj, a)
     for c in _grade_moves(problem, a):
         obj = evaluate(problem, c)
         if obj >= best[0] * (1 - 1e-12):

@@ -50,11 +50,12 @@ CROSS_SHARE = 0.25
 # 10,000-candidate budget (15.263 -> 15.148 s) before variant 4's (15.463 -> 14.714 s) starts; in turn, 14.714 s is
 # reached after 10,250 candidates instead of ~14,000, and the best after N candidates is never worse from N = 4,000 on
 POLISH_CHUNK = 250
-# eq. LS2b: each variant's DP plan regraded by eq. LS1e as it is found (the DP chooses options by compute time alone), and
-# LS2's starts the POLISH_TOP lowest regraded plans plus the POLISH_TOP lowest DP plans as found. deepseek-v3 on 1024 H100
-# + 1024 A100-80GB (gbs 2048, what ``solve`` searches): 6.3202 -> 5.7760 s (the interleaved copy M = 32, vpp 4, P 8 that
-# the DP ranked low with ep 8 on the A100s, 1.9 s syncs); polishing the regraded plans alone lost qwen3-235b-a22b x
-# hetero3-4096's 2.3779 s plan (2.4019 s), which LS1 reaches from the DP plan as found, hence both sets of starts
+# eq. LS2b: each variant's DP plan regraded by eq. LS1e as it is found (the DP chooses options by compute time
+# alone), and LS2's starts the POLISH_TOP lowest regraded plans plus the POLISH_TOP lowest DP plans as found.
+# deepseek-v3 on 1024 H100 + 1024 A100-80GB (gbs 2048, what ``solve`` searches): 6.3202 -> 5.7760 s (the interleaved
+# copy M = 32, vpp 4, P 8 that the DP ranked low with ep 8 on the A100s, 1.9 s syncs); polishing the regraded plans
+# alone lost qwen3-235b-a22b x hetero3-4096's 2.3779 s plan (2.4019 s), which LS1 reaches from the DP plan as found,
+# hence both sets of starts
 USE_REGRADE = True
 # eq. DP8g: the plain variants' search stops past the best micro-batch, once a variant's plan is slower than the one
 # before it and this share above the best (None: never)
@@ -114,7 +115,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                     if got is not None and USE_REGRADE and not violations(problem, got[1]):
                         if v not in raw or got[0] < raw[v][0]:
                             raw[v] = got
-                        got = regrade(problem, got[1])
+                        got = regrade(problem, got[1], got[0])
                     if got is not None and (v not in found or got[0] < found[v][0]):
                         found[v] = got
                     if got is not None and (best is None or got[0] < best[0]):
@@ -144,8 +145,8 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                              stats=stats)
         return RawResult("NO_SOLUTION", "dp", wall_time_s=wall, message="the DP heuristic found no plan", stats=stats)
     if best is not polished:  # eqs. LS1, LS2 (the move budget: common/polish.py)
-        best = min((b for b in (polished, _polish_top(problem, list(found.values()) or [best], raw=raw)) if b is not None),
-                   key=lambda b: b[0])
+        top = _polish_top(problem, list(found.values()) or [best], raw=raw)
+        best = min((b for b in (polished, top) if b is not None), key=lambda b: b[0])
     a = best[1]
     a = canonical(problem, build_tables(problem, a.variant), a)
     return RawResult("FEASIBLE", "dp", assignment=a, objective_s=evaluate(problem, a), bound_s=None,
@@ -165,14 +166,15 @@ def _past_the_best(problem: Problem, plain: list[int], found: dict, v: int, best
     return u in found and found[v][0] > found[u][0] and found[v][0] > (1 + STOP_RISE) * best[0]
 
 
-def _polish_top(problem: Problem, found, k: int = POLISH_TOP, raw: dict | None = None) -> tuple[float, Assignment] | None:
+def _polish_top(problem: Problem, found, k: int = POLISH_TOP,
+                raw: dict | None = None) -> tuple[float, Assignment] | None:
     """Eq. LS2: the ``k`` lowest of ``found`` (a dict variant -> (objective, plan), or a list of them), and of ``raw``
     (the same before eq. LS2b's regrading) the ``k`` lowest not among them, polished in
     turn, ``POLISH_CHUNK`` candidate plans each, the lowest first (eq. LS3a), until each is done (eq. LS1: its
     local optimum or move budget) or the deadline passes; the best one. Without a deadline this is LS1 on each."""
     plans = sorted(found.values() if isinstance(found, dict) else found, key=lambda b: b[0])[:k]
-    starts = {p[1].stages for p in plans}
-    plans += [b for b in sorted((raw or {}).values(), key=lambda b: b[0])[:k] if b[1].stages not in starts]
+    starts = {a for _, a in plans}
+    plans += [b for b in sorted((raw or {}).values(), key=lambda b: b[0])[:k] if b[1] not in starts]
     runs = [Polish(problem, a) for _, a in plans]
     if not runs:
         return None
