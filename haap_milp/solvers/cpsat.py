@@ -9,6 +9,7 @@ bound on the true optimum (eq. CP3).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
@@ -16,9 +17,12 @@ import time
 import types
 
 from haap_milp.deadline import current
-from haap_milp.problem import Assignment, Problem, RawResult
+from haap_milp.pipeline import TIME_RTOL
+from haap_milp.problem import Assignment, Problem, RawResult, evaluate
 from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, decode, run_variants
+from haap_milp.solvers.common.highs_node import race_node
 from haap_milp.solvers.common.model import start_values
+from haap_milp.solvers.common.race import race
 from haap_milp.specs import SolveOptions
 
 
@@ -62,6 +66,10 @@ SCALE_TARGET = 1e7  # integer units of the reference stage time (eq. CP1)
 INTERLEAVE = True
 SUBSOLVERS = ("max_lp", "default_lp")
 LOG = False
+RACE = True  # eq. N21: HiGHS races CP-SAT on each node when there are two threads or more
+# eq. N21: a model this small (the search's own "small" size, SMALL_MODEL) is solved in milliseconds; racing it
+# cost 2 ms more a node (median 6.1 -> 8.0 ms over 40 random node models) and its plan would hang on the timing
+RACE_MIN_VARS = 400
 PROBING = 0  # presolve probing on this model creates millions of binary clauses (measured), so off
 
 
@@ -69,8 +77,63 @@ MIN_TIME_S = 1e-9  # s; floor of the time scale's reference (a problem whose lay
 ROUND_SLACK = 1e-9  # absolute slack before ceil/floor of a scaled row bound (float noise, not a tolerance)
 
 def solve(problem: Problem, options: SolveOptions | None = None, hint: Assignment | None = None) -> RawResult:
-    """Exact solve with OR-Tools CP-SAT (status, objective = evaluate(plan), proven bound, gap)."""
-    return run_variants(problem, options or SolveOptions(), hint, "cpsat", _solve_node)
+    """Exact solve with OR-Tools CP-SAT (status, objective = evaluate(plan), proven bound, gap); with two threads
+    or more and ``RACE``, HiGHS races CP-SAT on every node on one of them (eq. N21)."""
+    options = options or SolveOptions()
+    return run_variants(problem, options, hint, "cpsat", _race_node if _races(options) else _solve_node)
+
+
+def _races(options: SolveOptions) -> bool:
+    if not RACE or options.threads < 2:
+        return False
+    from haap_milp.solvers.common.lp import highspy
+
+    return highspy is not None
+
+
+def _race_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float | None, time_s: float,
+               hint: Assignment | None, options: SolveOptions, primal: bool = False) -> VariantResult:
+    """Eq. N21: CP-SAT on ``threads - 1`` workers here and HiGHS on one thread (``common.race``) on the same node
+    model with the same cut-off and time; the first to finish the node (OPTIMAL or INFEASIBLE) stops the other.
+    The result (``_merge``): the finished racer's status and plan, the higher of their bounds (each bounds every plan
+    of the node with T <= cutoff, eqs. CP3 and MILP's dual bound) and the larger tolerance."""
+    if primal or len(lm.names) <= RACE_MIN_VARS:
+        return _solve_node(problem, lm, b, cutoff, time_s, hint, options, primal)
+    rest = options.model_copy(update={"threads": options.threads - 1})
+    mine, theirs = race(
+        lambda r: _solve_node(problem, lm, b, cutoff, time_s, hint, rest, race=r),
+        lambda r: race_node(problem, lm, cutoff, time_s, hint, options, r),
+        done=lambda res: res.status in FINISHED,
+        failed=lambda exc: VariantResult("ERROR", message=f"{type(exc).__name__}: {exc}"))
+    return _merge(problem, mine, theirs)
+
+
+FINISHED = ("OPTIMAL", "INFEASIBLE")
+
+
+def _merge(problem: Problem, mine: VariantResult, theirs: VariantResult) -> VariantResult:
+    """The two racers' results as one (``_race_node``); an ERROR racer counts only when both failed. The plan: the
+    finished racer's, or the other's where that is lower by more than TIME_RTOL (a tie keeps the finisher's, so
+    the plan changes with the timing only as far as which racer finishes first)."""
+    ok = [x for x in (mine, theirs) if x.status != "ERROR"]
+    if not ok:
+        return mine
+    won = next((x for x in ok if x.status in FINISHED), None)
+    ranked = sorted((x for x in ok if x.assignment is not None), key=lambda x: x is not won)  # the finisher's first
+    plan, best = None, math.inf
+    for x in ranked:
+        value = evaluate(problem, x.assignment)
+        if value < best * (1 - TIME_RTOL):
+            plan, best = x.assignment, value
+    # INFEASIBLE keeps the other racer's plan, if any: offered all the same (its T is at the cut-off within the
+    # racers' tolerances)
+    status = won.status if won is not None else ("FEASIBLE" if plan is not None else "NO_SOLUTION")
+    bounds = [x.bound_s for x in ok if x.bound_s is not None]
+    stats = {**theirs.stats, **mine.stats}
+    stats["tolerance_s"] = max(float(x.stats.get("tolerance_s", 0.0)) for x in ok)
+    stats["race"] = "cpsat" if won is mine else "highs" if won is theirs else "none"
+    bound = max(bounds) if bounds and status != "INFEASIBLE" else None
+    return VariantResult(status, plan, bound, stats)
 
 
 def _scale(t: Tables, b: VariantBound) -> float:
@@ -196,7 +259,7 @@ def _params(options: SolveOptions, time_s: float, primal: bool = False) -> cp_mo
 
 
 def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float | None, time_s: float,
-                hint: Assignment | None, options: SolveOptions, primal: bool = False) -> VariantResult:
+                hint: Assignment | None, options: SolveOptions, primal: bool = False, race=None) -> VariantResult:
     """CP-SAT on one (variant, tau interval) node model; ``primal``: the default portfolio (with
     its LNS workers) to improve the warm start instead of the LP-heavy bounding workers."""
     t0 = time.perf_counter()
@@ -221,7 +284,9 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     hinted = False if interleaved else _add_hint(cp, lm, x, S, lows, hint)
     build_s = time.perf_counter() - t0
     solver = _params(options, time_s - build_s, primal)
-    with current().stopper(solver.stop_search):
+    if race is not None and race.over:  # eq. N21: the other racer finished the node while this model was built
+        return VariantResult("NO_SOLUTION", stats={"build_s": round(build_s, 4), "vars": len(lm.names)})
+    with current().stopper(solver.stop_search), (race.stopper(solver.stop_search) if race else contextlib.nullcontext()):
         code = solver.solve(cp)
     stats = {"build_s": round(build_s, 4), "vars": len(lm.names), "rows": len(lm.rows), "scale": S,
              "rounding_error_s": W / S, "tolerance_s": W / S, "hinted": int(hinted),

@@ -298,6 +298,9 @@ def _call(problem, options, st: _State, lm, nb, cutoff, share, hint, name, solve
     for key in ("vars", "rows"):
         if key in res.stats:
             st.stats[f"max_{key}"] = max(st.stats.get(f"max_{key}", 0), res.stats[key])
+    if "race" in res.stats:  # eq. N21: which racer finished the node
+        key = f"race_{res.stats['race']}"
+        st.stats[key] = st.stats.get(key, 0) + 1
     if "fallback" in res.stats:  # the engine ran a node on its fallback backend (milp.py: CBC)
         st.stats["fallback_nodes"] = st.stats.get("fallback_nodes", 0) + 1
     if res.status == "ERROR":

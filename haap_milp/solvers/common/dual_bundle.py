@@ -55,7 +55,7 @@ class _Master:
         h.changeColsCost(R + 1, np.arange(R + 1, dtype=np.int32), np.r_[np.zeros(R), -1.0])  # HiGHS minimises
         self.h, self.idx = h, np.arange(R + 1, dtype=np.int32)
 
-    def on_simplex(self) -> "_Master":
+    def on_simplex(self) -> _Master:
         """The multipliers kept to sum 1 (eq. N11b's directions)."""
         self.h.addRow(1.0, 1.0, self.R, self.idx[:-1], np.ones(self.R))
         return self

@@ -6,6 +6,7 @@ run on them; its value is a valid lower bound on every plan of the node (the LP 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -112,27 +113,26 @@ def columns(order: np.ndarray) -> np.ndarray:
 
 RC_MIN = 1e-6  # eq. N19: a smaller reduced cost of tau gives no useful cap
 DUAL_TOL = 1e-7  # HiGHS' default dual_feasibility_tolerance (eq. N19's slack)
-_POOL = threading.Lock()
-_pool_threads: list = []  # the "threads" option the global pool was last made for (empty: never, this process)
+_pools = threading.local()  # .threads: the "threads" option this thread's pool was last made for (unset: never)
 
 
-def run(h) -> None:
-    """``h.run()`` on a global thread pool made for its thread count: HiGHS keeps one pool sized by its first
-    run, and a later run that asked for another thread count (the LP bounds here, the MILP's node runs with
-    ``--threads``) returned model status "Not Set" at once, every time (measured: bench rows, highspy 1.16).
-    The pool is made afresh only when the count differs from the last one's: a reset before every run cost
-    3.3 of 8.4 ms CPU per node LP (Sailor's 80+240 row, 400 LPs a solve under eq. N2b)."""
+def run(h, race=None) -> None:
+    """``h.run()`` on a thread pool made for its thread count: HiGHS keeps one pool per calling thread
+    (HighsTaskExecutor's thread-local handle), sized by that thread's first run, and a later run on the thread that
+    asked for another thread count (the LP bounds here, the MILP's node runs with ``--threads``) returned model
+    status "Not Set" at once, every time (measured: bench rows, highspy 1.16). The pool is made afresh only when
+    the count differs from the thread's last one: a reset before every run cost 3.3 of 8.4 ms CPU per node LP
+    (Sailor's 80+240 row, 400 LPs a solve under eq. N2b). ``race`` (eq. N21): its end stops the run too."""
     threads = _option(h, "threads")
-    with _POOL:
-        if _pool_threads != [threads]:
-            highspy.Highs.resetGlobalScheduler(True)
-            _pool_threads[:] = [threads]
+    if getattr(_pools, "threads", None) != threads:
+        highspy.Highs.resetGlobalScheduler(True)
+        _pools.threads = threads
     dl = current()
-    if not dl.handles_sigint:
+    if not dl.handles_sigint and race is None:
         h.run()
         return
-    h.HandleUserInterrupt = True  # cancelSolve (deadline.interrupt on Ctrl-C) then stops the run
-    with dl.stopper(h.cancelSolve):
+    h.HandleUserInterrupt = True  # cancelSolve (deadline.interrupt on Ctrl-C, the race's end) then stops the run
+    with dl.stopper(h.cancelSolve), (race.stopper(h.cancelSolve) if race is not None else contextlib.nullcontext()):
         h.run()
 
 

@@ -1,0 +1,78 @@
+"""One node model solved by HiGHS' branch and bound through highspy: the MILP method's engine (``milp.py``, which
+falls back to CBC) and CP-SAT's racer (eq. N21, ``cpsat._race_node``)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from haap_milp.problem import Assignment, Problem, evaluate
+from haap_milp.solvers.common.branch_and_bound import VariantResult
+from haap_milp.solvers.common.lp import columns, highs_model, highspy, run
+from haap_milp.solvers.common.model import LinModel, decode, start_values
+from haap_milp.specs import SolveOptions
+
+ABS_GAP_S = 1e-6  # HiGHS mip_abs_gap (its default): an optimum is proven to within this many seconds
+
+
+def column_order(n: int) -> np.ndarray:
+    """The MILP's column order: the variables sorted by the string ``f"{i}_"`` (0, 1, 10, 100, ..., 11,
+    ...), the order PuLP gave HiGHS before this module drove highspy itself (PuLP sorts its variables
+    by name, and the names were ``v{i}_...``). HiGHS' branch and bound depends on the column order; kept
+    so that the search is the one measured before. Measured (islands case of
+    tests/test_planner_integration.py, loaded machine): this order 17-18 s to OPTIMAL, the LinModel's own
+    order 30-34 s (two nodes hit their time share instead of proving infeasibility at once)."""
+    return np.array(sorted(range(n), key=lambda i: f"{i}_"), dtype=np.int64)
+
+
+def race_node(problem: Problem, lm: LinModel, cutoff: float | None, time_s: float, hint: Assignment | None,
+              options: SolveOptions, race) -> VariantResult:
+    """HiGHS on one node as a racer of eq. N21 (``common.race``), one thread, stopped by the race's end."""
+    if race.over:
+        return VariantResult("NO_SOLUTION", stats={"backend": "highs"})
+    one = options.model_copy(update={"threads": 1})
+    return highs_node(problem, lm, cutoff, time_s, hint, one, time.perf_counter(), race)
+
+
+def highs_node(problem: Problem, lm: LinModel, cutoff: float | None, time_s: float, hint: Assignment | None,
+                options: SolveOptions, t0: float, race=None) -> VariantResult:
+    order = column_order(len(lm.names))
+    col = columns(order)
+    h = highs_model(lm, integer=True, cutoff_s=cutoff, cutoff_tol_s=ABS_GAP_S, order=order)  # cutoff: eq. X2
+    vals = start_values(lm, hint) if hint is not None else None
+    if vals is not None:
+        n = len(lm.names)  # eq. N2c: each expression column at its value (highs_model puts them after the variables)
+        full = {**{col[v]: x for v, x in vals.items()},
+                **{n + e: sum(c * vals[v] for v, c in terms.items()) for e, terms in enumerate(lm.exprs)}}
+        h.setSolution(len(full), np.fromiter(full.keys(), np.int64, len(full)).astype(np.int32),
+                      np.fromiter(full.values(), np.float64, len(full)))
+    build_s = time.perf_counter() - t0
+    for key, value in (("time_limit", float(max(time_s - build_s, 0.01))), ("threads", int(options.threads)),
+                       ("mip_rel_gap", float(options.relative_gap)), ("random_seed", int(options.seed)),
+                       ("mip_abs_gap", ABS_GAP_S)):
+        h.setOptionValue(key, value)
+    run(h, race)
+    ms = h.getModelStatus()
+    info = h.getInfo()
+    stats = {"build_s": round(build_s, 4), "vars": len(lm.names), "rows": len(lm.rows), "hinted": int(vals is not None),
+             "tolerance_s": ABS_GAP_S, "backend": "highs", "gap_rel": options.relative_gap,
+             "highs_status": h.modelStatusToString(ms), "nodes": int(info.mip_node_count)}
+    has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    bound = info.mip_dual_bound + lm.obj_const if math.isfinite(info.mip_dual_bound) else None
+    status = highspy.HighsModelStatus
+    if ms == status.kInfeasible:
+        return VariantResult("INFEASIBLE", stats=stats)
+    if has_sol:
+        a = decode(lm, np.asarray(h.getSolution().col_value)[col])
+        # HiGHS' rows hold within its primal feasibility tolerance (1e-7), so its tau and sigma may sit that far below
+        # the plan's own, (M - 1) tau amplifying it: the plan's T (evaluate) can exceed HiGHS' objective, to which the
+        # dual bound is proven within ABS_GAP_S. Measured: a random problem with M = 16, HiGHS' objective and bound
+        # 0.0762289 s, the plan 0.0762309 s (the brute-force optimum)
+        model_err = evaluate(problem, a) - (info.objective_function_value + lm.obj_const)
+        stats["tolerance_s"] = ABS_GAP_S + max(0.0, float(model_err))
+        return VariantResult("OPTIMAL" if ms == status.kOptimal else "FEASIBLE", a, bound, stats)
+    if ms in (status.kTimeLimit, status.kInterrupt):
+        return VariantResult("NO_SOLUTION", bound_s=bound, stats=stats)
+    return VariantResult("ERROR", stats=stats, message=f"HiGHS: {stats['highs_status']}")
