@@ -166,6 +166,16 @@ class Variant:
     #: search of ``frontier.py`` sets them; every solver's objective and ``evaluate`` include them
     extra: ExtraObjective | None = None
 
+    @cached_property  # stage_times / sync_times run per local-search candidate: Python floats, not numpy scalars
+    def cost_lists(self) -> tuple[list, ...] | None:
+        """(layer_time, first_time, last_time, sync_fixed, sync_per_layer, sync_first, sync_last) as lists of Python
+        floats (the same doubles), or None when an array is not float64 (its products would round differently)."""
+        arrays = (self.layer_time, self.first_time, self.last_time, self.sync_fixed, self.sync_per_layer,
+                  self.sync_first, self.sync_last)
+        if any(np.asarray(x).dtype != np.float64 for x in arrays):
+            return None
+        return tuple(np.asarray(x).tolist() for x in arrays)
+
 
 @dataclass(frozen=True)
 class ExtraObjective:
@@ -270,14 +280,22 @@ def stage_memory(problem: Problem, a: Assignment) -> list[float]:
 def stage_times(problem: Problem, a: Assignment) -> list[float]:
     """t_j of eq. T1."""
     v = problem.variants[a.variant]
+    lists = v.cost_lists
+    if lists is None:
+        return _stage_sums(a, v.layer_time, v.first_time, v.last_time)
+    return _stage_sums(a, *lists[:3])
+
+
+def _stage_sums(a: Assignment, per_layer, first, last, fixed=None) -> list[float]:
+    """Per stage ``[fixed] + n per_layer + [j = 0] first + [j = P-1] last``, added in that order (eqs. T1a, T1c)."""
     p = len(a.stages)
     out = []
     for j, st in enumerate(a.stages):
         o = st.option
-        t = st.num_layers * v.layer_time[o]
-        t += v.first_time[o] if j == 0 else 0.0
-        t += v.last_time[o] if j == p - 1 else 0.0
-        out.append(float(t))
+        x = st.num_layers * per_layer[o] if fixed is None else fixed[o] + st.num_layers * per_layer[o]
+        x += first[o] if j == 0 else 0.0
+        x += last[o] if j == p - 1 else 0.0
+        out.append(float(x))
     return out
 
 
@@ -298,15 +316,10 @@ def wrap_time(problem: Problem, a: Assignment) -> float:
 def sync_times(problem: Problem, a: Assignment) -> list[float]:
     """s_j of eq. T1."""
     v = problem.variants[a.variant]
-    p = len(a.stages)
-    out = []
-    for j, st in enumerate(a.stages):
-        o = st.option
-        s = v.sync_fixed[o] + st.num_layers * v.sync_per_layer[o]
-        s += v.sync_first[o] if j == 0 else 0.0
-        s += v.sync_last[o] if j == p - 1 else 0.0
-        out.append(float(s))
-    return out
+    lists = v.cost_lists
+    if lists is None:
+        return _stage_sums(a, v.sync_per_layer, v.sync_first, v.sync_last, v.sync_fixed)
+    return _stage_sums(a, lists[4], lists[5], lists[6], lists[3])
 
 
 def evaluate(problem: Problem, a: Assignment) -> float:

@@ -275,9 +275,10 @@ def test_polish_is_bounded_by_moves_not_by_the_clock(monkeypatch):
 
 
 def test_polish_screen_never_rejects_a_better_candidate_and_keeps_the_plans(monkeypatch):
-    """polish._no_better (the (M - 1) max t + sum t screen before ``evaluate``) holds for every candidate at its own
-    objective (never True at a limit just above it; eq. T1 in floating point), is True on a good share of the moves
-    it is asked about, and polish returns the same plans with the screen off; large problems of 2-3 types."""
+    """polish._no_better (the (M - 1) max t + sum t screen before ``evaluate``; interleaved, (M - 1/vpp) max t +
+    sum t / vpp) holds for every candidate at its own objective (never True at a limit just above it under 1F1B;
+    eqs. T1, I1 in floating point), is True on a good share of the moves it is asked about, plain and interleaved,
+    and polish returns the same plans with the screen off; large problems of 2-3 types."""
     screened = asked = 0
     real = polish_mod._no_better
 
@@ -291,14 +292,25 @@ def test_polish_screen_never_rejects_a_better_candidate_and_keeps_the_plans(monk
         assert not real(problem, a, obj * (1 + 1e-15) + 1e-300) or problem.variants[a.variant].vpp > 1
         return got
 
-    for seed, types in ((0, 2), (1, 3)):
+    per_vpp = {1: [0, 0], 4: [0, 0]}
+    for seed, types, vpp in ((0, 2, 1), (1, 3, 1), (0, 2, 4), (1, 3, 4)):
         problem = large_problem(seed, num_gpus=256, num_types=types, num_layers=32)
-        a = get_solver("uniform")(problem, SolveOptions(time_limit_s=10)).assignment
+        if vpp > 1:  # interleaved copies only (eq. I1's screen), P = 8
+            copies = [v for v in interleaved_variants(problem.variants, (vpp,), problem.max_stages, 32)
+                      if v.num_stages == 8]
+            problem = replace(problem, variants=tuple(copies))
+        start = "uniform" if vpp == 1 else "dp"  # (the uniform baseline leaves interleaved copies out)
+        a = get_solver(start)(problem, SolveOptions(time_limit_s=10)).assignment
+        assert a is not None and problem.variants[a.variant].vpp == vpp
+        before = (screened, asked)
         monkeypatch.setattr(polish_mod, "_no_better", count)
         with_screen = polish_mod.polish(problem, a, max_moves=3000)
         monkeypatch.setattr(polish_mod, "_no_better", lambda *args: False)
         assert polish_mod.polish(problem, a, max_moves=3000) == with_screen
-    assert asked >= 1000 and screened >= asked // 4, (screened, asked)
+        per_vpp[vpp][0] += screened - before[0]
+        per_vpp[vpp][1] += asked - before[1]
+    for vpp, (scr, ask) in per_vpp.items():
+        assert ask >= 500 and scr >= ask // 4, (vpp, scr, ask)
 
 
 # --- MILP backends: HiGHS (highspy) and the CBC fallback (milp.py) ----------------------------------

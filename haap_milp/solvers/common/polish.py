@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from haap_milp.deadline import current
-from haap_milp.pipeline import sync_share
+from haap_milp.pipeline import interleaved_tau_weight, sync_share
 from haap_milp.problem import Assignment, Problem, Stage, evaluate, stage_times, sync_times, violations
 
 # candidate plans per call. Measured (synthetic instances of tests/synthetic.py, 40 small and six of
@@ -48,13 +48,17 @@ def _feasible_better(problem: Problem, a: Assignment, best: float) -> float | No
 def _no_better(problem: Problem, a: Assignment, limit: float) -> bool:
     """True when the candidate's T cannot be below ``limit``: under 1F1B without eq. EX1's terms, T = (M - 1) tau +
     sum t + sum c + sigma with tau >= max t and sum c, sigma >= 0 (eqs. T1-T3), so (M - 1) max t + sum t, formed
-    from the same stage times and added in the same order, is at most ``evaluate``'s value in floating point too. A
-    screen only (the candidate counts as tried either way): it skips ``evaluate`` (~30 us) for the many option and
-    layer moves whose slowest stage alone rules them out, at the price of ``stage_times`` (~5 us)."""
+    from the same stage times and added in the same order, is at most ``evaluate``'s value in floating point too;
+    interleaved (eq. I1), T_v = (M - 1/vpp) tau_v + sum t / vpp + (links, sigma_v >= 0) with tau_v >= max t, so
+    (M - 1/vpp) max t + sum t / vpp likewise. A screen only (the candidate counts as tried either way): it skips
+    ``evaluate`` (~30 us; ~45 us interleaved) for the many option and layer moves whose slowest stage alone rules
+    them out, at the price of ``stage_times`` (~5 us)."""
     v = problem.variants[a.variant]
-    if v.vpp > 1 or v.extra is not None:
+    if v.extra is not None:
         return False
     t = stage_times(problem, a)
+    if v.vpp > 1:
+        return interleaved_tau_weight(v.num_microbatches, v.vpp) * max(t) + sum(t) / v.vpp >= limit
     return (v.num_microbatches - 1) * max(t) + sum(t) >= limit
 
 
