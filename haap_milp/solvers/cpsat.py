@@ -70,6 +70,7 @@ RACE = True  # eq. N21: HiGHS races CP-SAT on each node when there are two threa
 # eq. N21: a model this small (the search's own "small" size, SMALL_MODEL) is solved in milliseconds; racing it
 # cost 2 ms more a node (median 6.1 -> 8.0 ms over 40 random node models) and its plan would hang on the timing
 RACE_MIN_VARS = 400
+FINISHED = ("OPTIMAL", "INFEASIBLE")  # a racer's statuses that end the race (the node needs no more time)
 PROBING = 0  # presolve probing on this model creates millions of binary clauses (measured), so off
 
 
@@ -106,9 +107,6 @@ def _race_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float | 
         done=lambda res: res.status in FINISHED,
         failed=lambda exc: VariantResult("ERROR", message=f"{type(exc).__name__}: {exc}"))
     return _merge(problem, mine, theirs)
-
-
-FINISHED = ("OPTIMAL", "INFEASIBLE")
 
 
 def _merge(problem: Problem, mine: VariantResult, theirs: VariantResult) -> VariantResult:

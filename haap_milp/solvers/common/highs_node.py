@@ -37,7 +37,9 @@ def race_node(problem: Problem, lm: LinModel, cutoff: float | None, time_s: floa
 
 
 def highs_node(problem: Problem, lm: LinModel, cutoff: float | None, time_s: float, hint: Assignment | None,
-                options: SolveOptions, t0: float, race=None) -> VariantResult:
+               options: SolveOptions, t0: float, race=None) -> VariantResult:
+    """HiGHS' branch and bound on one node model with the cut-off row of eq. X2 and the hint as its start; the plan's
+    T is ``evaluate`` of the decoded plan, the bound HiGHS' dual bound (``race``: eq. N21, its end stops the run)."""
     order = column_order(len(lm.names))
     col = columns(order)
     h = highs_model(lm, integer=True, cutoff_s=cutoff, cutoff_tol_s=ABS_GAP_S, order=order)  # cutoff: eq. X2
