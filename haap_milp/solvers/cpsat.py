@@ -282,7 +282,7 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     hinted = False if interleaved else _add_hint(cp, lm, x, S, lows, hint)
     build_s = time.perf_counter() - t0
     solver = _params(options, time_s - build_s, primal)
-    if race is not None and race.over:  # eq. N21: the other racer finished the node while this model was built
+    if race is not None and race.interrupted:  # eq. N21: the other racer finished the node while this model was built
         return VariantResult("NO_SOLUTION", stats={"build_s": round(build_s, 4), "vars": len(lm.names)})
     with current().stopper(solver.stop_search), (race.stopper(solver.stop_search) if race else contextlib.nullcontext()):
         code = solver.solve(cp)

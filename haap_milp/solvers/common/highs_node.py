@@ -30,7 +30,7 @@ def column_order(n: int) -> np.ndarray:
 def race_node(problem: Problem, lm: LinModel, cutoff: float | None, time_s: float, hint: Assignment | None,
               options: SolveOptions, race) -> VariantResult:
     """HiGHS on one node as a racer of eq. N21 (``common.race``), one thread, stopped by the race's end."""
-    if race.over:
+    if race.interrupted:
         return VariantResult("NO_SOLUTION", stats={"backend": "highs"})
     one = options.model_copy(update={"threads": 1})
     return highs_node(problem, lm, cutoff, time_s, hint, one, time.perf_counter(), race)

@@ -6,55 +6,24 @@ many times faster than the other, and which one is not known before (measured on
 HiGHS proved in 0.46 s a node CP-SAT needed 6 s for, CP-SAT in 0.6 s a node HiGHS needed 3.2 s for).
 Both release the GIL while they search, so on two cores the race costs the faster engine little.
 
-This module knows no solver: a racer is a function of the ``Race`` it registers its stop with.
+This module knows no solver: a racer is a function of the race's own ``Deadline`` (no time limit, its own interrupt
+flag), with whose ``stopper`` it registers its stop; the race's end is that deadline's ``interrupt``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
+
+from haap_milp.deadline import Deadline
 
 R = TypeVar("R")
 POLL_S = 0.01  # s between stop calls while a stopped racer winds down (a stop before its search starts is lost)
 _pool: list[ThreadPoolExecutor] = []
 _pool_lock = threading.Lock()
-
-
-class Race:
-    """The stops of one race's racers; ``end`` calls every stop registered now (again on each call)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._stops: dict[int, Callable[[], object]] = {}
-        self._next = 0
-        self.over = False
-
-    @contextlib.contextmanager
-    def stopper(self, stop: Callable[[], object]) -> Iterator[None]:
-        """Call ``stop`` on ``end`` while inside the block (at once if the race is already over)."""
-        with self._lock:
-            key, self._next = self._next, self._next + 1
-            self._stops[key] = stop
-            over = self.over
-        if over:
-            with contextlib.suppress(Exception):
-                stop()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._stops.pop(key, None)
-
-    def end(self) -> None:
-        with self._lock:
-            self.over = True
-            stops = list(self._stops.values())
-        for stop in stops:
-            with contextlib.suppress(Exception):
-                stop()
 
 
 def _helper() -> ThreadPoolExecutor:
@@ -66,16 +35,16 @@ def _helper() -> ThreadPoolExecutor:
         return _pool[0]
 
 
-def race(here: Callable[[Race], R], there: Callable[[Race], R], done: Callable[[R], bool],
+def race(here: Callable[[Deadline], R], there: Callable[[Deadline], R], done: Callable[[R], bool],
          failed: Callable[[BaseException], R]) -> tuple[R, R]:
     """Run ``there`` on the helper thread and ``here`` on this one; when either returns a result ``done`` accepts,
     the other is stopped, again every POLL_S until it returns (a stop sent before its search started is lost).
     Returns both results (``failed(exc)`` for a racer that raised). Never leaves a racer running: this thread
     waits for ``there``, and stops it unless ``here`` returned unfinished (``there`` then keeps its own time)."""
-    r = Race()
+    r = Deadline(None)  # the race: its interrupt is the end, calling every stop registered with it
     here_back = threading.Event()
 
-    def run(fn: Callable[[Race], R]) -> R:
+    def run(fn: Callable[[Deadline], R]) -> R:
         try:
             return fn(r)
         except Exception as exc:  # noqa: BLE001 - a failed racer is a result; the other may still finish
@@ -85,7 +54,7 @@ def race(here: Callable[[Race], R], there: Callable[[Race], R], done: Callable[[
         out = run(there)
         if done(out):
             while not here_back.is_set():
-                r.end()
+                r.interrupt()
                 here_back.wait(POLL_S)
         return out
 
@@ -98,7 +67,7 @@ def race(here: Callable[[Race], R], there: Callable[[Race], R], done: Callable[[
         stop = mine is None or done(mine)  # interrupted, or ``here`` finished the node; else ``there`` keeps its time
         while not fut.done():
             if stop:
-                r.end()
+                r.interrupt()
             with contextlib.suppress(Exception):
                 fut.result(timeout=POLL_S)
     return mine, fut.result()
