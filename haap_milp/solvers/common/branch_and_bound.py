@@ -44,7 +44,7 @@ from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.joint_capacity import joint_units
 from haap_milp.solvers.common.lp import LPRelaxation, lp_relaxation, tau_cap
 from haap_milp.solvers.common.model import LinModel, build_model
-from haap_milp.solvers.common.polish import polish
+from haap_milp.solvers.common.polish import exchange, polish
 from haap_milp.solvers.common.sigma_dp import sigma_bound
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables, stage_count_bounds
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
@@ -60,6 +60,14 @@ PRIMAL_SHARE = 0.0
 # candidate plans of the local search on each new incumbent: the stage DPs offer many (measured: 10,000 moves
 # took 2 s on a 1278-option MoE problem, 200 us each)
 OFFER_MOVES = 2_000
+# eq. LS1f on each new incumbent that an engine's node gives on an interleaved copy, after its polish (whose 2,000
+# candidates end before the local optimum where the walk tries LS1f on 16-stage copies: 4,597 from the engine's 0.48319 s
+# plan on gpt3-13b x hetero3-4096, which LS1f takes to 0.47831 s, the optimum 0.47781 s). Not a larger OFFER_MOVES: 5,000
+# reached that plan but lost mixtral-8x7b x 4096 x 3 types' (CLI space) 0.8650 s plan (0.8876 s, 6.1 -> 9.6-11.3 % at
+# 10 s), a better polished incumbent earlier pruning the node that found it. Not on the DPs' plans as well: on the
+# instance above LS1f then takes the stage DP's 0.48921 s plan to 0.48223 s, a local optimum of LS1 and LS1f from which
+# the search's later plans no longer count (1.50 % at 10 s)
+USE_OFFER_EXCHANGE = True
 USE_STAGE_DP = True
 # eq. N11: the Lagrangian multipliers of the stage DP by a trust-region cutting-plane method when several rows are
 # priced (measured: llama3-70b x 3 types x 1024 GPUs, nodes the LP proves empty reached the cut-off in 5-9 DP runs;
@@ -224,7 +232,9 @@ class _State:
     several_groups: bool = True  # two or more groups, e.g. one GPU type on two islands (eq. LS4c runs only then)
     lagr: dict = field(default_factory=dict)  # eq. N17: the node's Lagrangian results by (signature, island part)
 
-    def offer(self, problem: Problem, a: Assignment | None, who: str) -> None:
+    def offer(self, problem: Problem, a: Assignment | None, who: str, engine: bool = False) -> None:
+        """``a`` becomes the incumbent if it beats it, polished (eq. LS1; an engine's plan on an interleaved copy eq.
+        LS1f too)."""
         if a is None:
             return
         bad = violations(problem, a, time_bound=False)
@@ -237,6 +247,8 @@ class _State:
         obj = evaluate(problem, a)
         if obj < self.inc_obj:
             a = polish(problem, a, OFFER_MOVES)  # eq. LS1 (a move budget), then the form the models accept (eqs. D1, S1)
+            if USE_OFFER_EXCHANGE and engine and problem.variants[a.variant].num_stages:  # eq. LS1f (the budget cut LS1)
+                a = exchange(problem, a, OFFER_MOVES)
             a = canonical(problem, build_tables(problem, a.variant), a)
             self.inc, self.inc_obj = a, evaluate(problem, a)
 
@@ -305,7 +317,7 @@ def _call(problem, options, st: _State, lm, nb, cutoff, share, hint, name, solve
         st.stats["fallback_nodes"] = st.stats.get("fallback_nodes", 0) + 1
     if res.status == "ERROR":
         st.errors.append(res.message)
-    st.offer(problem, res.assignment, name)
+    st.offer(problem, res.assignment, name, engine=True)
     return res
 
 

@@ -5,8 +5,9 @@ Moves, each kept only if the plan stays feasible (``problem.violations``) and ``
 drops: the stages in another order (eq. LS1d: the middle stages by their DP sync, then two neighbours swapped);
 change one stage's option; move one layer to another stage; split a stage in two with
 the same option; merge two neighbouring stages into one with either option; every stage's option regraded on
-the same GPUs against a cap on its sync (eq. LS1e); the same stages under another micro-batch variant (eq. LS1b:
-another micro-batch count or vpp). First
+the same GPUs against a cap on its sync (eq. LS1e); on an interleaved copy (a fixed stage count) one stage split in
+two and two stages of one group merged in one candidate (eq. LS1f, ``exchange_moves.py``); the same stages under
+another micro-batch variant (eq. LS1b: another micro-batch count or vpp). First
 improvement, deterministic order, stopped at a local optimum or after ``max_moves`` candidate
 plans (a count, not a clock: the same input gives the same plan whatever the machine's load).
 """
@@ -20,6 +21,7 @@ import numpy as np
 from haap_milp.deadline import current
 from haap_milp.pipeline import interleaved_tau_weight, sync_share
 from haap_milp.problem import Assignment, Problem, Stage, evaluate, stage_times, sync_times, violations
+from haap_milp.solvers.common.exchange_moves import exchange_moves
 
 # candidate plans per call. Measured (synthetic instances of tests/synthetic.py, 40 small and six of
 # 256/1024 GPUs): from the raw DP plan the search reached its local optimum after at most 4,912
@@ -32,6 +34,11 @@ USE_ORDER_MOVES = True  # eq. LS1d: the stages reordered, before the other moves
 # 1/GRADE_CAPS to all of the plan's largest sync, at a local optimum of the other moves (before the variant moves)
 USE_GRADE_MOVES = True
 GRADE_CAPS = 20
+# eq. LS1f (exchange_moves.py): one stage split in two and two stages of one group merged, the stage count kept, at a
+# local optimum of the moves before it (after LS1e, before LS1b); on every variant or only where the stage count is
+# fixed (interleaved copies, eq. I5), where LS1's own split and merge leave the variant
+USE_EXCHANGE_MOVES = True
+EXCHANGE_FIXED_P_ONLY = True
 
 
 def _feasible_better(problem: Problem, a: Assignment, best: float) -> float | None:
@@ -172,6 +179,25 @@ def _variant_moves(problem: Problem, a: Assignment):
             yield Assignment(v, a.stages)
 
 
+def _lazy(fn, *args):
+    """``fn(*args)``'s candidates, computed only when the walk reaches them."""
+    yield from fn(*args)
+
+
+def exchange(problem: Problem, a: Assignment, max_moves: int, rounds: int = 4) -> Assignment:
+    """Eq. LS1f from ``a`` (feasible) itself: the first feasible candidate that beats it, polished (eq. LS1, at most
+    ``max_moves`` candidates), at most ``rounds`` times; ``a`` when none beats it. For a plan whose polish the move
+    budget ended before the local optimum where the walk tries eq. LS1f (an offered plan, ``OFFER_MOVES``)."""
+    obj = evaluate(problem, a)
+    for _ in range(rounds):
+        found = next((c for c in exchange_moves(problem, a, obj) if _feasible_better(problem, c, obj) is not None), None)
+        if found is None:
+            break
+        a = polish(problem, found, max_moves)
+        obj = evaluate(problem, a)
+    return a
+
+
 def polish(problem: Problem, a: Assignment, max_moves: int = MAX_MOVES) -> Assignment:
     """A plan no worse than ``a`` (``a`` itself if it is infeasible) after at most ``max_moves``
     candidate plans (fewer when the deadline of ``deadline.current()`` passes: the best so far)."""
@@ -203,6 +229,8 @@ class Polish:
                 moves = (_order_moves(self.problem, self.best),) + moves
             if USE_GRADE_MOVES:
                 moves += (_grade_moves(self.problem, self.best),)
+            if USE_EXCHANGE_MOVES and (self.problem.variants[self.best.variant].num_stages or not EXCHANGE_FIXED_P_ONLY):
+                moves += (_lazy(exchange_moves, self.problem, self.best, self.best_obj),)
             if USE_VARIANT_MOVES:
                 moves += (_variant_moves(self.problem, self.best),)
             for gen in moves:

@@ -1,0 +1,241 @@
+"""Eq. LS1f of formulations/dp.md: the local search's stage-count-preserving move, one stage split in two and two
+stages of one group merged into one, in a single candidate.
+
+An interleaved copy fixes its stage count (eq. I5), so eq. LS1's split and merge, each of which changes it, are not
+plans of that variant, and neither is either half of this move on its own. Each half keeps its GPUs: the split's two
+stages use at most the split stage's GPUs of its group (plus the group's idle ones), the merged stage at most the
+two merged stages' (plus idle), so the halves meet only in the layer count (``d``: layers the split stage gains,
+the merged pair loses) and in the capacity of a group both touch (checked exactly here, memory by ``violations``).
+
+Measured: gpt3-13b x hetero3-4096 (gbs 1024, the CLI's space), the 10 s search's incumbent 0.48279 s (interleaved,
+M 16, vpp 4, P 16; a local optimum of eq. LS1's other moves) -> 0.47831 s by one such candidate (the first
+stage's 128 H100 split into two stages of 64, one layer more; two A100-80GB stages of 256 GPUs and 2 layers merged
+into one of 512 and 3 layers); the proven optimum is 0.47781 s.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from haap_milp.pipeline import BWD_SHARE, exposed_sync, interleaved_tau_weight, sync_share
+from haap_milp.problem import Assignment, Problem, Stage, stage_times, sync_times
+
+# candidates per call, best first by ``_score``. Measured on the instance above: 209 splits and 14 merges pass the
+# time cap, ~600 composite candidates, the improving one ranked 3rd
+EXCHANGE_TOP = 64
+# halves kept by their own key (``_Base.key``: what each alone adds to T) before they are combined: the merges per layer
+# shift d, the splits per stage, d and whether they need GPUs a merge frees (such a split ranks well alone, its merge
+# pays for it: ranked together they crowd out the splits within the stage's own GPUs)
+MERGES_KEPT = 48
+SPLITS_KEPT = 4
+EXCHANGE_SCORED = 2000  # combinations scored (by ``_score``, ~20 us each), the lowest by the cheaper bound first
+LAYER_SHIFTS = (-1, 0, 1)  # d
+
+
+def exchange_moves(problem: Problem, a: Assignment, best: float):
+    """Candidates of eq. LS1f whose score is below ``best`` (a lower bound on T without links, so none above it can
+    beat ``best``; under eq. EX1's terms no filter), at most EXCHANGE_TOP, lowest score first; none on a plan of
+    fewer than three stages. Mixed-type stages (eq. H1) are neither split nor merged."""
+    v = problem.variants[a.variant]
+    if len(a.stages) < 3 or v.cost_lists is None:
+        return
+    limit = best if v.extra is None else float("inf")
+    front = _Fronts(problem, a.variant, max(stage_times(problem, a)))  # no new stage slower than the slowest
+    used = Counter()
+    for s in a.stages:
+        used.update(dict(problem.options[s.option].usage))
+    free = {g: problem.group_capacity[g] - used[g] for g in range(len(problem.groups))}
+    base = _Base(problem, a)
+    merges = _best(_merges(problem, a, front, free, base), MERGES_KEPT, lambda h: h[0][2])  # per d
+    spare = Counter()  # per group, the most GPUs a kept merge there frees
+    for _, _, g, dg, _ in merges:
+        spare[g] = max(spare[g], -dg)
+    # per (j, d, whether the split needs GPUs a merge frees)
+    splits = _best(_splits(problem, a, front, free, spare, base), SPLITS_KEPT, lambda h: (*h[0][:2], h[3] > free[h[2]]))
+    # combos within a cheaper bound (the untouched stages' layer times alone: their embedding or head may move), by the
+    # sum of their halves' keys, the EXCHANGE_SCORED lowest scored
+    core = [s.num_layers * v.cost_lists[0][s.option] for s in a.stages]
+    top = _top(core)
+    w, vpp, total, combos = base.w, base.vpp, sum(core), []
+    for (j, d, pair), ts, gs, ds, key_s in splits:
+        for (k, m, d2, z), tz, gm, dm, key_m in merges:
+            if d2 != d or j in (k, m) or (ds + dm > free[gs] if gs == gm else ds > free[gs] or dm > free[gm]):
+                continue  # (eq. G1 on the groups the two halves change)
+            rest_max = _max_without(core, top, (j, k, m))
+            lb = w * max(rest_max, *ts, tz) + (total - core[j] - core[k] - core[m] + sum(ts) + tz) / vpp
+            if lb < limit:
+                combos.append((key_s + key_m, len(combos), (j, pair, k, m, z)))
+    combos.sort(key=lambda c: c[:2])
+    scored, seen = [], {a.stages}
+    for _, _, parts in combos[:EXCHANGE_SCORED]:
+        c = _compose(a, *parts)
+        if c.stages in seen:  # (equal stages give the same candidate from several combos)
+            continue
+        seen.add(c.stages)
+        score = _score(problem, c)
+        if score < limit:
+            scored.append((score, len(scored), c))
+    scored.sort(key=lambda s: s[:2])
+    for _, _, c in scored[:EXCHANGE_TOP]:
+        yield c
+
+
+def _best(halves, per: int, by) -> list:
+    """Per ``by(half)``, the ``per`` halves of lowest key (ties: in the order given)."""
+    groups = defaultdict(list)
+    for i, h in enumerate(halves):
+        groups[by(h)].append((h[-1], i, h))
+    return [h for g in sorted(groups) for _, _, h in sorted(groups[g])[:per]]
+
+
+class _Base:
+    """The plan's stage times and syncs, for the halves' keys (eq. I1's beta over vpp when interleaved, eq. T3's
+    otherwise)."""
+
+    def __init__(self, problem: Problem, a: Assignment):
+        v = problem.variants[a.variant]
+        self.w, self.vpp = interleaved_tau_weight(v.num_microbatches, v.vpp), max(1, v.vpp)
+        self.beta = BWD_SHARE / v.vpp if v.vpp > 1 else sync_share(problem.p2p_blocking)
+        self.t, self.s = stage_times(problem, a), sync_times(problem, a)
+        self.now = self._proxy(self.t, self.s)
+
+    def _proxy(self, t: list, s: list) -> float:
+        return self.w * max(t) + sum(t) / self.vpp + exposed_sync(t, s, self.beta)
+
+    def key(self, at: int, gone: tuple, times: tuple, syncs: tuple) -> float:
+        """What the plan's w max t + sum t / vpp + sigma gains when stages ``gone`` leave and stages of these times
+        and syncs stand at ``at`` (before the removal), the other stages as they are: the later stages' offsets in
+        sigma move with the times before them (a split early in the pipeline lowers the syncs' exposure after it)."""
+        keep = [i for i in range(len(self.t)) if i not in gone]
+        pos = sum(1 for i in keep if i < at)
+        t = [self.t[i] for i in keep]
+        s = [self.s[i] for i in keep]
+        t[pos:pos] = times
+        s[pos:pos] = syncs
+        return self._proxy(t, s) - self.now
+
+
+def _top(x: list) -> list:
+    return sorted(range(len(x)), key=lambda i: -x[i])[:4]
+
+
+def _max_without(x: list, top: list, gone: tuple, empty: float = 0.0) -> float:
+    """max of ``x`` without the indices ``gone`` (at most three), from ``top``, its four largest."""
+    return next((x[i] for i in top if i not in gone), empty)
+
+
+def _gpus(problem: Problem, *stages: Stage) -> int:
+    return sum(problem.options[s.option].num_gpus for s in stages)
+
+
+class _Fronts:
+    """Per (group, layers, first, last): the allowed single-group options no slower than ``cap`` there that no other
+    such option dominates in GPUs, time, sync and memory (static and per in-flight micro-batch, as fractions of the
+    GPU's usable memory), as (option, GPUs, time, sync) by GPUs. A dominated option would make no candidate better in
+    ``_score`` and would fit memory no better, so the fronts keep the enumeration small (MoE problems have some
+    hundred options a group)."""
+
+    def __init__(self, problem: Problem, variant: int, cap: float):
+        v = self.v = problem.variants[variant]
+        self.cap, self.lists, self.cache = cap, v.cost_lists, {}
+        self.opts = defaultdict(list)  # group -> allowed single-group options
+        for o in np.flatnonzero(v.allowed).tolist():
+            if not problem.options[o].mix:
+                self.opts[problem.options[o].group].append(o)
+        self.gpus = [o.num_gpus for o in problem.options]
+
+    def __call__(self, g: int, n: int, first: bool, last: bool) -> list:
+        key = (g, n, first, last)
+        if key not in self.cache:
+            self.cache[key] = self._build(g, n, first, last)
+        return self.cache[key]
+
+    def _build(self, g: int, n: int, first: bool, last: bool) -> list:
+        v, (lt, ft, la, sf, sl, s1, s2) = self.v, self.lists
+        rows = []
+        for o in self.opts[g]:
+            t = n * lt[o] + (ft[o] if first else 0.0) + (la[o] if last else 0.0)
+            if t > self.cap:
+                continue
+            s = sf[o] + n * sl[o] + (s1[o] if first else 0.0) + (s2[o] if last else 0.0)
+            cap = float(v.mem_capacity[o])
+            static = (v.fixed_mem[o] + n * v.layer_static_mem[o] + (v.first_static_mem[o] if first else 0)
+                      + (v.last_static_mem[o] if last else 0)) / cap
+            act = (n * v.layer_act_mem[o] + (v.first_act_mem[o] if first else 0)
+                   + (v.last_act_mem[o] if last else 0)) / cap
+            rows.append((self.gpus[o], t, s, float(static), float(act), o))
+        rows.sort()
+        kept = []
+        for r in rows:
+            if not any(all(k[i] <= r[i] for i in range(5)) for k in kept):
+                kept.append(r)
+        return [(r[5], r[0], r[1], r[2]) for r in kept]
+
+
+def _splits(problem: Problem, a: Assignment, front, free, spare, base: _Base):
+    """Halves ((j, d, (x, y)), (t_x, t_y), group, GPUs added, key): stage j replaced by x then y of its group with
+    n_x + n_y = n_j + d, each on the front of its place (``_Fronts``), on at most stage j's GPUs plus the group's free
+    ones and the most a merge there frees; an inner stage's halves in one order (eq. LS1d reorders). Key:
+    ``_Base.key``."""
+    p, opt = len(a.stages), problem.options
+    for j, st in enumerate(a.stages):
+        if opt[st.option].mix:
+            continue
+        g, have = opt[st.option].group, opt[st.option].num_gpus
+        for d in LAYER_SHIFTS:
+            n = st.num_layers + d
+            for n1 in range(1, n):
+                ys = front(g, n - n1, False, j == p - 1)
+                for x, gx, tx, sx in front(g, n1, j == 0, False):
+                    for y, gy, ty, sy in ys:
+                        if gx + gy <= have + free[g] + spare[g] and (not 0 < j < p - 1 or (n1, x) <= (n - n1, y)):
+                            yield ((j, d, (Stage(x, n1), Stage(y, n - n1))), (tx, ty), g, gx + gy - have,
+                                   base.key(j, (j,), (tx, ty), (sx, sy)))
+
+
+def _merges(problem: Problem, a: Assignment, front, free, base: _Base):
+    """Halves ((k, m, d, z), t_z, group, GPUs added, key): stages k < m of one group replaced by z at k with
+    n_k + n_m - d layers, z on the front of its place (``_Fronts``; never last: stage m's successor or the split's
+    second stage ends the pipeline when m was last), on at most their GPUs plus the group's free ones. Key:
+    ``_Base.key``."""
+    p, opt = len(a.stages), problem.options
+    for k, sk in enumerate(a.stages):
+        for m in range(k + 1, p):
+            sm = a.stages[m]
+            g = opt[sk.option].group
+            if opt[sk.option].mix or opt[sm.option].mix or opt[sm.option].group != g:
+                continue
+            have = opt[sk.option].num_gpus + opt[sm.option].num_gpus
+            for d in LAYER_SHIFTS:
+                n = sk.num_layers + sm.num_layers - d
+                if n < 1:
+                    continue
+                for z, gz, tz, sz in front(g, n, k == 0, False):
+                    if gz <= have + free[g]:
+                        yield (k, m, d, Stage(z, n)), tz, g, gz - have, base.key(k, (k, m), (tz,), (sz,))
+
+
+def _compose(a: Assignment, j: int, pair, k: int, m: int, z: Stage) -> Assignment:
+    out = []
+    for i, s in enumerate(a.stages):
+        if i == j:
+            out.extend(pair)
+        elif i == k:
+            out.append(z)
+        elif i != m:
+            out.append(s)
+    return Assignment(a.variant, tuple(out))
+
+
+def _score(problem: Problem, c: Assignment) -> float:
+    """T of eq. T1 / I1 without its links, tau at its floor max t: (M - 1) max t + sum t + sigma (interleaved:
+    (M - 1/vpp) max t + sum t / vpp + sigma_v), at most ``time_of``'s value (eq. LS1c's bound plus sigma with the
+    same beta as ``pipeline.iteration_time``)."""
+    v = problem.variants[c.variant]
+    t, s = stage_times(problem, c), sync_times(problem, c)
+    if v.vpp > 1:
+        return interleaved_tau_weight(v.num_microbatches, v.vpp) * max(t) + sum(t) / v.vpp + exposed_sync(
+            t, s, BWD_SHARE / v.vpp)
+    return (v.num_microbatches - 1) * max(t) + sum(t) + exposed_sync(t, s, sync_share(problem.p2p_blocking))
