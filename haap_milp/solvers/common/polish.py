@@ -179,11 +179,6 @@ def _variant_moves(problem: Problem, a: Assignment):
             yield Assignment(v, a.stages)
 
 
-def _lazy(fn, *args):
-    """``fn(*args)``'s candidates, computed only when the walk reaches them."""
-    yield from fn(*args)
-
-
 def exchange(problem: Problem, a: Assignment, max_moves: int, rounds: int = 4) -> Assignment:
     """Eq. LS1f from ``a`` (feasible) itself: the first feasible candidate that beats it, polished (eq. LS1, at most
     ``max_moves`` candidates), at most ``rounds`` times; ``a`` when none beats it. For a plan whose polish the move
@@ -230,7 +225,7 @@ class Polish:
             if USE_GRADE_MOVES:
                 moves += (_grade_moves(self.problem, self.best),)
             if USE_EXCHANGE_MOVES and (self.problem.variants[self.best.variant].num_stages or not EXCHANGE_FIXED_P_ONLY):
-                moves += (_lazy(exchange_moves, self.problem, self.best, self.best_obj),)
+                moves += (exchange_moves(self.problem, self.best, self.best_obj),)  # (a generator: lazy)
             if USE_VARIANT_MOVES:
                 moves += (_variant_moves(self.problem, self.best),)
             for gen in moves:
