@@ -15,6 +15,7 @@ into one of 512 and 3 layers); the proven optimum is 0.47781 s.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -25,11 +26,16 @@ from haap_milp.problem import Assignment, Problem, Stage, stage_times, sync_time
 # candidates per call, best first by ``_score``. Measured on the instance above: 56 merges and 834 splits on the fronts
 # within the cap, 55 and 151 kept, 719 pairs scored, the improving candidate ranked first
 EXCHANGE_TOP = 64
-# halves kept by their own key (``_Base.key``: what each alone adds to T) before they are combined: the merges per layer
+# halves kept by their own key (``_Base.split_key``, ``merge_key``: what each alone adds to T) before they are combined: the merges per layer
 # shift d, the splits per stage, d and whether they need GPUs a merge frees (such a split ranks well alone, its merge
 # pays for it: ranked together they crowd out the splits within the stage's own GPUs)
 MERGES_KEPT = 48
 SPLITS_KEPT = 4
+# split pairs enumerated per call, about (a cut of the fronts past it). Measured: 137-15,138 on the catalog instances
+# above (qwen3-235b-a22b x hetero3-4096 the most), 227,598 on a synthetic 32-stage plan of 3-layer stages with every
+# group's GPUs mostly free and memory no limit (48 options a front), 1.3 s a call before the cut
+SPLIT_PAIRS = 40_000
+MERGE_OPTIONS = 20_000  # likewise the merged stages' options over all pairs (603 on the catalog instances above at most)
 EXCHANGE_SCORED = 2000  # pairs scored (by ``_score``, ~20 us each), those of lowest summed keys first
 LAYER_SHIFTS = (-1, 0, 1)  # d
 
@@ -91,25 +97,42 @@ def _best(halves, per: int, by) -> list:
 
 
 class _Base:
-    """The plan's stage times and syncs and ``_bound``'s weights, for the halves' keys."""
+    """The plan's stage times t_j, its sigma terms s_j - beta sum_{k<j} t_k (eq. T3; ``_bound``'s weights) and their
+    prefix and suffix maxima, for the halves' keys in O(1) each."""
 
     def __init__(self, problem: Problem, a: Assignment):
-        self.weights = _weights(problem, a.variant)
-        self.w, self.vpp = self.weights[:2]
-        self.t, self.s = stage_times(problem, a), sync_times(problem, a)
-        self.now = _bound(self.t, self.s, *self.weights)
+        self.w, self.vpp, self.beta = self.weights = _weights(problem, a.variant)
+        self.t, s = stage_times(problem, a), sync_times(problem, a)
+        p = len(self.t)
+        self.pre = [0.0] * p  # sum of the times before stage j
+        for j in range(1, p):
+            self.pre[j] = self.pre[j - 1] + self.t[j - 1]
+        self.term = [s[j] - self.beta * self.pre[j] for j in range(p)]
+        self.before, self.after = [-math.inf] * p, [-math.inf] * p  # max term over i < j, over i > j
+        for j in range(1, p):
+            self.before[j] = max(self.before[j - 1], self.term[j - 1])
+            self.after[p - 1 - j] = max(self.after[p - j], self.term[p - j])
+        self.top = _top(self.t)
+        self.tau, self.sigma, self.total = max(self.t), max(self.term), sum(self.t)
 
-    def key(self, at: int, gone: tuple, times: tuple, syncs: tuple) -> float:
-        """What the plan's w max t + sum t / vpp + sigma gains when stages ``gone`` leave and stages of these times
-        and syncs stand at ``at`` (before the removal), the other stages as they are: the later stages' offsets in
-        sigma move with the times before them (a split early in the pipeline lowers the syncs' exposure after it)."""
-        keep = [i for i in range(len(self.t)) if i not in gone]
-        pos = sum(1 for i in keep if i < at)
-        t = [self.t[i] for i in keep]
-        s = [self.s[i] for i in keep]
-        t[pos:pos] = times
-        s[pos:pos] = syncs
-        return _bound(t, s, *self.weights) - self.now
+    def _gain(self, gone: tuple, times: tuple, sigma: float) -> float:
+        tau = max(_max_without(self.t, self.top, gone), *times)
+        added = sum(times) - sum(self.t[i] for i in gone)
+        return self.w * (tau - self.tau) + added / self.vpp + sigma - self.sigma
+
+    def split_key(self, j: int, tx: float, ty: float, sx: float, sy: float) -> float:
+        """What ``_bound`` gains when stage j becomes x then y (times t, syncs s), the other stages as they are: the
+        later stages' sigma terms move with the time before them (a split early in the pipeline lowers the exposure of
+        every later stage's sync)."""
+        b, pre, added = self.beta, self.pre[j], tx + ty - self.t[j]
+        sigma = max(self.before[j], sx - b * pre, sy - b * (pre + tx), self.after[j] - b * added)
+        return self._gain((j,), (tx, ty), sigma)
+
+    def merge_key(self, k: int, m: int, tz: float, sz: float, between: float) -> float:
+        """The same when stages k < m become z at k; ``between``: the largest sigma term of the stages between them."""
+        b, at_k = self.beta, tz - self.t[k]
+        sigma = max(self.before[k], sz - b * self.pre[k], between - b * at_k, self.after[m] - b * (at_k - self.t[m]))
+        return self._gain((k, m), (tz,), sigma)
 
 
 def _top(x: list) -> list:
@@ -170,43 +193,63 @@ def _splits(problem: Problem, a: Assignment, front, free, spare, base: _Base):
     """Halves ((j, d, (x, y)), (t_x, t_y), group, GPUs added, key): stage j replaced by x then y of its group with
     n_x + n_y = n_j + d, each on the front of its place (``_Fronts``), on at most stage j's GPUs plus the group's free
     ones and the most a merge there frees; an inner stage's halves in one order (eq. LS1d reorders). Key:
-    ``_Base.key``."""
+    ``_Base.split_key``. At most about SPLIT_PAIRS pairs: past that every front is cut to its options of least
+    time plus sync, alike for every stage."""
     p, opt = len(a.stages), problem.options
+    places = []  # (j, d, n1, x's front, y's front)
     for j, st in enumerate(a.stages):
-        if opt[st.option].mix:
-            continue
-        g, have = opt[st.option].group, opt[st.option].num_gpus
-        for d in LAYER_SHIFTS:
-            n = st.num_layers + d
-            for n1 in range(1, n):
-                ys = front(g, n - n1, False, j == p - 1)
-                for x, gx, tx, sx in front(g, n1, j == 0, False):
-                    for y, gy, ty, sy in ys:
-                        if gx + gy <= have + free[g] + spare[g] and (not 0 < j < p - 1 or (n1, x) <= (n - n1, y)):
-                            yield ((j, d, (Stage(x, n1), Stage(y, n - n1))), (tx, ty), g, gx + gy - have,
-                                   base.key(j, (j,), (tx, ty), (sx, sy)))
+        if not opt[st.option].mix:
+            g = opt[st.option].group
+            for d in LAYER_SHIFTS:
+                n = st.num_layers + d
+                places += [(j, d, n1, front(g, n1, j == 0, False), front(g, n - n1, False, j == p - 1))
+                           for n1 in range(1, n)]
+    pairs = sum(len(xs) * len(ys) for *_, xs, ys in places)
+    keep = max(4, math.isqrt(SPLIT_PAIRS // max(1, len(places)))) if pairs > SPLIT_PAIRS else None
+    for j, d, n1, xs, ys in places:
+        st = a.stages[j]
+        g, have, n = opt[st.option].group, opt[st.option].num_gpus, st.num_layers + d
+        if keep is not None:
+            xs, ys = _least(xs, keep), _least(ys, keep)
+        for x, gx, tx, sx in xs:
+            for y, gy, ty, sy in ys:
+                if gx + gy <= have + free[g] + spare[g] and (not 0 < j < p - 1 or (n1, x) <= (n - n1, y)):
+                    yield ((j, d, (Stage(x, n1), Stage(y, n - n1))), (tx, ty), g, gx + gy - have,
+                           base.split_key(j, tx, ty, sx, sy))
+
+
+def _least(entries: list, k: int) -> list:
+    """The ``k`` front entries of least time plus sync (ties: by GPUs, the front's order)."""
+    return sorted(entries, key=lambda e: e[2] + e[3])[:k]
 
 
 def _merges(problem: Problem, a: Assignment, front, free, base: _Base):
     """Halves ((k, m, d, z), t_z, group, GPUs added, key): stages k < m of one group replaced by z at k with
     n_k + n_m - d layers, z on the front of its place (``_Fronts``; never last: stage m's successor or the split's
     second stage ends the pipeline when m was last), on at most their GPUs plus the group's free ones. Key:
-    ``_Base.key``."""
+    ``_Base.merge_key``. At most about MERGE_OPTIONS options over all pairs, as in ``_splits``."""
     p, opt = len(a.stages), problem.options
+    places = []  # (k, m, d, n, z's front, the largest sigma term between k and m)
     for k, sk in enumerate(a.stages):
+        between = -math.inf
         for m in range(k + 1, p):
-            sm = a.stages[m]
-            g = opt[sk.option].group
+            if m > k + 1:
+                between = max(between, base.term[m - 1])
+            sm, g = a.stages[m], opt[sk.option].group
             if opt[sk.option].mix or opt[sm.option].mix or opt[sm.option].group != g:
                 continue
-            have = opt[sk.option].num_gpus + opt[sm.option].num_gpus
             for d in LAYER_SHIFTS:
                 n = sk.num_layers + sm.num_layers - d
-                if n < 1:
-                    continue
-                for z, gz, tz, sz in front(g, n, k == 0, False):
-                    if gz <= have + free[g]:
-                        yield (k, m, d, Stage(z, n)), tz, g, gz - have, base.key(k, (k, m), (tz,), (sz,))
+                if n >= 1:
+                    places.append((k, m, d, n, front(g, n, k == 0, False), between))
+    total = sum(len(zs) for *_, zs, _ in places)
+    keep = max(4, MERGE_OPTIONS // max(1, len(places))) if total > MERGE_OPTIONS else None
+    for k, m, d, n, zs, between in places:
+        g = opt[a.stages[k].option].group
+        have = opt[a.stages[k].option].num_gpus + opt[a.stages[m].option].num_gpus
+        for z, gz, tz, sz in (zs if keep is None else _least(zs, keep)):
+            if gz <= have + free[g]:
+                yield (k, m, d, Stage(z, n)), tz, g, gz - have, base.merge_key(k, m, tz, sz, between)
 
 
 def _compose(a: Assignment, j: int, pair, k: int, m: int, z: Stage) -> Assignment:
