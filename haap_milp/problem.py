@@ -287,7 +287,8 @@ def stage_times(problem: Problem, a: Assignment) -> list[float]:
 
 
 def _stage_sums(a: Assignment, per_layer, first, last, fixed=None) -> list[float]:
-    """Per stage ``[fixed] + n per_layer + [j = 0] first + [j = P-1] last``, added in that order (eqs. T1a, T1c)."""
+    """Per stage ``stage_sum`` at its place (eqs. T1a, T1c), written out here: the local search calls this per
+    candidate, and the call per stage cost 4.5 -> 6.1 us a plan of 16 stages (t and s)."""
     p = len(a.stages)
     out = []
     for j, st in enumerate(a.stages):
@@ -297,6 +298,15 @@ def _stage_sums(a: Assignment, per_layer, first, last, fixed=None) -> list[float
         x += last[o] if j == p - 1 else 0.0
         out.append(float(x))
     return out
+
+
+def stage_sum(o: int, n: int, is_first: bool, is_last: bool, per_layer, first, last, fixed=None) -> float:
+    """``[fixed] + n per_layer + [first stage] first + [last stage] last`` of option ``o``, added in that order: t_j
+    of eq. T1 from (layer_time, first_time, last_time), s_j from (sync_per_layer, sync_first, sync_last, sync_fixed)."""
+    x = n * per_layer[o] if fixed is None else fixed[o] + n * per_layer[o]
+    x += first[o] if is_first else 0.0
+    x += last[o] if is_last else 0.0
+    return float(x)
 
 
 def boundary_times(problem: Problem, a: Assignment) -> list[float]:

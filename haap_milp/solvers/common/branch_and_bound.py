@@ -37,6 +37,7 @@ from haap_milp.problem import (
     wrap_time,
 )
 from haap_milp.solvers.common import dual_bundle, group_split, island_split, joint_capacity, segment_dp
+from haap_milp.solvers.common import polish as polish_mod
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
 from haap_milp.solvers.common.dual_bundle import bundle_bound, resource_ray, with_gpu_time
@@ -44,7 +45,7 @@ from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.joint_capacity import joint_units
 from haap_milp.solvers.common.lp import LPRelaxation, lp_relaxation, tau_cap
 from haap_milp.solvers.common.model import LinModel, build_model
-from haap_milp.solvers.common.polish import exchange, polish
+from haap_milp.solvers.common.polish import Polish, exchange
 from haap_milp.solvers.common.sigma_dp import sigma_bound
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables, stage_count_bounds
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
@@ -246,8 +247,12 @@ class _State:
             return
         obj = evaluate(problem, a)
         if obj < self.inc_obj:
-            a = polish(problem, a, OFFER_MOVES)  # eq. LS1 (a move budget), then the form the models accept (eqs. D1, S1)
-            if USE_OFFER_EXCHANGE and engine and problem.variants[a.variant].num_stages:  # eq. LS1f (the budget cut LS1)
+            run = Polish(problem, a, OFFER_MOVES)  # eq. LS1 (a move budget), then the form the models accept (eqs. D1, S1)
+            run.step(OFFER_MOVES)
+            a = run.best
+            # eq. LS1f where the budget cut LS1's walk (at its local optimum the walk has tried LS1f on this plan)
+            if USE_OFFER_EXCHANGE and engine and problem.variants[a.variant].num_stages and not (
+                    run.optimal and polish_mod.USE_EXCHANGE_MOVES):
                 a = exchange(problem, a, OFFER_MOVES)
             a = canonical(problem, build_tables(problem, a.variant), a)
             self.inc, self.inc_obj = a, evaluate(problem, a)

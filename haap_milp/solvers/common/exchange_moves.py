@@ -20,8 +20,8 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from haap_milp.pipeline import BWD_SHARE, exposed_sync, interleaved_tau_weight, sync_share
-from haap_milp.problem import Assignment, Problem, Stage, stage_times, sync_times
+from haap_milp.pipeline import BWD_SHARE, exposed_sync, interleaved_tau_weight, stage_memory, sync_share
+from haap_milp.problem import Assignment, Problem, Stage, stage_sum, stage_times, sync_times
 
 # candidates per call, best first by ``_score``. Measured on the instance above: 56 merges and 834 splits on the fronts
 # within the cap, 55 and 151 kept, 719 pairs scored, the improving candidate ranked first
@@ -155,11 +155,11 @@ class _Fronts:
     def __init__(self, problem: Problem, variant: int, cap: float):
         v = self.v = problem.variants[variant]
         self.cap, self.lists, self.cache = cap, v.cost_lists, {}
-        self.opts = defaultdict(list)  # group -> allowed single-group options
+        self.opts, self.gpus = defaultdict(list), {}  # group -> allowed single-group options; their GPUs
         for o in np.flatnonzero(v.allowed).tolist():
             if not problem.options[o].mix:
                 self.opts[problem.options[o].group].append(o)
-        self.gpus = [o.num_gpus for o in problem.options]
+                self.gpus[o] = problem.options[o].num_gpus
 
     def __call__(self, g: int, n: int, first: bool, last: bool) -> list:
         key = (g, n, first, last)
@@ -171,16 +171,16 @@ class _Fronts:
         v, (lt, ft, la, sf, sl, s1, s2) = self.v, self.lists
         rows = []
         for o in self.opts[g]:
-            t = n * lt[o] + (ft[o] if first else 0.0) + (la[o] if last else 0.0)
+            t = stage_sum(o, n, first, last, lt, ft, la)
             if t > self.cap:
                 continue
-            s = sf[o] + n * sl[o] + (s1[o] if first else 0.0) + (s2[o] if last else 0.0)
+            s = stage_sum(o, n, first, last, sl, s1, s2, sf)
+            ends = ((v.first_static_mem[o], v.first_act_mem[o]) if first else None,
+                    (v.last_static_mem[o], v.last_act_mem[o]) if last else None)
+            static = stage_memory(v.fixed_mem[o], v.layer_static_mem[o], v.layer_act_mem[o], n, 0, *ends)
+            act = stage_memory(v.fixed_mem[o], v.layer_static_mem[o], v.layer_act_mem[o], n, 1, *ends) - static
             cap = float(v.mem_capacity[o])
-            static = (v.fixed_mem[o] + n * v.layer_static_mem[o] + (v.first_static_mem[o] if first else 0)
-                      + (v.last_static_mem[o] if last else 0)) / cap
-            act = (n * v.layer_act_mem[o] + (v.first_act_mem[o] if first else 0)
-                   + (v.last_act_mem[o] if last else 0)) / cap
-            rows.append((self.gpus[o], t, s, float(static), float(act), o))
+            rows.append((self.gpus[o], t, s, float(static) / cap, float(act) / cap, o))
         rows.sort()
         kept = []
         for r in rows:

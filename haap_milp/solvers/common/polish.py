@@ -204,11 +204,12 @@ def polish(problem: Problem, a: Assignment, max_moves: int = MAX_MOVES) -> Assig
 class Polish:
     """Eq. LS1 as a resumable run: ``step(n)`` tries up to ``n`` more candidate plans from where the last call
     stopped (the same moves, in the same order, as one call of ``polish`` with the summed budget), so several
-    plans can be polished in turn (eq. LS3a). ``done``: a local optimum, the deadline or the move budget reached."""
+    plans can be polished in turn (eq. LS3a). ``done``: a local optimum, the deadline or the move budget reached;
+    ``optimal``: a local optimum (every move tried on ``best``)."""
 
     def __init__(self, problem: Problem, a: Assignment, max_moves: int = MAX_MOVES):
         self.problem, self.best, self.max_moves = problem, a, max_moves
-        self.tried = 0
+        self.tried, self.optimal = 0, False
         self.done = bool(violations(problem, a))  # (an infeasible plan is returned as it is, never evaluated)
         self.best_obj = math.inf if self.done else evaluate(problem, a)
         self._moves = None if self.done else self._walk()
@@ -249,4 +250,4 @@ class Polish:
                 return
             self.tried += 1
             if next(self._moves, StopIteration) is StopIteration:
-                self.done = True
+                self.done = self.optimal = True
