@@ -251,7 +251,9 @@ def test_blocking_node_policy_matches_brute_force(seed, monkeypatch):
         tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
         assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s * 1.05 + tol
         assert res.bound_s <= brute.objective_s * (1 + 1e-9) + tol
-    assert splits or seed in (3, 5)  # (seeds 3 and 5: the root LPs close every node before a split)
+    # (seeds 3 and 5: the root LPs close every node before a split; seed 6: eq. B2c's root bound, the stages'
+    # blocking sends in the coverage, since 2026-12-04)
+    assert splits or seed in (3, 5, 6)
 
 
 def test_dp_heuristic_plans_over_group_tp_endpoints():

@@ -12,7 +12,9 @@ import numpy as np
 
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Problem
-from haap_milp.solvers.common.slot_bounds import Tables
+from haap_milp.solvers.common.slot_bounds import Tables, send_floor
+
+COVER_TOL = 1e-6  # layers: eq. B2b's real-valued coverage against the integer layer count
 
 
 @dataclass(frozen=True)
@@ -25,40 +27,58 @@ class VariantBound:
     reason: str = ""  # why the variant has no plan (total_s = inf)
 
 
-def _knapsack_max(weights: np.ndarray, values: np.ndarray, cap: int) -> int:
-    """Unbounded knapsack: most value with total weight <= cap (items reusable)."""
-    f = np.zeros(cap + 1, np.int64)
-    best: dict[int, int] = {}
+def _knapsack_max(weights: np.ndarray, values: np.ndarray, cap: int) -> float:
+    """Unbounded knapsack: most value with total weight <= cap (items reusable; integer weights, real values)."""
+    f = np.zeros(cap + 1)
+    best: dict[int, float] = {}
     for w, val in zip(weights.tolist(), values.tolist()):
         if val > 0 and w <= cap:
-            best[w] = max(best.get(w, 0), val)
+            best[w] = max(best.get(w, 0.0), val)
     for w, val in sorted(best.items()):
         rows = -(-(cap + 1) // w)
-        pad = np.full(rows * w, np.iinfo(np.int64).min // 4, np.int64)
+        pad = np.full(rows * w, -np.inf)
         pad[: cap + 1] = f
         mat = pad.reshape(rows, w)
-        i = np.arange(rows, dtype=np.int64)[:, None] * val
+        i = np.arange(rows, dtype=float)[:, None] * val
         mat = np.maximum.accumulate(mat - i, axis=0) + i
         f = np.maximum(f, mat.reshape(-1)[: cap + 1])
-    return int(f[cap])
+    return float(f[cap])
 
 
-def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> int:
+def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> float:
     """Most layers the GPUs can hold when no stage and no link may take longer than tau (eq. B2).
     Per group an unbounded knapsack of stages (weight num_gpus, value its layer capacity; one
     stage only if the group's own link is slower than tau); the groups of one pipeline form a
-    connected set of the graph whose edges are links no slower than tau."""
-    h = np.minimum(hmax, np.floor(tau / t.coef["layer_time"] + TIME_RTOL)).astype(np.int64)
+    connected set of the graph whose edges are links no slower than tau.
+
+    A mixed option (eq. H1) is an item of each of its groups with its layers split over them by GPU share (eq.
+    B2b): value h u_g / sum_g' u_g' in group g. Sound: a plan's stages on group g fit its capacity, so g's
+    knapsack is at least their shares, and the shares of a stage add up to its layers. Counting the whole stage
+    in every group it touches, as before, let one stage of 8 A100 + 96 V100 hold its layers 4 times over in the
+    A100 group's knapsack: Sailor's 32 A100-40GB + 96 V100-16GB row, variant M 32: tau >= 0.0448 s then,
+    0.147 s now (its plans: T >= 4.99 s; the optimum 5.03 s). Real-valued: compare with the layer count less
+    COVER_TOL.
+
+    Under blocking sends (eq. T2b) a stage of a pipeline of two or more stages holds only the layers that fit in
+    tau less its least sends (eq. B2c, ``send_floor``); a one-stage plan has none, so its stage counts alone.
+    Measured on the same row: the optimum's tau 0.0687 s is its slowest stage's 0.0577 s plus 0.011 s of sends,
+    which the bound missed (M - 1 = 63 times)."""
+    lt = t.coef["layer_time"]
+    h = np.minimum(hmax, np.floor(tau / lt + TIME_RTOL)).astype(np.int64)
+    alone = float(h.max(initial=0)) if t.p_min <= 1 else 0.0  # a one-stage plan: no link, no send
+    if problem.p2p_blocking:  # eq. B2c: with two stages or more each stage also carries its sends (eq. T2b)
+        h = np.minimum(hmax, np.floor(np.maximum(tau - send_floor(problem, t), 0.0) / lt + TIME_RTOL)).astype(np.int64)
     per = {}
     mixed = t.use.astype(bool).sum(axis=1) > 1  # eq. H1: options on several groups
     joined = [tuple(np.flatnonzero(t.use[i]).tolist()) for i in np.flatnonzero(mixed)]
+    share = t.use / t.use.sum(axis=1, keepdims=True)  # [n, G] each option's GPUs per group over its GPUs
     for g in np.flatnonzero(t.use.any(axis=0)).tolist():
-        m = t.use[:, g] > 0  # a mixed option counts in the knapsack of each of its groups: more capacity, sound
+        m = t.use[:, g] > 0
         if t.p2p[g, g] > 2 * tau and not mixed[m].any():  # eq. T2: tau >= c / 2 on every link used
-            per[g] = int(h[m].max(initial=0))
+            per[g] = float(h[m].max(initial=0))
         else:
-            per[g] = _knapsack_max(t.use[m, g], h[m], problem.group_capacity[g])
-    return max((sum(per[g] for g in comp) for comp in _components(t.p2p, list(per), tau, joined)), default=0)
+            per[g] = _knapsack_max(t.use[m, g], h[m] * share[m, g], problem.group_capacity[g])
+    return max([alone] + [sum(per[g] for g in comp) for comp in _components(t.p2p, list(per), tau, joined)])
 
 
 def _components(p2p: np.ndarray, groups: list[int], tau: float, joined: list[tuple[int, ...]] = ()
@@ -90,15 +110,19 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
     hmax = t.U_mem[: t.p_max].max(axis=0)
     lt = t.coef["layer_time"]
     stage = (np.arange(1, t.L + 1)[None, :] * lt[:, None])[np.arange(t.L)[None, :] < hmax[:, None]]
-    cand = np.unique(np.concatenate([stage, t.p2p.ravel() / 2]))  # coverage changes only here (eq. B2)
-    if coverage_at(problem, t, float(cand[-1]) if len(cand) else 0.0, hmax) < t.L:
-        cap = coverage_at(problem, t, math.inf, hmax)
+    steps = [stage, t.p2p.ravel() / 2]  # coverage changes only here (eq. B2) ...
+    if problem.p2p_blocking:  # ... and where a stage's layers plus its least sends fill tau (eq. B2c)
+        with_sends = np.arange(1, t.L + 1)[None, :] * lt[:, None] + send_floor(problem, t)[:, None]
+        steps.append(with_sends[np.arange(t.L)[None, :] < hmax[:, None]])
+    cand = np.unique(np.concatenate(steps))
+    if coverage_at(problem, t, float(cand[-1]) if len(cand) else 0.0, hmax) < t.L - COVER_TOL:
+        cap = math.floor(coverage_at(problem, t, math.inf, hmax) + COVER_TOL)
         return VariantBound(math.inf, math.inf, math.inf,
                             f"the GPUs can hold at most {cap} of the {t.L} layers in memory")
     lo_i, hi_i = 0, len(cand) - 1
     while lo_i < hi_i:  # smallest candidate with enough coverage (coverage is monotone in tau)
         mid = (lo_i + hi_i) // 2
-        if coverage_at(problem, t, float(cand[mid]), hmax) >= t.L:
+        if coverage_at(problem, t, float(cand[mid]), hmax) >= t.L - COVER_TOL:
             hi_i = mid
         else:
             lo_i = mid + 1

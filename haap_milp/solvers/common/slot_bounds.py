@@ -263,6 +263,14 @@ def _blocking_sends(problem: Problem, base: dict) -> tuple[np.ndarray, np.ndarra
     return (np.array([into[e] for e in base["group"].tolist()]), np.array([out[e] for e in base["group"].tolist()]))
 
 
+def send_floor(problem: Problem, t: Tables) -> np.ndarray:
+    """Per option, the least blocking-send time on top of t_j that a stage of it carries in any pipeline of two or
+    more stages (eq. T2b, X1b): the first stage END_SEND_SHARE times its way out, the last its way in, one between
+    SEND_SHARE times both; zeros without blocking sends."""
+    send_in, send_out = _blocking_sends(problem, {"opts": t.opts, "p2p": t.p2p, "group": t.group})
+    return np.minimum(END_SEND_SHARE * np.minimum(send_in, send_out), SEND_SHARE * (send_in + send_out))
+
+
 def stage_count_bounds(problem: Problem, t: Tables) -> None:
     """p_min: the fewest stages whose best per-slot capacities reach L (eq. P1); p_max: no
     more stages than GPUs allow (one option each) nor than slots where some option fits."""

@@ -1,0 +1,130 @@
+"""Eq. B2's coverage (bounds.coverage_at): a mixed option's layers split over its groups by GPU share (eq. B2b), and
+each stage of a multi-stage pipeline carrying its least blocking sends (eq. B2c). Both are checked to stay below
+brute force's optimum, and by hand on instances where the value is known."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from synthetic import random_problem
+
+from haap_milp import pipeline
+from haap_milp.problem import Option, Problem, Replicas, Variant, boundary_times, stage_times
+from haap_milp.solvers import get_solver
+from haap_milp.solvers.common.bounds import coverage_at, variant_bound
+from haap_milp.solvers.common.slot_bounds import build_tables, send_floor
+
+
+def _variant(n_opts: int, layer_time, p2p, **over) -> Variant:
+    """Every cost 0 but the layer times and p2p given; memory never binds unless ``over`` sets it."""
+    zero = {k: np.zeros(n_opts) for k in ("first_time", "last_time", "layer_static_mem", "layer_act_mem",
+                                         "first_static_mem", "first_act_mem", "last_static_mem", "last_act_mem",
+                                         "fixed_mem", "sync_fixed", "sync_per_layer", "sync_first", "sync_last")}
+    zero["mem_capacity"] = np.full(n_opts, 1e15)
+    zero.update(over)
+    return Variant(samples_per_microbatch=4, num_microbatches=8, layer_time=np.asarray(layer_time, float),
+                   p2p_time=np.asarray(p2p, float), allowed=np.ones(n_opts, bool), **zero)
+
+
+def test_mixed_option_counts_its_layers_once_across_its_groups():
+    """One mixed option of 1 GPU of group a + 3 of group b (capacities 4 and 3), 1 s a layer, 4 layers: only one
+    such stage fits, so the optimum is one stage of 4 layers, tau = 4. Split by GPU share a stage of h layers is
+    worth h/4 in a's knapsack (4 fit) and 3h/4 in b's (1 fits): 1.75 h in all, so tau >= 3 (h = 3 covers 4 layers).
+    Counting the stage whole in both groups gave 5 h, tau >= 1."""
+    mixed = Option(group=0, tp=1, dp=4, ep=1, recompute="none", mix=(Replicas(0, 1, 1, 1), Replicas(1, 1, 3, 1)),
+                   link=2)
+    prob = Problem(num_layers=4, max_stages=4, groups=("a", "b"), group_capacity=(4, 3), options=(mixed,),
+                   variants=(_variant(1, [1.0], np.zeros((3, 3))),))
+    t = build_tables(prob, 0)
+    hmax = t.U_mem[: t.p_max].max(axis=0)
+    assert coverage_at(prob, t, 1.0, hmax) == pytest.approx(1.75)
+    assert coverage_at(prob, t, 3.0, hmax) == pytest.approx(5.25)
+    b = variant_bound(prob, t)
+    assert b.tau_lb == pytest.approx(3.0)
+    brute = get_solver("brute")(prob)
+    assert brute.status == "OPTIMAL" and len(brute.assignment.stages) == 1
+    assert b.total_s <= brute.objective_s * (1 + 1e-12)
+
+
+def test_blocking_sends_raise_tau_when_one_stage_cannot_hold_the_model():
+    """Two groups of one GPU each, 1 s a layer, 4 layers, at most 2 layers a stage (memory): every plan has two
+    stages or more, and under blocking sends (eq. T2b) each carries at least 0.5 s of sends (an end stage its one
+    boundary's round trip, a middle one half of each of its two). tau >= 2 + 0.5, the optimum's own; without
+    blocking sends the bound is tau >= 2."""
+    opts = (Option(0, 1, 1, 1, "none"), Option(1, 1, 1, 1, "none"))
+    var = _variant(2, [1.0, 1.0], np.full((2, 2), 0.5), layer_static_mem=np.ones(2), mem_capacity=np.full(2, 2.0))
+    prob = Problem(num_layers=4, max_stages=4, groups=("a", "b"), group_capacity=(1, 1), options=opts,
+                   variants=(var,), p2p_blocking=True)
+    t = build_tables(prob, 0)
+    assert t.p_min == 2
+    assert send_floor(prob, t).tolist() == [0.5, 0.5]
+    assert variant_bound(prob, t).tau_lb == pytest.approx(2.5)
+    assert variant_bound(replace(prob, p2p_blocking=False), build_tables(replace(prob, p2p_blocking=False), 0)
+                         ).tau_lb == pytest.approx(2.0)
+    brute = get_solver("brute")(prob)
+    a = brute.assignment
+    tau = pipeline.steady_period(stage_times(prob, a), boundary_times(prob, a), 8, blocking=True)
+    assert tau == pytest.approx(2.5)  # two stages of 2 layers, each an end stage paying its boundary (0.5 s): tight
+    assert variant_bound(prob, t).total_s <= brute.objective_s * (1 + 1e-12)
+
+
+def test_one_stage_plan_pays_no_send():
+    """When one stage can hold the model, a one-stage plan has no boundary: the bound must not add sends."""
+    opts = (Option(0, 1, 1, 1, "none"),)
+    prob = Problem(num_layers=3, max_stages=3, groups=("a",), group_capacity=(3,), options=opts,
+                   variants=(_variant(1, [1.0], np.full((1, 1), 5.0)),), p2p_blocking=True)
+    t = build_tables(prob, 0)
+    b = variant_bound(prob, t)
+    brute = get_solver("brute")(prob)
+    assert len(brute.assignment.stages) == 1 and b.tau_lb <= 3.0 + 1e-12
+    assert b.total_s <= brute.objective_s * (1 + 1e-12)
+
+
+def _blocking(problem, scale: float):
+    return replace(problem, p2p_blocking=True,
+                   variants=tuple(replace(v, p2p_time=np.asarray(v.p2p_time) * scale) for v in problem.variants))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1.0, 20.0, 200.0]))
+def test_blocking_bound_is_below_every_plan(seed, scale):
+    """Eq. B2 with eq. B2c never exceeds the best plan of its variant, nor its tau the best plan's own period
+    (brute force per variant, sends blocking, p2p scaled so that eq. T2b binds in some plans)."""
+    problem = _blocking(random_problem(seed, num_layers=int(seed % 3) + 4, max_stages=4, max_options=5), scale)
+    for v in range(len(problem.variants)):
+        sub = replace(problem, variants=(problem.variants[v],))
+        brute = get_solver("brute")(sub)
+        b = variant_bound(sub, build_tables(sub, 0))
+        if brute.status != "OPTIMAL":
+            assert not math.isfinite(b.total_s) or brute.status == "INFEASIBLE"
+            continue
+        a = brute.assignment
+        tau = pipeline.steady_period(stage_times(sub, a), boundary_times(sub, a), sub.variants[0].num_microbatches,
+                                     blocking=True)
+        assert b.total_s <= brute.objective_s * (1 + 1e-9)
+        assert b.tau_lb <= tau * (1 + 1e-9)
+
+
+def test_bound_binds_on_some_blocking_instances():
+    """Not vacuous: on random blocking instances eq. B2c raises some variant's tau bound over the one without it."""
+    raised = 0
+    for seed in range(30):
+        problem = _blocking(random_problem(seed, num_layers=6, max_stages=4, max_options=5), 20.0)
+        for v in range(len(problem.variants)):
+            sub = replace(problem, variants=(problem.variants[v],))
+            t = build_tables(sub, 0)
+            if t.p_min == 0:
+                continue
+            plain = replace(sub, p2p_blocking=False)
+            raised += variant_bound(sub, t).tau_lb > variant_bound(plain, build_tables(plain, 0)).tau_lb * (1 + 1e-6)
+    assert raised >= 20, raised  # (60 of the 30 seeds x variants when written)
+
