@@ -106,6 +106,23 @@ def test_qwen_moe_layer_layouts(tmp_path: Path) -> None:
         load_model(write(tmp_path, {**QWEN15_MOE_A27B, "mlp_only_layers": [3, 7]}, "c"))
 
 
+def test_moe_layer_count_closed_form_matches_the_layers() -> None:
+    """``num_moe_layers`` (closed form) is the count of ``is_moe_layer`` over the layers, for every catalog model and
+    for each pattern at layer counts that do and do not divide by k."""
+    from haap_milp.catalog.data import model_names
+
+    specs = [load_model(n) for n in model_names()]
+    moe = next(s for s in specs if s.is_moe)
+    for n in (1, 5, 6, 7, 48, 61):
+        for k in (1, 2, 3, 4):
+            specs.append(moe.model_copy(update={"num_layers": n, "moe_layer_pattern": "every_k", "moe_layer_freq": k}))
+            if k < n:
+                specs.append(moe.model_copy(update={"num_layers": n, "moe_layer_pattern": "first_k_dense",
+                                                    "first_k_dense": k}))
+    for spec in specs:
+        assert spec.num_moe_layers == sum(spec.is_moe_layer(i) for i in range(spec.num_layers)), spec.name
+
+
 def test_model_type_without_architectures(tmp_path: Path) -> None:
     cfg = {k: v for k, v in LLAMA3_8B.items() if k != "architectures"}
     assert load_model(write(tmp_path, cfg)).num_params_total == load_model("llama3-8b").num_params_total

@@ -195,7 +195,15 @@ class ModelSpec(Frozen):
 
     @property
     def num_moe_layers(self) -> int:
-        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+        """The count of ``is_moe_layer`` over the layers, in closed form (the presolve reads it ~5,000 times on a
+        3-type cluster: the loop over 94 layers took 0.1 s of qwen3-235b-a22b's presolve)."""
+        if not self.is_moe:
+            return 0
+        if self.moe_layer_pattern == "every_k":  # i % k == k - 1 for i < n: n // k of them
+            return self.num_layers // self.moe_layer_freq
+        if self.moe_layer_pattern == "first_k_dense":
+            return max(0, self.num_layers - self.first_k_dense)
+        return self.num_layers
 
     # ---- parameter counts (weights only; biases of norms counted, as HF does)
     @property
