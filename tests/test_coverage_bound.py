@@ -38,16 +38,17 @@ def _variant(n_opts: int, layer_time, p2p, **over) -> Variant:
 def test_mixed_option_counts_its_layers_once_across_its_groups():
     """One mixed option of 1 GPU of group a + 3 of group b (capacities 4 and 3), 1 s a layer, 4 layers: only one
     such stage fits, so the optimum is one stage of 4 layers, tau = 4. Split by GPU share a stage of h layers is
-    worth h/4 in a's knapsack (4 fit) and 3h/4 in b's (1 fits): 1.75 h in all, so tau >= 3 (h = 3 covers 4 layers).
-    Counting the stage whole in both groups gave 5 h, tau >= 1."""
+    worth h/4 in a's knapsack (4 fit) and 3h/4 in b's (1 fits): 1.75 h in all; split by the share of each group's
+    capacity it takes (1/4 and 3/3: weights 0.2 and 0.8), 4 x 0.2 h + 0.8 h = 1.6 h. The lesser counts, so tau >= 3
+    (h = 3 covers 4 layers). Counting the stage whole in both groups gave 5 h, tau >= 1."""
     mixed = Option(group=0, tp=1, dp=4, ep=1, recompute="none", mix=(Replicas(0, 1, 1, 1), Replicas(1, 1, 3, 1)),
                    link=2)
     prob = Problem(num_layers=4, max_stages=4, groups=("a", "b"), group_capacity=(4, 3), options=(mixed,),
                    variants=(_variant(1, [1.0], np.zeros((3, 3))),))
     t = build_tables(prob, 0)
     hmax = t.U_mem[: t.p_max].max(axis=0)
-    assert coverage_at(prob, t, 1.0, hmax) == pytest.approx(1.75)
-    assert coverage_at(prob, t, 3.0, hmax) == pytest.approx(5.25)
+    assert coverage_at(prob, t, 1.0, hmax) == pytest.approx(1.6)
+    assert coverage_at(prob, t, 3.0, hmax) == pytest.approx(4.8)
     b = variant_bound(prob, t)
     assert b.tau_lb == pytest.approx(3.0)
     brute = get_solver("brute")(prob)
