@@ -233,7 +233,15 @@ def count_options(problem: Problem) -> list[int]:
     return [int(np.count_nonzero(v.allowed)) for v in problem.variants]
 
 
-__all__ = ["GPU_TYPES", "ModelShape", "count_options", "large_problem", "random_problem"]
+def with_blocking_sends(problem: Problem, scale: float) -> Problem:
+    """The same problem with sends blocking (eq. T2b) and p2p prices scaled so that eq. T2b binds in some plans."""
+    from dataclasses import replace
+
+    return replace(problem, p2p_blocking=True,
+                   variants=tuple(replace(v, p2p_time=np.asarray(v.p2p_time) * scale) for v in problem.variants))
+
+
+__all__ = ["GPU_TYPES", "ModelShape", "count_options", "large_problem", "random_problem", "with_blocking_sends"]
 
 
 def assert_exact_solvers_match_brute(problem: Problem, options, rel: float = 1e-3, check_bound: bool = False):

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import assert_exact_solvers_match_brute, random_problem
+from synthetic import assert_exact_solvers_match_brute, random_problem, with_blocking_sends
 
 from haap_milp import pipeline
 from haap_milp.problem import evaluate
@@ -39,16 +39,10 @@ def test_blocking_period_by_hand():
         (m - 1) * 15.5 + sum(t) + sum(c) + sigma)
 
 
-def _blocking(problem, scale: float):
-    """The same problem with sends blocking and p2p prices scaled so that eq. T2b binds in some plans."""
-    return replace(problem, p2p_blocking=True,
-                   variants=tuple(replace(v, p2p_time=np.asarray(v.p2p_time) * scale) for v in problem.variants))
-
-
 @settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1.0, 20.0, 200.0]))
 def test_exact_solvers_match_brute_force_with_blocking_sends(seed, scale):
-    problem = _blocking(random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=4, max_options=4), scale)
+    problem = with_blocking_sends(random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=4, max_options=4), scale)
     brute = assert_exact_solvers_match_brute(problem, EXACT)
     if brute.status == "OPTIMAL":  # the oracle's vectorised eq. T2b equals evaluate's scalar one
         assert brute.objective_s == pytest.approx(evaluate(problem, brute.assignment), rel=1e-12)
@@ -57,7 +51,7 @@ def test_exact_solvers_match_brute_force_with_blocking_sends(seed, scale):
 def test_explanation_names_the_blocking_sends():
     from haap_milp import explain
 
-    problem = _blocking(random_problem(0, num_layers=6, max_stages=4, max_options=4), 200.0)
+    problem = with_blocking_sends(random_problem(0, num_layers=6, max_stages=4, max_options=4), 200.0)
     res = get_solver("brute")(problem, EXACT)
     text = explain.bottleneck(problem, res.assignment, problem.groups)
     assert "blocking sends" in text and "eq. T2b" in text
@@ -238,8 +232,8 @@ def test_blocking_node_policy_matches_brute_force(seed, monkeypatch):
     splits = []
     keep = bnb._keep_signature
     monkeypatch.setattr(bnb, "_keep_signature", lambda *a: (splits.append(a[2]), keep(*a))[1])
-    problem = _blocking(random_problem(seed, num_layers=5 + seed % 3, max_stages=4, max_options=6, uniform=True),
-                        (1.0, 20.0)[seed % 2])
+    problem = with_blocking_sends(random_problem(seed, num_layers=5 + seed % 3, max_stages=4, max_options=6,
+                                                 uniform=True), (1.0, 20.0)[seed % 2])
     opts = SolveOptions(time_limit_s=20, relative_gap=0.05, threads=2, seed=0)
     brute = get_solver("brute")(problem, opts)
     for name in ("cpsat", "milp"):

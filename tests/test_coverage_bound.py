@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
+from synthetic import random_problem, with_blocking_sends
 
 from haap_milp import pipeline
 from haap_milp.problem import Option, Problem, Replicas, Variant, boundary_times, stage_times
@@ -90,17 +90,12 @@ def test_one_stage_plan_pays_no_send():
     assert b.total_s <= brute.objective_s * (1 + 1e-12)
 
 
-def _blocking(problem, scale: float):
-    return replace(problem, p2p_blocking=True,
-                   variants=tuple(replace(v, p2p_time=np.asarray(v.p2p_time) * scale) for v in problem.variants))
-
-
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1.0, 20.0, 200.0]))
 def test_blocking_bound_is_below_every_plan(seed, scale):
     """Eq. B2 with eq. B2c never exceeds the best plan of its variant, nor its tau the best plan's own period
     (brute force per variant, sends blocking, p2p scaled so that eq. T2b binds in some plans)."""
-    problem = _blocking(random_problem(seed, num_layers=int(seed % 3) + 4, max_stages=4, max_options=5), scale)
+    problem = with_blocking_sends(random_problem(seed, num_layers=int(seed % 3) + 4, max_stages=4, max_options=5), scale)
     for v in range(len(problem.variants)):
         sub = replace(problem, variants=(problem.variants[v],))
         brute = get_solver("brute")(sub)
@@ -119,7 +114,7 @@ def test_bound_binds_on_some_blocking_instances():
     """Not vacuous: on random blocking instances eq. B2c raises some variant's tau bound over the one without it."""
     raised = 0
     for seed in range(30):
-        problem = _blocking(random_problem(seed, num_layers=6, max_stages=4, max_options=5), 20.0)
+        problem = with_blocking_sends(random_problem(seed, num_layers=6, max_stages=4, max_options=5), 20.0)
         for v in range(len(problem.variants)):
             sub = replace(problem, variants=(problem.variants[v],))
             t = build_tables(sub, 0)
