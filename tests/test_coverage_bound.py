@@ -51,6 +51,11 @@ def test_mixed_option_counts_its_layers_once_across_its_groups():
     assert coverage_at(prob, t, 3.0, hmax) == pytest.approx(4.8)
     b = variant_bound(prob, t)
     assert b.tau_lb == pytest.approx(3.0)
+    # a third group with no GPU (an emptied pool) changes nothing: its load weight stays finite
+    empty = replace(prob, groups=("a", "b", "c"), group_capacity=(4, 3, 0),
+                    variants=(_variant(1, [1.0], np.zeros((4, 4))),))
+    te = build_tables(empty, 0)
+    assert coverage_at(empty, te, 1.0, te.U_mem[: te.p_max].max(axis=0)) == pytest.approx(1.6)
     brute = get_solver("brute")(prob)
     assert brute.status == "OPTIMAL" and len(brute.assignment.stages) == 1
     assert b.total_s <= brute.objective_s * (1 + 1e-12)

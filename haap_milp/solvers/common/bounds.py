@@ -76,7 +76,7 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> fl
     comps = _components(t.p2p, np.flatnonzero(t.use.any(axis=0)).tolist(), tau, joined)
     out = _split_coverage(problem, t, tau, h, mixed, comps, t.use / t.use.sum(axis=1, keepdims=True))
     if mixed.any():  # eq. B2b's second weighting: by the share of each group's capacity a stage takes
-        load = t.use / np.asarray(problem.group_capacity, float)[None, :]
+        load = t.use / np.maximum(np.asarray(problem.group_capacity, float), 1.0)[None, :]  # (a group of 0 GPUs: no load)
         out = min(out, _split_coverage(problem, t, tau, h, mixed, comps, load / load.sum(axis=1, keepdims=True)))
     return max(alone, out)
 
