@@ -12,6 +12,7 @@ import numpy as np
 
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Problem
+from haap_milp.solvers.common.fill_lp import fixed_count_fill
 from haap_milp.solvers.common.slot_bounds import Tables, send_floor
 
 COVER_TOL = 1e-6  # layers: eq. B2b's real-valued coverage against the integer layer count
@@ -28,12 +29,17 @@ class VariantBound:
 
 
 def _knapsack_max(weights: np.ndarray, values: np.ndarray, cap: int) -> float:
-    """Unbounded knapsack: most value with total weight <= cap (items reusable; integer weights, real values)."""
-    f = np.zeros(cap + 1)
+    """Unbounded knapsack: most value with total weight <= cap (items reusable; integer weights, real values).
+    Weights and cap are first divided by the weights' gcd (GPU counts are mostly multiples of 8: exact, as every sum
+    of weights is a multiple of it, and 8 times shorter arrays)."""
     best: dict[int, float] = {}
     for w, val in zip(weights.tolist(), values.tolist()):
         if val > 0 and w <= cap:
             best[w] = max(best.get(w, 0.0), val)
+    unit = math.gcd(*best) if best else 1
+    best = {w // unit: val for w, val in best.items()}
+    cap //= unit
+    f = np.zeros(cap + 1)
     for w, val in sorted(best.items()):
         rows = -(-(cap + 1) // w)
         pad = np.full(rows * w, -np.inf)
@@ -158,10 +164,14 @@ def _budget_tau(problem: Problem, t: Tables) -> float:
 
 
 def _rest_bound(problem: Problem, t: Tables) -> float:
-    """sum t_j >= L*min lt + min ft + min xt; sum c_j >= (p_min-1)*min p2p; sigma >= the sync
-    of a first stage with one layer (eqs. B2, T3)."""
+    """sum t_j >= L*min lt + min ft + min xt (on a fixed stage count, eq. B2e's LP in place of L*min lt);
+    sum c_j >= (p_min-1)*min p2p; sigma >= the sync of a first stage with one layer (eqs. B2, T3)."""
     c = t.coef
     fill = t.L * c["layer_time"].min() + c["first_time"].min() + c["last_time"].min()
+    if t.vpp > 1 and t.num_stages:  # eq. B2e: P stages of a layer at least share the GPUs (fill_lp)
+        body = fixed_count_fill(problem, t)
+        if body is not None:
+            fill = max(fill, body + c["first_time"].min() + c["last_time"].min())
     groups = np.unique(t.group)
     p2p_min = float(t.p2p[np.ix_(groups, groups)].min()) if t.p_min > 1 else 0.0
     # eq. T3: sigma >= s_0, the first stage's sync (at least one layer and the embedding)
