@@ -16,6 +16,7 @@ from haap_milp.solvers.common.fill_lp import fixed_count_fill
 from haap_milp.solvers.common.slot_bounds import Tables, send_floor
 
 COVER_TOL = 1e-6  # layers: eq. B2b's real-valued coverage against the integer layer count
+USE_FILL_LP = True  # eq. B2e
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def _rest_bound(problem: Problem, t: Tables) -> float:
     sum c_j >= (p_min-1)*min p2p; sigma >= the sync of a first stage with one layer (eqs. B2, T3)."""
     c = t.coef
     fill = t.L * c["layer_time"].min() + c["first_time"].min() + c["last_time"].min()
-    if t.vpp > 1 and t.num_stages:  # eq. B2e: P stages of a layer at least share the GPUs (fill_lp)
+    if USE_FILL_LP and t.vpp > 1 and t.num_stages:  # eq. B2e: P stages of a layer at least share the GPUs (fill_lp)
         body = fixed_count_fill(problem, t)
         if body is not None:
             fill = max(fill, body + c["first_time"].min() + c["last_time"].min())
