@@ -8,7 +8,8 @@ layers in all:
     min  sum_o lambda_o x_o
     s.t. sum_o x_o = L,  sum_o k_o = P,  k_o <= x_o <= h_o k_o,  sum_o u_og k_o <= cap_g (every group g),  x, k >= 0
 
-(h_o: the most layers a stage of o holds in memory, u_og: its GPUs of group g, eq. G1) is at most sum_j n_j
+(h_o: the most layers a stage of o holds in memory, u_og: its GPUs of group g, eq. G1; built as a LinModel for
+lp.py, the one highspy model builder) is at most sum_j n_j
 lambda_{o_j} for every plan of the variant (its stages give an integral point), so sum_j t_j is at least the LP's
 value plus the least first- and last-stage extras. Measured on qwen3-235b-a22b x hetero3-1024 (the CLI's space):
 variant M 64 x vpp 2 x 32 stages 0.600 -> 1.665 s of fill, its bound 7.78 -> 8.31 s against the 8.10 s optimum (the
@@ -24,6 +25,7 @@ import numpy as np
 
 from haap_milp.problem import Problem
 from haap_milp.solvers.common import lp
+from haap_milp.solvers.common.model import LinModel
 from haap_milp.solvers.common.slot_bounds import Tables
 
 FILL_RTOL = 1e-7  # the LP's value is lowered by this much (relative, and as much in seconds): HiGHS' tolerances
@@ -64,34 +66,29 @@ def _frontier(t: Tables, hmax: np.ndarray) -> np.ndarray:
 
 
 def _solve(group_capacity, t: Tables, hmax: np.ndarray, count: int) -> float | None:
-    if lp.highspy is None or t.n == 0:
-        return None
-    hs = lp.highspy
+    """The LP on ``lp.py``'s builder: a LinModel whose tau and sigma are held at 0 and whose time terms are the
+    x_o's lambda_o."""
     keep = _frontier(t, hmax)
-    n, inf = len(keep), hs.kHighsInf
-    lt, h_k, use = t.coef["layer_time"][keep], hmax[keep].astype(float), t.use[keep]
-    model = hs.Highs()
-    model.setOptionValue("output_flag", False)
-    model.setOptionValue("time_limit", 1.0)
-    model.addVars(2 * n, np.zeros(2 * n), np.full(2 * n, inf))  # x_0..x_{n-1}, then k_0..k_{n-1}
-    model.changeColsCost(2 * n, np.arange(2 * n, dtype=np.int32), np.r_[lt, np.zeros(n)])
-    x, k = np.arange(n), n + np.arange(n)
-    groups = [g for g in range(len(group_capacity)) if use[:, g].any()]
-    lo = np.r_[t.L, count, np.full(n, -inf), np.zeros(n), np.full(len(groups), -inf)]
-    up = np.r_[t.L, count, np.zeros(n), np.full(n, inf), np.asarray([group_capacity[g] for g in groups], float)]
-    pairs = np.stack([x, k], axis=1).ravel()
-    idx = np.concatenate([x, k, pairs, pairs] + [k[use[:, g] > 0] for g in groups])
-    val = np.concatenate([np.ones(2 * n), np.stack([np.ones(n), -h_k], axis=1).ravel(),  # x_o - h_o k_o <= 0
-                          np.tile([1.0, -1.0], n)]  # x_o - k_o >= 0
-                         + [use[use[:, g] > 0, g].astype(float) for g in groups])  # eq. G1
-    sizes = np.r_[n, n, np.full(2 * n, 2), [int((use[:, g] > 0).sum()) for g in groups]]
-    starts = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int32)
-    model.addRows(len(lo), lo, up, len(idx), starts, idx.astype(np.int32), val)
-    lp.run(model)
-    status = model.getModelStatus()
-    if status == hs.HighsModelStatus.kInfeasible:
-        return math.inf
-    if status != hs.HighsModelStatus.kOptimal:
+    if t.n == 0 or not len(keep):
         return None
-    value = float(model.getInfo().objective_function_value)
-    return max(0.0, value * (1 - FILL_RTOL) - FILL_RTOL)
+    lt, use = t.coef["layer_time"], t.use
+    m = LinModel(t)
+    m.tau, m.sigma = m.var("tau", 0.0, 0.0, integer=False), m.var("sigma", 0.0, 0.0, integer=False)
+    x = {o: m.var(f"x{o}", 0.0, math.inf, integer=False) for o in keep.tolist()}
+    k = {o: m.var(f"k{o}", 0.0, math.inf, integer=False) for o in keep.tolist()}
+    m.obj_time = {x[o]: float(lt[o]) for o in x}
+    m.add({x[o]: 1.0 for o in x}, t.L, t.L, label="B2e sum x = L")
+    m.add({k[o]: 1.0 for o in k}, count, count, label="B2e sum k = P")
+    for o, xo in x.items():
+        m.add({xo: 1.0, k[o]: -float(hmax[o])}, -math.inf, 0.0, label="B2e x <= h k")
+        m.add({xo: 1.0, k[o]: -1.0}, 0.0, math.inf, label="B2e x >= k")
+    for g, cap in enumerate(group_capacity):
+        on = {k[o]: float(use[o, g]) for o in k if use[o, g] > 0}
+        if on:
+            m.add(on, -math.inf, float(cap), label="G1")
+    got = lp.lp_relaxation(m, None, time_limit_s=1.0)
+    if got is None:
+        return None
+    if not math.isfinite(got.value):
+        return math.inf
+    return max(0.0, got.value * (1 - FILL_RTOL) - FILL_RTOL)
