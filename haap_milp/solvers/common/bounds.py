@@ -69,14 +69,15 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> fl
     rises 0.301 -> 0.339 s with it, on Sailor's row the GPU share is the lesser on most variants). Real-valued:
     compare with the layer count less COVER_TOL.
 
-    Under blocking sends (eq. T2b) a stage of a pipeline of two or more stages holds only the layers that fit in
-    tau less its least sends (eq. B2c, ``send_floor``); a one-stage plan has none, so its stage counts alone.
+    Under blocking sends (eq. T2b, 1F1B only: the presolve never interleaves a blocking runtime, and eq. I2 has no
+    such term) a stage of a pipeline of two or more stages holds only the layers that fit in tau less its least sends
+    (eq. B2c, ``send_floor``); a one-stage plan has none, so its stage counts alone.
     Measured on the same row: the optimum's tau 0.0687 s is its slowest stage's 0.0577 s plus 0.011 s of sends,
     which the bound missed (M - 1 = 63 times)."""
     lt = t.coef["layer_time"]
     h = np.minimum(hmax, np.floor(tau / lt + TIME_RTOL)).astype(np.int64)
     alone = float(h.max(initial=0)) if t.p_min <= 1 else 0.0  # a one-stage plan: no link, no send
-    if problem.p2p_blocking:  # eq. B2c: with two stages or more each stage also carries its sends (eq. T2b)
+    if problem.p2p_blocking and t.vpp <= 1:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
         h = np.minimum(hmax, np.floor(np.maximum(tau - send_floor(problem, t), 0.0) / lt + TIME_RTOL)).astype(np.int64)
     mixed = t.use.astype(bool).sum(axis=1) > 1  # eq. H1: options on several groups
     joined = [tuple(np.flatnonzero(t.use[i]).tolist()) for i in np.flatnonzero(mixed)]
@@ -133,7 +134,7 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
     lt = t.coef["layer_time"]
     stage = (np.arange(1, t.L + 1)[None, :] * lt[:, None])[np.arange(t.L)[None, :] < hmax[:, None]]
     steps = [stage, t.p2p.ravel() / 2]  # coverage changes only here (eq. B2) ...
-    if problem.p2p_blocking:  # ... and where a stage's layers plus its least sends fill tau (eq. B2c)
+    if problem.p2p_blocking and t.vpp <= 1:  # ... and where a stage's layers plus its least sends fill tau (B2c)
         with_sends = np.arange(1, t.L + 1)[None, :] * lt[:, None] + send_floor(problem, t)[:, None]
         steps.append(with_sends[np.arange(t.L)[None, :] < hmax[:, None]])
     cand = np.unique(np.concatenate(steps))
