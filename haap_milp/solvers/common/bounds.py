@@ -52,7 +52,27 @@ def _knapsack_max(weights: np.ndarray, values: np.ndarray, cap: int) -> float:
     return float(f[cap])
 
 
-def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> float:
+@dataclass(frozen=True)
+class _Cover:
+    """What eq. B2's coverage needs of the tables that does not depend on tau (built once per variant bound)."""
+
+    sends: np.ndarray | None  # [n] eq. B2c's least sends per option (None: no blocking sends)
+    mixed: np.ndarray  # [n] bool: options on several groups (eq. H1)
+    joined: list  # the groups each mixed option joins
+    weights: list  # eq. B2b's weightings, [n, G] each
+
+
+def _cover(problem: Problem, t: Tables) -> _Cover:
+    mixed = t.use.astype(bool).sum(axis=1) > 1
+    weights = [t.use / t.use.sum(axis=1, keepdims=True)]  # by GPU share
+    if mixed.any():  # and by the share of each group's capacity a stage takes (a group of 0 GPUs: no load)
+        load = t.use / np.maximum(np.asarray(problem.group_capacity, float), 1.0)[None, :]
+        weights.append(load / load.sum(axis=1, keepdims=True))
+    return _Cover(send_floor(problem, t) if problem.p2p_blocking and t.vpp <= 1 else None, mixed,
+                  [tuple(np.flatnonzero(t.use[i]).tolist()) for i in np.flatnonzero(mixed)], weights)
+
+
+def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover: _Cover | None = None) -> float:
     """Most layers the GPUs can hold when no stage and no link may take longer than tau (eq. B2).
     Per group an unbounded knapsack of stages (weight num_gpus, value its layer capacity; one
     stage only if the group's own link is slower than tau); the groups of one pipeline form a
@@ -73,20 +93,16 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray) -> fl
     such term) a stage of a pipeline of two or more stages holds only the layers that fit in tau less its least sends
     (eq. B2c, ``send_floor``); a one-stage plan has none, so its stage counts alone.
     Measured on the same row: the optimum's tau 0.0687 s is its slowest stage's 0.0577 s plus 0.011 s of sends,
-    which the bound missed (M - 1 = 63 times)."""
+    which the bound missed (M - 1 = 63 times). ``cover``: its tau-independent parts (``_cover``), when the caller
+    probes many tau."""
+    c = cover or _cover(problem, t)
     lt = t.coef["layer_time"]
     h = np.minimum(hmax, np.floor(tau / lt + TIME_RTOL)).astype(np.int64)
     alone = float(h.max(initial=0)) if t.p_min <= 1 else 0.0  # a one-stage plan: no link, no send
-    if problem.p2p_blocking and t.vpp <= 1:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
-        h = np.minimum(hmax, np.floor(np.maximum(tau - send_floor(problem, t), 0.0) / lt + TIME_RTOL)).astype(np.int64)
-    mixed = t.use.astype(bool).sum(axis=1) > 1  # eq. H1: options on several groups
-    joined = [tuple(np.flatnonzero(t.use[i]).tolist()) for i in np.flatnonzero(mixed)]
-    comps = _components(t.p2p, np.flatnonzero(t.use.any(axis=0)).tolist(), tau, joined)
-    out = _split_coverage(problem, t, tau, h, mixed, comps, t.use / t.use.sum(axis=1, keepdims=True))
-    if mixed.any():  # eq. B2b's second weighting: by the share of each group's capacity a stage takes
-        load = t.use / np.maximum(np.asarray(problem.group_capacity, float), 1.0)[None, :]  # (a group of 0 GPUs: no load)
-        out = min(out, _split_coverage(problem, t, tau, h, mixed, comps, load / load.sum(axis=1, keepdims=True)))
-    return max(alone, out)
+    if c.sends is not None:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
+        h = np.minimum(hmax, np.floor(np.maximum(tau - c.sends, 0.0) / lt + TIME_RTOL)).astype(np.int64)
+    comps = _components(t.p2p, np.flatnonzero(t.use.any(axis=0)).tolist(), tau, c.joined)
+    return max(alone, min(_split_coverage(problem, t, tau, h, c.mixed, comps, w) for w in c.weights))
 
 
 def _split_coverage(problem: Problem, t: Tables, tau: float, h: np.ndarray, mixed: np.ndarray, comps: list,
@@ -133,19 +149,20 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
     hmax = t.U_mem[: t.p_max].max(axis=0)
     lt = t.coef["layer_time"]
     stage = (np.arange(1, t.L + 1)[None, :] * lt[:, None])[np.arange(t.L)[None, :] < hmax[:, None]]
+    cover = _cover(problem, t)
     steps = [stage, t.p2p.ravel() / 2]  # coverage changes only here (eq. B2) ...
-    if problem.p2p_blocking and t.vpp <= 1:  # ... and where a stage's layers plus its least sends fill tau (B2c)
-        with_sends = np.arange(1, t.L + 1)[None, :] * lt[:, None] + send_floor(problem, t)[:, None]
+    if cover.sends is not None:  # ... and where a stage's layers plus its least sends fill tau (B2c)
+        with_sends = np.arange(1, t.L + 1)[None, :] * lt[:, None] + cover.sends[:, None]
         steps.append(with_sends[np.arange(t.L)[None, :] < hmax[:, None]])
     cand = np.unique(np.concatenate(steps))
-    if coverage_at(problem, t, float(cand[-1]) if len(cand) else 0.0, hmax) < t.L - COVER_TOL:
-        cap = math.floor(coverage_at(problem, t, math.inf, hmax) + COVER_TOL)
+    if coverage_at(problem, t, float(cand[-1]) if len(cand) else 0.0, hmax, cover) < t.L - COVER_TOL:
+        cap = math.floor(coverage_at(problem, t, math.inf, hmax, cover) + COVER_TOL)
         return VariantBound(math.inf, math.inf, math.inf,
                             f"the GPUs can hold at most {cap} of the {t.L} layers in memory")
     lo_i, hi_i = 0, len(cand) - 1
     while lo_i < hi_i:  # smallest candidate with enough coverage (coverage is monotone in tau)
         mid = (lo_i + hi_i) // 2
-        if coverage_at(problem, t, float(cand[mid]), hmax) >= t.L - COVER_TOL:
+        if coverage_at(problem, t, float(cand[mid]), hmax, cover) >= t.L - COVER_TOL:
             hi_i = mid
         else:
             lo_i = mid + 1
