@@ -189,8 +189,9 @@ def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S
     for i, name in enumerate(lm.names):
         if i == lm.tau:
             x.append(cp.new_int_var(lows[i], lows["hi"][i], name))
-        elif i == lm.sigma:
-            x.append(cp.new_int_var(0, lows["hi"][i], name))
+        elif i == lm.sigma:  # eq. N22's cap (lm.ub) as an integer bound: the lifted rows exceed sigma * S by < sig_w
+            hi = lows["hi"][i] if not math.isfinite(lm.ub[i]) else min(lows["hi"][i], math.ceil(lm.ub[i] * S) + sig_w)
+            x.append(cp.new_int_var(0, max(hi, 0), name))
         elif lm.lb[i] == 0 and lm.ub[i] == 1:
             x.append(cp.new_bool_var(name))
         else:

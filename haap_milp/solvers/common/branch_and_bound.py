@@ -43,7 +43,7 @@ from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, 
 from haap_milp.solvers.common.dual_bundle import bundle_bound, resource_ray, with_gpu_time
 from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.joint_capacity import joint_units
-from haap_milp.solvers.common.lp import LPRelaxation, lp_relaxation, tau_cap
+from haap_milp.solvers.common.lp import LPRelaxation, lp_relaxation, sigma_cap, tau_cap
 from haap_milp.solvers.common.model import LinModel, build_model
 from haap_milp.solvers.common.polish import Polish, exchange
 from haap_milp.solvers.common.sigma_dp import sigma_bound
@@ -131,6 +131,10 @@ USE_SLACK_CAP = True
 # eq. N19: reduced-cost fixing of tau after the node LP; RC_SHRINK: the least share of the node's tau range a cap must
 # cut to rebuild the node on the rest, at most RC_ROUNDS times a node
 USE_RC_TAU = True
+# eq. N22: before an engine runs on a node model of more than SIGMA_CAP_MIN_VARS variables, sigma capped at the cut-off
+# less the LP of T - sigma (``lp.sigma_cap``; smaller models: the engine takes milliseconds, the LP would double it)
+USE_SIGMA_CAP = True
+SIGMA_CAP_MIN_VARS = 400  # (SMALL_MODEL's value)
 RC_SHRINK = 0.1
 RC_ROUNDS = 3
 USE_ISLAND_PARTS = True  # eq. N9: each island bounded on its own when no link between islands is usable
@@ -995,6 +999,13 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
     if probe:
         share = min(share, PROBE_S)
+    if cutoff is not None and USE_SIGMA_CAP and len(lm.names) > SIGMA_CAP_MIN_VARS:  # eq. N22
+        cap = sigma_cap(lm, cutoff, time_limit_s=max(0.1, left))
+        if cap is not None and cap < lm.lb[lm.sigma]:
+            st.closed.append(cutoff)
+            return True
+        if cap is not None:
+            lm.ub[lm.sigma] = min(lm.ub[lm.sigma], cap)
     inc = st.inc
     h = inc if inc is not None and inc.variant == v and a <= _steady(problem, inc) <= b * (1 + TIME_RTOL) else None
     if h is not None and keep[1] >= 0 and not island_split.inside(problem, h, keep[1]):

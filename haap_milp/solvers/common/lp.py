@@ -179,6 +179,37 @@ def lp_bound(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 
     return None if lp is None else lp.value
 
 
+def sigma_cap(lm: LinModel, cutoff_s: float, time_limit_s: float = 5.0) -> float | None:
+    """Eq. N22: every plan of the node with T <= cutoff has sigma <= cutoff - min (T - sigma), and the LP of T - sigma
+    (the node's LP with sigma's cost 0 and the cut-off row of eq. X2) bounds that minimum from below. HiGHS' tolerances
+    widen the cap as in ``tau_cap`` (the objective at a point within dual_feasibility_tolerance of optimal is within
+    DUAL_TOL per unit of each range of the true minimum). -inf: the LP is infeasible (no plan below the cut-off);
+    None: no answer in time."""
+    if highspy is None:
+        return None
+    unit = max(1.0, abs(cutoff_s))
+    h = highs_model(lm, integer=False, cutoff_s=cutoff_s, cutoff_tol_s=TIME_RTOL * unit)
+    h.changeColCost(lm.sigma, 0.0)  # (the default column order: column i is variable i)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    run(h)
+    status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return -math.inf
+    if status != highspy.HighsModelStatus.kOptimal:
+        return None
+    rest = float(h.getInfo().objective_function_value) + lm.obj_const
+    return cutoff_s - rest + _slack(lm, unit)
+
+
+def _slack(lm: LinModel, unit: float) -> float:
+    """HiGHS' dual tolerance over the node's ranges (a range of ``unit`` where unbounded) and rows, each expression of
+    eq. N2c one free column and one row more, plus TIME_RTOL of ``unit`` (eqs. N19, N22)."""
+    lb, ub = np.asarray(lm.lb, float), np.asarray(lm.ub, float)
+    ranges = float(np.where(np.isfinite(ub), ub - lb, unit).sum())
+    extra = 2 * len(lm.exprs)
+    return DUAL_TOL * (ranges + (len(lm.rows) + extra) * unit) + TIME_RTOL * unit
+
+
 def tau_cap(lp: LPRelaxation, lm: LinModel, cutoff_s: float) -> float:
     """Eq. N19, reduced-cost fixing on tau: every point of the node's LP has objective >= value + rc * (tau - tau*)
     (at an optimal basis the other reduced-cost terms and the row-dual terms are >= 0), so no plan with T < cutoff
@@ -187,10 +218,5 @@ def tau_cap(lp: LPRelaxation, lm: LinModel, cutoff_s: float) -> float:
     cuts a plan. +inf: no cap."""
     if not math.isfinite(lp.value) or not lp.tau_rc > RC_MIN or not math.isfinite(lp.tau):
         return math.inf
-    unit = max(1.0, abs(cutoff_s))
-    lb, ub = np.asarray(lm.lb, float), np.asarray(lm.ub, float)
-    ranges = float(np.where(np.isfinite(ub), ub - lb, unit).sum())
-    extra = 2 * len(lm.exprs)  # eq. N2c: each expression's free column (unit) and its defining row
-    slack = DUAL_TOL * (ranges + (len(lm.rows) + extra) * unit) + TIME_RTOL * unit
-    return lp.tau + (cutoff_s - lp.value + slack) / lp.tau_rc
+    return lp.tau + (cutoff_s - lp.value + _slack(lm, max(1.0, abs(cutoff_s)))) / lp.tau_rc
 
