@@ -5,7 +5,7 @@ call finds the brute-force optimum."""
 
 from __future__ import annotations
 
-import math
+import itertools
 import pathlib
 import sys
 from dataclasses import replace
@@ -16,12 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import feasible_assignments, random_problem
+from synthetic import assert_exact_solvers_match_brute, feasible_assignments, random_problem
 
 from haap_milp.interleave import interleaved_variants
 from haap_milp.pipeline import BWD_SHARE, exposed_sync, sync_share
 from haap_milp.problem import evaluate, stage_times, sync_times
-from haap_milp.solvers import cpsat, get_solver
 from haap_milp.solvers.common import branch_and_bound as bb
 from haap_milp.solvers.common import build_model, build_tables
 from haap_milp.solvers.common.branch_and_bound import _steady, _worst_tau
@@ -64,7 +63,8 @@ def _check(problem) -> tuple[int, int]:
         if not mine:
             continue
         lo, hi = min(p[1] for p in mine), max(_worst_tau(build_tables(problem, v)), max(p[1] for p in mine))
-        for a, b in zip(*(lambda e: (e[:-1], e[1:]))(np.linspace(lo * 0.999, hi * 1.001, 4))):
+        edges = np.linspace(lo * 0.999, hi * 1.001, 4)
+        for a, b in itertools.pairwise(edges):
             t = build_tables(problem, v, float(b))
             if t.p_min == 0:
                 continue
@@ -95,17 +95,10 @@ def test_no_plan_below_the_cutoff_has_sigma_above_the_cap_and_the_cap_binds():
 @settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), factor=st.sampled_from([1.0, 20.0]))
 def test_the_search_with_the_cap_on_every_engine_call_matches_brute_force(seed, factor, monkeypatch_module):
-    problem = _sync_heavy(random_problem(seed), factor)
-    brute = get_solver("brute")(problem, EXACT)
+    """Both exact methods (CP-SAT racing HiGHS, and the MILP on HiGHS alone) with eq. N22 on every node model."""
     with monkeypatch_module.context() as mp:
         mp.setattr(bb, "SIGMA_CAP_MIN_VARS", 0)
-        res = cpsat.solve(problem, EXACT)
-    assert res.status == brute.status, (res.status, brute.status, res.message)
-    if brute.status == "OPTIMAL":
-        tol = res.stats.get("tolerance_s", 0.0) + 1e-9
-        assert abs(res.objective_s - brute.objective_s) <= tol + 1e-6 * brute.objective_s
-        assert res.bound_s <= brute.objective_s + tol
-        assert math.isfinite(res.bound_s)
+        assert_exact_solvers_match_brute(_sync_heavy(random_problem(seed), factor), EXACT, check_bound=True)
 
 
 @pytest.fixture(scope="module")
