@@ -6,6 +6,7 @@ call finds the brute-force optimum."""
 from __future__ import annotations
 
 import itertools
+import math
 import pathlib
 import sys
 from dataclasses import replace
@@ -24,7 +25,8 @@ from haap_milp.problem import evaluate, stage_times, sync_times
 from haap_milp.solvers.common import branch_and_bound as bb
 from haap_milp.solvers.common import build_model, build_tables
 from haap_milp.solvers.common.branch_and_bound import _steady, _worst_tau
-from haap_milp.solvers.common.lp import sigma_cap
+from haap_milp.solvers.common.lp import lp_relaxation, sigma_cap
+from haap_milp.solvers.common.model import sigma_limit_rows, sync_beta
 from haap_milp.specs import SolveOptions
 
 EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=2, seed=0)
@@ -54,10 +56,11 @@ def _problems():
             yield replace(base, variants=tuple(copies))
 
 
-def _check(problem) -> tuple[int, int]:
-    """Asserts the cap on each variant's tau range in three intervals, two cut-offs each; (nodes, nodes it binds)."""
+def _check(problem) -> tuple[int, int, int]:
+    """Asserts the cap (and eq. N22b's LP with the slots' limits under it) on each variant's tau range in three
+    intervals, two cut-offs each; (nodes, nodes the cap binds, nodes whose LP the limits raise)."""
     plans = [(a, _steady(problem, a), evaluate(problem, a), _sigma(problem, a)) for a in feasible_assignments(problem)]
-    checked = binds = 0
+    checked = binds = lifts = 0
     for v in range(len(problem.variants)):
         mine = [p for p in plans if p[0].variant == v]
         if not mine:
@@ -79,17 +82,23 @@ def _check(problem) -> tuple[int, int]:
                 assert all(s <= cap for s in below), (v, a, b, cutoff, cap, below)
                 checked += 1
                 binds += cap < max(s for _, s in inside)
-    return checked, binds
+                if math.isfinite(cap) and below:  # eq. N22b: the slots' limits keep every such plan in the LP
+                    limited = build_model(problem, t, tau_lb=float(a))
+                    sigma_limit_rows(limited, cap, sync_beta(problem, t))
+                    lifted = lp_relaxation(limited, None)
+                    assert lifted.value <= min(T for T, _ in inside if T < cutoff) * (1 + 1e-9), (v, a, b, cutoff)
+                    lifts += lifted.value > lp_relaxation(lm, None).value * (1 + 1e-6)
+    return checked, binds, lifts
 
 
 def test_no_plan_below_the_cutoff_has_sigma_above_the_cap_and_the_cap_binds():
     """Not vacuous: the cap falls below the largest sigma among a node's plans on a good share of the nodes (it must
     then cut those plans off, all of them at or above the cut-off)."""
-    checked = binds = 0
+    checked = binds = lifts = 0
     for problem in _problems():
-        c, b = _check(problem)
-        checked, binds = checked + c, binds + b
-    assert checked >= 60 and binds >= checked // 6, (checked, binds)  # (94 nodes, 20 bound)
+        c, b, li = _check(problem)
+        checked, binds, lifts = checked + c, binds + b, lifts + li
+    assert checked >= 60 and binds >= checked // 6 and lifts >= 3, (checked, binds, lifts)  # (94 nodes, 20 bound, 7 lifted)
 
 
 @settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -44,7 +44,7 @@ from haap_milp.solvers.common.dual_bundle import bundle_bound, resource_ray, wit
 from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.joint_capacity import joint_units
 from haap_milp.solvers.common.lp import LPRelaxation, lp_relaxation, sigma_cap, tau_cap
-from haap_milp.solvers.common.model import LinModel, build_model
+from haap_milp.solvers.common.model import LinModel, build_model, sigma_limit_rows, sync_beta
 from haap_milp.solvers.common.polish import Polish, exchange
 from haap_milp.solvers.common.sigma_dp import sigma_bound
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables, stage_count_bounds
@@ -135,6 +135,10 @@ USE_RC_TAU = True
 # less the LP of T - sigma (``lp.sigma_cap``; smaller models: the engine takes milliseconds, the LP would double it)
 USE_SIGMA_CAP = True
 SIGMA_CAP_MIN_VARS = 400  # (SMALL_MODEL's value)
+# eq. N22b: on a node its LP leaves open, the cap's per-slot sync limits added and the LP solved again, at most this many
+# rounds, each while the cap falls by SIGMA_LIFT_MIN (relative) at least (0: off)
+SIGMA_LIFT_ROUNDS = 2
+SIGMA_LIFT_MIN = 0.01
 RC_SHRINK = 0.1
 RC_ROUNDS = 3
 USE_ISLAND_PARTS = True  # eq. N9: each island bounded on its own when no link between islands is usable
@@ -467,6 +471,8 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if not closed and lpr is not None and cutoff is not None and M > 1 and USE_RC_TAU:
             t, lm, b, bound, closed = _rc_narrow(problem, st, t, lm, lpr, v, a, b, bound, cutoff, plo, phi, keep,
                                                  deadline)
+        if not closed and lpr is not None and cutoff is not None and SIGMA_LIFT_ROUNDS:
+            bound, closed = _sigma_lift(problem, st, lm, bound, cutoff, deadline)
         if use_dp and not pol.lp_first:  # eq. N13c's trial: the LP after the DPs
             st.lp_calls += 1
             st.lp_wins += closed or bound > before + LP_LIFT * abs(before)
@@ -608,6 +614,35 @@ def _rc_narrow(problem, st: _State, t: Tables, lm: LinModel, lpr: LPRelaxation, 
         if math.isinf(bound) or bound >= cutoff:
             return t, lm, b, bound, True
     return t, lm, b, bound, False
+
+
+def _sigma_lift(problem, st: _State, lm: LinModel, bound: float, cutoff: float, deadline: float) -> tuple[float, bool]:
+    """Eq. N22b on a node its LP leaves open (a model of more than SIGMA_CAP_MIN_VARS variables): sigma capped by eq.
+    N22, each slot's sync limited by the cap (``model.sigma_limit_rows``, added to ``lm``, which the engine then
+    gets), and the LP solved again; up to SIGMA_LIFT_ROUNDS times while the cap falls. (bound, node closed)."""
+    if len(lm.names) <= SIGMA_CAP_MIN_VARS:
+        return bound, False
+    cap = math.inf
+    for _ in range(SIGMA_LIFT_ROUNDS):
+        left = deadline - time.perf_counter()
+        new = sigma_cap(lm, cutoff, time_limit_s=max(0.1, left))
+        if new is None or new >= cap * (1 - SIGMA_LIFT_MIN) or left < 0:
+            break
+        st.stats["sigma_lifts"] = st.stats.get("sigma_lifts", 0) + 1
+        if new < lm.lb[lm.sigma]:  # (-inf: no point of the node's LP reaches below the cut-off)
+            st.closed.append(cutoff)
+            return cutoff, True
+        cap = new
+        sigma_limit_rows(lm, cap, sync_beta(problem, lm.t))
+        lpr = lp_relaxation(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
+        if lpr is None:
+            break
+        bound = max(bound, _lp_value(lpr))
+        if math.isinf(bound) or bound >= cutoff:
+            st.stats["sigma_lift_closed"] = st.stats.get("sigma_lift_closed", 0) + 1
+            st.closed.append(min(bound, cutoff))
+            return bound, True
+    return bound, False
 
 
 def _engine_width(st: _State) -> float:

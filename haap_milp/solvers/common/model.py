@@ -385,10 +385,16 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
     cs = _ids(m, {b: terms for b, (terms, _) in boundary.items()})
     if t.vpp > 1:  # eqs. I1-I3 (pipeline.py's forms, here on the slots)
         _interleaved_rows(m, ts, cs, boundary, tau_hi)
-        _sync_rows(m, ts, slot_s, BWD_SHARE / t.vpp)
+        _sync_rows(m, ts, slot_s, sync_beta(problem, t))
         return
     _inflight_rows(m, ts, cs, boundary)
-    _sync_rows(m, ts, slot_s, sync_share(problem.p2p_blocking))
+    _sync_rows(m, ts, slot_s, sync_beta(problem, t))
+
+
+def sync_beta(problem: Problem, t: Tables) -> float:
+    """The share of the earlier stages' time eq. T3's rows credit: BWD_SHARE / vpp interleaved (eq. I1), else
+    ``pipeline.sync_share`` (0 under blocking sends)."""
+    return BWD_SHARE / t.vpp if t.vpp > 1 else sync_share(problem.p2p_blocking)
 
 
 def tk_i(m: LinModel, k: int, i: int, c: dict) -> dict:
@@ -412,6 +418,28 @@ def _sync_rows(m: LinModel, ts: dict, slot_s: dict, beta: float = BWD_SHARE) -> 
                pieces=[(slot_s.get(k, {}), 1.0), *before])
         if k in ts:
             before.append((ts[k], -beta))
+
+
+def sigma_limit_rows(m: LinModel, cap: float, beta: float) -> None:
+    """Eq. N22b: with sigma <= ``cap`` (eq. N22) each slot's own DP sync is limited. Slot k has at most p_max - k stages
+    before it, each no longer than tau's upper bound, so eq. T3's row gives s_k <= cap + beta (p_max - k) tau_hi; per
+    option that bounds its layers there (or leaves it no room). ``beta``: the share eq. T3's rows credit (``_sync_rows``).
+    """
+    t, c = m.t, m.t.coef
+    tau_hi = m.ub[m.tau] if math.isfinite(m.ub[m.tau]) else INF
+    if not math.isfinite(tau_hi):
+        return
+    m.ub[m.sigma] = min(m.ub[m.sigma], cap)
+    for k in range(1, t.p_max + 1):
+        room = cap + beta * (t.p_max - k) * tau_hi
+        for i in m.slots.get(k, []):
+            base = room - c["sync_fixed"][i] - (c["sync_last"][i] if k == 1 else 0.0)
+            row = {m.nv[k, i]: c["sync_per_layer"][i]}
+            if (k, i) in m.xn:
+                row[m.xn[k, i]] = -base
+            if (k, i) in m.xf:
+                row[m.xf[k, i]] = -(base - c["sync_first"][i])
+            m.add(row, -INF, 0, label="N22b slot sync <= cap + beta*before")
 
 
 def _blocking_rows(m: LinModel, slot_t: dict, boundary: dict) -> None:
