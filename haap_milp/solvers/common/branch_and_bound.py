@@ -139,6 +139,7 @@ SIGMA_CAP_MIN_VARS = 400  # (SMALL_MODEL's value)
 # rounds, each while the cap falls by SIGMA_LIFT_MIN (relative) at least (0: off)
 SIGMA_LIFT_ROUNDS = 2
 SIGMA_LIFT_MIN = 0.01
+SIGMA_LIFT_TRIAL = 4  # eq. N22b stops for the rest of a search after this many nodes without a close or a lift
 RC_SHRINK = 0.1
 RC_ROUNDS = 3
 USE_ISLAND_PARTS = True  # eq. N9: each island bounded on its own when no link between islands is usable
@@ -226,6 +227,8 @@ class _State:
     cap_dp_s: float = 0.0  # the longest capacity DP (eqs. N5, N6) so far, s
     lp_calls: int = 0  # eq. N13c: nodes the LP ran on after the DPs, and those where it closed or lifted the bound
     lp_wins: int = 0
+    lift_calls: int = 0  # eq. N22b: nodes it ran on, and those it closed or lifted (it stops after SIGMA_LIFT_TRIAL
+    lift_wins: int = 0  # without)
     sigma_calls: int = 0  # nodes eq. N8 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     sigma_wins: int = 0
     joint_calls: int = 0  # nodes eq. N20 ran on, and those it closed (it stops after JOINT_TRIAL without)
@@ -471,7 +474,8 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         if not closed and lpr is not None and cutoff is not None and M > 1 and USE_RC_TAU:
             t, lm, b, bound, closed = _rc_narrow(problem, st, t, lm, lpr, v, a, b, bound, cutoff, plo, phi, keep,
                                                  deadline)
-        if not closed and lpr is not None and cutoff is not None and SIGMA_LIFT_ROUNDS:
+        if (not closed and lpr is not None and cutoff is not None and SIGMA_LIFT_ROUNDS
+                and (st.lift_calls < SIGMA_LIFT_TRIAL or st.lift_wins > 0)):
             bound, closed = _sigma_lift(problem, st, lm, bound, cutoff, deadline)
         if use_dp and not pol.lp_first:  # eq. N13c's trial: the LP after the DPs
             st.lp_calls += 1
@@ -619,10 +623,12 @@ def _rc_narrow(problem, st: _State, t: Tables, lm: LinModel, lpr: LPRelaxation, 
 def _sigma_lift(problem, st: _State, lm: LinModel, bound: float, cutoff: float, deadline: float) -> tuple[float, bool]:
     """Eq. N22b on a node its LP leaves open (a model of more than SIGMA_CAP_MIN_VARS variables): sigma capped by eq.
     N22, each slot's sync limited by the cap (``model.sigma_limit_rows``, added to ``lm``, which the engine then
-    gets), and the LP solved again; up to SIGMA_LIFT_ROUNDS times while the cap falls. (bound, node closed)."""
+    gets), and the LP solved again; up to SIGMA_LIFT_ROUNDS times while the cap falls. A win (the node closed, or its
+    bound lifted by LP_LIFT) keeps it on past SIGMA_LIFT_TRIAL nodes. (bound, node closed)."""
     if len(lm.names) <= SIGMA_CAP_MIN_VARS:
         return bound, False
-    cap = math.inf
+    st.lift_calls += 1
+    before, cap = bound, math.inf
     for _ in range(SIGMA_LIFT_ROUNDS):
         left = deadline - time.perf_counter()
         new = sigma_cap(lm, cutoff, time_limit_s=max(0.1, left))
@@ -630,6 +636,7 @@ def _sigma_lift(problem, st: _State, lm: LinModel, bound: float, cutoff: float, 
             break
         st.stats["sigma_lifts"] = st.stats.get("sigma_lifts", 0) + 1
         if new < lm.lb[lm.sigma]:  # (-inf: no point of the node's LP reaches below the cut-off)
+            st.lift_wins += 1
             st.closed.append(cutoff)
             return cutoff, True
         cap = new
@@ -639,9 +646,11 @@ def _sigma_lift(problem, st: _State, lm: LinModel, bound: float, cutoff: float, 
             break
         bound = max(bound, _lp_value(lpr))
         if math.isinf(bound) or bound >= cutoff:
+            st.lift_wins += 1
             st.stats["sigma_lift_closed"] = st.stats.get("sigma_lift_closed", 0) + 1
             st.closed.append(min(bound, cutoff))
             return bound, True
+    st.lift_wins += bound > before + LP_LIFT * abs(before)
     return bound, False
 
 
