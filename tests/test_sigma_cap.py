@@ -104,9 +104,12 @@ def test_no_plan_below_the_cutoff_has_sigma_above_the_cap_and_the_cap_binds():
 @settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), factor=st.sampled_from([1.0, 20.0]))
 def test_the_search_with_the_cap_on_every_engine_call_matches_brute_force(seed, factor, monkeypatch_module):
-    """Both exact methods (CP-SAT racing HiGHS, and the MILP on HiGHS alone) with eq. N22 on every node model."""
+    """Both exact methods (CP-SAT racing HiGHS, and the MILP on HiGHS alone) with eqs. N22 and N22b on every node (on
+    15 seeds x two sync scales: 232 lifts, 18 nodes closed by them)."""
     with monkeypatch_module.context() as mp:
         mp.setattr(bb, "SIGMA_CAP_MIN_VARS", 0)
+        mp.setattr(bb, "SIGMA_LIFT_ROUNDS", 2)  # eq. N22b (off by default) on every node too: every model counts as
+        mp.setattr(bb, "node_policy", lambda p, real=bb.node_policy: replace(real(p), small_model=0))  # large (the LP runs)
         assert_exact_solvers_match_brute(_sync_heavy(random_problem(seed), factor), EXACT, check_bound=True)
 
 
