@@ -385,9 +385,8 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
     cs = _ids(m, {b: terms for b, (terms, _) in boundary.items()})
     if t.vpp > 1:  # eqs. I1-I3 (pipeline.py's forms, here on the slots)
         _interleaved_rows(m, ts, cs, boundary, tau_hi)
-        _sync_rows(m, ts, slot_s, sync_beta(problem, t))
-        return
-    _inflight_rows(m, ts, cs, boundary)
+    else:
+        _inflight_rows(m, ts, cs, boundary)
     _sync_rows(m, ts, slot_s, sync_beta(problem, t))
 
 
@@ -426,7 +425,7 @@ def sigma_limit_rows(m: LinModel, cap: float, beta: float) -> None:
     option that bounds its layers there (or leaves it no room). ``beta``: the share eq. T3's rows credit (``_sync_rows``).
     """
     t, c = m.t, m.t.coef
-    tau_hi = m.ub[m.tau] if math.isfinite(m.ub[m.tau]) else INF
+    tau_hi = m.ub[m.tau]
     if not math.isfinite(tau_hi):
         return
     m.ub[m.sigma] = min(m.ub[m.sigma], cap)
