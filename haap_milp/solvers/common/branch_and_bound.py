@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from haap_milp import background
 from haap_milp.deadline import current
 from haap_milp.pipeline import TIME_RTOL, interleaved_period, steady_period, sync_share
 from haap_milp.problem import (
@@ -45,6 +46,7 @@ from haap_milp.solvers.common.hints import canonical
 from haap_milp.solvers.common.joint_capacity import joint_units
 from haap_milp.solvers.common.lp import LPRelaxation, lp_relaxation, sigma_cap, tau_cap
 from haap_milp.solvers.common.model import LinModel, build_model, sigma_limit_rows, sync_beta
+from haap_milp.solvers.common.node_pool import NodePool
 from haap_milp.solvers.common.polish import Polish, exchange
 from haap_milp.solvers.common.sigma_dp import sigma_bound
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables, stage_count_bounds
@@ -52,6 +54,13 @@ from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left
+# eq. PAR2 (formulations/README.md): up to POOL_SIZE worker processes (no more than --threads; 0: none) run the nodes
+# once the search has run POOL_AFTER_S in this process (a short search stays in one process, node for node as before);
+# POOL_GRACE_S: how long past the deadline their last nodes are waited for before they go back open
+POOL_SIZE = 2
+POOL_AFTER_S = 0.2
+POOL_GRACE_S = 0.2
+POOL_POLL_S = 0.05  # s between looks at Ctrl-C while waiting for a worker
 MIN_ENGINE_S = 1.0  # least time given to an exact engine on a node (doubles on each retry)
 INITIAL_SPLIT = 4  # intervals per variant before the search starts
 # share of the time limit for the engine on the warm start's variant (eq. N3). Off: measured on the
@@ -387,10 +396,33 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     # (eq. LS4c's budget counts from its own start: eq. LS4b's scan may have used the time since t0)
     _floor_dive(problem, st, vb, r, time.perf_counter() + min(DIVE_SHARE * (deadline - t0), DIVE_MAX_S), deadline, name)
     heap = _roots(problem, st, vb, tables, r, floors)
-    while heap:
+    pool = _pool(problem, options, st, vb, deadline, name, solve_node)
+    try:
+        _search(problem, options, st, vb, heap, pool, deadline, name, solve_node)
+    finally:
+        for node in pool.drop():  # (nodes still running go back open: their bounds hold)
+            heapq.heappush(heap, node)
+    return _finish(problem, options, st, vb, heap, name, time.perf_counter() - t0)
+
+
+def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadline: float, name: str,
+            solve_node) -> None:
+    """Best-first over the open nodes until none lies below the cut-off, the deadline or Ctrl-C; once the search has
+    run POOL_AFTER_S with two threads or more, eq. PAR2's workers run the nodes and this process hands them out."""
+    dl, r = current(), options.relative_gap
+    begun = time.perf_counter()
+    while heap or pool.busy:
+        for node, reply in pool.replies(0.0):
+            _merge(st, heap, node, reply)
+        if not heap:
+            _wait(pool, st, heap, deadline)
+            continue
         node = heap[0]
         cutoff = st.inc_obj * (1 - r) if st.inc is not None else None
         if cutoff is not None and node[0] >= cutoff:
+            if pool.busy:  # (their nodes' children may lie below the cut-off)
+                _wait(pool, st, heap, deadline)
+                continue
             break  # every open node is pruned
         left = deadline - time.perf_counter()
         if (left < MIN_NODE_S and (st.inc is not None or st.nodes > 0)) or (st.inc is not None and left < st.build_s / max(st.builds, 1)):
@@ -398,9 +430,77 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
         if dl.interrupted:
             st.stats["interrupted"] = 1
             break
+        if not pool.started and POOL_SIZE and options.threads >= 2 and background.available() \
+                and time.perf_counter() - begun >= POOL_AFTER_S and len(heap) >= 2:
+            pool.start()
+            st.stats["node_workers"] = pool.size
+        if pool.started and pool.usable:  # eq. PAR2: the workers run the nodes, this process hands them out
+            i = pool.idle()
+            if i is None:
+                _wait(pool, st, heap, deadline)
+            else:
+                heapq.heappop(heap)
+                pool.submit(i, node, (node, st.inc, st.inc_obj))
+            continue
         heapq.heappop(heap)
         _node(problem, options, st, heap, vb[node[1]], node, cutoff, deadline, name, solve_node)
-    return _finish(problem, options, st, vb, heap, name, time.perf_counter() - t0)
+    while pool.busy and not dl.interrupted:  # their last nodes, until shortly past the deadline
+        if not _wait(pool, st, heap, deadline):
+            break
+
+
+def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_node) -> NodePool:
+    """Eq. PAR2's workers (not started yet): each runs ``_node`` on its own copy of the search's state from the fork,
+    with the incumbent each request brings, and sends back what the node added (``_merge``)."""
+
+    def serve(request):
+        node, inc, inc_obj = request
+        if inc is not None and inc_obj < st.inc_obj:
+            st.inc, st.inc_obj = inc, inc_obj
+        marks, before, heap = (len(st.closed), len(st.errors)), st.inc_obj, []
+        cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
+        _node(problem, options, st, heap, vb[node[1]], node, cutoff, deadline, name, solve_node)
+        return (heap, st.closed[marks[0]:], st.inc if st.inc_obj < before else None, st.inc_obj,
+                st.errors[marks[1]:], st.tol_s)
+
+    return NodePool(serve, min(options.threads, POOL_SIZE))
+
+
+def _merge(st: _State, heap: list, node, reply) -> None:
+    """A worker's node as if this process had run it: its children pushed, its closed bounds, a better plan, errors.
+    A failed worker's node goes back open (the others, or this process, run it again)."""
+    if isinstance(reply, BaseException):
+        log.warning("a node worker failed (%s); its node is run again", reply)
+        heapq.heappush(heap, node)
+        return
+    children, closed, inc, inc_obj, errors, tol_s = reply
+    for child in children:  # (renumbered: the worker's tie-breaking counter went on from the fork's)
+        heapq.heappush(heap, child[:7] + (next(_SEQ),) + child[8:])
+    st.closed += closed
+    st.errors += errors
+    st.tol_s = max(st.tol_s, tol_s)
+    if inc is not None and inc_obj < st.inc_obj:
+        st.inc, st.inc_obj = inc, inc_obj
+    st.nodes += 1
+    st.stats["worker_nodes"] = st.stats.get("worker_nodes", 0) + 1
+
+
+def _wait(pool: NodePool, st: _State, heap: list, deadline: float) -> bool:
+    """Until a worker's node is back (merged: True), POOL_GRACE_S past the deadline or Ctrl-C: then every worker is
+    stopped and their nodes go back open (False; a worker that hangs never holds the search)."""
+    dl = current()
+    while not dl.interrupted:
+        left = deadline + POOL_GRACE_S - time.perf_counter()
+        if left <= 0:
+            break
+        got = pool.replies(min(left, POOL_POLL_S))
+        for node, reply in got:
+            _merge(st, heap, node, reply)
+        if got:
+            return True
+    for node in pool.drop():
+        heapq.heappush(heap, node)
+    return False
 
 
 def _unsearched(problem: Problem, hint: Assignment, name: str, st: _State, wall_s: float) -> RawResult:

@@ -13,6 +13,7 @@ flag), with whose ``stopper`` it registers its stop; the race's end is that dead
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,6 +25,17 @@ R = TypeVar("R")
 POLL_S = 0.01  # s between stop calls while a stopped racer winds down (a stop before its search starts is lost)
 _pool: list[ThreadPoolExecutor] = []
 _pool_lock = threading.Lock()
+
+
+def _forget_pool() -> None:
+    """In a forked child (background.py): the helper thread did not survive the fork; a race there makes a new one."""
+    global _pool_lock
+    _pool.clear()
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _helper() -> ThreadPoolExecutor:

@@ -1,0 +1,113 @@
+"""A forked child process that serves requests while this one goes on (the exact search's second node worker, eq.
+PAR2 in formulations/README.md).
+
+Why a process and not a thread: the search's node work is Python (numpy on small arrays) and holds the GIL, so a
+thread would take its time from the search. Why fork: the child starts with the problem, its tables and the search's
+state already in memory (a spawned process would import the package and rebuild them, 0.3-1.3 s).
+
+The child ignores Ctrl-C (the parent stops it), serves each request on a fresh thread of its own (state the forking
+thread carried over, such as HiGHS' per-thread task executor whose worker threads did not survive the fork, is then
+never touched), sends back what ``serve`` returned or the exception it raised, and leaves with ``os._exit`` (no atexit
+handlers, no second flush of the parent's buffers) when the parent closes the pipe or sends ``None``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from multiprocessing import Pipe
+
+from multiprocessing.connection import Connection
+
+
+def available() -> bool:
+    """True where a forked child can serve requests (POSIX)."""
+    return hasattr(os, "fork")
+
+
+class Worker:
+    """The child running ``serve(request) -> reply``: ``submit`` one request at a time, ``reply`` when it is back."""
+
+    def __init__(self, serve: Callable[[object], object]) -> None:
+        mine, theirs = Pipe(duplex=True)
+        for stream in (sys.stdout, sys.stderr):  # (the child must not flush the parent's buffered output again)
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with warnings.catch_warnings():  # (3.12+ warns on fork in a threaded process; the child uses no lock of theirs)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller's code
+            try:
+                mine.close()
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                server = threading.Thread(target=_serve_all, args=(theirs, serve), name="haap-worker")
+                server.start()
+                server.join()
+            finally:
+                os._exit(0)
+        theirs.close()
+        self.pid, self._conn, self.busy = pid, mine, False
+
+    @property
+    def conn(self) -> Connection | None:
+        """The parent's end of the pipe (``multiprocessing.connection.wait`` on several workers)."""
+        return self._conn
+
+    def submit(self, request: object) -> None:
+        self._conn.send(request)
+        self.busy = True
+
+    def reply(self, timeout_s: float = 0.0) -> tuple[bool, object]:
+        """(True, the reply) once it is back within ``timeout_s``, else (False, None). A failed request, or a child
+        that died, gives its exception as the reply (not raised)."""
+        if not self.busy:
+            return False, None
+        try:
+            if not self._conn.poll(max(timeout_s, 0.0)):
+                return False, None
+            value = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            value = RuntimeError(f"the node worker ended: {exc!r}")
+        self.busy = False
+        return True, value
+
+    def close(self) -> None:
+        """Stop the child (at once if a request is still running) and reap it (idempotent)."""
+        if self._conn is None:
+            return
+        with contextlib.suppress(Exception):
+            if self.busy:
+                os.kill(self.pid, signal.SIGKILL)
+            else:
+                self._conn.send(None)
+        self._conn.close()
+        self._conn = None
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+    def __del__(self) -> None:  # (a parent that forgot ``close``: no zombie, no open pipe)
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _serve_all(conn: Connection, serve: Callable[[object], object]) -> None:
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request is None:
+            return
+        try:
+            reply = serve(request)
+        except BaseException as exc:  # noqa: BLE001 - the parent decides what a failure means
+            reply = exc
+        try:
+            conn.send(reply)
+        except Exception as exc:  # noqa: BLE001 - e.g. an exception holding an unpicklable object
+            conn.send(RuntimeError(f"the node worker's reply could not be sent: {exc}"))

@@ -1,0 +1,87 @@
+"""Eq. PAR2 (formulations/README.md): the branch and bound's nodes run by forked worker processes
+(``haap_milp.background.Worker``), one per thread allowed, while this process only hands out nodes and merges what
+comes back.
+
+Why processes: a node is Python (the stage DPs, the LP's model, numpy on small arrays) and holds the GIL, so two
+threads would run one node at a time. Why this process runs none itself once they start: it could not hand the next
+node to a worker that finished while it was inside its own (a node takes 10 ms-1 s), and on two cores two workers
+already use both. Every worker starts from the search's state at the fork; each request carries the incumbent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from multiprocessing.connection import wait as wait_any
+
+from haap_milp import background
+
+
+class NodePool:
+    """Up to ``size`` workers running ``serve(node, incumbent, its objective)``; ``submit``, then ``replies``."""
+
+    def __init__(self, serve: Callable[[object], object], size: int) -> None:
+        self.serve, self.size = serve, size
+        self.workers: list[background.Worker] = []
+        self.running: dict[int, object] = {}  # worker index -> the node it runs
+        self.dead: set[int] = set()  # workers that failed (stopped; given nothing more)
+
+    @property
+    def started(self) -> bool:
+        return bool(self.workers)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running)
+
+    @property
+    def usable(self) -> bool:
+        return len(self.dead) < len(self.workers)
+
+    def start(self) -> None:
+        self.workers = [background.Worker(self.serve) for _ in range(self.size)]
+
+    def idle(self) -> int | None:
+        """A worker with nothing to run, or None."""
+        return next((i for i in range(len(self.workers)) if i not in self.running and i not in self.dead), None)
+
+    def submit(self, i: int, node, request) -> None:
+        self.running[i] = node
+        self.workers[i].submit(request)
+
+    def replies(self, timeout_s: float) -> list[tuple[object, object]]:
+        """(node, reply) of each worker whose node is back within ``timeout_s`` (0: those back now); a worker that
+        failed gives its exception as the reply and runs nothing more."""
+        if not self.running:
+            return []
+        conns = {self.workers[i].conn: i for i in self.running}
+        ready = wait_any(list(conns), timeout=max(timeout_s, 0.0))
+        out = []
+        for conn in ready:
+            i = conns[conn]
+            back, reply = self.workers[i].reply(0.0)
+            if back:
+                out.append((self.running.pop(i), reply))
+                if isinstance(reply, BaseException):
+                    self.workers[i].close()
+                    self.dead.add(i)
+        return out
+
+    def drop(self) -> list:
+        """Stop every worker; the nodes they still ran (to be put back open)."""
+        left = list(self.running.values())
+        self.running.clear()
+        for w in self.workers:
+            w.close()
+        self.dead = set(range(len(self.workers)))
+        return left
+
+    def wait_all(self, until: float) -> list[tuple[object, object]]:
+        """Every node's reply that is back by ``until`` (perf_counter time)."""
+        out = []
+        while self.running:
+            left = until - time.perf_counter()
+            if left <= 0:
+                break
+            out += self.replies(left)
+        return out

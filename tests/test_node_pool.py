@@ -1,0 +1,166 @@
+"""Eq. PAR2: the branch and bound's nodes run by forked worker processes (``haap_milp.background.Worker``,
+``solvers/common/node_pool.py``).
+
+The worker itself: a round trip, a failure and a death come back as replies, ``close`` kills a busy one and reaps it.
+The search: with the workers started at the first node, CP-SAT and the MILP still find brute force's optimum on random
+problems (and the workers ran nodes); a worker whose nodes fail hands them back and the search ends right in one
+process; Ctrl-C (the deadline's interrupt) ends a long pooled search at once and leaves no child process."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from synthetic import assert_exact_solvers_match_brute, large_problem, random_problem
+
+from haap_milp import background
+from haap_milp.deadline import Deadline, use
+from haap_milp.solvers import get_solver
+from haap_milp.solvers.common import branch_and_bound as bb
+from haap_milp.specs import SolveOptions
+
+pytestmark = pytest.mark.skipif(not background.available(), reason="no fork on this platform")
+
+EXACT = SolveOptions(time_limit_s=30, relative_gap=0.0, threads=2, seed=0)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _double(x):
+    return 2 * x
+
+
+def _fail(_x):
+    raise ValueError("no")
+
+
+def _die(_x):
+    os._exit(3)
+
+
+def _sleep(_x):
+    time.sleep(30)
+
+
+def test_worker_round_trip_failure_and_death():
+    w = background.Worker(_double)
+    assert w.reply(0.0) == (False, None)  # nothing asked yet
+    w.submit(21)
+    assert w.reply(10.0) == (True, 42)
+    w.submit(5)
+    assert w.reply(10.0) == (True, 10)
+    w.close()
+    assert _gone(w.pid)
+    w = background.Worker(_fail)
+    w.submit(1)
+    back, reply = w.reply(10.0)
+    assert back and isinstance(reply, ValueError)
+    w.close()
+    w = background.Worker(_die)
+    w.submit(1)
+    back, reply = w.reply(10.0)
+    assert back and isinstance(reply, RuntimeError) and "ended" in str(reply)
+    w.close()
+    assert _gone(w.pid)
+
+
+def test_close_kills_a_busy_worker():
+    w = background.Worker(_sleep)
+    w.submit(1)
+    assert w.reply(0.2) == (False, None)
+    t0 = time.monotonic()
+    w.close()
+    assert time.monotonic() - t0 < 5.0
+    assert _gone(w.pid)
+
+
+def _pooled(monkeypatch):
+    monkeypatch.setattr(bb, "POOL_AFTER_S", 0.0)  # the workers from the first node on
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pooled_search_finds_brute_forces_optimum(monkeypatch, seed):
+    _pooled(monkeypatch)
+    problem = random_problem(300 + seed, num_layers=8, max_stages=4, max_options=6)
+    assert_exact_solvers_match_brute(problem, EXACT)
+
+
+@pytest.mark.parametrize(("seed", "name"), [(1, "cpsat"), (2, "milp")])
+def test_pooled_search_agrees_with_one_process(monkeypatch, seed, name):
+    """On problems too large for brute force whose nodes split (children come back from the workers: 36 on the first,
+    10 on the second), the pooled search proves the optimum one process proves, and its bound stays below it."""
+    problem = large_problem(seed, num_gpus=64, num_types=2, num_layers=16, max_stages=6, micro_batches=(8, 16))
+    monkeypatch.setattr(bb, "POOL_SIZE", 0)
+    one = get_solver(name)(problem, EXACT)
+    monkeypatch.setattr(bb, "POOL_SIZE", 2)
+    monkeypatch.setattr(bb, "POOL_AFTER_S", 0.0)
+    res = get_solver(name)(problem, EXACT)
+    assert res.status == one.status == "OPTIMAL"
+    assert res.stats.get("worker_nodes", 0) > 0
+    tol = max(res.stats.get("tolerance_s", 0.0), one.stats.get("tolerance_s", 0.0)) + 1e-6 * one.objective_s
+    assert res.objective_s == pytest.approx(one.objective_s, abs=tol)
+    assert res.bound_s <= one.objective_s + tol
+
+
+def test_merge_takes_a_workers_node_as_this_process_would():
+    """What a worker's node added reaches this process's search: children pushed (renumbered), closed bounds, errors,
+    the tolerance, a better plan (a worse one ignored); a failed node goes back open."""
+    st = bb._State()
+    st.inc, st.inc_obj = "old plan", 10.0
+    heap: list = []
+    node = (1.0, 0, 0.1, 0.2, 0, 0, 9, 5, None, bb.NO_KEEP)
+    children = [(1.5, 0, 0.1, 0.15, 0, 0, 9, 5, None, bb.NO_KEEP), (1.6, 0, 0.15, 0.2, 0, 0, 9, 6, None, bb.NO_KEEP)]
+    bb._merge(st, heap, node, (children, [2.0], "new plan", 9.0, ["e"], 1e-4))
+    assert sorted(c[0] for c in heap) == [1.5, 1.6] and len({c[7] for c in heap}) == 2
+    assert [c[:7] for c in sorted(heap)] == [c[:7] for c in children]
+    assert st.closed == [2.0] and st.errors == ["e"] and st.tol_s == 1e-4 and st.nodes == 1
+    assert (st.inc, st.inc_obj) == ("new plan", 9.0)
+    bb._merge(st, heap, node, ([], [], "worse plan", 9.5, [], 0.0))
+    assert (st.inc, st.inc_obj) == ("new plan", 9.0)
+    bb._merge(st, heap, node, RuntimeError("worker failed"))
+    assert node in heap and st.nodes == 2
+
+
+def test_failed_worker_nodes_run_again_here(monkeypatch):
+    """A worker whose node raises hands it back; the search then runs every node itself and still ends right."""
+    _pooled(monkeypatch)
+    parent, inner = os.getpid(), bb._node
+
+    def node(*args, **kw):
+        if os.getpid() != parent:
+            raise RuntimeError("worker node failure (test)")
+        return inner(*args, **kw)
+
+    monkeypatch.setattr(bb, "_node", node)
+    problem = random_problem(311, num_layers=8, max_stages=4, max_options=6)
+    assert_exact_solvers_match_brute(problem, EXACT)
+    res = get_solver("cpsat")(problem, EXACT)
+    assert res.stats.get("worker_nodes", 0) == 0
+
+
+def test_interrupt_ends_a_pooled_search_and_its_workers(monkeypatch):
+    _pooled(monkeypatch)
+    problem = large_problem(3, num_gpus=1024, num_types=3, num_layers=80, max_stages=24)
+    dl = Deadline(120.0)
+    timer = threading.Timer(2.0, dl.interrupt)
+    timer.start()
+    t0 = time.monotonic()
+    with use(dl):
+        res = get_solver("cpsat")(problem, SolveOptions(time_limit_s=120, relative_gap=0.0, threads=2, seed=0))
+    timer.cancel()
+    assert time.monotonic() - t0 < 2.0 + 3.0  # (a node's model build is not interruptible: a little past it)
+    assert res.status in ("FEASIBLE", "OPTIMAL", "NO_SOLUTION")
+    with pytest.raises(ChildProcessError):  # every worker reaped
+        os.waitpid(-1, os.WNOHANG)
