@@ -1,4 +1,4 @@
-"""Eq. PAR2: the branch and bound's nodes run by forked worker processes (``haap_milp.background.Worker``,
+"""Eq. PAR2: the branch and bound's nodes run by forked worker processes (``solvers/common/worker.py``,
 ``solvers/common/node_pool.py``).
 
 The worker itself: a round trip, a failure and a death come back as replies, ``close`` kills a busy one and reaps it.
@@ -19,13 +19,13 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from synthetic import assert_exact_solvers_match_brute, large_problem, random_problem
 
-from haap_milp import background
 from haap_milp.deadline import Deadline, use
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import branch_and_bound as bb
+from haap_milp.solvers.common import worker
 from haap_milp.specs import SolveOptions
 
-pytestmark = pytest.mark.skipif(not background.available(), reason="no fork on this platform")
+pytestmark = pytest.mark.skipif(not worker.available(), reason="no fork on this platform")
 
 EXACT = SolveOptions(time_limit_s=30, relative_gap=0.0, threads=2, seed=0)
 
@@ -55,7 +55,7 @@ def _sleep(_x):
 
 
 def test_worker_round_trip_failure_and_death():
-    w = background.Worker(_double)
+    w = worker.Worker(_double)
     assert w.reply(0.0) == (False, None)  # nothing asked yet
     w.submit(21)
     assert w.reply(10.0) == (True, 42)
@@ -63,12 +63,12 @@ def test_worker_round_trip_failure_and_death():
     assert w.reply(10.0) == (True, 10)
     w.close()
     assert _gone(w.pid)
-    w = background.Worker(_fail)
+    w = worker.Worker(_fail)
     w.submit(1)
     back, reply = w.reply(10.0)
     assert back and isinstance(reply, ValueError)
     w.close()
-    w = background.Worker(_die)
+    w = worker.Worker(_die)
     w.submit(1)
     back, reply = w.reply(10.0)
     assert back and isinstance(reply, RuntimeError) and "ended" in str(reply)
@@ -77,7 +77,7 @@ def test_worker_round_trip_failure_and_death():
 
 
 def test_close_kills_a_busy_worker():
-    w = background.Worker(_sleep)
+    w = worker.Worker(_sleep)
     w.submit(1)
     assert w.reply(0.2) == (False, None)
     t0 = time.monotonic()

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from haap_milp import background
 from haap_milp.deadline import current
 from haap_milp.pipeline import TIME_RTOL, interleaved_period, steady_period, sync_share
 from haap_milp.problem import (
@@ -37,7 +36,7 @@ from haap_milp.problem import (
     violations,
     wrap_time,
 )
-from haap_milp.solvers.common import dual_bundle, group_split, island_split, joint_capacity, segment_dp
+from haap_milp.solvers.common import dual_bundle, group_split, island_split, joint_capacity, node_pool, segment_dp
 from haap_milp.solvers.common import polish as polish_mod
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
@@ -59,7 +58,7 @@ MIN_NODE_S = 0.05  # stop when less time than this is left
 # POOL_GRACE_S: how long past the deadline their last nodes are waited for before they go back open
 POOL_SIZE = 2
 POOL_AFTER_S = 0.2
-POOL_GRACE_S = 0.2
+POOL_GRACE_S = 0.05
 POOL_POLL_S = 0.05  # s between looks at Ctrl-C while waiting for a worker
 MIN_ENGINE_S = 1.0  # least time given to an exact engine on a node (doubles on each retry)
 INITIAL_SPLIT = 4  # intervals per variant before the search starts
@@ -430,7 +429,7 @@ def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadli
         if dl.interrupted:
             st.stats["interrupted"] = 1
             break
-        if not pool.started and POOL_SIZE and options.threads >= 2 and background.available() \
+        if not pool.started and POOL_SIZE and options.threads >= 2 and node_pool.available() \
                 and time.perf_counter() - begun >= POOL_AFTER_S and len(heap) >= 2:
             pool.start()
             st.stats["node_workers"] = pool.size

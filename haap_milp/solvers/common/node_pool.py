@@ -1,5 +1,5 @@
 """Eq. PAR2 (formulations/README.md): the branch and bound's nodes run by forked worker processes
-(``haap_milp.background.Worker``), one per thread allowed, while this process only hands out nodes and merges what
+(``worker.Worker``), one per thread allowed, while this process only hands out nodes and merges what
 comes back.
 
 Why processes: a node is Python (the stage DPs, the LP's model, numpy on small arrays) and holds the GIL, so two
@@ -14,7 +14,12 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import wait as wait_any
 
-from haap_milp import background
+from haap_milp.solvers.common import worker
+
+
+def available() -> bool:
+    """True where workers can be forked (POSIX)."""
+    return worker.available()
 
 
 class NodePool:
@@ -22,7 +27,7 @@ class NodePool:
 
     def __init__(self, serve: Callable[[object], object], size: int) -> None:
         self.serve, self.size = serve, size
-        self.workers: list[background.Worker] = []
+        self.workers: list[worker.Worker] = []
         self.running: dict[int, object] = {}  # worker index -> the node it runs
         self.dead: set[int] = set()  # workers that failed (stopped; given nothing more)
 
@@ -39,7 +44,7 @@ class NodePool:
         return len(self.dead) < len(self.workers)
 
     def start(self) -> None:
-        self.workers = [background.Worker(self.serve) for _ in range(self.size)]
+        self.workers = [worker.Worker(self.serve) for _ in range(self.size)]
 
     def idle(self) -> int | None:
         """A worker with nothing to run, or None."""

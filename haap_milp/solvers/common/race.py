@@ -28,7 +28,7 @@ _pool_lock = threading.Lock()
 
 
 def _forget_pool() -> None:
-    """In a forked child (background.py): the helper thread did not survive the fork; a race there makes a new one."""
+    """In a forked child (``worker.py``): the helper thread did not survive the fork; a race there makes a new one."""
     global _pool_lock
     _pool.clear()
     _pool_lock = threading.Lock()

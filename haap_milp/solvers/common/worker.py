@@ -1,5 +1,5 @@
-"""A forked child process that serves requests while this one goes on (the exact search's second node worker, eq.
-PAR2 in formulations/README.md).
+"""A forked child process that serves requests while this one goes on (the exact search's node workers, eq. PAR2 in
+formulations/README.md, ``node_pool.py``).
 
 Why a process and not a thread: the search's node work is Python (numpy on small arrays) and holds the GIL, so a
 thread would take its time from the search. Why fork: the child starts with the problem, its tables and the search's
@@ -21,7 +21,6 @@ import threading
 import warnings
 from collections.abc import Callable
 from multiprocessing import Pipe
-
 from multiprocessing.connection import Connection
 
 
