@@ -86,6 +86,18 @@ def test_close_kills_a_busy_worker():
     assert _gone(w.pid)
 
 
+def test_close_kills_a_child_that_does_not_leave():
+    """A child asked to leave while it is still inside a request (its reply lost) is killed after CLOSE_WAIT_S:
+    ``close`` never hangs."""
+    w = worker.Worker(_sleep)
+    w.submit(1)
+    w.busy = False  # (as if its reply had been taken: ``close`` asks it to leave instead of killing it)
+    t0 = time.monotonic()
+    w.close()
+    assert worker.CLOSE_WAIT_S <= time.monotonic() - t0 < worker.CLOSE_WAIT_S + 3.0
+    assert _gone(w.pid)
+
+
 def _pooled(monkeypatch):
     monkeypatch.setattr(bb, "POOL_AFTER_S", 0.0)  # the workers from the first node on
 

@@ -10,7 +10,6 @@ already use both. Every worker starts from the search's state at the fork; each 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from multiprocessing.connection import wait as wait_any
 
@@ -76,17 +75,9 @@ class NodePool:
         """Stop every worker; the nodes they still ran (to be put back open)."""
         left = list(self.running.values())
         self.running.clear()
+        for w in self.workers:  # (all stopped, then all reaped: their teardowns overlap)
+            w.stop()
         for w in self.workers:
-            w.close()
+            w.reap()
         self.dead = set(range(len(self.workers)))
         return left
-
-    def wait_all(self, until: float) -> list[tuple[object, object]]:
-        """Every node's reply that is back by ``until`` (perf_counter time)."""
-        out = []
-        while self.running:
-            left = until - time.perf_counter()
-            if left <= 0:
-                break
-            out += self.replies(left)
-        return out

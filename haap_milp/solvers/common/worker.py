@@ -5,10 +5,11 @@ Why a process and not a thread: the search's node work is Python (numpy on small
 thread would take its time from the search. Why fork: the child starts with the problem, its tables and the search's
 state already in memory (a spawned process would import the package and rebuild them, 0.3-1.3 s).
 
-The child ignores Ctrl-C (the parent stops it), serves each request on a fresh thread of its own (state the forking
-thread carried over, such as HiGHS' per-thread task executor whose worker threads did not survive the fork, is then
-never touched), sends back what ``serve`` returned or the exception it raised, and leaves with ``os._exit`` (no atexit
-handlers, no second flush of the parent's buffers) when the parent closes the pipe or sends ``None``.
+The child ignores Ctrl-C (the parent stops it), serves the requests on a thread it makes after the fork (per-thread
+state the forking thread carried over, such as HiGHS' task executor whose worker threads did not survive the fork, is
+then never touched), sends back what ``serve`` returned or the exception it raised, and leaves with ``os._exit`` (no
+atexit handlers, no second flush of the parent's buffers) when the parent closes the pipe or sends ``None``; one that
+does not leave within CLOSE_WAIT_S of that is killed.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ import os
 import signal
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
+
+CLOSE_WAIT_S = 1.0  # s an idle child asked to leave gets before it is killed
 
 
 def available() -> bool:
@@ -50,7 +54,7 @@ class Worker:
             finally:
                 os._exit(0)
         theirs.close()
-        self.pid, self._conn, self.busy = pid, mine, False
+        self.pid, self._conn, self.busy, self._reaped = pid, mine, False, False
 
     @property
     def conn(self) -> Connection | None:
@@ -77,6 +81,12 @@ class Worker:
 
     def close(self) -> None:
         """Stop the child (at once if a request is still running) and reap it (idempotent)."""
+        self.stop()
+        self.reap()
+
+    def stop(self) -> None:
+        """Ask the child to leave, or kill it if a request is still running (``reap`` waits for it; several children
+        stopped first and reaped after tear down together)."""
         if self._conn is None:
             return
         with contextlib.suppress(Exception):
@@ -86,8 +96,21 @@ class Worker:
                 self._conn.send(None)
         self._conn.close()
         self._conn = None
+
+    def reap(self) -> None:
+        """Wait for the stopped child to end; one that does not within CLOSE_WAIT_S is killed (never a hang)."""
+        if self._reaped:
+            return
+        end = time.monotonic() + CLOSE_WAIT_S
         with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
+            while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > end:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                    break
+                time.sleep(0.002)
+        self._reaped = True
 
     def __del__(self) -> None:  # (a parent that forgot ``close``: no zombie, no open pipe)
         with contextlib.suppress(Exception):
