@@ -22,7 +22,7 @@ from synthetic import assert_exact_solvers_match_brute, large_problem, random_pr
 from haap_milp.deadline import Deadline, use
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import branch_and_bound as bb
-from haap_milp.solvers.common import worker
+from haap_milp.solvers.common import node_pool, worker
 from haap_milp.specs import SolveOptions
 
 pytestmark = pytest.mark.skipif(not worker.available(), reason="no fork on this platform")
@@ -86,6 +86,17 @@ def test_close_kills_a_busy_worker():
     assert _gone(w.pid)
 
 
+def test_no_workers_with_one_thread_or_one_cpu(monkeypatch):
+    """--threads 1, or one CPU to run on: the search stays in one process."""
+    _pooled(monkeypatch)
+    problem = large_problem(2, num_gpus=64, num_types=2, num_layers=16, max_stages=6, micro_batches=(8, 16))
+    res = get_solver("cpsat")(problem, SolveOptions(time_limit_s=30, relative_gap=0.0, threads=1, seed=0))
+    assert res.status == "OPTIMAL" and "node_workers" not in res.stats
+    monkeypatch.setattr(node_pool, "cpus", lambda: 1)
+    res = get_solver("cpsat")(problem, EXACT)
+    assert res.status == "OPTIMAL" and "node_workers" not in res.stats
+
+
 def test_close_kills_a_child_that_does_not_leave():
     """A child asked to leave while it is still inside a request (its reply lost) is killed after CLOSE_WAIT_S:
     ``close`` never hangs."""
@@ -100,6 +111,7 @@ def test_close_kills_a_child_that_does_not_leave():
 
 def _pooled(monkeypatch):
     monkeypatch.setattr(bb, "POOL_AFTER_S", 0.0)  # the workers from the first node on
+    monkeypatch.setattr(node_pool, "cpus", lambda: 2)  # (also on a one-CPU machine)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -117,7 +129,7 @@ def test_pooled_search_agrees_with_one_process(monkeypatch, seed, name):
     monkeypatch.setattr(bb, "POOL_SIZE", 0)
     one = get_solver(name)(problem, EXACT)
     monkeypatch.setattr(bb, "POOL_SIZE", 2)
-    monkeypatch.setattr(bb, "POOL_AFTER_S", 0.0)
+    _pooled(monkeypatch)
     res = get_solver(name)(problem, EXACT)
     assert res.status == one.status == "OPTIMAL"
     assert res.stats.get("worker_nodes", 0) > 0
@@ -164,6 +176,14 @@ def test_failed_worker_nodes_run_again_here(monkeypatch):
 
 def test_interrupt_ends_a_pooled_search_and_its_workers(monkeypatch):
     _pooled(monkeypatch)
+    pids: list[int] = []
+    start = node_pool.NodePool.start
+
+    def recorded(self):
+        start(self)
+        pids.extend(w.pid for w in self.workers)
+
+    monkeypatch.setattr(node_pool.NodePool, "start", recorded)
     problem = large_problem(3, num_gpus=1024, num_types=3, num_layers=80, max_stages=24)
     dl = Deadline(120.0)
     timer = threading.Timer(2.0, dl.interrupt)
@@ -174,5 +194,8 @@ def test_interrupt_ends_a_pooled_search_and_its_workers(monkeypatch):
     timer.cancel()
     assert time.monotonic() - t0 < 2.0 + 3.0  # (a node's model build is not interruptible: a little past it)
     assert res.status in ("FEASIBLE", "OPTIMAL", "NO_SOLUTION")
-    with pytest.raises(ChildProcessError):  # every worker reaped
-        os.waitpid(-1, os.WNOHANG)
+    assert len(pids) == 2
+    for pid in pids:  # every worker ended and reaped (not a zombie: waitpid has nothing left to collect)
+        assert _gone(pid)
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)

@@ -53,8 +53,9 @@ from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left
-# eq. PAR2 (formulations/README.md): up to POOL_SIZE worker processes (no more than --threads; 0: none) run the nodes
-# once the search has run POOL_AFTER_S in this process (a short search stays in one process, node for node as before);
+# eq. PAR2 (formulations/README.md): up to POOL_SIZE worker processes (no more than --threads or the CPUs this process
+# may use; fewer than 2: none) run the nodes once the search has run POOL_AFTER_S in this process (a short search stays
+# in one process, node for node as before);
 # POOL_GRACE_S: how long past the deadline their last nodes are waited for before they go back open (0: a node not
 # back by the deadline stays open; measured: 0.2 s had a 10 s bench row end at 10.27 s, and stopping two workers takes
 # 40-50 ms more, their memory torn down)
@@ -431,7 +432,7 @@ def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadli
         if dl.interrupted:
             st.stats["interrupted"] = 1
             break
-        if not pool.started and POOL_SIZE and options.threads >= 2 and node_pool.available() \
+        if not pool.started and pool.size >= 2 and node_pool.available() \
                 and time.perf_counter() - begun >= POOL_AFTER_S and len(heap) >= 2:
             pool.start()
             st.stats["node_workers"] = pool.size
@@ -464,7 +465,7 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
         return (heap, st.closed[marks[0]:], st.inc if st.inc_obj < before else None, st.inc_obj,
                 st.errors[marks[1]:], st.tol_s)
 
-    return NodePool(serve, min(options.threads, POOL_SIZE))
+    return NodePool(serve, min(options.threads, POOL_SIZE, node_pool.cpus()))
 
 
 def _merge(st: _State, heap: list, node, reply) -> None:

@@ -10,6 +10,7 @@ already use both. Every worker starts from the search's state at the fork; each 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from multiprocessing.connection import wait as wait_any
 
@@ -19,6 +20,14 @@ from haap_milp.solvers.common import worker
 def available() -> bool:
     """True where workers can be forked (POSIX)."""
     return worker.available()
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform tells it, else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 class NodePool:
