@@ -54,8 +54,8 @@ from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left
 # eq. PAR2 (formulations/README.md): up to POOL_SIZE worker processes (no more than --threads or the CPUs this process
-# may use; fewer than 2: none) run the nodes once the search has run POOL_AFTER_S in this process (a short search stays
-# in one process, node for node as before);
+# may use; fewer than 2: none) run the nodes once the search has run POOL_AFTER_S in this process, counted from its
+# start (a short search stays in one process, node for node as before);
 # POOL_GRACE_S: how long past the deadline their last nodes are waited for before they go back open (0: a node not
 # back by the deadline stays open; measured: 0.2 s had a 10 s bench row end at 10.27 s, and stopping two workers takes
 # 40-50 ms more, their memory torn down)
@@ -400,7 +400,7 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     heap = _roots(problem, st, vb, tables, r, floors)
     pool = _pool(problem, options, st, vb, deadline, name, solve_node)
     try:
-        _search(problem, options, st, vb, heap, pool, deadline, name, solve_node)
+        _search(problem, options, st, vb, heap, pool, deadline, name, solve_node, t0)
     finally:
         for node in pool.drop():  # (nodes still running go back open: their bounds hold)
             heapq.heappush(heap, node)
@@ -408,11 +408,11 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
 
 
 def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadline: float, name: str,
-            solve_node) -> None:
+            solve_node, begun: float) -> None:
     """Best-first over the open nodes until none lies below the cut-off, the deadline or Ctrl-C; once the search has
-    run POOL_AFTER_S with two threads or more, eq. PAR2's workers run the nodes and this process hands them out."""
+    run POOL_AFTER_S since ``begun`` (its start, tables and primal steps included: a large problem starts its workers at
+    the first node) with two threads or more, eq. PAR2's workers run the nodes and this process hands them out."""
     dl, r = current(), options.relative_gap
-    begun = time.perf_counter()
     while heap or pool.busy:
         for node, reply in pool.replies(0.0):
             _merge(st, heap, node, reply)
