@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
 import sys
 import threading
 import time
@@ -107,6 +108,34 @@ def test_close_kills_a_child_that_does_not_leave():
     w.close()
     assert worker.CLOSE_WAIT_S <= time.monotonic() - t0 < worker.CLOSE_WAIT_S + 3.0
     assert _gone(w.pid)
+
+
+def _dead_or_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl's parent-death signal is Linux's")
+def test_a_worker_dies_with_its_parent():
+    """A parent killed outright (SIGKILL: no cleanup) takes its workers with it: none runs on as an orphan."""
+    script = ("import sys, time\n"
+              "from haap_milp.solvers.common import worker\n"
+              "def nap(_):\n    time.sleep(60)\n"
+              "w = worker.Worker(nap)\nw.submit(1)\nprint(w.pid, flush=True)\ntime.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(parent.stdout.readline())
+        assert not _dead_or_zombie(pid)
+    finally:
+        parent.kill()
+        parent.wait()
+    end = time.monotonic() + 5.0
+    while not _dead_or_zombie(pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert _dead_or_zombie(pid)
 
 
 def _pooled(monkeypatch):

@@ -26,6 +26,7 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 
 CLOSE_WAIT_S = 1.0  # s an idle child asked to leave gets before it is killed
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 
 
 def available() -> bool:
@@ -43,9 +44,10 @@ class Worker:
                 stream.flush()
         with warnings.catch_warnings():  # (3.12+ warns on fork in a threaded process; the child uses no lock of theirs)
             warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+            parent, pid = os.getpid(), os.fork()
         if pid == 0:  # the child: never returns into the caller's code
             try:
+                _die_with(parent)
                 mine.close()
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 server = threading.Thread(target=_serve_all, args=(theirs, serve), name="haap-worker")
@@ -115,6 +117,17 @@ class Worker:
     def __del__(self) -> None:  # (a parent that forgot ``close``: no zombie, no open pipe)
         with contextlib.suppress(Exception):
             self.close()
+
+
+def _die_with(parent: int) -> None:
+    """Linux: the child is killed when the parent dies, however it dies (SIGKILL, a crash), so no worker outlives the
+    command (elsewhere it ends at its next request, the pipe closed). If the parent died before this ran, leave."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def _serve_all(conn: Connection, serve: Callable[[object], object]) -> None:
