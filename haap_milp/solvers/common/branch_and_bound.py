@@ -476,8 +476,8 @@ def _merge(st: _State, heap: list, node, reply) -> None:
         heapq.heappush(heap, node)
         return
     children, closed, inc, inc_obj, errors, tol_s = reply
-    for child in children:  # (renumbered: the worker's tie-breaking counter went on from the fork's)
-        heapq.heappush(heap, child[:7] + (next(_SEQ),) + child[8:])
+    for child in children:  # (pushed anew: the worker's tie-breaking counter went on from the fork's)
+        _push(heap, *child[:7], mu=child[8], keep=child[9])
     st.closed += closed
     st.errors += errors
     st.tol_s = max(st.tol_s, tol_s)
