@@ -21,6 +21,7 @@ from haap_milp.methods import HEURISTICS, LISTED, METHODS, resolve
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Problem, RawResult
 from haap_milp.solvers import get_solver
+from haap_milp.solvers.common import late_hint, node_pool
 from haap_milp.specs import ClusterSpec, ModelSpec, SolveOptions, SolveResult, Status, TrainingSpec, relative_gap
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,12 @@ RESERVE_S = 0.3
 HEURISTIC_SHARE = 0.3
 MIXED_HEURISTIC_SHARE = 0.35
 MIN_EXACT_S = 0.2
+# eq. PAR4 (formulations/README.md): with two threads or more, one exact run and the DP heuristic wanted only as its
+# warm start, the DP runs on a worker process beside the exact search, which starts from the uniform baseline's plan and
+# takes the DP's when it comes back (``solvers/common/late_hint.py``). Not under a ``step`` (the benchmark's wall-clock
+# guard and its per-method times are in-process)
+DP_BESIDE = True
+BESIDE_GRACE_S = 1.0  # s past the DP's own deadline it gets to send its plan back before its worker is killed
 
 
 @dataclass
@@ -102,7 +109,9 @@ def run_method(ctx: Context, method: str, hint_raw: RawResult | None = None) -> 
     hint = None
     if hint_raw is not None and hint_raw.assignment is not None and ctx.options.warm_start:
         hint = replace(hint_raw.assignment, variant=keep.index(hint_raw.assignment.variant))
-    raw = get_solver(method)(sub, ctx.options, hint=hint) if takes_hint else get_solver(method)(sub, ctx.options)
+    late = late_hint.current()  # eq. PAR4: a warm start still to come, renumbered like the hint
+    with late_hint.feeding(late_hint.Mapped(late, keep) if takes_hint and late is not late_hint.NONE else None):
+        raw = get_solver(method)(sub, ctx.options, hint=hint) if takes_hint else get_solver(method)(sub, ctx.options)
     if raw.assignment is not None:
         raw = replace(raw, assignment=replace(raw.assignment, variant=keep[raw.assignment.variant]))
     raw.stats.setdefault("variants_searched", len(keep))
@@ -198,48 +207,128 @@ def _orchestrate(ctx: Context, runs: list[Run], step: Step | None, dl: Deadline,
     heur: dict[str, RawResult | Exception] = {}
     share = (MIXED_HEURISTIC_SHARE if len(ctx.cluster.gpu_types) > 1 else HEURISTIC_SHARE) if hinted else 1.0
     heur_dl = dl.cap(share * (dl.remaining() - RESERVE_S)) if dl.limited else dl
-    for m in HEURISTICS:
-        if m in wanted or hinted:
+    beside = None if catch else _dp_beside(ctx, runs, wanted, heur_dl)
+    try:
+        for m in HEURISTICS:
+            if (m in wanted or hinted) and not (beside is not None and m == "dp"):
+                try:
+                    with use(heur_dl):
+                        heur[m] = step(m, None, run_method, ctx, m)[0]
+                except Exception as exc:
+                    if not catch:
+                        raise
+                    log.warning("%s heuristic failed: %s", m, exc)
+                    heur[m] = exc
+        found = [r for r in heur.values() if isinstance(r, RawResult)] + list(hints)
+        warm = _Warm(best_heuristic(*found) if found else None, heur, heur_dl, beside)
+        outcomes: list[Outcome | Exception] = []
+        exact_left = sum(1 for m, _ in runs if METHODS[resolve(m)].takes_hint)
+        for m, limit in runs:
+            run_ctx = ctx if limit is None else replace(ctx, options=ctx.options.model_copy(
+                update={"time_limit_s": float(limit), "solver": m}))
+            raw = heur.get(resolve(m))
+            if isinstance(raw, Exception):  # a failed heuristic (only with a step): its run failed with it
+                outcomes.append(raw)
+                continue
             try:
-                with use(heur_dl):
-                    heur[m] = step(m, None, run_method, ctx, m)[0]
+                if raw is None and METHODS[resolve(m)].takes_hint:
+                    exact_left -= 1
+                    outcomes.append(_exact(ctx, run_ctx, m, limit, step, dl, warm, exact_left + 1))
+                    continue
+                if raw is None:
+                    raw = step(m, limit, run_method, run_ctx, m)[0]
+                outcomes.append(finish(run_ctx, raw))
             except Exception as exc:
                 if not catch:
                     raise
-                log.warning("%s heuristic failed: %s", m, exc)
-                heur[m] = exc
-    found = [r for r in heur.values() if isinstance(r, RawResult)] + list(hints)
-    hint = best_heuristic(*found) if found else None
-    outcomes: list[Outcome | Exception] = []
-    exact_left = sum(1 for m, _ in runs if METHODS[resolve(m)].takes_hint)
-    for m, limit in runs:
-        run_ctx = ctx if limit is None else replace(ctx, options=ctx.options.model_copy(
-            update={"time_limit_s": float(limit), "solver": m}))
-        raw = heur.get(resolve(m))
-        if isinstance(raw, Exception):  # a failed heuristic (only with a step): its run failed with it
-            outcomes.append(raw)
-            continue
-        try:
-            if raw is None and METHODS[resolve(m)].takes_hint:
-                own = run_ctx.options.time_limit_s
-                budget = _exact_limit(dl, own, exact_left)
-                exact_left -= 1
-                if budget is None:
-                    outcomes.append(finish(run_ctx, skipped_exact(ctx, m, hint, dl)))
-                    continue
-                if budget < own:
-                    run_ctx = replace(run_ctx, options=run_ctx.options.model_copy(update={"time_limit_s": budget}))
-                raw = step(m, limit, run_method, run_ctx, m, hint)[0]
-                raw.stats.update({f"{h}_objective_s": r.objective_s if r.objective_s is not None else "none"
-                                  for h, r in heur.items() if isinstance(r, RawResult)})  # what it started from
-            elif raw is None:
-                raw = step(m, limit, run_method, run_ctx, m)[0]
-            outcomes.append(finish(run_ctx, raw))
-        except Exception as exc:
-            if not catch:
-                raise
-            outcomes.append(exc)
-    return Orchestrated(outcomes, heur)
+                outcomes.append(exc)
+        return Orchestrated(outcomes, heur)
+    finally:  # (a run that raised: the DP's worker does not outlive it)
+        if beside is not None:
+            beside.close()
+
+
+@dataclass
+class _Warm:
+    """What the exact runs start from: the best heuristic plan (``hint``), the heuristics' results (``heur``, by
+    method) and their deadline, and eq. PAR4's DP still running beside (``beside``; None once collected)."""
+
+    hint: RawResult | None
+    heur: dict
+    heur_dl: Deadline
+    beside: late_hint.Beside | None = None
+
+    def collect(self, dl: Deadline) -> RawResult | None:
+        """The DP's result into ``heur`` once it is back (it stops at its own deadline; none waited for after
+        Ctrl-C); the better warm start of it and ``hint`` becomes ``hint``. A DP that failed raises here, as it would
+        have run first."""
+        if self.beside is None:
+            return self.hint
+        got = _collect(self.beside, self.heur, dl, self.heur_dl, self.hint)
+        self.beside, self.hint = None, got
+        return got
+
+
+def _exact(ctx: Context, run_ctx: Context, m: str, limit, step: Step, dl: Deadline, warm: _Warm,
+           exact_left: int) -> Outcome:
+    """One exact run within its share of the command's time, warm-started (eq. PAR4: with the DP's plan still to
+    come where it runs beside), decoded and checked."""
+    own = run_ctx.options.time_limit_s
+    budget = _exact_limit(dl, own, exact_left)
+    if budget is None:
+        return finish(run_ctx, skipped_exact(ctx, m, warm.collect(dl), dl))
+    if budget < own:
+        run_ctx = replace(run_ctx, options=run_ctx.options.model_copy(update={"time_limit_s": budget}))
+    beside = warm.beside
+    with late_hint.feeding(beside if ctx.options.warm_start else None):
+        raw = step(m, limit, run_method, run_ctx, m, warm.hint)[0]
+    if beside is not None:
+        raw = _with_late(raw, warm.collect(dl))
+        raw.stats["dp_beside"] = 1
+    raw.stats.update({f"{h}_objective_s": r.objective_s if r.objective_s is not None else "none"
+                      for h, r in warm.heur.items() if isinstance(r, RawResult)})  # what it started from
+    return finish(run_ctx, raw)
+
+
+def _dp_beside(ctx: Context, runs: list[Run], wanted: set, heur_dl: Deadline):
+    """Eq. PAR4's DP heuristic started on a worker process, or None where it runs first in this one (DP_BESIDE)."""
+    if not (DP_BESIDE and len(ctx.cluster.gpu_types) == 1 and "dp" in HEURISTICS and "dp" not in wanted
+            and not heur_dl.interrupted
+            and sum(1 for m, _ in runs if METHODS[resolve(m)].takes_hint) == 1 and ctx.options.threads >= 2
+            and node_pool.available() and node_pool.cpus() >= 2):
+        return None
+
+    def run() -> RawResult:
+        with use(heur_dl):
+            return run_method(ctx, "dp")[0]
+
+    return late_hint.Beside(run)
+
+
+def _collect(beside, heur: dict, dl: Deadline, heur_dl: Deadline, hint: RawResult | None) -> RawResult | None:
+    """Eq. PAR4: the DP's result into ``heur`` once it is back (it stops at its own deadline; none waited for after
+    Ctrl-C); returns the better warm start of it and ``hint``. A DP that failed raises here, as it would have run first."""
+    if beside is None:
+        return hint
+    got = beside.result(min(heur_dl.remaining(), 1e6) + BESIDE_GRACE_S, stop=lambda: dl.interrupted)
+    if isinstance(got, BaseException):
+        raise got
+    if got is None:
+        log.warning("the DP heuristic did not come back (%s)", "interrupted" if dl.interrupted else "past its deadline")
+        return hint
+    heur["dp"] = got
+    return best_heuristic(*(r for r in (got, hint) if r is not None))
+
+
+def _with_late(raw: RawResult, best: RawResult | None) -> RawResult:
+    """The exact result with eq. PAR4's DP plan where that is better (it came back after the search ended, or the search
+    stopped before taking it); the bound stays the search's."""
+    if best is None or best.assignment is None or best.objective_s is None or (
+            raw.objective_s is not None and raw.objective_s <= best.objective_s):
+        return raw
+    status = raw.status if raw.assignment is not None else "FEASIBLE"
+    return replace(raw, status=status, assignment=best.assignment, objective_s=best.objective_s,
+                   stats={**raw.stats, "late_dp_plan": 1})
 
 
 def finish(ctx: Context, raw: RawResult) -> Outcome:

@@ -70,7 +70,8 @@ PrecOpt = Annotated[str | None, typer.Option("--precision", help=PRECISION_HELP 
 TimeOpt = Annotated[float, typer.Option("--time-limit", help="Seconds for the whole command (presolve, heuristics, "
                                         "exact search, report); then the best plan with its proven gap.")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Solver threads; with 2 or more (and 2 CPUs) a search past "
-                                         "0.2 s also runs its nodes on 2 worker processes (eq. PAR2).")]
+                                         "0.2 s also runs its nodes on 2 worker processes (eq. PAR2), and on one GPU "
+                                         "type the DP heuristic runs beside the exact search (eq. PAR4).")]
 TargetOpt = Annotated[str, typer.Option("--target", help=" | ".join(TARGET_NAMES) + ".")]  # the target registry
 SolverOpt = Annotated[str, typer.Option("--solver", help=" | ".join(("auto", *LISTED)) + ".")]  # the method registry
 StagesOpt = Annotated[int | None, typer.Option("--max-stages", help="Upper limit on pipeline stages.")]

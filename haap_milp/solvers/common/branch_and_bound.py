@@ -36,7 +36,15 @@ from haap_milp.problem import (
     violations,
     wrap_time,
 )
-from haap_milp.solvers.common import dual_bundle, group_split, island_split, joint_capacity, node_pool, segment_dp
+from haap_milp.solvers.common import (
+    dual_bundle,
+    group_split,
+    island_split,
+    joint_capacity,
+    late_hint,
+    node_pool,
+    segment_dp,
+)
 from haap_milp.solvers.common import polish as polish_mod
 from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
@@ -399,8 +407,17 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     _floor_dive(problem, st, vb, r, time.perf_counter() + min(DIVE_SHARE * (deadline - t0), DIVE_MAX_S), deadline, name)
     heap = _roots(problem, st, vb, tables, r, floors)
     pool = _pool(problem, options, st, vb, deadline, name, solve_node)
+    late = late_hint.current()
+
+    def arrive() -> bool:  # eq. PAR4: the DP's plan as an incumbent once it is back; False while it is still to come
+        a = late.take()
+        if a is not None and 0 <= a.variant < len(problem.variants) and not violations(problem, a):
+            st.stats["late_hint_objective_s"] = evaluate(problem, a)
+            st.offer(problem, canonical(problem, tables[a.variant], a), f"{name} late hint")
+        return not late.pending
+
     try:
-        _search(problem, options, st, vb, heap, pool, deadline, name, solve_node, t0)
+        _search(problem, options, st, vb, heap, pool, deadline, name, solve_node, t0, arrive)
     finally:
         for node in pool.drop():  # (nodes still running go back open: their bounds hold)
             heapq.heappush(heap, node)
@@ -408,12 +425,16 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
 
 
 def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadline: float, name: str,
-            solve_node, begun: float) -> None:
+            solve_node, begun: float, arrive: Callable[[], bool] = lambda: True) -> None:
     """Best-first over the open nodes until none lies below the cut-off, the deadline or Ctrl-C; once the search has
     run POOL_AFTER_S since ``begun`` (its start, tables and primal steps included: a large problem starts its workers at
-    the first node) with two threads or more, eq. PAR2's workers run the nodes and this process hands them out."""
+    the first node) with two threads or more, eq. PAR2's workers run the nodes and this process hands them out.
+    ``arrive()`` takes eq. PAR4's late warm start between nodes once the search has run POOL_AFTER_S (before that, node
+    for node the same on every run); the workers start only once it has come (False before: its process and this one
+    already use two cores)."""
     dl, r = current(), options.relative_gap
     while heap or pool.busy:
+        came = time.perf_counter() - begun >= POOL_AFTER_S and arrive()
         for node, reply in pool.replies(0.0):
             _merge(st, heap, node, reply)
         if not heap:
@@ -432,8 +453,7 @@ def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadli
         if dl.interrupted:
             st.stats["interrupted"] = 1
             break
-        if not pool.started and pool.size >= 2 and node_pool.available() \
-                and time.perf_counter() - begun >= POOL_AFTER_S and len(heap) >= 2:
+        if not pool.started and pool.size >= 2 and node_pool.available() and came and len(heap) >= 2:
             pool.start()
             st.stats["node_workers"] = pool.size
         if pool.started and pool.usable:  # eq. PAR2: the workers run the nodes, this process hands them out
