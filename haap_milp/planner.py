@@ -259,13 +259,13 @@ class _Warm:
     beside: late_hint.Beside | None = None
 
     def collect(self, dl: Deadline) -> RawResult | None:
-        """The DP's result into ``heur`` once it is back (it stops at its own deadline; none waited for after
-        Ctrl-C); the better warm start of it and ``hint`` becomes ``hint``. A DP that failed raises here, as it would
-        have run first."""
+        """Eq. PAR4: the DP's result (``_collect``; None: none), after which the better of it and ``hint`` is
+        ``hint``."""
         if self.beside is None:
-            return self.hint
-        got = _collect(self.beside, self.heur, dl, self.heur_dl, self.hint)
-        self.beside, self.hint = None, got
+            return None
+        got, self.beside = _collect(self.beside, self.heur, dl, self.heur_dl), None
+        if got is not None:
+            self.hint = best_heuristic(*(r for r in (got, self.hint) if r is not None))
         return got
 
 
@@ -276,14 +276,15 @@ def _exact(ctx: Context, run_ctx: Context, m: str, limit, step: Step, dl: Deadli
     own = run_ctx.options.time_limit_s
     budget = _exact_limit(dl, own, exact_left)
     if budget is None:
-        return finish(run_ctx, skipped_exact(ctx, m, warm.collect(dl), dl))
+        warm.collect(dl)
+        return finish(run_ctx, skipped_exact(ctx, m, warm.hint, dl))
     if budget < own:
         run_ctx = replace(run_ctx, options=run_ctx.options.model_copy(update={"time_limit_s": budget}))
     beside = warm.beside
     with late_hint.feeding(beside if ctx.options.warm_start else None):
         raw = step(m, limit, run_method, run_ctx, m, warm.hint)[0]
     if beside is not None:
-        raw = _with_late(raw, warm.collect(dl))
+        raw = _with_late(ctx, raw, warm.collect(dl))
         raw.stats["dp_beside"] = 1
     raw.stats.update({f"{h}_objective_s": r.objective_s if r.objective_s is not None else "none"
                       for h, r in warm.heur.items() if isinstance(r, RawResult)})  # what it started from
@@ -292,8 +293,8 @@ def _exact(ctx: Context, run_ctx: Context, m: str, limit, step: Step, dl: Deadli
 
 def _dp_beside(ctx: Context, runs: list[Run], wanted: set, heur_dl: Deadline):
     """Eq. PAR4's DP heuristic started on a worker process, or None where it runs first in this one (DP_BESIDE)."""
-    if not (DP_BESIDE and len(ctx.cluster.gpu_types) == 1 and "dp" in HEURISTICS and "dp" not in wanted
-            and not heur_dl.interrupted
+    if not (DP_BESIDE and len(ctx.cluster.gpu_types) == 1 and ctx.options.warm_start and "dp" in HEURISTICS
+            and "dp" not in wanted and not heur_dl.interrupted
             and sum(1 for m, _ in runs if METHODS[resolve(m)].takes_hint) == 1 and ctx.options.threads >= 2
             and node_pool.available() and node_pool.cpus() >= 2):
         return None
@@ -302,33 +303,39 @@ def _dp_beside(ctx: Context, runs: list[Run], wanted: set, heur_dl: Deadline):
         with use(heur_dl):
             return run_method(ctx, "dp")[0]
 
-    return late_hint.Beside(run)
+    return late_hint.Beside(run, interrupt=heur_dl.interrupt)
 
 
-def _collect(beside, heur: dict, dl: Deadline, heur_dl: Deadline, hint: RawResult | None) -> RawResult | None:
-    """Eq. PAR4: the DP's result into ``heur`` once it is back (it stops at its own deadline; none waited for after
-    Ctrl-C); returns the better warm start of it and ``hint``. A DP that failed raises here, as it would have run first."""
-    if beside is None:
-        return hint
+def _collect(beside, heur: dict, dl: Deadline, heur_dl: Deadline) -> RawResult | None:
+    """Eq. PAR4: the DP's result, also into ``heur``, once it is back: it stops at its own deadline, or at once on
+    Ctrl-C, which is passed on to it (None if it does not come back). A DP that failed, or whose process died, is
+    logged and left out: the exact search's plan stands without it."""
     got = beside.result(min(heur_dl.remaining(), 1e6) + BESIDE_GRACE_S, stop=lambda: dl.interrupted)
     if isinstance(got, BaseException):
-        raise got
+        log.warning("the DP heuristic failed beside the exact search: %s", got)
+        return None
     if got is None:
         log.warning("the DP heuristic did not come back (%s)", "interrupted" if dl.interrupted else "past its deadline")
-        return hint
+        return None
     heur["dp"] = got
-    return best_heuristic(*(r for r in (got, hint) if r is not None))
+    return got
 
 
-def _with_late(raw: RawResult, best: RawResult | None) -> RawResult:
-    """The exact result with eq. PAR4's DP plan where that is better (it came back after the search ended, or the search
-    stopped before taking it); the bound stays the search's."""
-    if best is None or best.assignment is None or best.objective_s is None or (
-            raw.objective_s is not None and raw.objective_s <= best.objective_s):
+def _with_late(ctx: Context, raw: RawResult, dp: RawResult | None) -> RawResult:
+    """The exact result with eq. PAR4's DP plan where that is better (it came back after the search ended, or the
+    search stopped before taking it). The bound stays the search's; the plan is proven (OPTIMAL) where it lies within
+    the gap of it, by ``_with_b1``'s rule."""
+    if dp is None or dp.assignment is None or dp.objective_s is None or (
+            raw.objective_s is not None and raw.objective_s <= dp.objective_s):
         return raw
-    status = raw.status if raw.assignment is not None else "FEASIBLE"
-    return replace(raw, status=status, assignment=best.assignment, objective_s=best.objective_s,
-                   stats={**raw.stats, "late_dp_plan": 1})
+    obj, bound = dp.objective_s, raw.bound_s
+    tol = ctx.options.relative_gap * obj + float(raw.stats.get("tolerance_s", 0.0)) + TIME_RTOL * obj
+    proven = raw.status == "OPTIMAL" or (bound is not None and obj - bound <= tol)
+    why = "interrupted" if raw.stats.get("interrupted") else "the time limit was reached"
+    message = "" if proven else (f"gap {(obj - bound) / obj:.2%} when {why}" if bound is not None else
+                                 "the DP heuristic's plan; the exact search proved no bound")
+    return replace(raw, status="OPTIMAL" if proven else "FEASIBLE", assignment=dp.assignment, objective_s=obj,
+                   message=message, stats={**raw.stats, "late_dp_plan": 1})
 
 
 def finish(ctx: Context, raw: RawResult) -> Outcome:

@@ -58,6 +58,19 @@ def _failing() -> RawResult:
     raise ValueError("dp broke")
 
 
+def _until_interrupted(d: Deadline) -> RawResult:
+    while not d.interrupted:
+        time.sleep(0.01)
+    return _raw(objective=7.0)
+
+
+def _wait_back_pipe(feed: late_hint.Beside) -> None:
+    """Until the child's reply is in the pipe, not read (``pending`` would read it)."""
+    end = time.monotonic() + 20
+    while not feed._worker.conn.poll(0.01) and time.monotonic() < end:
+        pass
+
+
 def _wait_back(feed: late_hint.Beside) -> None:
     end = time.monotonic() + 20
     while feed.pending and time.monotonic() < end:
@@ -158,60 +171,105 @@ def _solve(monkeypatch, beside: bool, cluster: str = SMALL[1], threads: int = 2)
     return planner.solve(load_model(name), load_cluster(cluster), training, options).result
 
 
-def _started_from_the_dp(res) -> bool:
-    return "dp_beside" not in res.stats and res.stats["hint_objective_s"] <= min(
-        res.stats["dp_objective_s"], res.stats["uniform_objective_s"]) * (1 + 1e-9)
+def _exact_hints(monkeypatch) -> list:
+    """The solver of the warm start each exact run in this process starts from (run_method's hint)."""
+    seen, inner = [], planner.run_method
+
+    def recorded(ctx, method, hint_raw=None):
+        if hint_raw is not None:
+            seen.append(hint_raw.solver)
+        return inner(ctx, method, hint_raw)
+
+    monkeypatch.setattr(planner, "run_method", recorded)
+    return seen
 
 
 def test_planner_runs_the_dp_beside_and_reports_it(monkeypatch):
-    """One GPU type: the same proven optimum with the DP beside the search as after it; the DP's plan is reported
-    either way, and the search started from the uniform baseline's."""
+    """One GPU type: the same proven optimum with the DP beside the search as after it; the search started from the
+    uniform baseline's plan, and the DP's is reported either way."""
     first = _solve(monkeypatch, beside=False)
+    hints = _exact_hints(monkeypatch)
     side = _solve(monkeypatch, beside=True)
+    assert hints == ["uniform"]
     assert first.status == side.status == planner.Status.OPTIMAL
     assert side.objective_s == pytest.approx(first.objective_s, rel=2e-4)
     assert side.stats["dp_objective_s"] == pytest.approx(first.stats["dp_objective_s"], rel=1e-9)
-    assert side.stats["dp_beside"] == 1 and side.stats["hint_objective_s"] <= side.stats["uniform_objective_s"]
-    assert _started_from_the_dp(first)
+    assert side.stats["dp_beside"] == 1 and "dp_beside" not in first.stats
 
 
 @pytest.mark.parametrize(("cluster", "threads"), [(SMALL[1], 1), ("a100-80g:8,a100-40g:8", 2)])
 def test_the_dp_runs_first_with_one_thread_or_several_gpu_types(monkeypatch, cluster, threads):
-    assert _started_from_the_dp(_solve(monkeypatch, beside=True, cluster=cluster, threads=threads))
+    res = _solve(monkeypatch, beside=True, cluster=cluster, threads=threads)
+    assert "dp_beside" not in res.stats and "dp_objective_s" in res.stats
+
+
+def test_no_dp_beside_without_a_warm_start(monkeypatch):
+    monkeypatch.setattr(planner, "DP_BESIDE", True)
+    name, cluster, training = SMALL
+    options = SolveOptions(time_limit_s=30, threads=2, relative_gap=1e-4, max_stages=6, warm_start=False)
+    res = planner.solve(load_model(name), load_cluster(cluster), training, options).result
+    assert "dp_beside" not in res.stats and "dp_objective_s" in res.stats
 
 
 def test_a_better_dp_plan_replaces_the_search_s():
     """The DP's plan is better than the search's (it came back after the search stopped): it is returned with the
-    search's bound; a search without a plan returns the DP's as FEASIBLE."""
-    searched = RawResult("FEASIBLE", "cpsat", assignment=_plan(0), objective_s=5.0, bound_s=2.5)
-    out = planner._with_late(searched, _raw(objective=3.0))
-    assert (out.assignment, out.objective_s, out.bound_s, out.status) == (_plan(2), 3.0, 2.5, "FEASIBLE")
-    assert planner._with_late(searched, _raw(objective=6.0)) is searched
+    search's bound, proven where it lies within the gap of it; a search without a plan returns the DP's."""
+    from types import SimpleNamespace
+
+    ctx = SimpleNamespace(options=SolveOptions(relative_gap=0.01))
+    searched = RawResult("FEASIBLE", "cpsat", assignment=_plan(0), objective_s=5.0, bound_s=2.9,
+                         message="gap 42.00% when the time limit was reached")
+    out = planner._with_late(ctx, searched, _raw(objective=3.0))
+    assert (out.assignment, out.objective_s, out.bound_s, out.status) == (_plan(2), 3.0, 2.9, "FEASIBLE")
+    assert out.message == "gap 3.33% when the time limit was reached" and out.stats["late_dp_plan"] == 1
+    close = RawResult("FEASIBLE", "cpsat", assignment=_plan(0), objective_s=5.0, bound_s=2.98, message="gap")
+    out = planner._with_late(ctx, close, _raw(objective=3.0))
+    assert out.status == "OPTIMAL" and out.message == ""
+    assert planner._with_late(ctx, searched, _raw(objective=6.0)) is searched
+    assert planner._with_late(ctx, searched, None) is searched
     empty = RawResult("NO_SOLUTION", "cpsat", bound_s=2.5)
-    out = planner._with_late(empty, _raw(objective=3.0))
+    out = planner._with_late(ctx, empty, _raw(objective=3.0))
     assert out.status == "FEASIBLE" and out.objective_s == 3.0
 
 
-def test_a_failed_dp_raises_as_it_would_have_run_first():
+def test_a_failed_dp_is_left_out_and_the_search_stands():
     feed = late_hint.Beside(_failing)
-    with pytest.raises(ValueError, match="dp broke"):
-        planner._collect(feed, {}, Deadline(None), Deadline(None), None)
+    heur: dict = {}
+    assert planner._collect(feed, heur, Deadline(None), Deadline(None)) is None and heur == {}
 
 
-def test_ctrl_c_does_not_wait_for_the_dp():
-    feed = late_hint.Beside(_slow_raw)
+def test_a_result_already_back_is_taken_whatever_the_time_left():
+    feed = late_hint.Beside(_raw)
+    _wait_back_pipe(feed)
+    got = feed.result(0.0, stop=lambda: True)
+    assert isinstance(got, RawResult) and got.objective_s == 3.0
+    feed = late_hint.Beside(_raw)
+    _wait_back_pipe(feed)
+    heur: dict = {}
+    spent = Deadline(0.0)  # (the DP's own deadline long past)
+    assert planner._collect(feed, heur, Deadline(60.0), spent).objective_s == 3.0 and "dp" in heur
+
+
+def test_ctrl_c_takes_the_dps_best_so_far():
+    """Ctrl-C here interrupts the DP's own deadline in its process (SIGUSR1), which returns its best so far."""
+    import threading
+
+    mine = Deadline(60.0)
+    feed = late_hint.Beside(lambda: _until_interrupted(mine), interrupt=mine.interrupt)
     dl = Deadline(60.0)
-    dl.interrupt()
+    timer = threading.Timer(0.3, dl.interrupt)
+    timer.start()
     heur: dict = {}
     t0 = time.monotonic()
-    hint = _raw(objective=4.0)
-    assert planner._collect(feed, heur, dl, dl, hint) is hint
-    assert time.monotonic() - t0 < 3.0 and "dp" not in heur
+    got = planner._collect(feed, heur, dl, Deadline(60.0))
+    timer.cancel()
+    assert got is not None and got.objective_s == 7.0 and heur["dp"] is got
+    assert 0.25 < time.monotonic() - t0 < 3.0
     assert _gone(feed._worker.pid)
 
 
-def test_ctrl_c_while_waiting_for_the_dp_ends_the_wait():
-    """Ctrl-C during the wait for the DP's result (the search already over) ends it within a poll or two."""
+def test_ctrl_c_does_not_wait_for_a_dp_that_ignores_it():
+    """A DP that does not stop when interrupted is killed STOP_WAIT_S later: the command does not wait for it."""
     import threading
 
     feed = late_hint.Beside(_slow_raw)
@@ -219,7 +277,7 @@ def test_ctrl_c_while_waiting_for_the_dp_ends_the_wait():
     timer = threading.Timer(0.3, dl.interrupt)
     timer.start()
     t0 = time.monotonic()
-    assert planner._collect(feed, {}, dl, Deadline(60.0), None) is None
+    assert planner._collect(feed, {}, dl, Deadline(60.0)) is None
     timer.cancel()
-    assert 0.25 < time.monotonic() - t0 < 3.0
+    assert 0.25 < time.monotonic() - t0 < 0.3 + late_hint.STOP_WAIT_S + 2.0
     assert _gone(feed._worker.pid)

@@ -34,6 +34,7 @@ class Feed:
 
 NONE = Feed()
 POLL_S = 0.05  # s between looks at Ctrl-C while the planner waits for the heuristic's result
+STOP_WAIT_S = 0.5  # s an interrupted heuristic gets to send its best so far before it is killed
 _feeds: list[Feed] = []
 
 
@@ -55,10 +56,11 @@ def feeding(feed: Feed | None) -> Iterator[Feed]:
 
 class Beside(Feed):
     """``run()`` (a heuristic returning a RawResult of the full problem) on a forked worker; its plan is taken once
-    (``take``), its result collected with ``result`` (waiting at most ``timeout_s``) or dropped with ``close``."""
+    (``take``), its result collected with ``result`` or dropped with ``close``. ``interrupt``: what makes ``run``
+    return its best so far in the child (its deadline's ``interrupt``), called there on Ctrl-C here."""
 
-    def __init__(self, run: Callable[[], RawResult]) -> None:
-        self._worker = worker.Worker(lambda _request: run())
+    def __init__(self, run: Callable[[], RawResult], interrupt: Callable[[], object] | None = None) -> None:
+        self._worker = worker.Worker(lambda _request: run(), on_nudge=interrupt)
         self._worker.submit("run")
         self._done, self._value, self._taken = False, None, False
 
@@ -67,7 +69,7 @@ class Beside(Feed):
             got, value = self._worker.reply(timeout_s)
             if got:
                 self._done, self._value = True, value
-                self._worker.close()
+                self._worker.stop()  # (reaped by ``close``: the search does not wait for the child's exit)
 
     @property
     def pending(self) -> bool:
@@ -83,9 +85,14 @@ class Beside(Feed):
 
     def result(self, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> RawResult | BaseException | None:
         """The heuristic's result (an exception if it failed or its process died), or None if it is not back within
-        ``timeout_s`` or once ``stop()`` (looked at every POLL_S: Ctrl-C) is true; its worker is then killed."""
-        end = time.monotonic() + timeout_s
-        while not self._done and not stop():
+        ``timeout_s``; once ``stop()`` is true (looked at every POLL_S: Ctrl-C) the child is interrupted and gets
+        STOP_WAIT_S more to send its best so far. The worker is then killed."""
+        self._poll()  # (already back: taken whatever the time left)
+        end, nudged = time.monotonic() + max(timeout_s, 0.0), False
+        while not self._done:
+            if stop() and not nudged:
+                self._worker.nudge()
+                end, nudged = min(end, time.monotonic() + STOP_WAIT_S), True
             left = end - time.monotonic()
             if left <= 0:
                 break

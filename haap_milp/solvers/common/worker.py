@@ -37,7 +37,9 @@ def available() -> bool:
 class Worker:
     """The child running ``serve(request) -> reply``: ``submit`` one request at a time, ``reply`` when it is back."""
 
-    def __init__(self, serve: Callable[[object], object]) -> None:
+    def __init__(self, serve: Callable[[object], object], on_nudge: Callable[[], object] | None = None) -> None:
+        """``on_nudge``: what the child runs when the parent calls ``nudge`` (SIGUSR1; e.g. its deadline's
+        ``interrupt``, so that a heuristic returns its best so far)."""
         mine, theirs = Pipe(duplex=True)
         for stream in (sys.stdout, sys.stderr):  # (the child must not flush the parent's buffered output again)
             with contextlib.suppress(Exception):
@@ -50,6 +52,8 @@ class Worker:
                 _die_with(parent)
                 mine.close()
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
+                if on_nudge is not None and hasattr(signal, "SIGUSR1"):
+                    signal.signal(signal.SIGUSR1, lambda *_: on_nudge())
                 server = threading.Thread(target=_serve_all, args=(theirs, serve), name="haap-worker")
                 server.start()
                 server.join()
@@ -57,6 +61,7 @@ class Worker:
                 os._exit(0)
         theirs.close()
         self.pid, self._conn, self.busy, self._reaped = pid, mine, False, False
+        self._nudges = on_nudge is not None and hasattr(signal, "SIGUSR1")
 
     @property
     def conn(self) -> Connection | None:
@@ -66,6 +71,12 @@ class Worker:
     def submit(self, request: object) -> None:
         self._conn.send(request)
         self.busy = True
+
+    def nudge(self) -> None:
+        """Run the child's ``on_nudge`` (a no-op for a child without one, or one that has ended)."""
+        if self._conn is not None and self._nudges:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGUSR1)
 
     def reply(self, timeout_s: float = 0.0) -> tuple[bool, object]:
         """(True, the reply) once it is back within ``timeout_s``, else (False, None). A failed request, or a child
