@@ -40,9 +40,12 @@ GPUS = (16, 64, 256, 1024, 4096)
 LIMITS = (1.0, 10.0, 60.0)
 QUICK = {"gpus": (64, 1024, 4096), "types": (1, 3), "limits": (1.0, 10.0)}
 GBS, SEQ, THREADS = 2048, 4096, 2
+# dp_s, uniform_s: the heuristics' own wall time (the DP's beside the search on one GPU type, eq. PAR4); prelude_s: the
+# exact search's time before its first node (the variants' tables, eqs. LS4b and LS4c): with presolve_s, the serial
+# parts of a solve
 COLUMNS = ("kind", "model", "gpus", "types", "islands", "profile", "cluster", "limit_s", "wall_s", "status", "gap_pct",
-           "objective_s", "bound_s", "presolve_s", "exact_s", "nodes", "load1", "message", "repeats", "gap_min_pct",
-           "gap_max_pct")
+           "objective_s", "bound_s", "presolve_s", "dp_s", "uniform_s", "prelude_s", "exact_s", "nodes", "load1",
+           "message", "repeats", "gap_min_pct", "gap_max_pct")
 
 
 def scaling_cluster(num_gpus: int, types: tuple[str, ...], islands: int) -> str:
@@ -103,6 +106,7 @@ def run_one(spec: dict) -> dict:
     return {"status": r.status.value, "gap_pct": None if r.gap is None else round(100 * r.gap, 3),
             "objective_s": r.objective_s, "bound_s": r.bound_s,
             "presolve_s": ctx.presolved.stats.get("presolve_s"), "exact_s": round(r.wall_time_s, 3),
+            **{f"{h}_s": (r.stats or {}).get(f"{h}_wall_s") for h in ("dp", "uniform", "prelude")},
             "nodes": (r.stats or {}).get("nodes"), "message": (r.message or "")[:120]}
 
 

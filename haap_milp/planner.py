@@ -286,8 +286,10 @@ def _exact(ctx: Context, run_ctx: Context, m: str, limit, step: Step, dl: Deadli
     if beside is not None:
         raw = _with_late(ctx, raw, warm.collect(dl))
         raw.stats["dp_beside"] = 1
-    raw.stats.update({f"{h}_objective_s": r.objective_s if r.objective_s is not None else "none"
-                      for h, r in warm.heur.items() if isinstance(r, RawResult)})  # what it started from
+    for h, r in warm.heur.items():  # what it started from, and the heuristics' own wall time (s)
+        if isinstance(r, RawResult):
+            raw.stats[f"{h}_objective_s"] = r.objective_s if r.objective_s is not None else "none"
+            raw.stats[f"{h}_wall_s"] = round(r.wall_time_s, 4) if r.wall_time_s is not None else "none"
     return finish(run_ctx, raw)
 
 

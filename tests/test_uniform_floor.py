@@ -1,6 +1,8 @@
 """The uniform baseline's floor prune (solvers/uniform.py, USE_FLOOR): a placement whose eq. T1 floor
-M (L/P) max_j layer_time reaches the best plan so far is skipped unchecked. It must not change the result: the same
-plan time with and without it on random problems, and the floor at or below every placement's own T."""
+(L/P) ((M - 1) max_j layer_time + sum_j layer_time) reaches the best plan so far is skipped unchecked, and a stage count
+whose least floor over its placements does (USE_COUNT_FLOOR) is skipped whole. Neither may change the result: the same
+plan time with and without them on random problems, the floor at or below every placement's own T, and the least
+floor at or below every placement's floor."""
 
 from __future__ import annotations
 
@@ -16,11 +18,13 @@ from haap_milp.problem import Assignment, Stage, evaluate
 from haap_milp.solvers import uniform
 
 
-def test_floor_prune_keeps_the_result(monkeypatch):
+@pytest.mark.parametrize("by_count", [False, True])
+def test_floor_prune_keeps_the_result(monkeypatch, by_count):
     skipped = compared = 0
     for seed in range(40):
         problem = random_problem(seed, num_layers=8 + seed % 5, max_stages=4 + seed % 3)
         monkeypatch.setattr(uniform, "USE_FLOOR", True)
+        monkeypatch.setattr(uniform, "USE_COUNT_FLOOR", by_count)
         on = uniform.solve(problem)
         monkeypatch.setattr(uniform, "USE_FLOOR", False)
         off = uniform.solve(problem)
@@ -33,23 +37,46 @@ def test_floor_prune_keeps_the_result(monkeypatch):
     assert compared >= 20 and skipped > 0, (compared, skipped)
 
 
-def test_floor_is_below_every_uniform_plan():
-    """The bound itself, on every placement the baseline enumerates (without EX1 terms)."""
-    checked = 0
+def _sigs(problem, var):
+    """The baseline's option per (signature, group) of a variant (as ``uniform.solve`` groups them)."""
+    import numpy as np
+
+    by_sig: dict = {}
+    for i in np.flatnonzero(var.allowed):
+        o = problem.options[i]
+        if not o.mix:
+            by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep, o.zero, o.etp), {}).setdefault(o.group, int(i))
+    return by_sig.values()
+
+
+def test_floors_are_below_every_uniform_plan():
+    """The placement floor at or below the plan's T, and the stage count's least floor at or below every placement's
+    floor, on every placement the baseline enumerates (random problems without EX1 terms)."""
+    import numpy as np
+
+    checked = counted = 0
     for seed in range(20):
-        problem = random_problem(seed, num_layers=8, max_stages=4)
+        problem = random_problem(seed, num_layers=8 + seed % 5, max_stages=4)
         L = problem.num_layers
         for vi, var in enumerate(problem.variants):
             if var.vpp > 1 or var.extra is not None:
                 continue
-            for i in range(len(problem.options)):
-                for p in (1, 2, 4):
-                    a = Assignment(vi, tuple(Stage(i, L // p) for _ in range(p)))
-                    floor = var.num_microbatches * (L // p) * float(var.layer_time[i])
-                    if floor < float("inf"):
-                        assert floor <= evaluate(problem, a) * (1 + 1e-12), (seed, vi, i, p)
-                        checked += 1
-    assert checked > 100, checked
+            lt, M = np.asarray(var.layer_time, float), var.num_microbatches
+            for sig_opts in _sigs(problem, var):
+                gpus = problem.options[next(iter(sig_opts.values()))].num_gpus
+                for p in range(1, min(problem.max_stages, L) + 1):
+                    if L % p:
+                        continue
+                    least = uniform._least_floor(lt, sig_opts, uniform._holds(problem, sig_opts, gpus), p, M)
+                    for chosen in uniform._placements(problem, sig_opts, p, gpus):
+                        floor = (M - 1) * max(lt[o] for o in chosen) + sum(lt[o] for o in chosen)
+                        a = Assignment(vi, tuple(Stage(o, L // p) for o in chosen))
+                        if np.isfinite(floor):
+                            assert (L // p) * floor <= evaluate(problem, a) * (1 + 1e-12), (seed, vi, chosen)
+                            checked += 1
+                        assert least <= floor * (1 + 1e-12), (seed, vi, p, chosen)
+                        counted += 1
+    assert checked > 100 and counted > 100, (checked, counted)
 
 
 def _placements_by_permutation(capacity, sig_opts, p, gpus):

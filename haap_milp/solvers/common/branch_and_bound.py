@@ -416,6 +416,7 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
             st.offer(problem, canonical(problem, tables[a.variant], a), f"{name} late hint")
         return not late.pending
 
+    st.stats["prelude_wall_s"] = round(time.perf_counter() - t0, 4)  # before the first node (tables, eqs. LS4b, LS4c)
     try:
         _search(problem, options, st, vb, heap, pool, deadline, name, solve_node, t0, arrive)
     finally:
