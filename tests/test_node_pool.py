@@ -228,3 +228,12 @@ def test_interrupt_ends_a_pooled_search_and_its_workers(monkeypatch):
         assert _gone(pid)
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+
+
+def test_probe_scale_makes_up_for_shared_cores():
+    """Eq. PAR2b: two workers racing two engines each on two CPUs give each probe twice PROBE_S; with CPUs to spare,
+    or one thread, none; never more than POOL_PROBE_SCALE."""
+    assert bb.probe_scale(2, 2, 2) == 2.0
+    assert bb.probe_scale(2, 2, 16) == 1.0
+    assert bb.probe_scale(2, 1, 2) == 1.0
+    assert bb.probe_scale(2, 8, 2) == bb.POOL_PROBE_SCALE

@@ -70,6 +70,11 @@ MIN_NODE_S = 0.05  # stop when less time than this is left
 POOL_SIZE = 2
 POOL_AFTER_S = 0.2
 POOL_GRACE_S = 0.0
+# eq. PAR2b: a worker's engine probes (eq. N17c) get up to this many times PROBE_S of wall time, as many as the workers'
+# engine threads per CPU (two workers, each racing two engines, eq. N21, on two cores: 2; a probe there gets half the
+# CPU it gets in one process). Measured: mixtral-8x7b x 4096 x 4 types (CLI space, 10 s) proven in 5 of 5 runs, 7 of
+# 11 and 12 of 19 before (the probe on the node that finds its 1.0327 s plan ran out of time in the others)
+POOL_PROBE_SCALE = 2.0
 POOL_POLL_S = 0.05  # s between looks at Ctrl-C while waiting for a worker
 MIN_ENGINE_S = 1.0  # least time given to an exact engine on a node (doubles on each retry)
 INITIAL_SPLIT = 4  # intervals per variant before the search starts
@@ -476,7 +481,14 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
     """Eq. PAR2's workers (not started yet): each runs ``_node`` on its own copy of the search's state from the fork,
     with the incumbent each request brings, and sends back what the node added (``_merge``)."""
 
+    size = min(options.threads, POOL_SIZE, node_pool.cpus())
+    scale, scaled = probe_scale(size, options.threads, node_pool.cpus()), []
+
     def serve(request):
+        global PROBE_S  # (this worker process's own, set at its first node)
+        if not scaled:
+            scaled.append(True)
+            PROBE_S *= scale
         node, inc, inc_obj = request
         if inc is not None and inc_obj < st.inc_obj:
             st.inc, st.inc_obj = inc, inc_obj
@@ -486,7 +498,13 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
         return (heap, st.closed[marks[0]:], st.inc if st.inc_obj < before else None, st.inc_obj,
                 st.errors[marks[1]:], st.tol_s)
 
-    return NodePool(serve, min(options.threads, POOL_SIZE, node_pool.cpus()))
+    return NodePool(serve, size)
+
+
+def probe_scale(workers: int, threads: int, cpus: int) -> float:
+    """Eq. PAR2b: how many times PROBE_S a worker's probe gets: the engine threads of every busy worker per CPU (each
+    node's engines use ``threads``), at least 1, at most POOL_PROBE_SCALE."""
+    return min(POOL_PROBE_SCALE, max(1.0, workers * threads / max(cpus, 1)))
 
 
 def _merge(st: _State, heap: list, node, reply) -> None:
