@@ -9,7 +9,6 @@ is the one returned, and Ctrl-C does not wait for the DP.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import sys
 import time
@@ -17,6 +16,8 @@ import time
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from forked import EXACT, needs_fork
+from forked import gone as _gone
 from synthetic import assert_exact_solvers_match_brute, large_problem, random_problem
 
 from haap_milp import planner
@@ -25,20 +26,10 @@ from haap_milp.deadline import Deadline
 from haap_milp.problem import Assignment, RawResult, Stage, evaluate
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import branch_and_bound as bb
-from haap_milp.solvers.common import late_hint, node_pool, worker
+from haap_milp.solvers.common import late_hint, node_pool
 from haap_milp.specs import SolveOptions, TrainingSpec
 
-pytestmark = pytest.mark.skipif(not worker.available(), reason="no fork on this platform")
-
-EXACT = SolveOptions(time_limit_s=30, relative_gap=0.0, threads=2, seed=0)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+pytestmark = needs_fork
 
 
 def _plan(variant: int) -> Assignment:

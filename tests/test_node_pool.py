@@ -18,6 +18,8 @@ import time
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from forked import EXACT, needs_fork
+from forked import gone as _gone
 from synthetic import assert_exact_solvers_match_brute, large_problem, random_problem
 
 from haap_milp.deadline import Deadline, use
@@ -26,17 +28,7 @@ from haap_milp.solvers.common import branch_and_bound as bb
 from haap_milp.solvers.common import node_pool, worker
 from haap_milp.specs import SolveOptions
 
-pytestmark = pytest.mark.skipif(not worker.available(), reason="no fork on this platform")
-
-EXACT = SolveOptions(time_limit_s=30, relative_gap=0.0, threads=2, seed=0)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+pytestmark = needs_fork
 
 
 def _double(x):
