@@ -72,7 +72,7 @@ POOL_AFTER_S = 0.2
 POOL_GRACE_S = 0.0
 # eq. PAR2b: a worker's engine probes (eq. N17c) get up to this many times PROBE_S of wall time, as many as the workers'
 # engine threads per CPU (two workers, each racing two engines, eq. N21, on two cores: 2; a probe there gets half the
-# CPU it gets in one process). Measured: mixtral-8x7b x 4096 x 4 types (CLI space, 10 s) proven in 5 of 5 runs, 7 of
+# CPU it gets in one process). Measured: mixtral-8x7b x 4096 x 4 types (CLI space, 10 s) proven in 8 of 8 runs, 7 of
 # 11 and 12 of 19 before (the probe on the node that finds its 1.0327 s plan ran out of time in the others)
 POOL_PROBE_SCALE = 2.0
 POOL_POLL_S = 0.05  # s between looks at Ctrl-C while waiting for a worker
