@@ -53,6 +53,12 @@ END_SEND_SHARE = 1.0
 MEM_RTOL = 1e-9  # a stage fits when mem <= capacity * (1 + MEM_RTOL) (problem.violations, tables, estimator, check)
 TIME_RTOL = 1e-9  # float slack when comparing or inverting times (layer bounds from a time cut-off, "this term binds")
 
+
+def within_gap(objective_s: float, bound_s: float, relative_gap: float, tolerance_s: float = 0.0) -> bool:
+    """A plan of time ``objective_s`` is proven (OPTIMAL) against the lower bound ``bound_s``: within the requested
+    relative gap, plus the engine's stated rounding ``tolerance_s`` and float slack."""
+    return objective_s - bound_s <= relative_gap * objective_s + tolerance_s + TIME_RTOL * objective_s
+
 # Backward share of a stage's fwd+bwd time t_j. Without recompute the backward does two GEMM passes
 # (input and weight gradients) per forward pass, bwd = 2 x fwd FLOPs (Narayanan et al., SC'21, sec. 3.3),
 # so 2/3 of t_j. Full recompute replays the forward inside the backward: 1 + 2 + 1 passes, backward 3/4

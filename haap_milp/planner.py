@@ -18,7 +18,7 @@ from haap_milp import presolve
 from haap_milp.deadline import Deadline, current, use
 from haap_milp.estimator import Estimator, Profile
 from haap_milp.methods import HEURISTICS, LISTED, METHODS, resolve
-from haap_milp.pipeline import TIME_RTOL
+from haap_milp.pipeline import TIME_RTOL, within_gap
 from haap_milp.problem import Problem, RawResult
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import late_hint, node_pool
@@ -127,8 +127,8 @@ def _with_b1(ctx: Context, raw: RawResult, keep: list[int]) -> RawResult:
     if raw.objective_s is None or raw.bound_s is None or not lbs or min(lbs) <= raw.bound_s:
         return raw
     bound = min(min(lbs), raw.objective_s)
-    tol = ctx.options.relative_gap * raw.objective_s + float(raw.stats.get("tolerance_s", 0.0)) + TIME_RTOL * raw.objective_s
-    if raw.status == "FEASIBLE" and raw.objective_s - bound <= tol:
+    if raw.status == "FEASIBLE" and within_gap(raw.objective_s, bound, ctx.options.relative_gap,
+                                               float(raw.stats.get("tolerance_s", 0.0))):
         return replace(raw, bound_s=bound, status="OPTIMAL", message="")
     return replace(raw, bound_s=bound)
 
@@ -289,7 +289,7 @@ def _exact(ctx: Context, run_ctx: Context, m: str, limit, step: Step, dl: Deadli
     for h, r in warm.heur.items():  # what it started from, and the heuristics' own wall time (s)
         if isinstance(r, RawResult):
             raw.stats[f"{h}_objective_s"] = r.objective_s if r.objective_s is not None else "none"
-            raw.stats[f"{h}_wall_s"] = round(r.wall_time_s, 4) if r.wall_time_s is not None else "none"
+            raw.stats[f"{h}_wall_s"] = round(r.wall_time_s, 4)
     return finish(run_ctx, raw)
 
 
@@ -331,8 +331,8 @@ def _with_late(ctx: Context, raw: RawResult, dp: RawResult | None) -> RawResult:
             raw.objective_s is not None and raw.objective_s <= dp.objective_s):
         return raw
     obj, bound = dp.objective_s, raw.bound_s
-    tol = ctx.options.relative_gap * obj + float(raw.stats.get("tolerance_s", 0.0)) + TIME_RTOL * obj
-    proven = raw.status == "OPTIMAL" or (bound is not None and obj - bound <= tol)
+    proven = raw.status == "OPTIMAL" or (bound is not None and within_gap(
+        obj, bound, ctx.options.relative_gap, float(raw.stats.get("tolerance_s", 0.0))))
     why = "interrupted" if raw.stats.get("interrupted") else "the time limit was reached"
     message = "" if proven else (f"gap {(obj - bound) / obj:.2%} when {why}" if bound is not None else
                                  "the DP heuristic's plan; the exact search proved no bound")

@@ -92,12 +92,13 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
         for sig_opts in by_sig.values():
             if best is not None and dl.expired():
                 break
+            gpus = problem.options[next(iter(sig_opts.values()))].num_gpus  # tp*dp*cp (eq. CP1)
+            holds = _holds(problem, sig_opts, gpus)
             for p in range(1, min(problem.max_stages, L) + 1):
                 if L % p:
                     continue
-                gpus = problem.options[next(iter(sig_opts.values()))].num_gpus  # tp*dp*cp (eq. CP1)
                 if USE_COUNT_FLOOR and floor is not None and (L // p) * _least_floor(
-                        floor, sig_opts, _holds(problem, sig_opts, gpus), p, M) >= best_t:
+                        floor, sig_opts, holds, p, M) >= best_t:
                     continue
                 for chosen in _placements(problem, sig_opts, p, gpus):
                     if floor is not None and (L // p) * ((M - 1) * max(floor[o] for o in chosen)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from haap_milp.deadline import current
-from haap_milp.pipeline import TIME_RTOL, interleaved_period, steady_period, sync_share
+from haap_milp.pipeline import TIME_RTOL, interleaved_period, steady_period, sync_share, within_gap
 from haap_milp.problem import (
     Assignment,
     Problem,
@@ -262,6 +262,7 @@ class _State:
     split_calls: int = 0  # nodes eq. N15 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     split_wins: int = 0
     probe_fails: int = 0  # eq. N17c: probes the engine did not finish
+    probe_s: float = field(default_factory=lambda: PROBE_S)  # eqs. N17b/c: a probe's wall time (eq. PAR2b: more on a worker)
     seg_idle: int = 0  # eq. LS4: nodes in a row on which the segment DP found no better plan
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
@@ -482,13 +483,10 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
     with the incumbent each request brings, and sends back what the node added (``_merge``)."""
 
     size = min(options.threads, POOL_SIZE, node_pool.cpus())
-    scale, scaled = probe_scale(size, options.threads, node_pool.cpus()), []
+    scale = probe_scale(size, options.threads, node_pool.cpus())
 
     def serve(request):
-        global PROBE_S  # (this worker process's own, set at its first node)
-        if not scaled:
-            scaled.append(True)
-            PROBE_S *= scale
+        st.probe_s = PROBE_S * scale  # (this worker's copy of the state)
         node, inc, inc_obj = request
         if inc is not None and inc_obj < st.inc_obj:
             st.inc, st.inc_obj = inc, inc_obj
@@ -1185,7 +1183,7 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
     if probe:
-        share = min(share, PROBE_S)
+        share = min(share, st.probe_s)
     if cutoff is not None and USE_SIGMA_CAP and len(lm.names) > SIGMA_CAP_MIN_VARS:  # eq. N22
         cap = sigma_cap(lm, cutoff, time_limit_s=max(0.1, left))
         if cap is not None and cap < lm.lb[lm.sigma]:
@@ -1230,7 +1228,7 @@ def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) ->
                          message=msg or "time limit reached before any plan was found", stats=st.stats)
     bound = min(bound, st.inc_obj)
     gap_abs = st.inc_obj - bound
-    proven = gap_abs <= options.relative_gap * st.inc_obj + st.tol_s + TIME_RTOL * st.inc_obj
+    proven = within_gap(st.inc_obj, bound, options.relative_gap, st.tol_s)
     if not proven and not msg:
         why = "interrupted" if st.stats.get("interrupted") else "the time limit was reached"
         msg = f"gap {gap_abs / st.inc_obj:.2%} when {why}"

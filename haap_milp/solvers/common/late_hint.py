@@ -1,7 +1,7 @@
 """Eq. PAR4 (formulations/README.md): a warm start that arrives while the exact search runs.
 
 The planner runs the DP heuristic on a forked worker process (``Beside``) while the exact search starts from the
-uniform baseline's plan in this one; the search takes the DP's plan as an incumbent when it comes back (``arrived``,
+uniform baseline's plan in this one; the search takes the DP's plan as an incumbent when it comes back (``take``,
 polled between nodes) and keeps its node workers (eq. PAR2) unstarted until then, so that two processes, not three,
 share two cores. Why: on a 2-core machine the DP ran alone for 0.5-2.4 s before the search began (measured on Sailor's
 32+96 OPT-350M row: DP 0.56 s of a 2.05 s command).
