@@ -62,29 +62,44 @@ def _priceable(est, g, tp: int, m: int) -> bool:
 
 def enumerate_options(est, model, training, groups, b: int, modes, dims, pair_index) -> list[Option]:
     """Mixed options of micro-batch variant ``b`` (eq. H7); ``pair_index[(a, b)]`` is the pair's p2p endpoint."""
-    out: list[Option] = []
-    for ga, gb in island_pairs(groups):
-        A, B = groups[ga], groups[gb]
-        cands = []
-        for ta, tb in product(TP_CANDIDATES, TP_CANDIDATES):
-            if not (tp_allowed(model.num_heads, model.kv_heads, ta, A.gpus_per_node)
-                    and tp_allowed(model.num_heads, model.kv_heads, tb, B.gpus_per_node)):
+    return [o for ga, gb in island_pairs(groups)
+            for o in pair_options(est, model, training, groups, b, modes, dims, (ga, gb), pair_index[(ga, gb)])]
+
+
+def pair_options(est, model, training, groups, b: int, modes, dims, pair: tuple[int, int], link: int) -> list[Option]:
+    """The mixed options of one group pair (``link``: its p2p endpoint) for micro-batch variant ``b``: at most
+    MAX_PER_PAIR, the least GPU-time per layer first (eq. H7)."""
+    ga, gb = pair
+    A, B = groups[ga], groups[gb]
+    cands = []
+    for ta, tb in product(TP_CANDIDATES, TP_CANDIDATES):
+        if not (tp_allowed(model.num_heads, model.kv_heads, ta, A.gpus_per_node)
+                and tp_allowed(model.num_heads, model.kv_heads, tb, B.gpus_per_node)):
+            continue
+        for sa, sb in product(_sizes(A), _sizes(B)):
+            if sa % ta or sb % tb:
                 continue
-            for sa, sb in product(_sizes(A), _sizes(B)):
-                if sa % ta or sb % tb:
-                    continue
-                na, nb = sa // ta, sb // tb
-                for rc in modes:
-                    best = _best_split(est, A, B, ta, tb, na, nb, rc, b, training.micro_batch_size)
-                    if best is not None:
-                        lam, (ma, mb) = best
-                        mix = (Replicas(ga, ta, na, ma), Replicas(gb, tb, nb, mb))
-                        cands.append((lam * (sa + sb), Option(group=ga, tp=ta, dp=na + nb, ep=1, recompute=rc,
-                                                              uniform_dims=dims, mix=mix,
-                                                              link=pair_index[(ga, gb)])))
-        cands.sort(key=lambda c: (c[0], c[1].tp, c[1].dp, c[1].recompute, c[1].mix))
-        out += [o for _, o in cands[:MAX_PER_PAIR]]
-    return out
+            na, nb = sa // ta, sb // tb
+            for rc in modes:
+                best = _best_split(est, A, B, ta, tb, na, nb, rc, b, training.micro_batch_size)
+                if best is not None:
+                    lam, (ma, mb) = best
+                    mix = (Replicas(ga, ta, na, ma), Replicas(gb, tb, nb, mb))
+                    cands.append((lam * (sa + sb), Option(group=ga, tp=ta, dp=na + nb, ep=1, recompute=rc,
+                                                          uniform_dims=dims, mix=mix, link=link)))
+    cands.sort(key=lambda c: (c[0], c[1].tp, c[1].dp, c[1].recompute, c[1].mix))
+    return [o for _, o in cands[:MAX_PER_PAIR]]
+
+
+def pair_batches(groups, pairs: list[tuple[int, int]]) -> list[tuple[tuple[int, int], ...]]:
+    """Eq. PAR5's shares of the pairs: one per island (the layer prices a pair reads are those of its two groups'
+    (GPU type, island), so two islands' pairs share none), or one per pair on one island."""
+    by_island: dict[str, list[tuple[int, int]]] = {}
+    for pr in pairs:
+        by_island.setdefault(groups[pr[0]].island, []).append(pr)
+    if len(by_island) == 1:
+        return [(pr,) for pr in pairs]
+    return [tuple(prs) for prs in by_island.values()]
 
 
 def _best_split(est, A, B, ta, tb, na, nb, rc, b, fixed):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from haap_milp.solvers.common import worker
+from haap_milp import worker
 from haap_milp.specs import SolveOptions
 
 needs_fork = pytest.mark.skipif(not worker.available(), reason="no fork on this platform")

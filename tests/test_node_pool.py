@@ -1,4 +1,4 @@
-"""Eq. PAR2: the branch and bound's nodes run by forked worker processes (``solvers/common/worker.py``,
+"""Eq. PAR2: the branch and bound's nodes run by forked worker processes (``worker.py``,
 ``solvers/common/node_pool.py``).
 
 The worker itself: a round trip, a failure and a death come back as replies, ``close`` kills a busy one and reaps it.
@@ -22,10 +22,11 @@ from forked import EXACT, needs_fork
 from forked import gone as _gone
 from synthetic import assert_exact_solvers_match_brute, large_problem, random_problem
 
+from haap_milp import worker
 from haap_milp.deadline import Deadline, use
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import branch_and_bound as bb
-from haap_milp.solvers.common import node_pool, worker
+from haap_milp.solvers.common import node_pool
 from haap_milp.specs import SolveOptions
 
 pytestmark = needs_fork
@@ -114,7 +115,7 @@ def _dead_or_zombie(pid: int) -> bool:
 def test_a_worker_dies_with_its_parent():
     """A parent killed outright (SIGKILL: no cleanup) takes its workers with it: none runs on as an orphan."""
     script = ("import sys, time\n"
-              "from haap_milp.solvers.common import worker\n"
+              "from haap_milp import worker\n"
               "def nap(_):\n    time.sleep(60)\n"
               "w = worker.Worker(nap)\nw.submit(1)\nprint(w.pid, flush=True)\ntime.sleep(60)\n")
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
+from haap_milp import worker
 from haap_milp.problem import Assignment, RawResult
-from haap_milp.solvers.common import worker
 
 
 class Feed:
@@ -33,8 +33,8 @@ class Feed:
 
 
 NONE = Feed()
-POLL_S = 0.05  # s between looks at Ctrl-C while the planner waits for the heuristic's result
-STOP_WAIT_S = 0.5  # s an interrupted heuristic gets to send its best so far before it is killed
+POLL_S = worker.POLL_S  # s between looks at Ctrl-C while the planner waits for the heuristic's result
+STOP_WAIT_S = worker.STOP_WAIT_S  # s an interrupted heuristic gets to send its best so far before it is killed
 _feeds: list[Feed] = []
 
 

@@ -10,11 +10,10 @@ already use both. Every worker starts from the search's state at the fork; each 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from multiprocessing.connection import wait as wait_any
 
-from haap_milp.solvers.common import worker
+from haap_milp import worker
 
 
 def available() -> bool:
@@ -22,13 +21,7 @@ def available() -> bool:
     return worker.available()
 
 
-def cpus() -> int:
-    """The CPUs this process may run on (its affinity where the platform tells it, else the machine's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
+cpus = worker.cpus  # the CPUs this process may run on
 
 class NodePool:
     """Up to ``size`` workers running ``serve(node, incumbent, its objective)``; ``submit``, then ``replies``."""

@@ -32,6 +32,7 @@ from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibil
 from haap_milp.solvers.common.polish import Polish, polish, regrade
 from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, group_links, option_classes, owners, split
 from haap_milp.solvers.dp.fallback import TIME_LIMIT_S, beam_search
+from haap_milp.worker import fork_map
 
 log = logging.getLogger(__name__)
 EXTRA_TAUS = 4  # candidate stage times tried above the smallest feasible one
@@ -66,6 +67,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
     """Best plan the heuristic finds (FEASIBLE), INFEASIBLE when the bounds prove none exists,
     NO_SOLUTION when it finds none without a proof."""
     t0 = time.perf_counter()
+    threads = getattr(options, "threads", 1)  # eq. PAR5: LS2's polish on two processes
     dl = current()  # past it (or interrupted) with a plan in hand: stop and return the best so far
     best: tuple[float, Assignment] | None = None
     tried = skipped = 0
@@ -81,7 +83,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
             # the plain result polished before any copy is searched, then its stages tried on each copy: the copies
             # cannot crowd out the plain variants' polish (qwen3-235b-a22b x hetero3-4096, gbs 2048, the DP's
             # budget in a 10 s solve: 3.251 s with the copies, 3.144 s with --vpp 1, the polish cut by the deadline)
-            best = polished = _polish_top(problem, found, raw=raw)
+            best = polished = _polish_top(problem, found, raw=raw, threads=threads)
             found, raw = {}, {}
             a = best[1]
             copies.sort(key=lambda w: _copy_rank(problem, a, w))  # in place: ``phase`` is this list
@@ -145,7 +147,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                              stats=stats)
         return RawResult("NO_SOLUTION", "dp", wall_time_s=wall, message="the DP heuristic found no plan", stats=stats)
     if best is not polished:  # eqs. LS1, LS2 (the move budget: common/polish.py)
-        top = _polish_top(problem, list(found.values()) or [best], raw=raw)
+        top = _polish_top(problem, list(found.values()) or [best], raw=raw, threads=threads)
         best = min((b for b in (polished, top) if b is not None), key=lambda b: b[0])
     a = best[1]
     a = canonical(problem, build_tables(problem, a.variant), a)
@@ -166,26 +168,38 @@ def _past_the_best(problem: Problem, plain: list[int], found: dict, v: int, best
     return u in found and found[v][0] > found[u][0] and found[v][0] > (1 + STOP_RISE) * best[0]
 
 
-def _polish_top(problem: Problem, found, k: int = POLISH_TOP,
-                raw: dict | None = None) -> tuple[float, Assignment] | None:
+def _polish_top(problem: Problem, found, k: int = POLISH_TOP, raw: dict | None = None,
+                threads: int = 1) -> tuple[float, Assignment] | None:
     """Eq. LS2: the ``k`` lowest of ``found`` (a dict variant -> (objective, plan), or a list of them), and of ``raw``
     (the same before eq. LS2b's regrading) the ``k`` lowest not among them, polished in
     turn, ``POLISH_CHUNK`` candidate plans each, the lowest first (eq. LS3a), until each is done (eq. LS1: its
     local optimum or move budget) or the deadline passes; the best one. Without a deadline this is LS1 on each."""
     plans = sorted(found.values() if isinstance(found, dict) else found, key=lambda b: b[0])[:k]
-    starts = {a for _, a in plans}
-    plans += [b for b in sorted((raw or {}).values(), key=lambda b: b[0])[:k] if b[1] not in starts]
-    runs = [Polish(problem, a) for _, a in plans]
-    if not runs:
+    seen = {a for _, a in plans}
+    plans += [b for b in sorted((raw or {}).values(), key=lambda b: b[0])[:k] if b[1] not in seen]
+    if not plans:
         return None
     dl = current()
-    while not all(r.done for r in runs):
-        for r in runs:
-            r.step(POLISH_CHUNK)
-        if dl.expired():
-            break
-    best = min(runs, key=lambda r: r.best_obj)
-    return evaluate(problem, best.best), best.best
+
+    def walk(share: list) -> list[tuple[float, Assignment]]:  # (each process's runs in turn, eq. LS3a)
+        runs = [Polish(problem, a) for a in share]
+        while not all(r.done for r in runs):
+            for r in runs:
+                r.step(POLISH_CHUNK)
+            if dl.expired():
+                break
+        return [(r.best_obj, r.best) for r in runs]
+
+    # eq. PAR5: two shares of the starts on two processes (each walk ends as it does alone: the same plans unless the
+    # deadline cuts them)
+    starts = [a for _, a in plans]
+    shares = [share for share in (starts[0::2], starts[1::2]) if share]
+    halves = fork_map(walk, shares, threads, stop=lambda: dl.interrupted, interrupt=dl.interrupt)
+    ends = [None] * len(plans)
+    for h, got in enumerate(halves):
+        ends[h::2] = got
+    _obj, a = min(ends, key=lambda e: e[0])  # (the first of equals, as one process would)
+    return evaluate(problem, a), a
 
 
 def _copy_rank(problem: Problem, a: Assignment, w: int) -> tuple:

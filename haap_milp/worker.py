@@ -26,6 +26,10 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 
 CLOSE_WAIT_S = 1.0  # s an idle child asked to leave gets before it is killed
+CHILD_SLACK_S = 1.0  # s (fork_map) a child may take past twice the parent's own share
+POLL_S = 0.05  # s between looks at ``stop`` while waiting for a child (fork_map)
+STOP_WAIT_S = 0.5  # s a nudged child gets to send its best so far (fork_map)
+_forked = False  # True in a forked child (Worker): fork_map runs serially there
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 
 
@@ -44,24 +48,32 @@ class Worker:
         for stream in (sys.stdout, sys.stderr):  # (the child must not flush the parent's buffered output again)
             with contextlib.suppress(Exception):
                 stream.flush()
+        nudges = on_nudge is not None and hasattr(signal, "SIGUSR1")
+        # a nudge sent before the child has its handler would end it (SIGUSR1's default): blocked until then
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1}) if nudges else None
         with warnings.catch_warnings():  # (3.12+ warns on fork in a threaded process; the child uses no lock of theirs)
             warnings.simplefilter("ignore", DeprecationWarning)
             parent, pid = os.getpid(), os.fork()
         if pid == 0:  # the child: never returns into the caller's code
             try:
+                global _forked
+                _forked = True
                 _die_with(parent)
                 mine.close()
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
-                if on_nudge is not None and hasattr(signal, "SIGUSR1"):
+                if nudges:
                     signal.signal(signal.SIGUSR1, lambda *_: on_nudge())
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 server = threading.Thread(target=_serve_all, args=(theirs, serve), name="haap-worker")
                 server.start()
                 server.join()
             finally:
                 os._exit(0)
+        if nudges:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         theirs.close()
         self.pid, self._conn, self.busy, self._reaped = pid, mine, False, False
-        self._nudges = on_nudge is not None and hasattr(signal, "SIGUSR1")
+        self._nudges = nudges
 
     @property
     def conn(self) -> Connection | None:
@@ -128,6 +140,57 @@ class Worker:
     def __del__(self) -> None:  # (a parent that forgot ``close``: no zombie, no open pipe)
         with contextlib.suppress(Exception):
             self.close()
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform tells it, else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def fork_map(fn: Callable[[object], object], items: list, threads: int, stop: Callable[[], bool] | None = None,
+             interrupt: Callable[[], object] | None = None) -> list:
+    """Eq. PAR5 (formulations/README.md): ``[fn(x) for x in items]``, the items at odd positions run by one forked
+    child while this process runs the others (interleaved: where an item's cost grows along the list, the halves stay
+    even). ``fn`` must be a pure function of its item and of the state at the fork (what it caches or counts in the
+    child stays there); the results are those of the serial loop, in order. Serial where ``threads`` < 2, fewer than
+    two items, one CPU, no fork, or in a forked child itself (never a third process on two cores). Items the child
+    does not bring back (it failed or died) are run here: an error of ``fn`` then raises here as it would have
+    serially. A child not back within twice this process's own time plus CHILD_SLACK_S is stopped and its items run
+    here too, so a child that hangs never holds the caller. ``stop`` (looked at every POLL_S while waiting: Ctrl-C)
+    nudges the child, whose ``interrupt`` (its copy of the caller's deadline's) makes ``fn`` return its best so far;
+    it then gets STOP_WAIT_S."""
+    if threads < 2 or len(items) < 2 or not available() or cpus() < 2 or _forked:
+        return [fn(x) for x in items]
+    theirs = list(range(1, len(items), 2))
+    child = Worker(lambda idx: [fn(items[i]) for i in idx], on_nudge=interrupt)
+    try:
+        child.submit(theirs)
+        t0 = time.monotonic()
+        out = {i: fn(items[i]) for i in range(0, len(items), 2)}
+        got = _wait_child(child, time.monotonic() + 2 * (time.monotonic() - t0) + CHILD_SLACK_S, stop)
+        if isinstance(got, list) and len(got) == len(theirs):
+            out.update(zip(theirs, got))
+    finally:
+        child.close()
+    return [out[i] if i in out else fn(items[i]) for i in range(len(items))]
+
+
+def _wait_child(child: Worker, end: float, stop: Callable[[], bool] | None) -> object:
+    """The child's reply by ``end`` (monotonic s), or None; once ``stop()`` it is nudged and gets STOP_WAIT_S."""
+    nudged = False
+    while True:
+        if stop is not None and not nudged and stop():
+            child.nudge()
+            end, nudged = min(end, time.monotonic() + STOP_WAIT_S), True
+        left = end - time.monotonic()
+        if left <= 0:
+            return None
+        back, got = child.reply(min(left, POLL_S))
+        if back:
+            return got
 
 
 def _die_with(parent: int) -> None:

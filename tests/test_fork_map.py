@@ -1,0 +1,179 @@
+"""Eq. PAR5: ``worker.fork_map`` (serial work split between this process and one forked child) and its users, the
+presolve's mixed-stage enumeration and pricing and the DP heuristic's polish (eq. LS2), which give the same problem
+and the same plan on two processes as on one."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from forked import gone, needs_fork
+
+from haap_milp import mixed_stages, presolve, worker
+from haap_milp.catalog import load_cluster, load_model
+from haap_milp.deadline import Deadline, use
+from haap_milp.estimator import Estimator
+from haap_milp.solvers import dp
+from haap_milp.specs import SolveOptions, TrainingSpec
+
+pytestmark = needs_fork
+
+
+@pytest.fixture
+def two_cpus(monkeypatch):
+    monkeypatch.setattr(worker, "cpus", lambda: 2)  # (the split also on a one-CPU machine)
+
+
+def _square_pid(x):
+    return x * x, os.getpid()
+
+
+def test_results_in_order_the_odd_items_on_one_child(two_cpus):
+    for n in (2, 5, 8):
+        got = worker.fork_map(_square_pid, list(range(n)), threads=2)
+        assert [v for v, _ in got] == [i * i for i in range(n)]
+        pids = {i % 2: set() for i in range(n)}
+        for i, (_v, pid) in enumerate(got):
+            pids[i % 2].add(pid)
+        assert pids[0] == {os.getpid()}
+        assert len(pids[1]) == 1 and os.getpid() not in pids[1]  # one child, not this process
+        assert gone(pids[1].pop())  # reaped
+
+
+def test_serial_where_it_should_be(two_cpus, monkeypatch):
+    here = {os.getpid()}
+    assert {p for _, p in worker.fork_map(_square_pid, [1, 2, 3], threads=1)} == here
+    assert {p for _, p in worker.fork_map(_square_pid, [1], threads=2)} == here
+    assert worker.fork_map(_square_pid, [], threads=2) == []
+    monkeypatch.setattr(worker, "cpus", lambda: 1)
+    assert {p for _, p in worker.fork_map(_square_pid, [1, 2, 3], threads=2)} == here
+
+
+def _nested(_request):
+    """In a forked child: fork_map there runs every item in that child (no third process)."""
+    return {p for _, p in worker.fork_map(_square_pid, [1, 2, 3, 4], threads=2)}, os.getpid()
+
+
+def test_no_fork_inside_a_forked_child(two_cpus):
+    w = worker.Worker(_nested)
+    w.submit(0)
+    back, (pids, child) = w.reply(20.0)
+    w.close()
+    assert back and pids == {child}
+
+
+def _fails_on_three(x):
+    if x == 3:
+        raise ValueError(f"item {x}")
+    return x
+
+
+def test_a_failing_item_raises_here_as_it_would_serially(two_cpus):
+    with pytest.raises(ValueError, match="item 3"):  # (item 3 is the child's: rerun here, raised here)
+        worker.fork_map(_fails_on_three, [0, 1, 2, 3], threads=2)
+
+
+def test_a_child_that_dies_or_hangs_has_its_items_run_here(two_cpus, monkeypatch):
+    parent = os.getpid()
+
+    def dies(x):
+        if os.getpid() != parent:
+            os._exit(3)
+        return x + 1
+
+    assert worker.fork_map(dies, [0, 1, 2, 3], threads=2) == [1, 2, 3, 4]
+
+    def hangs(x):
+        if os.getpid() != parent:
+            time.sleep(60)
+        return x + 1
+
+    monkeypatch.setattr(worker, "CHILD_SLACK_S", 0.3)
+    t0 = time.monotonic()
+    assert worker.fork_map(hangs, [0, 1, 2, 3], threads=2) == [1, 2, 3, 4]
+    assert time.monotonic() - t0 < 5.0  # not the child's 60 s: stopped after 2 x this process's share + 0.3 s
+
+
+def test_stop_nudges_the_child_which_returns_its_best_so_far(two_cpus):
+    dl = Deadline(None)
+    parent = os.getpid()
+
+    def walk(x):  # the child's item runs until its copy of the deadline is interrupted (by the nudge)
+        if os.getpid() != parent:
+            while not dl.interrupted:
+                time.sleep(0.01)
+            return "stopped"
+        dl.interrupt()  # (Ctrl-C reaches this process while its own item runs)
+        return "here"
+
+    t0 = time.monotonic()
+    assert worker.fork_map(walk, [0, 1], threads=2, stop=lambda: dl.interrupted, interrupt=dl.interrupt) == \
+        ["here", "stopped"]
+    assert time.monotonic() - t0 < worker.STOP_WAIT_S + 1.0
+
+
+CLUSTER = "h100-80g:16@ib,h100-80g:16@roce,a100-80g:16@ib,a100-80g:16@roce,a100-40g:16@ib,a100-40g:16@roce"
+
+
+def _presolved(threads: int):
+    model = load_model("llama3-8b")
+    cluster = load_cluster(CLUSTER)
+    training = TrainingSpec(global_batch_size=256, seq_len=2048)
+    opts = SolveOptions(time_limit_s=30, threads=threads, mixed_stages="on")
+    pre = presolve.build(model, cluster, training, opts, Estimator(model, cluster, training))
+    return pre, opts
+
+
+def test_presolve_the_same_problem_on_two_processes(two_cpus):
+    one, _ = _presolved(1)
+    two, _ = _presolved(2)
+    p, q = one.problem, two.problem
+    assert sum(1 for o in p.options if o.mix) > 0  # (the instance has mixed options to enumerate, on both islands)
+    groups = presolve.cluster_groups(load_cluster(CLUSTER))
+    assert len(mixed_stages.pair_batches(groups, mixed_stages.island_pairs(groups))) == 2  # one share per island
+    assert p.options == q.options and p.max_stages == q.max_stages and len(p.variants) == len(q.variants)
+    for u, v in zip(p.variants, q.variants):
+        for f in dataclasses.fields(u):
+            a, b = getattr(u, f.name), getattr(v, f.name)
+            if isinstance(a, np.ndarray):
+                assert a.shape == b.shape and a.tobytes() == b.tobytes(), f.name
+            else:
+                assert a == b, f.name
+    assert one.lower_bounds_s == two.lower_bounds_s
+
+
+def test_dp_heuristic_the_same_plan_on_two_processes(two_cpus, monkeypatch):
+    pre, _ = _presolved(1)
+    calls = []
+    real = worker.fork_map
+    monkeypatch.setattr(dp, "fork_map", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
+    with use(Deadline(None)):
+        one = dp.solve(pre.problem, SolveOptions(time_limit_s=30, threads=1))
+        two = dp.solve(pre.problem, SolveOptions(time_limit_s=30, threads=2))
+    assert calls and max(calls) == 2  # LS2's starts went to two processes at least once
+    assert one.assignment == two.assignment and one.objective_s == two.objective_s
+
+
+def test_mixed_options_by_shares_are_those_of_one_enumeration(two_cpus):
+    """The shares' options put back in the pairs' order (where the pairs of two islands interleave) are exactly the
+    enumeration's, micro-batch by micro-batch."""
+    model, cluster = load_model("llama3-8b"), load_cluster(CLUSTER)
+    training = TrainingSpec(global_batch_size=256, seq_len=2048)
+    est = Estimator(model, cluster, training)
+    groups = presolve.cluster_groups(cluster)
+    pairs = mixed_stages.island_pairs(groups)
+    assert [groups[a].island for a, _ in pairs] != sorted(groups[a].island for a, _ in pairs)  # (interleaved)
+    index = {pr: len(groups) + i for i, pr in enumerate(pairs)}
+    modes, dims = ("none", "full"), ("tp", "dp", "recompute")
+    got = presolve._mixed_options(est, model, training, groups, [8, 16, 32], modes, dims, pairs, index, threads=2)
+    for b in (8, 16, 32):
+        want = mixed_stages.enumerate_options(est, model, training, groups, b, modes, dims, index)
+        assert want and got[b] == want
+        assert {o.link for o in want} == set(index.values())  # every pair has options (the order is tested)
