@@ -150,6 +150,11 @@ def cpus() -> int:
         return os.cpu_count() or 1
 
 
+def forks(threads: int, items: int = 2) -> bool:
+    """Whether ``fork_map`` runs ``items`` items on two processes (else serially in this one)."""
+    return threads >= 2 and items >= 2 and available() and cpus() >= 2 and not _forked
+
+
 def fork_map(fn: Callable[[object], object], items: list, threads: int, stop: Callable[[], bool] | None = None,
              interrupt: Callable[[], object] | None = None) -> list:
     """Eq. PAR5 (formulations/README.md): ``[fn(x) for x in items]``, the items at odd positions run by one forked
@@ -162,7 +167,7 @@ def fork_map(fn: Callable[[object], object], items: list, threads: int, stop: Ca
     here too, so a child that hangs never holds the caller. ``stop`` (looked at every POLL_S while waiting: Ctrl-C)
     nudges the child, whose ``interrupt`` (its copy of the caller's deadline's) makes ``fn`` return its best so far;
     it then gets STOP_WAIT_S."""
-    if threads < 2 or len(items) < 2 or not available() or cpus() < 2 or _forked:
+    if not forks(threads, len(items)):
         return [fn(x) for x in items]
     theirs = list(range(1, len(items), 2))
     child = Worker(lambda idx: [fn(items[i]) for i in idx], on_nudge=interrupt)

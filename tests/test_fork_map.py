@@ -157,23 +157,36 @@ def test_dp_heuristic_the_same_plan_on_two_processes(two_cpus, monkeypatch):
     with use(Deadline(None)):
         one = dp.solve(pre.problem, SolveOptions(time_limit_s=30, threads=1))
         two = dp.solve(pre.problem, SolveOptions(time_limit_s=30, threads=2))
-    assert calls and max(calls) == 2  # LS2's starts went to two processes at least once
+    assert calls and max(calls) == 2  # the look-ahead's and LS2's shares went to two processes
     assert one.assignment == two.assignment and one.objective_s == two.objective_s
+    assert one.stats["splits"] == two.stats["splits"]  # the same runs, in the same order
+    assert one.stats["runs_ahead"] == 0 and two.stats["runs_ahead"] > 0  # (the loop took the look-ahead's runs)
 
 
-def test_mixed_options_by_shares_are_those_of_one_enumeration(two_cpus):
-    """The shares' options put back in the pairs' order (where the pairs of two islands interleave) are exactly the
-    enumeration's, micro-batch by micro-batch."""
-    model, cluster = load_model("llama3-8b"), load_cluster(CLUSTER)
+def test_dp_look_ahead_runs_are_the_loops(two_cpus, monkeypatch):
+    """The loop takes a look-ahead's run only where it is the run the loop would make: with the look-ahead's second
+    passes (eq. DP8b) at other charges (its share changed while the look-ahead runs), the loop makes those itself
+    and ends with the same plan and the same runs as one process (caught when the runs are keyed without their
+    charge)."""
+    model, cluster = load_model("gpt3-1.3b"), load_cluster("h100-80g:16@ib,a100-80g:16@roce")
     training = TrainingSpec(global_batch_size=256, seq_len=2048)
-    est = Estimator(model, cluster, training)
-    groups = presolve.cluster_groups(cluster)
-    pairs = mixed_stages.island_pairs(groups)
-    assert [groups[a].island for a, _ in pairs] != sorted(groups[a].island for a, _ in pairs)  # (interleaved)
-    index = {pr: len(groups) + i for i, pr in enumerate(pairs)}
-    modes, dims = ("none", "full"), ("tp", "dp", "recompute")
-    got = presolve._mixed_options(est, model, training, groups, [8, 16, 32], modes, dims, pairs, index, threads=2)
-    for b in (8, 16, 32):
-        want = mixed_stages.enumerate_options(est, model, training, groups, b, modes, dims, index)
-        assert want and got[b] == want
-        assert {o.link for o in want} == set(index.values())  # every pair has options (the order is tested)
+    problem = presolve.build(model, cluster, training, SolveOptions(threads=1),
+                             Estimator(model, cluster, training)).problem
+    with use(Deadline(None)):
+        want = dp.solve(problem, SolveOptions(time_limit_s=30, threads=1))
+        ahead = dp.solve(problem, SolveOptions(time_limit_s=30, threads=2))
+    assert ahead.assignment == want.assignment and ahead.stats["splits"] == want.stats["splits"]
+    real = dp._look_ahead
+
+    def other_charges(*args):
+        monkeypatch.setattr(dp, "CROSS_SHARE", 0.5)
+        try:
+            return real(*args)
+        finally:
+            monkeypatch.setattr(dp, "CROSS_SHARE", 0.25)
+
+    monkeypatch.setattr(dp, "_look_ahead", other_charges)
+    with use(Deadline(None)):
+        got = dp.solve(problem, SolveOptions(time_limit_s=30, threads=2))
+    assert got.assignment == want.assignment and got.stats["splits"] == want.stats["splits"]
+    assert 0 < got.stats["runs_ahead"] < ahead.stats["runs_ahead"]  # (first passes taken, second ones made again)

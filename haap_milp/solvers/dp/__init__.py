@@ -23,6 +23,8 @@ import itertools
 import logging
 import math
 import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -32,7 +34,7 @@ from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibil
 from haap_milp.solvers.common.polish import Polish, polish, regrade
 from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, group_links, option_classes, owners, split
 from haap_milp.solvers.dp.fallback import TIME_LIMIT_S, beam_search
-from haap_milp.worker import fork_map
+from haap_milp.worker import fork_map, forks
 
 log = logging.getLogger(__name__)
 EXTRA_TAUS = 4  # candidate stage times tried above the smallest feasible one
@@ -70,7 +72,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
     threads = getattr(options, "threads", 1)  # eq. PAR5: LS2's polish on two processes
     dl = current()  # past it (or interrupted) with a plan in hand: stop and return the best so far
     best: tuple[float, Assignment] | None = None
-    tried = skipped = 0
+    tried = skipped = ahead = 0  # ahead: runs the loop took from eq. PAR5b's look-ahead
     stopped = rose = False
     bounds = []
     plain = [v for v in range(len(problem.variants)) if problem.variants[v].vpp == 1]
@@ -91,33 +93,36 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
             if seeded is not None and seeded[0] < best[0]:
                 a = polish(problem, seeded[1])
                 best = polished = (evaluate(problem, a), a)
+        # eq. PAR5b: the phase's variants looked at ahead on two processes, each from the best known now
+        seen = _look_ahead(problem, phase, best, threads)
         for v in phase:  # tables built one variant at a time: 0.5 s each on 1024 x 6 groups
             if best is not None and dl.expired():
                 stopped = True
                 break
-            t = build_tables(problem, v)
-            vb = variant_bound(problem, t)
+            look = seen.get(v) or _Look.of(problem, v)
+            vb = look.vb
             bounds.append(vb)
             if not math.isfinite(vb.total_s):
                 continue
             if best is not None and vb.total_s >= best[0]:  # eq. DP8f: no plan of v beats the best (eq. B2)
                 skipped += 1
                 continue
-            for r in _restrictions(problem, t):
-                for charge in (None, "cross"):  # eq. DP8b: on several islands, links between them charged less too
-                    if charge == "cross":
-                        charge = _cross_charge(problem, t, best[0] if best is not None else math.inf, vb.rest_lb)
+            for ri in range(look.restrictions):
+                for cross in (False, True):  # eq. DP8b: on several islands, links between them charged less too
+                    charge = None
+                    if cross:
+                        charge = _cross_charge(problem, look.links, best[0] if best is not None else math.inf,
+                                               vb.rest_lb)
                         if charge is None:
                             continue
                     if best is not None and dl.expired():
                         break
-                    got, n = _variant(problem, t, r if charge is not None else _kept(problem, t, r), vb.rest_lb,
-                                      charge)
-                    tried += n
-                    if got is not None and USE_REGRADE and not violations(problem, got[1]):
-                        if v not in raw or got[0] < raw[v][0]:
-                            raw[v] = got
-                        got = regrade(problem, got[1], got[0])
+                    ahead += look.made(ri, charge)
+                    run = look.run(problem, ri, charge)
+                    tried += run.splits
+                    if run.regraded and (v not in raw or run.found[0] < raw[v][0]):
+                        raw[v] = run.found
+                    got = run.graded
                     if got is not None and (v not in found or got[0] < found[v][0]):
                         found[v] = got
                     if got is not None and (best is None or got[0] < best[0]):
@@ -125,7 +130,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
             if phase is plain and _past_the_best(problem, plain, found, v, best):
                 rose = True
                 break
-    stats = {"splits": tried, "variants_skipped_by_bound": skipped}
+    stats = {"splits": tried, "variants_skipped_by_bound": skipped, "runs_ahead": ahead}
     if rose:
         stats["stopped"] = "past the best micro-batch (eq. DP8g)"
     if stopped:
@@ -153,6 +158,96 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
     a = canonical(problem, build_tables(problem, a.variant), a)
     return RawResult("FEASIBLE", "dp", assignment=a, objective_s=evaluate(problem, a), bound_s=None,
                      wall_time_s=wall, stats=stats)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One coverage-DP run (eqs. DP1-DP5) on a variant and restriction: its plan as found, the plan the loop keeps
+    (regraded by eq. LS2b when ``regraded``) and the splits it tried."""
+
+    found: tuple[float, Assignment] | None
+    graded: tuple[float, Assignment] | None
+    regraded: bool
+    splits: int
+
+
+@dataclass
+class _Look:
+    """Variant ``v`` as the DP's loop reads it: its bound (eq. B2), what eq. DP8b's charge reads of its tables
+    (``links``: p2p, vpp, M), its restrictions (eqs. U1/U2) and the runs made so far, by (restriction, charge)."""
+
+    v: int
+    vb: object
+    links: SimpleNamespace
+    restrictions: int
+    runs: dict = field(default_factory=dict)
+    tables: Tables | None = None  # (built where they are needed; not sent between processes)
+
+    @classmethod
+    def of(cls, problem: Problem, v: int) -> _Look:
+        t = build_tables(problem, v)
+        return cls(v, variant_bound(problem, t), SimpleNamespace(p2p=t.p2p, vpp=t.vpp, M=t.M),
+                   len(_restrictions(problem, t)), tables=t)
+
+    def made(self, ri: int, charge: np.ndarray | None) -> bool:
+        return (ri, None if charge is None else charge.tobytes()) in self.runs
+
+    def run(self, problem: Problem, ri: int, charge: np.ndarray | None) -> _Run:
+        """The run at restriction ``ri`` with ``charge`` (None: the first pass, eq. DP1, without dominated islands),
+        made here unless made already (eq. PAR5b's look-ahead: the same run, so the same result)."""
+        key = (ri, None if charge is None else charge.tobytes())
+        if key not in self.runs:
+            if self.tables is None:
+                self.tables = build_tables(problem, self.v)
+            t = self.tables
+            r = _restrictions(problem, t)[ri]
+            got, n = _variant(problem, t, r if charge is not None else _kept(problem, t, r), self.vb.rest_lb, charge)
+            if got is not None and USE_REGRADE and not violations(problem, got[1]):
+                self.runs[key] = _Run(got, regrade(problem, got[1], got[0]), True, n)
+            else:
+                self.runs[key] = _Run(got, got, False, n)
+        return self.runs[key]
+
+
+def _look_ahead(problem: Problem, phase: list[int], best, threads: int) -> dict[int, _Look]:
+    """Eq. PAR5b: the variants of ``phase`` looked at on two processes (the even positions here, the odd ones on a
+    forked child), each process walking its share in order from ``best`` (the best plan known at the phase's start)
+    as the loop would, but with only its own plans: its best is never better than the loop's at the same variant, so
+    a variant it skips (eq. DP8f) the loop skips too; eq. DP8b's second pass runs at the charge its best gives, and
+    the loop takes that run only where its own best gives the same charge (else it runs it again). The loop then
+    makes the same runs in the same order and keeps the same plans as without the look-ahead. Nothing where
+    ``fork_map`` would not fork (one thread, one CPU, in a forked child): the loop makes every run itself."""
+    if not forks(threads, len(phase)):
+        return {}
+    dl = current()
+
+    def walk(share: list[int]) -> dict[int, _Look]:
+        mine, got = best, {}
+        for v in share:
+            if mine is not None and dl.expired():
+                break
+            look = got[v] = _Look.of(problem, v)
+            if not math.isfinite(look.vb.total_s) or (mine is not None and look.vb.total_s >= mine[0]):
+                continue
+            for ri in range(look.restrictions):
+                for cross in (False, True):
+                    charge = None
+                    if cross:
+                        charge = _cross_charge(problem, look.links, mine[0] if mine is not None else math.inf,
+                                               look.vb.rest_lb)
+                        if charge is None:
+                            continue
+                    g = look.run(problem, ri, charge).graded
+                    if g is not None and (mine is None or g[0] < mine[0]):
+                        mine = g
+            look.tables = None  # (not sent back: the loop rebuilds a variant's tables only for a run it lacks)
+        return got
+
+    seen: dict[int, _Look] = {}
+    for got in fork_map(walk, [phase[0::2], phase[1::2]], threads, stop=lambda: dl.interrupted,
+                        interrupt=dl.interrupt):
+        seen.update(got)
+    return seen
 
 
 def _past_the_best(problem: Problem, plain: list[int], found: dict, v: int, best) -> bool:
