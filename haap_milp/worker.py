@@ -156,7 +156,7 @@ def forks(threads: int, items: int = 2) -> bool:
 
 
 def fork_map(fn: Callable[[object], object], items: list, threads: int, stop: Callable[[], bool] | None = None,
-             interrupt: Callable[[], object] | None = None) -> list:
+             interrupt: Callable[[], object] | None = None, rerun: bool = True) -> list:
     """Eq. PAR5 (formulations/README.md): ``[fn(x) for x in items]``, the items at odd positions run by one forked
     child while this process runs the others (interleaved: where an item's cost grows along the list, the halves stay
     even). ``fn`` must be a pure function of its item and of the state at the fork (what it caches or counts in the
@@ -166,7 +166,8 @@ def fork_map(fn: Callable[[object], object], items: list, threads: int, stop: Ca
     serially. A child not back within twice this process's own time plus CHILD_SLACK_S is stopped and its items run
     here too, so a child that hangs never holds the caller. ``stop`` (looked at every POLL_S while waiting: Ctrl-C)
     nudges the child, whose ``interrupt`` (its copy of the caller's deadline's) makes ``fn`` return its best so far;
-    it then gets STOP_WAIT_S."""
+    it then gets STOP_WAIT_S. ``rerun`` False: the child's items it does not bring back give None (work bounded by a
+    clock, which this process would only run again past its end)."""
     if not forks(threads, len(items)):
         return [fn(x) for x in items]
     theirs = list(range(1, len(items), 2))
@@ -180,7 +181,7 @@ def fork_map(fn: Callable[[object], object], items: list, threads: int, stop: Ca
             out.update(zip(theirs, got))
     finally:
         child.close()
-    return [out[i] if i in out else fn(items[i]) for i in range(len(items))]
+    return [out[i] if i in out else fn(items[i]) if rerun else None for i in range(len(items))]
 
 
 def _wait_child(child: Worker, end: float, stop: Callable[[], bool] | None) -> object:

@@ -10,18 +10,24 @@ import pathlib
 import sys
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from synthetic import feasible_assignments, random_problem
 
+from haap_milp import worker
 from haap_milp.problem import evaluate, violations
 from haap_milp.solvers.common import branch_and_bound as bb
 from haap_milp.solvers.common.bounds import variant_bound
 from haap_milp.solvers.common.slot_bounds import build_tables
 
 
-def test_floor_dive_bounds_hold_for_every_plan_and_lift_some(monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_floor_dive_bounds_hold_for_every_plan_and_lift_some(monkeypatch, threads):
+    """``threads`` 2: eq. PAR5c, the variants past the incumbent's dived on a forked child, its floors and plan taken
+    back here."""
     monkeypatch.setattr(bb, "DIVE_VARIANTS", 99)
+    monkeypatch.setattr(worker, "cpus", lambda: 2)
     checked = lifted = 0
     for seed in range(30):
         problem = random_problem(seed, num_groups=3, uniform=False, same_tp_first_last=False)
@@ -38,7 +44,7 @@ def test_floor_dive_bounds_hold_for_every_plan_and_lift_some(monkeypatch):
         offered = []
         real_offer = bb._State.offer
         monkeypatch.setattr(bb._State, "offer", lambda self, p, a, who: offered.append(a) or real_offer(self, p, a, who))
-        bb._floor_dive(problem, st, vb, 0.0, math.inf, math.inf, "test")
+        bb._floor_dive(problem, st, vb, 0.0, math.inf, math.inf, "test", threads)
         monkeypatch.setattr(bb._State, "offer", real_offer)
         for a in plans:
             b = vb[a.variant]

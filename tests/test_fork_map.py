@@ -101,6 +101,17 @@ def test_a_child_that_dies_or_hangs_has_its_items_run_here(two_cpus, monkeypatch
     assert time.monotonic() - t0 < 5.0  # not the child's 60 s: stopped after 2 x this process's share + 0.3 s
 
 
+def test_without_rerun_what_the_child_does_not_bring_back_is_none(two_cpus):
+    parent = os.getpid()
+
+    def dies(x):
+        if os.getpid() != parent:
+            os._exit(3)
+        return x + 1
+
+    assert worker.fork_map(dies, [0, 1, 2], threads=2, rerun=False) == [1, None, 3]
+
+
 def test_stop_nudges_the_child_which_returns_its_best_so_far(two_cpus):
     dl = Deadline(None)
     parent = os.getpid()

@@ -58,6 +58,7 @@ from haap_milp.solvers.common.polish import Polish, exchange
 from haap_milp.solvers.common.sigma_dp import sigma_bound
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables, stage_count_bounds
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
+from haap_milp.worker import fork_map, forks
 
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left
@@ -124,6 +125,7 @@ USE_FLOOR_DIVE = True
 # 1.45-1.67 % at 10 s, with its own budget the dive's plan 24.313 s (24.363 s) and proven at 8.9-9.0 s, twice each)
 DIVE_SHARE, DIVE_MAX_S = 0.15, 1.0
 DIVE_VARIANTS = 3  # the incumbent's and the two nearest micro-batch counts
+PAR_DIVE = True  # eq. PAR5c: the incumbent's variant dived here, the others on a forked child
 DIVE_RTOL = 2e-3  # the bisection stops when its bracket is this narrow, relative to its upper end (a floor of 0 ends too)
 DIVE_SLACK = 0.01
 # eq. LS4's first run, before any has been timed, guessed at this many bisection probes (measured 15-16: 0.5 s against
@@ -410,7 +412,8 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     floors = _primal(problem, options, st, vb, tables, deadline, name, solve_node)
     _segment_scan(problem, st, vb, tables, r, t0 + SCAN_SHARE * (deadline - t0), name)
     # (eq. LS4c's budget counts from its own start: eq. LS4b's scan may have used the time since t0)
-    _floor_dive(problem, st, vb, r, time.perf_counter() + min(DIVE_SHARE * (deadline - t0), DIVE_MAX_S), deadline, name)
+    _floor_dive(problem, st, vb, r, time.perf_counter() + min(DIVE_SHARE * (deadline - t0), DIVE_MAX_S), deadline, name,
+                options.threads)
     heap = _roots(problem, st, vb, tables, r, floors)
     pool = _pool(problem, options, st, vb, deadline, name, solve_node)
     late = late_hint.current()
@@ -1060,7 +1063,8 @@ def _segment_scan(problem: Problem, st: _State, vb: list, tables: list, r: float
     st.stats["segment_scan"] = calls
 
 
-def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadline: float, name: str) -> None:
+def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadline: float, name: str,
+                threads: int = 1) -> None:
     """Eq. LS4c: on the incumbent's variant and then on the DIVE_VARIANTS - 1 others of vpp = 1 nearest its micro-batch
     count (ratio), the least period b at which eq. N11b still finds a path mix within the GPUs, by bisection between
     the variant's eq. B2 floor and the incumbent's own period (its variant) or eq. X1's cap (DIVE_RTOL wide). Every
@@ -1069,16 +1073,40 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
     the floor is offered when it may start before ``until`` and, at twice the longest such run so far (or, before any,
     SEG_GUESS probes' time), end before ``deadline`` (it is not interruptible). Where there are several groups (also
     one GPU type on several islands: mixtral-8x7b on 32 H100 @ib + 32 @roce, the warm start 23.634 s, the dive's plan
-    22.537 s, proven at 4.0 s end to end against 5.3 % gap at 10 s without it), until ``until`` or Ctrl-C."""
-    island = problem.group_island
+    22.537 s, proven at 4.0 s end to end against 5.3 % gap at 10 s without it), until ``until`` or Ctrl-C.
+    Eq. PAR5c: with two threads and two CPUs the incumbent's variant is dived here and the others on a forked child
+    (``fork_map``), each until ``until``; the child's floors and plan are taken when it is back."""
     if not (USE_FLOOR_DIVE and USE_SEGMENT_DP and st.several_groups and st.inc is not None):
         return
     home = problem.variants[st.inc.variant].num_microbatches
     order = sorted((v for v, var in enumerate(problem.variants) if var.vpp == 1 and var.num_microbatches > 1),
                    key=lambda v: (v != st.inc.variant, abs(math.log(problem.variants[v].num_microbatches / home)), v))
+    order = order[:DIVE_VARIANTS]
+    if not (PAR_DIVE and len(order) > 1 and forks(threads)):
+        st.stats["dive_probes"], st.stats["dives"] = _dive(problem, st, vb, r, until, deadline, name, order)
+        return
+    dl = current()
+    shares = [order[:1], order[1:]]
+    here, there = fork_map(lambda share: _dive(problem, st, vb, r, until, deadline, name, share, share is shares[1]),
+                           shares, threads, stop=lambda: dl.interrupted, interrupt=dl.interrupt, rerun=False)
+    probes, dives, floors, plan, cap_s = there if isinstance(there, tuple) and len(there) == 5 else (0, 0, {}, None, 0.0)
+    for v, b in floors.items():
+        vb[v] = VariantBound(max(vb[v].tau_lb, b.tau_lb), vb[v].rest_lb, max(vb[v].total_s, b.total_s))
+    st.cap_dp_s = max(st.cap_dp_s, cap_s)
+    st.offer(problem, plan, f"{name} floor dive")
+    st.stats["dive_probes"], st.stats["dives"] = here[0] + probes, here[1] + dives
+
+
+def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadline: float, name: str, order: list,
+          report: bool = False):
+    """Eq. LS4c on the variants of ``order`` in turn (``_floor_dive``): (probes, dives), and with ``report`` (the
+    child's share, eq. PAR5c) also the floors it set ({variant: VariantBound}), the best plan it offered (or None) and
+    its longest segment run (s)."""
+    island = problem.group_island
     probes = dives = 0
     t_start = time.perf_counter()
-    for v in order[:DIVE_VARIANTS]:
+    first = st.inc
+    for v in order:
         M = problem.variants[v].num_microbatches
         cap = (st.inc_obj * (1 - r) - vb[v].rest_lb) / (M - 1)  # eq. X1
         if not math.isfinite(vb[v].total_s) or vb[v].tau_lb >= cap:
@@ -1105,7 +1133,9 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
             st.offer(problem, _segment_at(problem, v, hi * (1 + DIVE_SLACK), island), f"{name} floor dive")
             st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
             dives += 1
-    st.stats["dive_probes"], st.stats["dives"] = probes, dives
+    if not report:
+        return probes, dives
+    return probes, dives, {v: vb[v] for v in order}, (st.inc if st.inc is not first else None), st.cap_dp_s
 
 
 def _holds_no_plan(problem: Problem, v: int, b: float) -> bool:
