@@ -1,5 +1,6 @@
 """A forked child process that serves requests while this one goes on (the exact search's node workers, eq. PAR2 in
-formulations/README.md, ``node_pool.py``).
+formulations/README.md, ``node_pool.py``; the DP heuristic beside the search, eq. PAR4, ``late_hint.py``), and
+``fork_map``, a loop's items shared with one such child (eq. PAR5). Every fork haap makes is made here.
 
 Why a process and not a thread: the search's node work is Python (numpy on small arrays) and holds the GIL, so a
 thread would take its time from the search. Why fork: the child starts with the problem, its tables and the search's
@@ -100,7 +101,7 @@ class Worker:
                 return False, None
             value = self._conn.recv()
         except (EOFError, OSError) as exc:
-            value = RuntimeError(f"the node worker ended: {exc!r}")
+            value = RuntimeError(f"the forked worker ended: {exc!r}")
         self.busy = False
         return True, value
 

@@ -212,11 +212,10 @@ class _Look:
 def _look_ahead(problem: Problem, phase: list[int], best, threads: int) -> dict[int, _Look]:
     """Eq. PAR5b: the variants of ``phase`` looked at on two processes (the even positions here, the odd ones on a
     forked child), each process walking its share in order from ``best`` (the best plan known at the phase's start)
-    as the loop would, but with only its own plans: its best is never better than the loop's at the same variant, so
-    a variant it skips (eq. DP8f) the loop skips too; eq. DP8b's second pass runs at the charge its best gives, and
-    the loop takes that run only where its own best gives the same charge (else it runs it again). The loop then
-    makes the same runs in the same order and keeps the same plans as without the look-ahead. Nothing where
-    ``fork_map`` would not fork (one thread, one CPU, in a forked child): the loop makes every run itself."""
+    as the loop would, but with only its own plans: eq. DP8f's skips and eq. DP8b's charges follow its own best. The
+    loop takes a run from it only where it is the run the loop makes (the same variant, restriction and charge) and
+    makes any other itself, so it makes the same runs in the same order and keeps the same plans as without the
+    look-ahead. Nothing where ``fork_map`` would not fork (one thread, one CPU, in a forked child)."""
     if not forks(threads, len(phase)):
         return {}
     dl = current()
@@ -240,7 +239,8 @@ def _look_ahead(problem: Problem, phase: list[int], best, threads: int) -> dict[
                     g = look.run(problem, ri, charge).graded
                     if g is not None and (mine is None or g[0] < mine[0]):
                         mine = g
-            look.tables = None  # (not sent back: the loop rebuilds a variant's tables only for a run it lacks)
+        for look in got.values():  # (not sent back: the loop rebuilds a variant's tables only for a run it lacks)
+            look.tables = None
         return got
 
     seen: dict[int, _Look] = {}
