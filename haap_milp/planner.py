@@ -305,7 +305,10 @@ def _dp_beside(ctx: Context, runs: list[Run], wanted: set, heur_dl: Deadline):
         with use(heur_dl):
             return run_method(ctx, "dp")[0]
 
-    return late_hint.Beside(run, interrupt=heur_dl.interrupt)
+    try:
+        return late_hint.Beside(run, interrupt=heur_dl.interrupt)
+    except OSError:  # (no fork: the DP runs first in this process, as with one thread)
+        return None
 
 
 def _collect(beside, heur: dict, dl: Deadline, heur_dl: Deadline) -> RawResult | None:

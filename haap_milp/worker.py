@@ -52,9 +52,16 @@ class Worker:
         nudges = on_nudge is not None and hasattr(signal, "SIGUSR1")
         # a nudge sent before the child has its handler would end it (SIGUSR1's default): blocked until then
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1}) if nudges else None
-        with warnings.catch_warnings():  # (3.12+ warns on fork in a threaded process; the child uses no lock of theirs)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            parent, pid = os.getpid(), os.fork()
+        try:
+            with warnings.catch_warnings():  # (3.12+ warns on fork in a threaded process; the child uses no lock of
+                warnings.simplefilter("ignore", DeprecationWarning)  # theirs)
+                parent, pid = os.getpid(), os.fork()
+        except OSError:  # (no child: this thread's mask and the pipe as they were, the error to the caller)
+            if nudges:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            mine.close()
+            theirs.close()
+            raise
         if pid == 0:  # the child: never returns into the caller's code
             try:
                 global _forked
@@ -172,7 +179,10 @@ def fork_map(fn: Callable[[object], object], items: list, threads: int, stop: Ca
     if not forks(threads, len(items)):
         return [fn(x) for x in items]
     theirs = list(range(1, len(items), 2))
-    child = Worker(lambda idx: [fn(items[i]) for i in idx], on_nudge=interrupt)
+    try:
+        child = Worker(lambda idx: [fn(items[i]) for i in idx], on_nudge=interrupt)
+    except OSError:  # (no fork: e.g. the process limit reached) the loop runs here, as on one CPU
+        return [fn(x) for x in items]
     try:
         child.submit(theirs)
         t0 = time.monotonic()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import signal
 import sys
 import time
 
@@ -73,6 +74,17 @@ def _fails_on_three(x):
     if x == 3:
         raise ValueError(f"item {x}")
     return x
+
+
+def test_a_fork_that_fails_runs_the_loop_here(two_cpus, monkeypatch):
+    def no_fork():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(worker.os, "fork", no_fork)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    assert {p for _, p in worker.fork_map(_square_pid, [1, 2, 3], threads=2, interrupt=lambda: None)} == {
+        os.getpid()}
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before  # (SIGUSR1 not left blocked)
 
 
 def test_a_failing_item_raises_here_as_it_would_serially(two_cpus):

@@ -230,3 +230,27 @@ def test_probe_scale_makes_up_for_shared_cores():
     assert bb.probe_scale(2, 2, 16) == 1.0
     assert bb.probe_scale(2, 1, 2) == 1.0
     assert bb.probe_scale(2, 8, 2) == bb.POOL_PROBE_SCALE
+
+
+def test_no_fork_the_search_and_the_planner_run_here(monkeypatch):
+    """The system refusing to fork (OSError: e.g. its process limit) leaves the search's nodes, the DP beside it (eq.
+    PAR4) and eq. PAR5's shares in this process: the same optimum, no traceback."""
+    _pooled(monkeypatch)
+
+    def no_fork():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    problem = large_problem(2, num_gpus=64, num_types=2, num_layers=16, max_stages=6, micro_batches=(8, 16))
+    want = get_solver("cpsat")(problem, EXACT)
+    monkeypatch.setattr(worker.os, "fork", no_fork)
+    res = get_solver("cpsat")(problem, EXACT)
+    assert res.status == "OPTIMAL" and res.objective_s == pytest.approx(want.objective_s, rel=1e-9)
+    assert res.stats.get("node_workers", 0) == 0
+    from haap_milp import planner
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.specs import TrainingSpec
+
+    out = planner.solve(load_model("gpt3-1.3b"), load_cluster("a100-80g:8@ib,a100-80g:8@roce"),
+                        TrainingSpec(global_batch_size=32, seq_len=2048),
+                        SolveOptions(time_limit_s=30, threads=2, relative_gap=1e-4, max_stages=6)).result
+    assert out.status.value == "OPTIMAL" and "dp_beside" not in (out.stats or {})

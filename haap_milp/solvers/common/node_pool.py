@@ -45,7 +45,15 @@ class NodePool:
         return len(self.dead) < len(self.workers)
 
     def start(self) -> None:
-        self.workers = [worker.Worker(self.serve) for _ in range(self.size)]
+        """Fork the workers; those the system refuses (OSError: e.g. its process limit) are left out, and with none
+        the pool stays unstarted for good (``size`` 0: the search runs its nodes in this process)."""
+        for _ in range(self.size):
+            try:
+                self.workers.append(worker.Worker(self.serve))
+            except OSError:
+                break
+        if not self.workers:
+            self.size = 0
 
     def idle(self) -> int | None:
         """A worker with nothing to run, or None."""
