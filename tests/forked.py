@@ -20,3 +20,8 @@ def gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def refuse_fork():
+    """``os.fork`` as a system at its process limit answers (monkeypatched in)."""
+    raise OSError(11, "Resource temporarily unavailable")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from forked import gone, needs_fork
+from forked import gone, needs_fork, refuse_fork
 
 from haap_milp import mixed_stages, presolve, worker
 from haap_milp.catalog import load_cluster, load_model
@@ -30,6 +30,17 @@ pytestmark = needs_fork
 @pytest.fixture
 def two_cpus(monkeypatch):
     monkeypatch.setattr(worker, "cpus", lambda: 2)  # (the split also on a one-CPU machine)
+
+
+def _dies_in_child(parent: int):
+    """x + 1 here; in any other process (the forked child) the process ends at once."""
+
+    def dies(x):
+        if os.getpid() != parent:
+            os._exit(3)
+        return x + 1
+
+    return dies
 
 
 def _square_pid(x):
@@ -77,10 +88,7 @@ def _fails_on_three(x):
 
 
 def test_a_fork_that_fails_runs_the_loop_here(two_cpus, monkeypatch):
-    def no_fork():
-        raise OSError(11, "Resource temporarily unavailable")
-
-    monkeypatch.setattr(worker.os, "fork", no_fork)
+    monkeypatch.setattr(worker.os, "fork", refuse_fork)
     before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
     assert {p for _, p in worker.fork_map(_square_pid, [1, 2, 3], threads=2, interrupt=lambda: None)} == {
         os.getpid()}
@@ -94,12 +102,7 @@ def test_a_failing_item_raises_here_as_it_would_serially(two_cpus):
 
 def test_a_child_that_dies_or_hangs_has_its_items_run_here(two_cpus, monkeypatch):
     parent = os.getpid()
-
-    def dies(x):
-        if os.getpid() != parent:
-            os._exit(3)
-        return x + 1
-
+    dies = _dies_in_child(parent)
     assert worker.fork_map(dies, [0, 1, 2, 3], threads=2) == [1, 2, 3, 4]
 
     def hangs(x):
@@ -114,13 +117,7 @@ def test_a_child_that_dies_or_hangs_has_its_items_run_here(two_cpus, monkeypatch
 
 
 def test_without_rerun_what_the_child_does_not_bring_back_is_none(two_cpus):
-    parent = os.getpid()
-
-    def dies(x):
-        if os.getpid() != parent:
-            os._exit(3)
-        return x + 1
-
+    dies = _dies_in_child(os.getpid())
     assert worker.fork_map(dies, [0, 1, 2], threads=2, rerun=False) == [1, None, 3]
 
 

@@ -18,7 +18,7 @@ import time
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from forked import EXACT, needs_fork
+from forked import EXACT, needs_fork, refuse_fork
 from forked import gone as _gone
 from synthetic import assert_exact_solvers_match_brute, large_problem, random_problem
 
@@ -236,13 +236,9 @@ def test_no_fork_the_search_and_the_planner_run_here(monkeypatch):
     """The system refusing to fork (OSError: e.g. its process limit) leaves the search's nodes, the DP beside it (eq.
     PAR4) and eq. PAR5's shares in this process: the same optimum, no traceback."""
     _pooled(monkeypatch)
-
-    def no_fork():
-        raise OSError(11, "Resource temporarily unavailable")
-
     problem = large_problem(2, num_gpus=64, num_types=2, num_layers=16, max_stages=6, micro_batches=(8, 16))
     want = get_solver("cpsat")(problem, EXACT)
-    monkeypatch.setattr(worker.os, "fork", no_fork)
+    monkeypatch.setattr(worker.os, "fork", refuse_fork)
     res = get_solver("cpsat")(problem, EXACT)
     assert res.status == "OPTIMAL" and res.objective_s == pytest.approx(want.objective_s, rel=1e-9)
     assert res.stats.get("node_workers", 0) == 0

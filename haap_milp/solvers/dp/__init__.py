@@ -23,6 +23,7 @@ import itertools
 import logging
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -107,26 +108,20 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
             if best is not None and vb.total_s >= best[0]:  # eq. DP8f: no plan of v beats the best (eq. B2)
                 skipped += 1
                 continue
-            for ri in range(look.restrictions):
-                for cross in (False, True):  # eq. DP8b: on several islands, links between them charged less too
-                    charge = None
-                    if cross:
-                        charge = _cross_charge(problem, look.links, best[0] if best is not None else math.inf,
-                                               vb.rest_lb)
-                        if charge is None:
-                            continue
-                    if best is not None and dl.expired():
-                        break
-                    ahead += look.made(ri, charge)
-                    run = look.run(problem, ri, charge)
-                    tried += run.splits
-                    if run.regraded and (v not in raw or run.found[0] < raw[v][0]):
-                        raw[v] = run.found
-                    got = run.graded
-                    if got is not None and (v not in found or got[0] < found[v][0]):
-                        found[v] = got
-                    if got is not None and (best is None or got[0] < best[0]):
-                        best = got
+            # (the lambda reads ``best`` as it is when the second pass comes: late binding is the point)
+            for ri, charge in _passes(problem, look, lambda: best[0] if best is not None else math.inf):  # noqa: B023
+                if best is not None and dl.expired():
+                    break
+                ahead += look.made(ri, charge)
+                run = look.run(problem, ri, charge)
+                tried += run.splits
+                if run.regraded and (v not in raw or run.found[0] < raw[v][0]):
+                    raw[v] = run.found
+                got = run.graded
+                if got is not None and (v not in found or got[0] < found[v][0]):
+                    found[v] = got
+                if got is not None and (best is None or got[0] < best[0]):
+                    best = got
             if phase is plain and _past_the_best(problem, plain, found, v, best):
                 rose = True
                 break
@@ -209,6 +204,17 @@ class _Look:
         return self.runs[key]
 
 
+def _passes(problem: Problem, look: _Look, best: Callable[[], float]) -> Iterator[tuple[int, np.ndarray | None]]:
+    """The runs of a variant in the loop's order: per restriction the first pass (charge None, eq. DP1), then eq.
+    DP8b's second pass on several islands at the charge ``best()`` (the best objective so far, read after the first
+    pass) gives, where it gives one."""
+    for ri in range(look.restrictions):
+        yield ri, None
+        charge = _cross_charge(problem, look.links, best(), look.vb.rest_lb)
+        if charge is not None:
+            yield ri, charge
+
+
 def _look_ahead(problem: Problem, phase: list[int], best, threads: int) -> dict[int, _Look]:
     """Eq. PAR5b: the variants of ``phase`` looked at on two processes (the even positions here, the odd ones on a
     forked child), each process walking its share in order from ``best`` (the best plan known at the phase's start)
@@ -228,17 +234,10 @@ def _look_ahead(problem: Problem, phase: list[int], best, threads: int) -> dict[
             look = got[v] = _Look.of(problem, v)
             if not math.isfinite(look.vb.total_s) or (mine is not None and look.vb.total_s >= mine[0]):
                 continue
-            for ri in range(look.restrictions):
-                for cross in (False, True):
-                    charge = None
-                    if cross:
-                        charge = _cross_charge(problem, look.links, mine[0] if mine is not None else math.inf,
-                                               look.vb.rest_lb)
-                        if charge is None:
-                            continue
-                    g = look.run(problem, ri, charge).graded
-                    if g is not None and (mine is None or g[0] < mine[0]):
-                        mine = g
+            for ri, charge in _passes(problem, look, lambda: mine[0] if mine is not None else math.inf):  # noqa: B023
+                g = look.run(problem, ri, charge).graded
+                if g is not None and (mine is None or g[0] < mine[0]):
+                    mine = g
         for look in got.values():  # (not sent back: the loop rebuilds a variant's tables only for a run it lacks)
             look.tables = None
         return got
