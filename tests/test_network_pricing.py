@@ -141,10 +141,17 @@ def test_network_naming_a_type_the_cluster_lacks_is_an_error(sailor_net, tmp_pat
     assert apply_network_option(c, None) is c
 
 
+# nine levels of nine aliases each: 9**9 values once expanded (a "billion laughs" file)
+_ALIAS_BOMB = "l0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+    f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 9)) + "links: *l8\n"
+
+
 @pytest.mark.parametrize(("content", "needle"), [
     (None, "is not a file"),
-    ("links: [", "cannot be read as YAML"),
+    ("links: [", "is not valid YAML"),
     ("- 1\n- 2\n", "must be a mapping"),
+    ("links: .nan\n", "field links is nan"),  # (the package's bounded loader, as every other input file)
+    (_ALIAS_BOMB, "expands to more than"),
     ("links: []\n", "is not a valid network description: links"),
 ])
 def test_network_file_errors_exit_2(tmp_path, content, needle):

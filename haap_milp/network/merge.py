@@ -8,13 +8,12 @@ cluster), so it is an error rather than silently unused.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
-from haap_milp.catalog.files import is_file
+from haap_milp.catalog.files import is_file, load_data
 from haap_milp.errors import HaapInputError
 from haap_milp.network.spec import MeasuredNetwork
 from haap_milp.specs import ClusterSpec
@@ -28,12 +27,12 @@ def load_network(path: str | Path, flag: str = FLAG) -> MeasuredNetwork:
     if not is_file(p):
         raise HaapInputError(f"{flag} {str(path)!r} is not a file; write one with 'haap-solve network import'.",
                              field=flag.lstrip("-"), value=str(path))
-    try:
-        text = p.read_text(encoding="utf-8")
-        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise HaapInputError(f"{flag} {str(path)!r} cannot be read as {'JSON' if p.suffix == '.json' else 'YAML'}: "
-                             f"{' '.join(str(exc).split())}", field=flag.lstrip("-"), value=str(path)) from None
+    try:  # (the package's bounded loader: size, encoding, alias expansion, nesting, NaN; libyaml where installed)
+        data = load_data(p, "file")
+    except HaapInputError as exc:  # (its paragraph starts with the path, or with what the path is)
+        msg = str(exc)
+        msg = f"{flag} {msg}" if msg.startswith(repr(str(path))) else f"{flag} {str(path)!r}: {msg}"
+        raise HaapInputError(msg, field=flag.lstrip("-"), value=str(path)) from None
     if not isinstance(data, dict):
         raise HaapInputError(f"{flag} {str(path)!r} must be a mapping with 'links' (haap-solve schema network).",
                              field=flag.lstrip("-"), value=str(path))
