@@ -1,6 +1,7 @@
 """A forked child process that serves requests while this one goes on (the exact search's node workers, eq. PAR2 in
-formulations/README.md, ``node_pool.py``; the DP heuristic beside the search, eq. PAR4, ``late_hint.py``), and
-``fork_map``, a loop's items shared with one such child (eq. PAR5). Every fork haap makes is made here.
+formulations/README.md, ``node_pool.py``; the DP heuristic beside the search, eq. PAR4, ``late_hint.py``; HiGHS racing
+CP-SAT on a node, eq. N21b, ``start``), and ``fork_map``, a loop's items shared with one such child (eq. PAR5). Every
+fork haap makes is made here.
 
 Why a process and not a thread: the search's node work is Python (numpy on small arrays) and holds the GIL, so a
 thread would take its time from the search. Why fork: the child starts with the problem, its tables and the search's
@@ -156,6 +157,20 @@ def cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def start(fn: Callable[[], object]) -> Worker | None:
+    """``fn()`` begun on a forked child (its ``reply``: what ``fn`` returned, or the exception it raised); None where no
+    child can be made (no fork, or the system refuses one). The caller ``close``s it: at once if it is still running,
+    which kills it, so work that does not look at a stop flag often (eq. N21b's HiGHS racer) ends when it is told."""
+    if not available():
+        return None
+    try:
+        child = Worker(lambda _: fn())
+    except OSError:
+        return None
+    child.submit(0)
+    return child
 
 
 def forks(threads: int, items: int = 2) -> bool:

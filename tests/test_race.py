@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 import threading
@@ -13,11 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from forked import gone, needs_fork, refuse_fork
 from synthetic import random_problem
 
+from haap_milp import worker
+from haap_milp.deadline import Deadline
 from haap_milp.problem import evaluate
 from haap_milp.solvers import cpsat, get_solver
-from haap_milp.solvers.common import VariantResult
+from haap_milp.solvers.common import VariantResult, highs_node
 from haap_milp.solvers.common import race as race_mod
 from haap_milp.solvers.common.lp import highspy, run
 from haap_milp.specs import SolveOptions
@@ -158,13 +162,15 @@ def test_merge_takes_the_other_plan_only_when_it_is_lower():
 @settings(max_examples=25, **SETTINGS)
 @given(seed=st.integers(0, 2**31 - 1))
 def test_the_race_on_every_node_matches_brute_force(seed, monkeypatch_module):
-    """Every node model raced (RACE_MIN_VARS = 0): the same optimum as brute force, a valid bound."""
+    """Every node model raced (RACE_MIN_VARS = 0; HiGHS on a forked child, eq. N21b): the same optimum as brute force,
+    a valid bound."""
     problem = random_problem(seed)
     brute = get_solver("brute")(problem, EXACT)
     races = []
     real = cpsat.race
     with monkeypatch_module.context() as mp:
         mp.setattr(cpsat, "RACE_MIN_VARS", 0)
+        mp.setattr(highs_node, "_lingered", worker.available())  # (eq. N21b: HiGHS on a forked child where it can be)
         mp.setattr(cpsat, "race", lambda *a, **k: races.append(1) or real(*a, **k))
         res = cpsat.solve(problem, EXACT)
     assert res.status == brute.status, (res.status, brute.status, res.message)
@@ -174,6 +180,103 @@ def test_the_race_on_every_node_matches_brute_force(seed, monkeypatch_module):
         assert res.bound_s <= brute.objective_s + tol
     engine_calls = sum(1 for k in res.stats if k.startswith("engine") and k[6:].isdigit())
     assert len(races) == engine_calls == sum(v for k, v in res.stats.items() if k.startswith("race_"))
+
+
+@settings(max_examples=6, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_the_race_on_a_helper_thread_matches_brute_force(seed, monkeypatch_module):
+    """Eq. N21 as before eq. N21b (HiGHS on the race's helper thread: no fork, or FORK_RACER off): brute force's optimum."""
+    problem = random_problem(seed)
+    brute = get_solver("brute")(problem, EXACT)
+    with monkeypatch_module.context() as mp:
+        mp.setattr(cpsat, "RACE_MIN_VARS", 0)
+        mp.setattr(cpsat, "FORK_RACER", False)
+        mp.setattr(highs_node, "fork_racer", lambda *a: pytest.fail("forked with FORK_RACER off"))
+        res = cpsat.solve(problem, EXACT)
+    assert res.status == brute.status
+    if brute.status == "OPTIMAL":
+        assert abs(res.objective_s - brute.objective_s) <= res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
+
+
+def _stubborn_highs(*_args, **_kwargs):
+    """A HiGHS racer that never looks at its stop flag (HiGHS' root node between two checks, for 30 s)."""
+    time.sleep(30)
+    return VariantResult("NO_SOLUTION", stats={"backend": "highs"})
+
+
+@needs_fork
+def test_a_forked_racer_that_ignores_its_stop_is_killed_when_cpsat_finishes(monkeypatch):
+    """Eq. N21b: CP-SAT closes each node; the HiGHS racer, deaf to its stop, is killed at once, so the solve takes
+    seconds, not 30 s a node (on the helper thread the race waited for it), and finds brute force's optimum."""
+    problem = random_problem(7)
+    brute = get_solver("brute")(problem, EXACT)
+    monkeypatch.setattr(cpsat, "RACE_MIN_VARS", 0)
+    monkeypatch.setattr(highs_node, "_lingered", True)  # (as after a first wait of more than LINGER_S)
+    monkeypatch.setattr(highs_node, "highs_node", _stubborn_highs)  # (the child, forked after this, runs it)
+    t0 = time.perf_counter()
+    res = cpsat.solve(problem, EXACT)
+    assert time.perf_counter() - t0 < 20.0
+    assert res.status == brute.status == "OPTIMAL"
+    assert abs(res.objective_s - brute.objective_s) <= res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
+    assert any(k.startswith("race_") for k in res.stats)
+
+
+@needs_fork
+def test_a_race_that_waits_for_highs_past_linger_s_makes_the_process_fork_its_racers(monkeypatch):
+    """Eq. N21b: HiGHS on the helper thread going on 0.6 s past CP-SAT's finish (more than LINGER_S) switches this
+    process to forked racers; before that none is forked (the fork's cost where HiGHS stops when told)."""
+    problem = random_problem(7)
+    forked = []
+    real_start = worker.start
+
+    def slow_highs(*_args, **_kwargs):
+        time.sleep(0.6)
+        return VariantResult("NO_SOLUTION", stats={"backend": "highs"})
+
+    monkeypatch.setattr(cpsat, "RACE_MIN_VARS", 0)
+    monkeypatch.setattr(highs_node, "_lingered", False)
+    monkeypatch.setattr(highs_node, "highs_node", slow_highs)
+    monkeypatch.setattr(worker, "start", lambda fn: forked.append(1) or real_start(fn))
+    assert highs_node.fork_racer(problem, None, None, 1.0, None, EXACT) is None and not forked
+    assert cpsat.solve(problem, EXACT).status == "OPTIMAL" and highs_node._lingered
+    before = len(forked)  # (its races after the first wait forked)
+    assert cpsat.solve(problem, EXACT).status == "OPTIMAL" and len(forked) > before
+
+
+@needs_fork
+def test_await_racer_kills_the_child_at_the_race_end_and_past_its_time():
+    r = Deadline(None)
+    child = worker.start(lambda: time.sleep(30))
+    threading.Timer(0.1, r.interrupt).start()
+    t0 = time.perf_counter()
+    got = highs_node.await_racer(child, 30.0, r, Deadline(None))
+    assert time.perf_counter() - t0 < 2.0 and got.status == "NO_SOLUTION" and got.stats["racer_killed"] == 1
+    assert gone(child.pid)
+    child = worker.start(lambda: time.sleep(30))  # its own time (0.1 s) and KILL_SLACK_S past: killed
+    t0 = time.perf_counter()
+    got = highs_node.await_racer(child, 0.1, Deadline(None), Deadline(None))
+    assert time.perf_counter() - t0 < 0.1 + highs_node.KILL_SLACK_S + 1.0 and got.status == "NO_SOLUTION"
+    assert gone(child.pid)
+
+
+@needs_fork
+def test_await_racer_returns_the_childs_result_and_raises_its_error():
+    done = VariantResult("INFEASIBLE", stats={"backend": "highs"})
+    child = worker.start(lambda: done)
+    assert highs_node.await_racer(child, 5.0, Deadline(None), Deadline(None)) == done and gone(child.pid)
+
+    def broken():
+        raise RuntimeError("HiGHS failed")
+
+    with pytest.raises(RuntimeError, match="HiGHS failed"):
+        highs_node.await_racer(worker.start(broken), 5.0, Deadline(None), Deadline(None))
+
+
+def test_worker_start_without_fork_gives_none(monkeypatch):
+    monkeypatch.setattr(os, "fork", refuse_fork)
+    assert worker.start(lambda: 1) is None
+    monkeypatch.setattr(worker, "available", lambda: False)
+    assert worker.start(lambda: 1) is None
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from haap_milp.deadline import current
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Assignment, Problem, RawResult, evaluate
 from haap_milp.solvers.common import LinModel, Tables, VariantBound, VariantResult, decode, run_variants
-from haap_milp.solvers.common.highs_node import race_node
+from haap_milp.solvers.common.highs_node import await_racer, fork_racer, lingered, race_node
 from haap_milp.solvers.common.model import start_values
 from haap_milp.solvers.common.race import race
 from haap_milp.specs import SolveOptions
@@ -70,6 +70,9 @@ RACE = True  # eq. N21: HiGHS races CP-SAT on each node when there are two threa
 # eq. N21: a model this small (the search's own "small" size, SMALL_MODEL) is solved in milliseconds; racing it
 # cost 2 ms more a node (median 6.1 -> 8.0 ms over 40 random node models) and its plan would hang on the timing
 RACE_MIN_VARS = 400
+# eq. N21b: the HiGHS racer on a forked child, killed when the race ends, once this process has seen it go on past a node
+# CP-SAT had closed (highs_node.LINGER_S); False: always on the race's helper thread
+FORK_RACER = True
 FINISHED = ("OPTIMAL", "INFEASIBLE")  # a racer's statuses that end the race (the node needs no more time)
 PROBING = 0  # presolve probing on this model creates millions of binary clauses (measured), so off
 
@@ -101,11 +104,23 @@ def _race_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float | 
     if primal or len(lm.names) <= RACE_MIN_VARS:
         return _solve_node(problem, lm, b, cutoff, time_s, hint, options, primal)
     rest = options.model_copy(update={"threads": options.threads - 1})
+    child = fork_racer(problem, lm, cutoff, time_s, hint, options) if FORK_RACER else None  # eq. N21b
+    dl, ended = current(), []
+
+    def here(r):
+        try:
+            return _solve_node(problem, lm, b, cutoff, time_s, hint, rest, race=r)
+        finally:
+            ended.append(time.monotonic())
+
     mine, theirs = race(
-        lambda r: _solve_node(problem, lm, b, cutoff, time_s, hint, rest, race=r),
-        lambda r: race_node(problem, lm, cutoff, time_s, hint, options, r),
+        here,
+        (lambda r: race_node(problem, lm, cutoff, time_s, hint, options, r)) if child is None else
+        (lambda r: await_racer(child, time_s, r, dl)),
         done=lambda res: res.status in FINISHED,
         failed=lambda exc: VariantResult("ERROR", message=f"{type(exc).__name__}: {exc}"))
+    if child is None and ended and mine.status in FINISHED:  # eq. N21b: how long HiGHS went on after CP-SAT's finish
+        lingered(time.monotonic() - ended[0])
     return _merge(problem, mine, theirs)
 
 

@@ -1,5 +1,5 @@
 """One node model solved by HiGHS' branch and bound through highspy: the MILP method's engine (``milp.py``, which
-falls back to CBC) and CP-SAT's racer (eq. N21, ``cpsat._race_node``)."""
+falls back to CBC) and CP-SAT's racer (eq. N21, ``cpsat._race_node``; on a forked child where it can, eq. N21b)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,22 @@ import time
 
 import numpy as np
 
+from haap_milp import worker
+from haap_milp.deadline import Deadline
 from haap_milp.problem import Assignment, Problem, evaluate
 from haap_milp.solvers.common.branch_and_bound import VariantResult
 from haap_milp.solvers.common.lp import columns, highs_model, highspy, run
 from haap_milp.solvers.common.model import LinModel, decode, start_values
 from haap_milp.specs import SolveOptions
 
+# eq. N21b: HiGHS looks at its stop flag only between the phases of its root node; once a race on the helper thread
+# has waited for it this long after the other racer finished, this process forks its racers (a fork and its
+# copy-on-write pages cost 20-40 ms a race: on the default bench, 65 races, 1.4 s of such waits in all, forking every
+# racer cost 2 s more; on llama3-70b x 256 x 2 types x 2 islands at 30 s, waits of 4.7, 3.7, 2.0 and 1.7 s)
+LINGER_S = 0.3
+_lingered = False  # this process has seen a race wait LINGER_S for HiGHS (inherited by the children it forks)
+KILL_SLACK_S = 0.5  # s past its time share a forked HiGHS racer gets before it is killed
+WAIT_S = 0.01  # s between looks at the race's end while waiting for the forked racer (race.POLL_S's step)
 ABS_GAP_S = 1e-6  # HiGHS mip_abs_gap (its default): an optimum is proven to within this many seconds
 # eq. N23: with a cut-off (an incumbent in hand) HiGHS runs without its sub-MIP and root primal heuristics: the node is
 # mostly a proof that no plan lies below the cut-off, and RENS alone took 1.4 of 2.6 s on the node that held gpt3-13b x
@@ -39,6 +49,42 @@ def race_node(problem: Problem, lm: LinModel, cutoff: float | None, time_s: floa
         return VariantResult("NO_SOLUTION", stats={"backend": "highs"})
     one = options.model_copy(update={"threads": 1})
     return highs_node(problem, lm, cutoff, time_s, hint, one, time.perf_counter(), race)
+
+
+def lingered(seconds: float) -> None:
+    """Eq. N21b: a race on the helper thread ended ``seconds`` after the other racer had finished the node; past
+    LINGER_S, this process runs its HiGHS racers on forked children from now on (``fork_racer``)."""
+    global _lingered
+    _lingered = _lingered or seconds > LINGER_S
+
+
+def fork_racer(problem: Problem, lm: LinModel, cutoff: float | None, time_s: float, hint: Assignment | None,
+               options: SolveOptions) -> worker.Worker | None:
+    """Eq. N21b: once this process has seen HiGHS linger (``lingered``), ``race_node``'s HiGHS begun on a forked child
+    (``worker.start``); None before that, or without a child: the racer runs on the race's helper thread. Forked
+    before the other racer starts, from the search's own thread."""
+    if not _lingered:
+        return None
+    one = options.model_copy(update={"threads": 1})
+    return worker.start(lambda: highs_node(problem, lm, cutoff, time_s, hint, one, time.perf_counter()))
+
+
+def await_racer(child: worker.Worker, time_s: float, race, dl: Deadline) -> VariantResult:
+    """Eq. N21b: the forked HiGHS racer's result, or NO_SOLUTION once the race has ended, Ctrl-C (``dl``) or KILL_SLACK_S
+    past its time; the child is then killed, so its CPU is free at once (HiGHS looks at its stop flag only between
+    phases: measured, a root node went on for 3.3 s after it, while CP-SAT had closed the node)."""
+    end = time.monotonic() + time_s + KILL_SLACK_S
+    try:
+        while not (race.interrupted or dl.interrupted) and time.monotonic() < end:
+            back, got = child.reply(WAIT_S)
+            if not back:
+                continue
+            if isinstance(got, BaseException):
+                raise got
+            return got
+        return VariantResult("NO_SOLUTION", stats={"backend": "highs", "racer_killed": 1})
+    finally:
+        child.close()
 
 
 def highs_node(problem: Problem, lm: LinModel, cutoff: float | None, time_s: float, hint: Assignment | None,
