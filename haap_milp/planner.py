@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from haap_milp import presolve
+from haap_milp import presolve, worker
 from haap_milp.deadline import Deadline, current, use
 from haap_milp.estimator import Estimator, Profile
 from haap_milp.methods import HEURISTICS, LISTED, METHODS, resolve
 from haap_milp.pipeline import TIME_RTOL, within_gap
 from haap_milp.problem import Problem, RawResult
 from haap_milp.solvers import get_solver
-from haap_milp.solvers.common import late_hint, node_pool
+from haap_milp.solvers.common import late_hint
 from haap_milp.specs import ClusterSpec, ModelSpec, SolveOptions, SolveResult, Status, TrainingSpec, relative_gap
 
 log = logging.getLogger(__name__)
@@ -297,8 +297,7 @@ def _dp_beside(ctx: Context, runs: list[Run], wanted: set, heur_dl: Deadline):
     """Eq. PAR4's DP heuristic started on a worker process, or None where it runs first in this one (DP_BESIDE)."""
     if not (DP_BESIDE and len(ctx.cluster.gpu_types) == 1 and ctx.options.warm_start and "dp" in HEURISTICS
             and "dp" not in wanted and not heur_dl.interrupted
-            and sum(1 for m, _ in runs if METHODS[resolve(m)].takes_hint) == 1 and ctx.options.threads >= 2
-            and node_pool.available() and node_pool.cpus() >= 2):
+            and sum(1 for m, _ in runs if METHODS[resolve(m)].takes_hint) == 1 and worker.forks(ctx.options.threads)):
         return None
 
     def run() -> RawResult:

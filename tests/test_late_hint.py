@@ -20,13 +20,13 @@ from forked import EXACT, needs_fork
 from forked import gone as _gone
 from synthetic import assert_exact_solvers_match_brute, large_problem, random_problem
 
-from haap_milp import planner
+from haap_milp import planner, worker
 from haap_milp.catalog import load_cluster, load_model
 from haap_milp.deadline import Deadline
 from haap_milp.problem import Assignment, RawResult, Stage, evaluate
 from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import branch_and_bound as bb
-from haap_milp.solvers.common import late_hint, node_pool
+from haap_milp.solvers.common import late_hint
 from haap_milp.specs import SolveOptions, TrainingSpec
 
 pytestmark = needs_fork
@@ -141,7 +141,7 @@ def test_a_plan_arriving_mid_search_is_taken_and_the_optimum_stays_brute_forces(
 def test_workers_wait_for_the_late_plan(monkeypatch):
     """While the DP's plan is still to come the search runs its nodes here (two processes on two cores, not three)."""
     monkeypatch.setattr(bb, "POOL_AFTER_S", 0.0)
-    monkeypatch.setattr(node_pool, "cpus", lambda: 2)
+    monkeypatch.setattr(worker, "cpus", lambda: 2)
     problem = large_problem(2, num_gpus=64, num_types=2, num_layers=16, max_stages=6, micro_batches=(8, 16))
     with late_hint.feeding(_Fixed(None, after=10**9)):
         res = get_solver("cpsat")(problem, EXACT)
@@ -156,7 +156,7 @@ SMALL = ("gpt3-1.3b", "a100-80g:8@ib,a100-80g:8@roce", TrainingSpec(global_batch
 
 def _solve(monkeypatch, beside: bool, cluster: str = SMALL[1], threads: int = 2):
     monkeypatch.setattr(planner, "DP_BESIDE", beside)
-    monkeypatch.setattr(node_pool, "cpus", lambda: 2)
+    monkeypatch.setattr(worker, "cpus", lambda: 2)
     name, _, training = SMALL
     options = SolveOptions(time_limit_s=30, threads=threads, relative_gap=1e-4, max_stages=6)
     return planner.solve(load_model(name), load_cluster(cluster), training, options).result

@@ -21,7 +21,10 @@ def available() -> bool:
     return worker.available()
 
 
-cpus = worker.cpus  # the CPUs this process may run on
+def cpus() -> int:
+    """The CPUs this process may run on (``worker.cpus``, looked up at each call: one place to patch)."""
+    return worker.cpus()
+
 
 class NodePool:
     """Up to ``size`` workers running ``serve(node, incumbent, its objective)``; ``submit``, then ``replies``."""
