@@ -169,7 +169,11 @@ def start(fn: Callable[[], object]) -> Worker | None:
         child = Worker(lambda _: fn())
     except OSError:
         return None
-    child.submit(0)
+    try:
+        child.submit(0)
+    except OSError:  # (the child already gone: a broken pipe)
+        child.close()
+        return None
     return child
 
 
