@@ -159,14 +159,15 @@ def cpus() -> int:
         return os.cpu_count() or 1
 
 
-def start(fn: Callable[[], object]) -> Worker | None:
-    """``fn()`` begun on a forked child (its ``reply``: what ``fn`` returned, or the exception it raised); None where no
-    child can be made (no fork, or the system refuses one). The caller ``close``s it: at once if it is still running,
-    which kills it, so work that does not look at a stop flag often (eq. N21b's HiGHS racer) ends when it is told."""
+def start(fn: Callable[[], object], on_nudge: Callable[[], object] | None = None) -> Worker | None:
+    """``fn()`` begun on a forked child (its ``reply``: what ``fn`` returned, or the exception it raised; ``on_nudge``:
+    as ``Worker``'s); None where no child can be made (no fork, or the system refuses one). The caller ``close``s it: at
+    once if it is still running, which kills it, so work that does not look at a stop flag often (eq. N21b's HiGHS
+    racer) ends when it is told."""
     if not available():
         return None
     try:
-        child = Worker(lambda _: fn())
+        child = Worker(lambda _: fn(), on_nudge=on_nudge)
     except OSError:
         return None
     try:
@@ -198,24 +199,23 @@ def fork_map(fn: Callable[[object], object], items: list, threads: int, stop: Ca
     if not forks(threads, len(items)):
         return [fn(x) for x in items]
     theirs = list(range(1, len(items), 2))
-    try:
-        child = Worker(lambda idx: [fn(items[i]) for i in idx], on_nudge=interrupt)
-    except OSError:  # (no fork: e.g. the process limit reached) the loop runs here, as on one CPU
+    child = start(lambda: [fn(items[i]) for i in theirs], on_nudge=interrupt)
+    if child is None:  # (no fork: e.g. the process limit reached) the loop runs here, as on one CPU
         return [fn(x) for x in items]
     try:
-        child.submit(theirs)
         t0 = time.monotonic()
         out = {i: fn(items[i]) for i in range(0, len(items), 2)}
-        got = _wait_child(child, time.monotonic() + 2 * (time.monotonic() - t0) + CHILD_SLACK_S, stop)
-        if isinstance(got, list) and len(got) == len(theirs):
+        back, got = wait(child, time.monotonic() + 2 * (time.monotonic() - t0) + CHILD_SLACK_S, stop)
+        if back and isinstance(got, list) and len(got) == len(theirs):
             out.update(zip(theirs, got))
     finally:
         child.close()
     return [out[i] if i in out else fn(items[i]) if rerun else None for i in range(len(items))]
 
 
-def _wait_child(child: Worker, end: float, stop: Callable[[], bool] | None) -> object:
-    """The child's reply by ``end`` (monotonic s), or None; once ``stop()`` it is nudged and gets STOP_WAIT_S."""
+def wait(child: Worker, end: float, stop: Callable[[], bool] | None = None) -> tuple[bool, object]:
+    """``child.reply`` by ``end`` (monotonic s): (True, the reply), or (False, None) when it is not back; once ``stop()``
+    (looked at every POLL_S: Ctrl-C) the child is nudged and gets STOP_WAIT_S more to send its best so far."""
     nudged = False
     while True:
         if stop is not None and not nudged and stop():
@@ -223,10 +223,10 @@ def _wait_child(child: Worker, end: float, stop: Callable[[], bool] | None) -> o
             end, nudged = min(end, time.monotonic() + STOP_WAIT_S), True
         left = end - time.monotonic()
         if left <= 0:
-            return None
+            return False, None
         back, got = child.reply(min(left, POLL_S))
         if back:
-            return got
+            return True, got
 
 
 def _die_with(parent: int) -> None:

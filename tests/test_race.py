@@ -227,7 +227,13 @@ def test_a_race_that_waits_for_highs_past_linger_s_makes_the_process_fork_its_ra
     process to forked racers; before that none is forked (the fork's cost where HiGHS stops when told)."""
     problem = random_problem(7)
     forked = []
-    real_start = worker.start
+    real_fork_racer = highs_node.fork_racer
+
+    def counted(*args):  # (the racers forked; fork_map's children are not racers)
+        child = real_fork_racer(*args)
+        if child is not None:
+            forked.append(1)
+        return child
 
     def slow_highs(*_args, **_kwargs):
         time.sleep(0.6)
@@ -236,7 +242,7 @@ def test_a_race_that_waits_for_highs_past_linger_s_makes_the_process_fork_its_ra
     monkeypatch.setattr(cpsat, "RACE_MIN_VARS", 0)
     monkeypatch.setattr(highs_node, "_lingered", False)
     monkeypatch.setattr(highs_node, "highs_node", slow_highs)
-    monkeypatch.setattr(worker, "start", lambda fn: forked.append(1) or real_start(fn))
+    monkeypatch.setattr(cpsat, "fork_racer", counted)
     assert highs_node.fork_racer(problem, None, None, 1.0, None, EXACT) is None and not forked
     assert cpsat.solve(problem, EXACT).status == "OPTIMAL" and highs_node._lingered
     before = len(forked)  # (its races after the first wait forked)

@@ -60,8 +60,11 @@ class Beside(Feed):
     return its best so far in the child (its deadline's ``interrupt``), called there on Ctrl-C here."""
 
     def __init__(self, run: Callable[[], RawResult], interrupt: Callable[[], object] | None = None) -> None:
-        self._worker = worker.Worker(lambda _request: run(), on_nudge=interrupt)
-        self._worker.submit("run")
+        """Raises OSError where no worker can be forked (the caller then runs ``run`` itself)."""
+        child = worker.start(run, on_nudge=interrupt)
+        if child is None:
+            raise OSError("no forked worker for the heuristic")
+        self._worker = child
         self._done, self._value, self._taken = False, None, False
 
     def _poll(self, timeout_s: float = 0.0) -> None:
@@ -88,15 +91,8 @@ class Beside(Feed):
         ``timeout_s``; once ``stop()`` is true (looked at every POLL_S: Ctrl-C) the child is interrupted and gets
         STOP_WAIT_S more to send its best so far. The worker is then killed."""
         self._poll()  # (already back: taken whatever the time left)
-        end, nudged = time.monotonic() + max(timeout_s, 0.0), False
-        while not self._done:
-            if stop() and not nudged:
-                self._worker.nudge()
-                end, nudged = min(end, time.monotonic() + STOP_WAIT_S), True
-            left = end - time.monotonic()
-            if left <= 0:
-                break
-            self._poll(min(left, POLL_S))
+        if not self._done:
+            self._done, self._value = worker.wait(self._worker, time.monotonic() + max(timeout_s, 0.0), stop)
         self.close()
         return self._value
 

@@ -285,13 +285,14 @@ def _polish_top(problem: Problem, found, k: int = POLISH_TOP, raw: dict | None =
         return [(r.best_obj, r.best) for r in runs]
 
     # eq. PAR5: two shares of the starts on two processes (each walk ends as it does alone: the same plans unless the
-    # deadline cuts them)
+    # deadline cuts them); in one process, one walk over all of them (eq. LS3a's order across every start)
     starts = [a for _, a in plans]
-    shares = [share for share in (starts[0::2], starts[1::2]) if share]
-    halves = fork_map(walk, shares, threads, stop=lambda: dl.interrupted, interrupt=dl.interrupt)
-    ends = [None] * len(plans)
-    for h, got in enumerate(halves):
-        ends[h::2] = got
+    if forks(threads, len(starts)):
+        ends = [None] * len(starts)
+        ends[0::2], ends[1::2] = fork_map(walk, [starts[0::2], starts[1::2]], threads, stop=lambda: dl.interrupted,
+                                          interrupt=dl.interrupt)
+    else:
+        ends = walk(starts)
     _obj, a = min(ends, key=lambda e: e[0])  # (the first of equals, as one process would)
     return evaluate(problem, a), a
 
