@@ -157,6 +157,40 @@ class LinModel:
         vals.update(best)
         return vals
 
+    def dense(self, rows: list[Row]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``Row.idx`` and ``Row.coef`` of ``rows`` all at once, with the same floats (each term c * scale, a
+        variable's repeats summed in the order of its pieces, zeros dropped), ordered by (row, variable) instead of
+        first appearance: (row position, variable, coefficient), each [terms]. For engines that write every row:
+        expanding the rows one at a time took 0.75 of the 1.15 s CP-SAT's rows took on mixtral-8x22b x hetero3-1024
+        (31,500 rows in 28 node models, their slot-time expressions repeated in many rows, eq. N2c)."""
+        vs: list = []
+        cs: list = []
+        rid: list = []
+        scales: list = []
+        for r, row in enumerate(rows):
+            for terms, scale in row.pieces:
+                d = self.exprs[terms] if isinstance(terms, int) else terms
+                vs.extend(d)
+                cs.extend(d.values())
+                rid.append((r, len(d)))
+                scales.append(scale)
+        lens = np.array([n for _, n in rid], np.int64)
+        row_of = np.repeat(np.array([r for r, _ in rid], np.int64), lens)
+        var = np.array(vs, np.int64)
+        val = np.array(cs, float) * np.repeat(np.array(scales, float), lens)  # (c * 1.0 is c: as _expand's c * scale)
+        order = np.lexsort((var, row_of))  # stable: a variable's repeats stay in the order of its pieces
+        row_of, var, val = row_of[order], var[order], val[order]
+        first = np.r_[True, (row_of[1:] != row_of[:-1]) | (var[1:] != var[:-1])] if len(var) else np.zeros(0, bool)
+        starts = np.flatnonzero(first)
+        out = val[starts]
+        for k in np.flatnonzero(np.diff(np.r_[starts, len(var)]) > 1).tolist():  # repeats (few): summed in order
+            total = 0.0
+            for c in val[starts[k]:(starts[k + 1] if k + 1 < len(starts) else len(var))].tolist():
+                total = total + c
+            out[k] = total
+        keep = out != 0
+        return row_of[starts][keep], var[starts][keep], out[keep]
+
     def x(self, k: int, i: int) -> dict:
         """{var: 1} for x[k,i] = xn[k,i] + xf[k,i]."""
         return {v: 1 for v in (self.xn.get((k, i)), self.xf.get((k, i))) if v is not None}
