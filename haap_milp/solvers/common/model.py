@@ -157,24 +157,32 @@ class LinModel:
         vals.update(best)
         return vals
 
-    def dense(self, rows: list[Row]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def dense(self, rows: list[Row], apart: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``Row.idx`` and ``Row.coef`` of ``rows`` all at once, with the same floats (each term c * scale, a
         variable's repeats summed in the order of its pieces, zeros dropped), ordered by (row, variable) instead of
-        first appearance: (row position, variable, coefficient), each [terms]. For engines that write every row:
-        expanding the rows one at a time took 0.75 of the 1.15 s CP-SAT's rows took on mixtral-8x22b x hetero3-1024
-        (31,500 rows in 28 node models, their slot-time expressions repeated in many rows, eq. N2c)."""
+        first appearance: (row position, variable, coefficient), each [terms]. ``apart``: ``Row.sparse`` instead, an
+        expression e one term of its own (variable ``len(names) + e``, its scales summed in order; eq. N2c). For
+        engines that write every row: expanding the rows one at a time took 0.75 of the 1.15 s CP-SAT's rows took on
+        mixtral-8x22b x hetero3-1024 (31,500 rows in 28 node models, their slot-time expressions repeated in many
+        rows, eq. N2c)."""
         vs: list = []
         cs: list = []
         rid: list = []
         scales: list = []
+        n = len(self.names)
         for r, row in enumerate(rows):
             for terms, scale in row.pieces:
-                d = self.exprs[terms] if isinstance(terms, int) else terms
-                vs.extend(d)
-                cs.extend(d.values())
-                rid.append((r, len(d)))
+                if apart and isinstance(terms, int):
+                    vs.append(n + terms)
+                    cs.append(1.0)
+                    rid.append((r, 1))
+                else:
+                    d = self.exprs[terms] if isinstance(terms, int) else terms
+                    vs.extend(d)
+                    cs.extend(d.values())
+                    rid.append((r, len(d)))
                 scales.append(scale)
-        lens = np.array([n for _, n in rid], np.int64)
+        lens = np.array([k for _, k in rid], np.int64)
         row_of = np.repeat(np.array([r for r, _ in rid], np.int64), lens)
         var = np.array(vs, np.int64)
         val = np.array(cs, float) * np.repeat(np.array(scales, float), lens)  # (c * 1.0 is c: as _expand's c * scale)
