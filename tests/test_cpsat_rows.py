@@ -107,7 +107,7 @@ def test_coefficients_past_int64_go_the_library_way():
     for write in (cpsat._int_rows, lambda cp, lm, x, S: [cpsat._library_row(cp, lm, x, S, row) for row in rows]):
         cp = cpsat.cp_model.CpModel()
         x, _ = cpsat._variables(cp, lm, lm.t, VariantBound(0.0, 0.0, 0.0), 1e4)
-        with pytest.raises(Exception) as got:  # noqa: PT011 - whatever the library raises, both ways the same
+        with pytest.raises(Exception) as got:  # (whatever the library raises: both ways the same)
             write(cp, lm, x, 1e30)
         errors.append(type(got.value))
     assert errors[0] is errors[1]

@@ -70,6 +70,29 @@ def test_worker_round_trip_failure_and_death():
     assert _gone(w.pid)
 
 
+_KEPT = worker.carry(threading.local())
+_LEFT = threading.local()
+
+
+def _seen(_request):
+    return getattr(_KEPT, "memo", None), getattr(_LEFT, "memo", None)
+
+
+def test_a_workers_serving_thread_starts_with_the_carried_memos():
+    """A memo registered with ``worker.carry`` holds in the child's serving thread what it held in the thread that
+    forked (the slot tables' memory part, built once by the search, is not rebuilt in every node worker); per-thread
+    state not registered stays behind (HiGHS' executor); the child's changes do not come back."""
+    _KEPT.memo, _LEFT.memo = {"tables": 1}, {"executor": 2}
+    try:
+        w = worker.Worker(_seen)
+        w.submit(0)
+        assert w.reply(10.0) == (True, ({"tables": 1}, None))
+        w.close()
+    finally:
+        del _KEPT.memo, _LEFT.memo
+    assert not hasattr(_KEPT, "memo")
+
+
 def test_close_kills_a_busy_worker():
     w = worker.Worker(_sleep)
     w.submit(1)

@@ -10,7 +10,6 @@ bound on the true optimum (eq. CP3).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import math
 import sys

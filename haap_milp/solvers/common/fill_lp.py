@@ -23,13 +23,14 @@ import threading
 
 import numpy as np
 
+from haap_milp import worker
 from haap_milp.problem import Problem
 from haap_milp.solvers.common import lp
 from haap_milp.solvers.common.model import LinModel
 from haap_milp.solvers.common.slot_bounds import Tables
 
 FILL_RTOL = 1e-7  # the LP's value is lowered by this much (relative, and as much in seconds): HiGHS' tolerances
-_CACHE = threading.local()  # .by_key: {(id(variant), id(options), capacities, L, P): (variant, options, value)}
+_CACHE = worker.carry(threading.local())  # .by_key: {(id(variant), id(options), capacities, L, P): (variant, options, value)}
 CACHE_SIZE = 1024
 
 

@@ -18,6 +18,7 @@ import threading
 
 import numpy as np
 
+from haap_milp import worker
 from haap_milp.problem import Problem
 from haap_milp.solvers.common.slot_bounds import Tables, stage_count_bounds, subset, usable_options
 from haap_milp.solvers.common.stage_dp import link_usable
@@ -28,7 +29,7 @@ LE_FIELDS = ("layer_time", "first_time", "last_time", "layer_static_mem", "layer
              "first_act_mem", "last_static_mem", "last_act_mem", "fixed_mem", "sync_fixed", "sync_per_layer",
              "sync_first", "sync_last")
 EXTRA_FIELDS = ("per_stage", "per_layer", "first", "last")  # eq. EX1's terms (no larger)
-_MEMO = threading.local()  # the kept islands per variant object (as slot_bounds' memory part)
+_MEMO = worker.carry(threading.local())  # the kept islands per variant object (as slot_bounds' memory part)
 
 
 def gpu_type(name: str) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from haap_milp import worker
 from haap_milp.pipeline import (
     END_SEND_SHARE,
     MEM_RTOL,
@@ -173,7 +174,7 @@ def usage_matrix(problem: Problem, op: list) -> np.ndarray:
 # table the DP had built: 218 of 288 variants with every dimension on, llama3-8b on 16 H100).
 # (per thread: two solves running at once in one process, e.g. through the Python API, never share it)
 # (Sailor's 32+96 rows: 54-71 variants, 0.5-0.9 s a pass at load 5, saved by this.)
-_MEMO = threading.local()
+_MEMO = worker.carry(threading.local())  # (a forked worker's serving thread starts with it: ``worker.carry``)
 
 
 def _memory_part(problem: Problem, v: int) -> dict:

@@ -166,8 +166,7 @@ def segment_table(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: flo
     B, Bf = (np.stack([h[j] for h in below])[np.arange(len(keys))[:, None], cs0] for j in (0, 1))
     d = np.where(real, cls.gpus[cs0], 0)[:, :, None, None]
     cap = np.array([gpu_caps[g] for g, _ in keys])[:, None, None, None]
-    ix = _index_grids(K)
-    s_idx, e_idx, span, s_c, lo, hi, top, e1 = ix
+    s_idx, span, s_c, lo, hi, top, e1 = _index_grids(K)
     zero = np.zeros(A.shape[:2] + (1,), np.int64)
     pre = np.concatenate([zero, np.cumsum(A, axis=2)], axis=2)  # [P, C, K+1]
     zer = np.concatenate([zero, np.cumsum(A < 1, axis=2)], axis=2)
@@ -192,12 +191,12 @@ _GRIDS: dict = {}
 
 
 def _index_grids(K: int) -> tuple:
-    """The [K+1, K+1] index arrays of ``segment_table`` by (s, e): s, e, the span e - s, s clipped to a slot, the
-    first slot above s (lo), e raised to lo (hi), e - 1 raised to lo (top), e - 1 clipped to a slot (each K once)."""
+    """The [K+1, K+1] index arrays of ``segment_table`` by (s, e): s, the span e - s, s clipped to a slot, the first
+    slot above s (lo), e raised to lo (hi), e - 1 raised to lo (top), e - 1 clipped to a slot (each K once)."""
     if K not in _GRIDS:
         s_idx, e_idx = np.meshgrid(np.arange(K + 1), np.arange(K + 1), indexing="ij")
         lo = np.minimum(s_idx + 1, K)
-        _GRIDS[K] = (s_idx, e_idx, e_idx - s_idx, np.minimum(s_idx, K - 1), lo, np.maximum(e_idx, lo),
+        _GRIDS[K] = (s_idx, e_idx - s_idx, np.minimum(s_idx, K - 1), lo, np.maximum(e_idx, lo),
                      np.maximum(e_idx - 1, lo), np.clip(e_idx - 1, 0, K - 1))
     return _GRIDS[K]
 
