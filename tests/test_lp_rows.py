@@ -1,12 +1,11 @@
 """HiGHS' node model written at once (lp.highs_model over LinModel.dense(apart=True)) against the rows one at a time
-(``Row.sparse``, as before): the same LP inside HiGHS once it has solved it (column-wise, entry for entry: a row's
+(``Row.sparse``, as highs_model read them before, put in dense's place): the same LP inside HiGHS once it has solved it (column-wise, entry for entry: a row's
 entries now come by variable, not by first appearance, which HiGHS' row-to-column copy does not see), the same
 iterations and the same solution, with and without the cut-off row and a column order; the dense terms are
 ``Row.sparse``'s floats exactly."""
 
 from __future__ import annotations
 
-import math
 import pathlib
 import sys
 
@@ -19,50 +18,23 @@ from haap_milp.solvers.common import lp
 from haap_milp.solvers.common.model import INF, LinModel, Row
 
 
-def _rows_one_by_one(lm, cutoff_s=None, order=None):
-    """The rows part of ``highs_model`` as it was: per row ``Row.sparse``, first appearance first."""
-    h = lp.highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    n, ne = len(lm.names), len(lm.exprs)
-    order = np.arange(n) if order is None else np.asarray(order)
-    col = np.r_[lp.columns(order), np.arange(n, n + ne)]
-    inf = lp.highspy.kHighsInf
-    obj, const = lm.objective()
-    cost = np.zeros(n + ne)
-    for i, c in obj.items():
-        cost[col[i]] = c
-    lb = np.r_[np.array(lm.lb, float)[order], np.full(ne, -inf)]
-    ub = np.r_[np.array([u if math.isfinite(u) else inf for u in lm.ub], float)[order], np.full(ne, inf)]
-    h.addVars(n + ne, lb, ub)
-    h.changeColsCost(n + ne, np.arange(n + ne, dtype=np.int32), cost)
-    lo, up, starts, idx, val = [], [], [], [], []
-    for row in lm.rows:
+def _sparse_one_by_one(self, rows, apart=False):
+    """``LinModel.dense(apart=True)`` as highs_model read the rows before: per row ``Row.sparse``, its own terms then
+    its expressions (column n + e), each in order of first appearance."""
+    assert apart
+    n = len(self.names)
+    out = []
+    for r, row in enumerate(rows):
         own, refs = row.sparse()
-        starts.append(len(idx))
-        idx.extend(own)
-        val.extend(own.values())
-        idx.extend(n + e for e in refs)
-        val.extend(refs.values())
-        lo.append(row.lb - row.const if math.isfinite(row.lb) else -inf)
-        up.append(row.ub - row.const if math.isfinite(row.ub) else inf)
-    for e, terms in enumerate(lm.exprs):
-        starts.append(len(idx))
-        nz = {v: c for v, c in terms.items() if c != 0}
-        idx.extend(nz)
-        val.extend(-c for c in nz.values())
-        idx.append(n + e)
-        val.append(1.0)
-        lo.append(0.0)
-        up.append(0.0)
-    if cutoff_s is not None:
-        starts.append(len(idx))
-        idx.extend(obj)
-        val.extend(obj.values())
-        lo.append(-inf)
-        up.append(cutoff_s - const)
-    h.addRows(len(lo), np.array(lo), np.array(up), len(idx), np.array(starts, np.int32),
-              col[np.array(idx, np.int64)].astype(np.int32), np.array(val, float))
-    return h
+        out += [(r, v, c) for v, c in own.items()] + [(r, n + e, c) for e, c in refs.items()]
+    rid, var, val = zip(*out) if out else ((), (), ())
+    return np.array(rid, np.int64), np.array(var, np.int64), np.array(val, float)
+
+
+def _rows_one_by_one(lm, cutoff_s, order, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(LinModel, "dense", _sparse_one_by_one)
+        return lp.highs_model(lm, integer=False, cutoff_s=cutoff_s, order=order)
 
 
 def _lp_of(h) -> dict:
@@ -81,14 +53,17 @@ def _solved(h) -> dict:
             "objective": info.objective_function_value, "x": list(h.getSolution().col_value)}
 
 
-def test_highs_model_is_the_rows_one_by_one():
+def test_highs_model_is_the_rows_one_by_one(monkeypatch):
     checked = 0
     for i, lm in enumerate(_models()):
         order = np.random.default_rng(i).permutation(len(lm.names)) if i % 3 == 0 else None
         cutoff = 1.0 + i if i % 2 else None
         new = _solved(lp.highs_model(lm, integer=False, cutoff_s=cutoff, order=order))
         assert new["format"] == lp.highspy.MatrixFormat.kColwise
-        assert new == _solved(_rows_one_by_one(lm, cutoff, order)), i
+        inf = lp.highspy.kHighsInf  # each row's bounds less its constant (tdef rows: sum a x + a0 - T <= 0)
+        assert new["ru"][:len(lm.rows)] == [r.ub - r.const if r.ub < INF else inf for r in lm.rows]
+        assert new["rl"][:len(lm.rows)] == [r.lb - r.const if r.lb > -INF else -inf for r in lm.rows]
+        assert new == _solved(_rows_one_by_one(lm, cutoff, order, monkeypatch)), i
         checked += 1
     assert checked >= 20
 
