@@ -1,8 +1,8 @@
 """HiGHS' node model written at once (lp.highs_model over LinModel.dense(apart=True)) against the rows one at a time
-(``Row.sparse``, as highs_model read them before, put in dense's place): the same LP inside HiGHS once it has solved it (column-wise, entry for entry: a row's
-entries now come by variable, not by first appearance, which HiGHS' row-to-column copy does not see), the same
-iterations and the same solution, with and without the cut-off row and a column order; the dense terms are
-``Row.sparse``'s floats exactly."""
+(``Row.sparse``, as highs_model read them before, put in dense's place): the same LP inside HiGHS once it has solved
+it (column-wise, entry for entry: a row's entries now come by variable, not by first appearance, which HiGHS'
+row-to-column copy does not see), the same iterations and the same solution, with and without the cut-off row and a
+column order, each row's bounds less its constant; the dense terms are ``Row.sparse``'s floats exactly."""
 
 from __future__ import annotations
 
