@@ -9,9 +9,9 @@ state already in memory (a spawned process would import the package and rebuild 
 
 The child ignores Ctrl-C (the parent stops it), serves the requests on a thread it makes after the fork (per-thread
 state the forking thread carried over, such as HiGHS' task executor whose worker threads did not survive the fork, is
-then never touched; the memos registered with ``carry`` are copied to it), sends back what ``serve`` returned or the exception it raised, and leaves with ``os._exit`` (no
-atexit handlers, no second flush of the parent's buffers) when the parent closes the pipe or sends ``None``; one that
-does not leave within CLOSE_WAIT_S of that is killed.
+then never touched; the memos registered with ``carry`` are copied to it), sends back what ``serve`` returned or the
+exception it raised, and leaves with ``os._exit`` (no atexit handlers, no second flush of the parent's buffers) when
+the parent closes the pipe or sends ``None``; one that does not leave within CLOSE_WAIT_S of that is killed.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def carry(local: threading.local) -> threading.local:
     """Registers a per-thread memo whose values a child's serving thread starts with (the forking thread's, copied
     after the fork); returns it. For pure caches of the problem only: HiGHS' executor and the like stay behind.
     Measured before (mixtral-8x22b x hetero3-1024): each node worker rebuilt the memory part of every variant it met
-    (``slot_bounds``, 65 of 168 table builds, 0.8 s of the workers' 19 s), which its parent had built already."""
+    (``slot_bounds``: 65 of 168 table builds, most of their 0.8 s of the workers' 19 s), which its parent held already."""
     _CARRIED.append(local)
     return local
 

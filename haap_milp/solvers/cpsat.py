@@ -171,7 +171,8 @@ def _slack(t: Tables) -> tuple[int, int, int]:
 
 def _int_row(lm: LinModel, row, S: float) -> tuple[list, int]:
     """A row's integer coefficients and constant (eq. CP1): ceil(a * S) on the time coefficients of a
-    defining row (t_int >= S * t), floor on the C1 cut (stays valid), the time variables' own unchanged."""
+    defining row (t_int >= S * t), floor on the C1 cut (stays valid), the time variables' own unchanged. (For the
+    warm start and single rows; ``_int_coefs`` is the same rule on every row at once, tests/test_cpsat_rows.py.)"""
     if row.kind == "exact":
         return [int(c) for c in row.coef], 0
     aux = lm.aux
