@@ -198,8 +198,7 @@ def _int_rows(cp: cp_model.CpModel, lm: LinModel, x: list, S: float) -> None:
     cons = cp.proto.constraints
     for r, row in enumerate(rows):
         const = math.ceil(row.const * S) if row.kind == "tdef" else 0
-        lo = None if row.lb == -math.inf else math.ceil(row.lb - ROUND_SLACK)
-        hi = None if row.ub == math.inf else math.floor(row.ub + ROUND_SLACK)
+        lo, hi = _int_bounds(row)
         if lo is not None and hi is not None and lo > hi:
             _library_row(cp, lm, x, S, row)
             continue
@@ -240,9 +239,14 @@ def _library_row(cp: cp_model.CpModel, lm: LinModel, x: list, S: float, row) -> 
     """One row by ``add_linear_constraint`` (eq. CP1 by ``_int_row``)."""
     coefs, const = _int_row(lm, row, S)
     expr = cp_model.LinearExpr.weighted_sum([x[i] for i in row.idx], coefs) + const
-    lb = -cp_model.INT_MAX if row.lb == -math.inf else math.ceil(row.lb - ROUND_SLACK)
-    ub = cp_model.INT_MAX if row.ub == math.inf else math.floor(row.ub + ROUND_SLACK)
-    cp.add_linear_constraint(expr, lb, ub)
+    lo, hi = _int_bounds(row)
+    cp.add_linear_constraint(expr, -cp_model.INT_MAX if lo is None else lo, cp_model.INT_MAX if hi is None else hi)
+
+
+def _int_bounds(row) -> tuple[int | None, int | None]:
+    """A row's bounds as integers (ROUND_SLACK of float noise forgiven); None where infinite."""
+    return (None if row.lb == -math.inf else math.ceil(row.lb - ROUND_SLACK),
+            None if row.ub == math.inf else math.floor(row.ub + ROUND_SLACK))
 
 
 def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S: float) -> tuple[list, dict]:

@@ -113,22 +113,20 @@ class CapCache:
 
 @dataclass
 class SegmentTable:
-    """Eq. DP3's segments of one tau, every (group, link below) pair at once (``segment_table``): pair i's
-    seg[s, e] (most layers of a non-final segment on slots s+1..e), segf (the same with slot e the first stage) and
-    the classes used (arg, argf; -1: none); ``at[last + 1, g]`` is the pair of group g above a segment of group
-    ``last`` (-1: at slot 1), or the blank row (all NEG) where g is last itself. ``tab[part]`` holds the rows
-    transposed to [pair, e, s] int32 (part 1: segf, 0: seg) for ``_level``'s reductions over s."""
+    """Eq. DP3's segments of one tau, every (group, link below) pair at once (``segment_table``): ``tab[part]``
+    [pair + blank, e, s] int32, part 1 segf (the most layers of a segment on slots s+1..e with slot e the first
+    stage), part 0 seg (a non-final one), transposed for ``_level``'s reductions over s; ``arg``/``argf`` [pair, s, e]
+    the class used (-1: none); ``at[last + 1, g]`` the pair of group g above a segment of group ``last`` (-1: at slot
+    1), or the blank row (all NEG) where g is last itself."""
 
-    seg: np.ndarray  # [pairs, K+1, K+1]
-    segf: np.ndarray
-    arg: np.ndarray
-    argf: np.ndarray
-    at: np.ndarray  # [G+1, G] pair index, by (last + 1, group); the blank row's index where last is the group
     tab: tuple  # (seg, segf) as [pairs + 1, e, s] int32, the last row blank
+    arg: np.ndarray  # [pairs, K+1, K+1]
+    argf: np.ndarray
+    at: np.ndarray  # [G+1, G] pair index, by (last + 1, group)
 
-    def __call__(self, g: int, last: int):
-        i = self.at[last + 1, g]
-        return self.seg[i], self.segf[i], self.arg[i], self.argf[i]
+    def classes(self, g: int, last: int, first: bool) -> np.ndarray:
+        """[s, e] the class of g's segment above ``last`` (``first``: the first stage's)."""
+        return (self.argf if first else self.arg)[self.at[last + 1, g]]
 
 
 def segment_table(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, groups: list,
@@ -184,7 +182,7 @@ def segment_table(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: flo
     argf = np.where(segf > NEG, cs[pick, valf.argmax(axis=1)], -1)
     pad = np.full((1, K + 1, K + 1), NEG, np.int32)
     tab = tuple(np.concatenate([x.transpose(0, 2, 1).astype(np.int32), pad]) for x in (seg, segf))
-    return SegmentTable(seg, segf, arg, argf, at, (tab[0], tab[1]))
+    return SegmentTable(tab, arg, argf, at)
 
 
 _GRIDS: dict = {}
@@ -222,7 +220,7 @@ def coverage(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, m
     for _ in range(min(max_segments, len(groups))):
         if not frontier:
             break
-        si, gi, (valf, sf), (val, sv) = _level(t, [keys[i] for i in frontier], [states[keys[i]][0] for i in frontier],
+        si, gi, (valf, sf), (val, sv) = _level([keys[i] for i in frontier], [states[keys[i]][0] for i in frontier],
                                                groups, segs)
         cand = np.where((valf >= t.L) & (np.arange(K1) <= t.L), valf, NEG)  # [pairs, K+1]
         pick = cand.argmax(axis=0)  # the first pair reaching the most
@@ -239,13 +237,13 @@ def coverage(t: Tables, cls: Classes, caps_at: CapCache, gpu_caps, tau: float, m
     out = {}
     for p in np.flatnonzero(best_val > NEG).tolist():
         key, g, s = best_at[p]
-        structure = [(g, int(segs(g, key[1])[3][s, p]), s, p)]
+        structure = [(g, int(segs.classes(g, key[1], first=True)[s, p]), s, p)]
         e = s
         while key != (0, -1):
             _, prev, s_arr = states[key]
             s_prev = int(s_arr[e])
             pkey = keys[int(prev[e])]
-            structure.append((key[1], int(segs(key[1], pkey[1])[2][s_prev, e]), s_prev, e))
+            structure.append((key[1], int(segs.classes(key[1], pkey[1], first=False)[s_prev, e]), s_prev, e))
             key, e = pkey, s_prev
         out[p] = (int(best_val[p]), structure[::-1])
     return out
@@ -274,7 +272,7 @@ def _new_states(keys: list, frontier: list, groups: list, si, gi, val, sv):
     return new, np.maximum(best, NEG), below, sv[at, np.arange(val.shape[1])[None, :]]
 
 
-def _level(t: Tables, keys: list, Fs: list, groups: list, segs: SegmentTable):
+def _level(keys: list, Fs: list, groups: list, segs: SegmentTable):
     """One segment more on each state (set bits, last) with layers F [K+1] on slots 1..s, for each group g not in its
     set: the most layers up to slot e with g's segment on slots s+1..e, and the first s reaching it. Returns the pairs
     (state index [pairs], group index [pairs], state-major) and, per pair, ([pairs, K+1] layers, [pairs, K+1] s) for
