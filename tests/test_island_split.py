@@ -28,10 +28,12 @@ EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=1, seed=0)
 TIME_FIELDS = ("layer_time", "first_time", "last_time", "sync_fixed", "sync_per_layer", "sync_first", "sync_last")
 
 
-def mirrored(seed: int, slow: float = 1.3, cross_s: float = 5.0, equal: bool = False) -> Problem:
+def mirrored(seed: int, slow: float = 1.3, cross_s: float = 5.0, equal: bool = False, **shape) -> Problem:
     """A random two-group problem on island "a", copied onto island "b" (every time term x ``slow``, links inside "b"
-    x ``slow``; ``equal``: an exact copy); links between the islands take ``cross_s`` seconds."""
-    base = random_problem(seed, num_groups=2, max_options=4, uniform=False, same_tp_first_last=False)
+    x ``slow``; ``equal``: an exact copy); links between the islands take ``cross_s`` seconds. ``shape``: more
+    arguments of ``random_problem`` (layers, stages, options)."""
+    base = random_problem(seed, **({"num_groups": 2, "max_options": 4, "uniform": False, "same_tp_first_last": False}
+                                   | shape))
     G = len(base.groups)
     f = 1.0 if equal else slow
     options = base.options + tuple(dataclasses.replace(o, group=o.group + G) for o in base.options)

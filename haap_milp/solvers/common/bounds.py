@@ -13,7 +13,7 @@ import numpy as np
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Problem
 from haap_milp.solvers.common.fill_lp import fixed_count_fill
-from haap_milp.solvers.common.slot_bounds import Tables, send_floor
+from haap_milp.solvers.common.slot_bounds import Tables, link_half, send_floor
 
 COVER_TOL = 1e-6  # layers: eq. B2b's real-valued coverage against the integer layer count
 USE_FILL_LP = True  # eq. B2e
@@ -101,29 +101,31 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover
     alone = float(h.max(initial=0)) if t.p_min <= 1 else 0.0  # a one-stage plan: no link, no send
     if c.sends is not None:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
         h = np.minimum(hmax, np.floor(np.maximum(tau - c.sends, 0.0) / lt + TIME_RTOL)).astype(np.int64)
-    comps = _components(t.p2p, np.flatnonzero(t.use.any(axis=0)).tolist(), tau, c.joined)
-    return max(alone, min(_split_coverage(problem, t, tau, h, c.mixed, comps, w) for w in c.weights))
+    half = link_half(t.p2p, t.vpp)
+    comps = _components(half, np.flatnonzero(t.use.any(axis=0)).tolist(), tau, c.joined)
+    return max(alone, min(_split_coverage(problem, t, tau, h, c.mixed, comps, w, half) for w in c.weights))
+
 
 
 def _split_coverage(problem: Problem, t: Tables, tau: float, h: np.ndarray, mixed: np.ndarray, comps: list,
-                    weight: np.ndarray) -> float:
+                    weight: np.ndarray, half: np.ndarray) -> float:
     """Eq. B2's knapsacks with option o's layers h_o counted as h_o * weight[o, g] in each group g it uses (each
     row of ``weight`` adds up to 1 over the option's groups: any such weighting is sound, eq. B2b), the best
     connected component's sum."""
     per = {}
     for g in sorted({g for comp in comps for g in comp}):
         m = t.use[:, g] > 0
-        if t.p2p[g, g] > 2 * tau and not mixed[m].any():  # eq. T2: tau >= c / 2 on every link used
+        if half[g, g] > tau and not mixed[m].any():  # eqs. T2, I2: tau >= c / 2 (vpp c / 2) on every link used
             per[g] = float(h[m].max(initial=0))
         else:
             per[g] = _knapsack_max(t.use[m, g], h[m] * weight[m, g], problem.group_capacity[g])
     return max((sum(per[g] for g in comp) for comp in comps), default=0.0)
 
 
-def _components(p2p: np.ndarray, groups: list[int], tau: float, joined: list[tuple[int, ...]] = ()
+def _components(half: np.ndarray, groups: list[int], tau: float, joined: list[tuple[int, ...]] = ()
                 ) -> list[list[int]]:
-    """Connected components of the groups under links (either direction) with c / 2 <= tau, and groups
-    ``joined`` by one mixed option (one stage on both, eq. H1)."""
+    """Connected components of the groups under links (either direction) with ``half`` (``link_half``: c / 2, or
+    vpp c / 2 interleaved) <= tau, and groups ``joined`` by one mixed option (one stage on both, eq. H1)."""
     left, out = set(groups), []
     while left:
         stack, comp = [min(left)], []
@@ -132,7 +134,7 @@ def _components(p2p: np.ndarray, groups: list[int], tau: float, joined: list[tup
             g = stack.pop()
             comp.append(g)
             for h in sorted(left):
-                if min(p2p[g, h], p2p[h, g]) <= 2 * tau or any(g in j and h in j for j in joined):
+                if min(half[g, h], half[h, g]) <= tau or any(g in j and h in j for j in joined):
                     left.discard(h)
                     stack.append(h)
         out.append(comp)
@@ -150,7 +152,7 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
     lt = t.coef["layer_time"]
     stage = (np.arange(1, t.L + 1)[None, :] * lt[:, None])[np.arange(t.L)[None, :] < hmax[:, None]]
     cover = _cover(problem, t)
-    steps = [stage, t.p2p.ravel() / 2]  # coverage changes only here (eq. B2) ...
+    steps = [stage, link_half(t.p2p, t.vpp).ravel()]  # coverage changes only here (eq. B2) ...
     if cover.sends is not None:  # ... and where a stage's layers plus its least sends fill tau (B2c)
         with_sends = np.arange(1, t.L + 1)[None, :] * lt[:, None] + cover.sends[:, None]
         steps.append(with_sends[np.arange(t.L)[None, :] < hmax[:, None]])

@@ -1,7 +1,8 @@
 """Eq. N9b: islands apart as branches, and islands dominated by others left out (formulations/README.md).
 
 Where no link between two islands is usable in a node (every such link has c/2 > b: a plan's tau is at least half of
-each of its links, eq. T2), every plan of the node lies inside one island (eq. N9). Eq. N9 bounds each island by its
+each of its links, eq. T2, and vpp halves on an interleaved variant, eq. I2), every plan of the node lies inside one
+island (eq. N9). Eq. N9 bounds each island by its
 own DPs; the node's LP and the engine still see all islands at once, and their relaxations mix paths of several
 islands, each using a share of every island's GPUs. Eq. N9b gives each island its own child node instead, so that
 every bound and the engine see one island. An island B is left out when another island A, kept, holds a twin of
@@ -61,7 +62,7 @@ def apart(problem: Problem, t: Tables, b: float | None) -> np.ndarray | None:
         return own
     isl = np.array([end_isl[int(e)] for e in ends])
     cross = isl[:, None] != isl[None, :]
-    ok = link_usable(t.p2p[np.ix_(ends, ends)], b)
+    ok = link_usable(t.p2p[np.ix_(ends, ends)], b, t.vpp)
     return None if (ok & cross).any() else own
 
 

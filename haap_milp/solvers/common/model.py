@@ -25,7 +25,7 @@ import numpy as np
 
 from haap_milp.pipeline import BWD_SHARE, END_SEND_SHARE, SEND_SHARE, TIME_RTOL, interleaved_inflight_chunks, sync_share
 from haap_milp.problem import Assignment, Problem, Stage
-from haap_milp.solvers.common.slot_bounds import Tables
+from haap_milp.solvers.common.slot_bounds import Tables, link_half
 
 INF = float("inf")
 
@@ -572,21 +572,24 @@ def _wrap(m: LinModel, tau_hi: float) -> tuple[dict, float]:
         _acc(first.setdefault(int(t.group[i]), {}), {x: 1})
     if not last or not first:
         return {}, 0.0
-    return _transport(m, last, first, lambda g, h: ("zw", (g, h)), INF, "I1 wrap"), 0.0
+    # eq. X1: tau >= (vpp - 1) c_w / 2 (eq. I2), so a wrap link slower than that at tau_hi gets no variable
+    return _transport(m, last, first, lambda g, h: ("zw", (g, h)), tau_hi, "I1 wrap", t.vpp - 1), 0.0
 
 
-def _transport(m: LinModel, up: dict, down: dict, key, tau_hi: float, label: str) -> dict:
+def _transport(m: LinModel, up: dict, down: dict, key, tau_hi: float, label: str, crossings: int = 1) -> dict:
     """Eq. Z1's transport rows between the endpoints of an earlier (``up``) and a later (``down``) stage, each
     {endpoint: {var: coefficient}}: sum_h z[g, h] = u_up[g], sum_g z[g, h] <= u_down[h]. ``key(g, h)``: the
-    variable's (dict name on m, key). Links slower than ``tau_hi`` alone get no variable (eq. X1). Returns
+    variable's (dict name on m, key). Links whose ``crossings`` transfers of c/2 per micro-batch (eqs. T2, I2: 1, vpp
+    interleaved, vpp - 1 on the wrap) alone take longer than ``tau_hi`` get no variable (eq. X1). Returns
     {z: p2p price}."""
     t = m.t
+    half = link_half(t.p2p, crossings)
     cost: dict = {}
     zin: dict = {h: {} for h in down}
     for g, terms in up.items():
         row = {v: -cc for v, cc in terms.items()}
         for h in down:
-            if t.p2p[g, h] / 2 > tau_hi:
+            if half[g, h] > tau_hi:
                 continue
             store, idx = key(g, h)
             zv = m.var(f"{store}[{','.join(map(str, idx))}]", 0, 1, integer=False)
@@ -611,19 +614,18 @@ def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
         return {}, 0.0  # slot k+1 cannot be used (its A1 row forces used_{k+1} = 0) or the model is infeasible
     vals = {float(t.p2p[g, h]) for g in up for h in down}
     uterms, uconst = _used(m, k + 1)
-    if len(vals) == 1 and max(vals) / 2 <= tau_hi:  # one link price: c_k = p0 * used_{k+1}
+    crossings = max(1, t.vpp)  # eq. I2: vpp crossings per micro-batch
+    if len(vals) == 1 and link_half(max(vals), crossings) <= tau_hi:  # one link price: c_k = p0 * used_{k+1}
         p0 = float(next(iter(vals)))
         row = {v: p0 * cc for v, cc in uterms.items()}
-        h = 0.5 * t.vpp if t.vpp > 1 else 0.5  # eq. I2: vpp crossings per micro-batch
-        half = {v: h * c for v, c in row.items()}
-        m.tdef(half, m.tau, const=h * p0 * uconst, label="T2 tau >= c_k/2")
-        _acc(m.obj_time, row, float(t.vpp) if t.vpp > 1 else 1.0)  # eq. I1: vpp * sum c
-        m.obj_const += (max(1, t.vpp)) * p0 * uconst
+        half = {v: crossings / 2 * c for v, c in row.items()}
+        m.tdef(half, m.tau, const=crossings / 2 * p0 * uconst, label="T2 tau >= c_k/2")
+        _acc(m.obj_time, row, float(crossings))  # eq. I1: vpp * sum c
+        m.obj_const += crossings * p0 * uconst
         return row, p0 * uconst
-    cost = _transport(m, up, down, lambda g, h: ("z", (k, g, h)), tau_hi, "Z1")  # eq. X1 drops too-slow links
-    hv = 0.5 * t.vpp if t.vpp > 1 else 0.5  # eq. I2: vpp crossings per micro-batch
-    m.tdef({v: hv * c for v, c in cost.items()}, m.tau, label="T2 tau >= c_k/2")
-    _acc(m.obj_time, cost, float(t.vpp) if t.vpp > 1 else 1.0)  # eq. I1: vpp * sum c
+    cost = _transport(m, up, down, lambda g, h: ("z", (k, g, h)), tau_hi, "Z1", crossings)  # eq. X1: too slow: none
+    m.tdef({v: crossings / 2 * c for v, c in cost.items()}, m.tau, label="T2 tau >= c_k/2")
+    _acc(m.obj_time, cost, float(crossings))  # eq. I1: vpp * sum c
     return cost, 0.0
 
 

@@ -264,6 +264,13 @@ def _blocking_sends(problem: Problem, base: dict) -> tuple[np.ndarray, np.ndarra
     return (np.array([into[e] for e in base["group"].tolist()]), np.array([out[e] for e in base["group"].tolist()]))
 
 
+def link_half(p2p, vpp: int):
+    """The least tau a link of c seconds (a number or an [E, E] array) allows: c/2 between two neighbouring stages (eq.
+    T2: each direction carries c/2 per micro-batch), vpp c/2 on an interleaved variant (eq. I2: vpp transfers of c/2
+    each way; the wrap, last stage to first, vpp - 1)."""
+    return p2p * (max(1, vpp) / 2)
+
+
 def send_floor(problem: Problem, t: Tables) -> np.ndarray:
     """Per option, the least blocking-send time on top of t_j that a stage of it carries in any pipeline of two or
     more stages (eq. T2b, X1b): the first stage END_SEND_SHARE times its way out, the last its way in, one between

@@ -37,7 +37,7 @@ import numpy as np
 
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Assignment, Problem, Stage
-from haap_milp.solvers.common.slot_bounds import Tables
+from haap_milp.solvers.common.slot_bounds import Tables, link_half
 
 INF = math.inf
 MAX_STEPS = 12  # DP evaluations per node (each 1-10 ms); warm-started from the parent's multipliers
@@ -75,9 +75,11 @@ class NodeBound:
     per_p: np.ndarray | None = None
 
 
-def link_usable(p2p: np.ndarray, b: float) -> np.ndarray:
-    """Links a plan of tau <= b may take: every plan has tau >= c/2 for each of its links (eq. T2)."""
-    return p2p / 2 <= b * (1 + TIME_RTOL)
+def link_usable(p2p: np.ndarray, b: float, vpp: int = 1) -> np.ndarray:
+    """Links a plan of tau <= b may take between two neighbouring stages: every plan has tau >= c/2 for each of its
+    links (eq. T2), an interleaved one tau >= vpp c/2 (eq. I2: each direction carries vpp transfers of c/2 per
+    micro-batch; the wrap, last stage to first, only vpp - 1: not a neighbour link, see ``model._wrap``)."""
+    return link_half(p2p, vpp) <= b * (1 + TIME_RTOL)
 
 
 class PathDP:
@@ -98,7 +100,7 @@ class PathDP:
         # bound, only the subgradient's conditioning); ``cap`` [R] their right-hand sides
         self.usage, self.cap = _resources(problem, t)
         # [e earlier, f later]; an interleaved variant pays vpp * c per link (eq. I1)
-        self.link = np.where(link_usable(t.p2p, b), t.p2p * (float(t.vpp) if t.vpp > 1 else 1.0), INF)
+        self.link = np.where(link_usable(t.p2p, b, t.vpp), t.p2p * (float(t.vpp) if t.vpp > 1 else 1.0), INF)
         self.p_first = max(p_lo, t.p_min)
         self.k_max = min(p_hi, t.p_max)
         # options with the same footprint (endpoint, GPUs taken of each group) pay the same multipliers, so per slot
