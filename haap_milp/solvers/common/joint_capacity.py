@@ -201,6 +201,7 @@ def _slot(dp: PathDP, u: JointUnits, cost: np.ndarray, H, out: np.ndarray | None
     L, E, N = dp.L, dp.E, u.size
     F = np.full((E, L + 1, N), INF) if out is None else out
     F[...] = INF
+    held: dict = {}  # endpoint g -> H[g]'s finite box: rows [lo, hi) (layers held later), states [c0, c1) (else INF)
     for r in np.flatnonzero(u.off >= 0):
         ns = np.flatnonzero(np.isfinite(cost[r]))
         if not len(ns):
@@ -209,10 +210,20 @@ def _slot(dp: PathDP, u: JointUnits, cost: np.ndarray, H, out: np.ndarray | None
         if H is None:  # slot 1: the stage alone
             F[g, ns, off] = np.minimum(F[g, ns, off], cost[r, ns])
             continue
-        src = np.where(u.valid(r)[None, :N - off], H[g][:, :N - off], INF)  # [L+1, N-off]
-        dst = F[g, :, off:]
-        for n in ns.tolist():  # n layers here on l - n layers later (one [L+1-n, N-off] min at a time)
-            np.minimum(dst[n:], src[:L + 1 - n] + cost[r, n], out=dst[n:])
+        if g not in held:
+            fin = np.isfinite(H[g])
+            rows, cols = np.flatnonzero(fin.any(axis=1)), np.flatnonzero(fin.any(axis=0))
+            held[g] = (int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1) if len(rows) else (0, 0, 0, 0)
+        lo, hi, c0, c1 = held[g]
+        c1 = min(c1, N - off)
+        if lo >= hi or c0 >= c1:
+            continue
+        src = np.where(u.valid(r)[None, c0:c1], H[g][lo:hi, c0:c1], INF)  # l = lo..hi-1, states c0..c1-1
+        dst = F[g, :, off + c0:off + c1]
+        for n in ns.tolist():  # n layers here on l layers later, l + n <= L (one [<= hi-lo, c1-c0] min at a time)
+            top = min(hi, L + 1 - n)
+            if top > lo:  # (H is INF outside its box: those entries change nothing)
+                np.minimum(dst[lo + n:top + n], src[:top - lo] + cost[r, n], out=dst[lo + n:top + n])
     return F
 
 
