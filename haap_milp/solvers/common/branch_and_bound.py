@@ -144,8 +144,7 @@ PROBE_FAILS = 2
 # eq. N20: where every group's GPUs fit in one capacity state (joint_capacity.JOINT_MAX), the stage DP with all of them
 # exact, and sigma's cases on it (eq. N20b), before eqs. N15, N5 and N6 (measured: formulations/README.md, N20)
 USE_JOINT = True
-JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes without closing one or a JOINT_LIFT
-JOINT_LIFT = 0.01  # (relative) lift of the node's bound
+JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes without closing one
 JOINT_PLANS = True  # eq. N20's least paths offered as plans
 JOINT_S = 0.15  # eq. N20b: sigma's cases stop after this long on a node (the count then keeps its N20 bound)
 USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups remain and the node survives
@@ -966,8 +965,7 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     """Eqs. N20, N20b on a node the DPs leave open, where every group's GPUs fit in one state (``joint_units``): (bound,
     per stage count bounds); its paths that pass the check are offered as plans. Where it leaves the node open eqs.
     N15, N5 and N6 still run (for their plans too). It stops for the rest of a search after JOINT_TRIAL nodes without
-    closing one or lifting its bound by JOINT_LIFT (relative): a lift lets the node's tau children close, where its
-    tables at their narrower caps hold fewer layers a stage (eq. X1)."""
+    closing one."""
     if not (USE_JOINT and (st.joint_calls < JOINT_TRIAL or st.joint_wins > 0) and _room(st, deadline)):
         return bound, per_p
     u = joint_units(dp, [island_split.gpu_type(g) for g in problem.groups])
@@ -982,8 +980,8 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
             st.offer(problem, plan, f"{name} joint DP")
     st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
     st.joint_calls += 1
-    before, bound = bound, max(bound, _safe(jb))
-    st.joint_wins += cutoff is not None and (bound >= cutoff or bound > before + JOINT_LIFT * abs(before))
+    bound = max(bound, _safe(jb))
+    st.joint_wins += cutoff is not None and bound >= cutoff
     st.stats["joint_dp"] = st.joint_calls
     st.stats["joint_wins"] = st.joint_wins
     st.stats["joint_dp_s"] = st.stats.get("joint_dp_s", 0.0) + time.perf_counter() - t0
