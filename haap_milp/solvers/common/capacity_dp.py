@@ -106,10 +106,11 @@ def island_blocks(problem: Problem, dp: PathDP) -> np.ndarray | None:
 
 
 def island_parts(problem: Problem, dp: PathDP) -> list[np.ndarray] | None:
-    """Eq. N9: when no link between two islands is usable in the node (c/2 > b for every one: a plan's tau is at least
-    half of each of its links, eq. T2), every plan of the node lies inside one island; then [n] masks of the options
-    of each island (their endpoint's block, ``island_blocks``), so that each island is bounded on its own (its DPs
-    single-group when the island holds one GPU type) and the node's bound is the least of them. None otherwise."""
+    """Eq. N9: when no link between two islands is usable in the node (c/2 > b for every one, vpp c/2 > b interleaved:
+    a plan's tau is at least half of each of its links, eq. T2, vpp halves, eq. I2; ``dp.link``), every plan of the node
+    lies inside one island; then [n] masks of the options of each island (their endpoint's block, ``island_blocks``),
+    so that each island is bounded on its own (its DPs single-group when the island holds one GPU type) and the node's
+    bound is the least of them. None otherwise."""
     blocks = island_blocks(problem, dp)
     if blocks is None:
         return None
