@@ -8,6 +8,7 @@ and node models read the rule) return brute force's optimum with a bound below i
 
 from __future__ import annotations
 
+import itertools
 import math
 import pathlib
 import sys
@@ -52,6 +53,15 @@ def interleaved_islands(seed: int, cross: float) -> Problem | None:
     return replace(p, variants=vs) if vs else None
 
 
+def instances(seeds: int):
+    """(seed, cross, problem) of ``interleaved_islands`` for the first ``seeds`` seeds and each link of CROSS."""
+    for seed in range(seeds):
+        for cross in CROSS:
+            p = interleaved_islands(seed, cross)
+            if p is not None:
+                yield seed, cross, p
+
+
 def test_link_usable_counts_each_crossing():
     c = np.array([[0.0, 2.0], [2.0, 0.0]])
     assert link_usable(c, 1.0, 1).all()  # c/2 = 1 <= b
@@ -62,23 +72,19 @@ def test_link_usable_counts_each_crossing():
 
 def test_variant_bound_is_below_every_plan_and_lifted_on_some(monkeypatch):
     lifted = total = 0
-    for seed in range(8):
-        for cross in CROSS:
-            p = interleaved_islands(seed, cross)
-            if p is None:
-                continue
-            for v in range(len(p.variants)):
-                sub = replace(p, variants=(p.variants[v],))
-                brute = get_solver("brute")(sub, EXACT)
-                new = variant_bound(sub, build_tables(sub, 0)).total_s
-                if brute.status == "OPTIMAL":
-                    assert new <= brute.objective_s * (1 + 1e-9), (seed, cross, v)
-                with monkeypatch.context() as m:  # each link at c/2, as every 1F1B plan
-                    m.setattr(bounds, "link_half", lambda p2p, vpp: link_half(p2p, 1))
-                    old = variant_bound(sub, build_tables(sub, 0)).total_s
-                assert new >= old
-                lifted += new > old * (1 + 1e-9)
-                total += 1
+    for seed, cross, p in instances(8):
+        for v in range(len(p.variants)):
+            sub = replace(p, variants=(p.variants[v],))
+            brute = get_solver("brute")(sub, EXACT)
+            new = variant_bound(sub, build_tables(sub, 0)).total_s
+            if brute.status == "OPTIMAL":
+                assert new <= brute.objective_s * (1 + 1e-9), (seed, cross, v)
+            with monkeypatch.context() as m:  # each link at c/2, as every 1F1B plan
+                m.setattr(bounds, "link_half", lambda p2p, vpp: link_half(p2p, 1))
+                old = variant_bound(sub, build_tables(sub, 0)).total_s
+            assert new >= old
+            lifted += new > old * (1 + 1e-9)
+            total += 1
     assert total >= 60 and lifted >= total // 4, (lifted, total)  # 34 of 90 when written
 
 
@@ -108,25 +114,21 @@ def test_node_models_and_stage_dps_at_tau_caps_between_the_plans_periods():
     """Each cap b lies midway between two neighbouring periods of the variant's plans, so no plan sits at the edge
     of eq. X1's tolerance; the plans that cross the islands have periods set by their links, which the caps cut."""
     checked = binding = 0
-    for seed in range(4):
-        for cross in CROSS:
-            p = interleaved_islands(seed, cross)
-            if p is None:
+    for seed, cross, p in instances(4):
+        plans = list(feasible_assignments(p))
+        for v in range(len(p.variants)):
+            pts = sorted((bb._steady(p, a), evaluate(p, a)) for a in plans if a.variant == v)
+            if not pts:
                 continue
-            plans = list(feasible_assignments(p))
-            for v in range(len(p.variants)):
-                pts = sorted((bb._steady(p, a), evaluate(p, a)) for a in plans if a.variant == v)
-                if not pts:
-                    continue
-                top = min(pts, key=lambda x: x[1])[0]  # the best plan's period: caps below it bind
-                periods = sorted({round(tau, 12) for tau, _ in pts if tau <= top * (1 + 1e-9)} | {2 * top})
-                edges = list(zip(periods, periods[1:]))
-                for lo, hi in edges[:: max(1, len(edges) // 4)]:
-                    b = (lo + hi) / 2
-                    best = min((T for tau, T in pts if tau <= b), default=math.inf)
-                    got, dp_bound = _node_optimum(p, v, b)
-                    assert got == pytest.approx(best, rel=1e-6) or got == best == math.inf, (seed, cross, v, b)
-                    assert dp_bound <= best * (1 + 1e-9), (seed, cross, v, b)
-                    checked += 1
-                    binding += b < top
+            top = min(pts, key=lambda x: x[1])[0]  # the best plan's period: caps below it bind
+            periods = sorted({round(tau, 12) for tau, _ in pts if tau <= top * (1 + 1e-9)} | {2 * top})
+            edges = list(itertools.pairwise(periods))
+            for lo, hi in edges[:: max(1, len(edges) // 4)]:
+                b = (lo + hi) / 2
+                best = min((T for tau, T in pts if tau <= b), default=math.inf)
+                got, dp_bound = _node_optimum(p, v, b)
+                assert got == pytest.approx(best, rel=1e-6) or got == best == math.inf, (seed, cross, v, b)
+                assert dp_bound <= best * (1 + 1e-9), (seed, cross, v, b)
+                checked += 1
+                binding += b < top
     assert checked >= 40 and binding >= 20, (checked, binding)
