@@ -106,7 +106,6 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover
     return max(alone, min(_split_coverage(problem, t, tau, h, c.mixed, comps, w, half) for w in c.weights))
 
 
-
 def _split_coverage(problem: Problem, t: Tables, tau: float, h: np.ndarray, mixed: np.ndarray, comps: list,
                     weight: np.ndarray, half: np.ndarray) -> float:
     """Eq. B2's knapsacks with option o's layers h_o counted as h_o * weight[o, g] in each group g it uses (each

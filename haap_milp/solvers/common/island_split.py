@@ -2,14 +2,13 @@
 
 Where no link between two islands is usable in a node (every such link has c/2 > b: a plan's tau is at least half of
 each of its links, eq. T2, and vpp halves on an interleaved variant, eq. I2), every plan of the node lies inside one
-island (eq. N9). Eq. N9 bounds each island by its
-own DPs; the node's LP and the engine still see all islands at once, and their relaxations mix paths of several
-islands, each using a share of every island's GPUs. Eq. N9b gives each island its own child node instead, so that
-every bound and the engine see one island. An island B is left out when another island A, kept, holds a twin of
-every option of B that is at least as good (``dominates``): then every plan inside B has a plan inside A, of the same
-stages, with no larger T, and the search needs only A's. Measured: llama3-70b on 4096 GPUs of three types split over
-two islands (``@ib``, ``@roce``, a 100 Gb/s link between them); the search over one island alone proved its optimum
-in 7.3 s end to end against 14.4 % gap at 10 s (3.9 % at 60 s) with both.
+island (eq. N9). Eq. N9 bounds each island by its own DPs; the node's LP and the engine still see all islands at once,
+and their relaxations mix paths of several islands, each using a share of every island's GPUs. Eq. N9b gives each island
+its own child node instead, so that every bound and the engine see one island. An island B is left out when another
+island A, kept, holds a twin of every option of B that is at least as good (``dominates``): then every plan inside B has
+a plan inside A, of the same stages, with no larger T, and the search needs only A's. Measured: llama3-70b on 4096 GPUs
+of three types split over two islands (``@ib``, ``@roce``, a 100 Gb/s link between them); the search over one island
+alone proved its optimum in 7.3 s end to end against 14.4 % gap at 10 s (3.9 % at 60 s) with both.
 """
 
 from __future__ import annotations
