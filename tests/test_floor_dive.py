@@ -54,3 +54,38 @@ def test_floor_dive_bounds_hold_for_every_plan_and_lift_some(monkeypatch, thread
         checked += 1
         lifted += any(b.tau_lb > t * (1 + 1e-6) for b, t in zip(vb, before) if math.isfinite(b.total_s))
     assert checked >= 8 and lifted >= 2, (checked, lifted)
+
+
+def test_floor_dive_on_an_interleaved_incumbent_holds_for_every_plan(monkeypatch):
+    """Where the incumbent is an interleaved copy (vpp 2, 3) its own variant is dived first (eq. LS4c), with tau's
+    weight M - 1/vpp (eq. I1) and the links at vpp c/2 (eq. I6): every variant's bound stays at or below its plans."""
+    from dataclasses import replace
+
+    from haap_milp.interleave import interleaved_variants
+
+    monkeypatch.setattr(worker, "cpus", lambda: 2)
+    checked = lifted = 0
+    for seed in range(30):
+        base = random_problem(seed, num_groups=3, num_layers=6, max_stages=4, max_options=4, uniform=False,
+                              same_tp_first_last=False)
+        copies = tuple(interleaved_variants(base.variants, (2, 3), base.max_stages, base.num_layers))
+        if not copies:
+            continue
+        problem = replace(base, variants=base.variants + copies)
+        plans = list(feasible_assignments(problem))
+        inter = [a for a in plans if problem.variants[a.variant].vpp > 1]
+        st = bb._State(several_types=len({g.rsplit("@", 1)[0] for g in problem.groups}) > 1)
+        if not inter or not st.several_types:
+            continue
+        worst = max(inter, key=lambda a: evaluate(problem, a))
+        st.inc, st.inc_obj = worst, evaluate(problem, worst)
+        vb = [variant_bound(problem, build_tables(problem, v)) for v in range(len(problem.variants))]
+        before = vb[worst.variant].tau_lb
+        bb._floor_dive(problem, st, vb, 0.0, math.inf, math.inf, "test", 2)
+        for a in plans:
+            b = vb[a.variant]
+            assert bb._steady(problem, a) >= b.tau_lb * (1 - 1e-9), (seed, a)
+            assert evaluate(problem, a) >= b.total_s * (1 - 1e-9) - 1e-12, (seed, a)
+        checked += 1
+        lifted += vb[worst.variant].tau_lb > before * (1 + 1e-6)
+    assert checked >= 6 and lifted >= 2, (checked, lifted)

@@ -1065,10 +1065,11 @@ def _segment_scan(problem: Problem, st: _State, vb: list, tables: list, r: float
 
 def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadline: float, name: str,
                 threads: int = 1) -> None:
-    """Eq. LS4c: on the incumbent's variant and then on the DIVE_VARIANTS - 1 others of vpp = 1 nearest its micro-batch
-    count (ratio), the least period b at which eq. N11b still finds a path mix within the GPUs, by bisection between
-    the variant's eq. B2 floor and the incumbent's own period (its variant) or eq. X1's cap (DIVE_RTOL wide). Every
-    plan of the variant has tau above the last b proven empty, so its bound rises to (M - 1) b + rest_lb (``vb``
+    """Eq. LS4c: on the incumbent's variant (interleaved or not) and then on the DIVE_VARIANTS - 1 others of vpp = 1
+    nearest its micro-batch count (ratio), the least period b at which eq. N11b still finds a path mix within the GPUs,
+    by bisection between the variant's eq. B2 floor and the incumbent's own period (its variant) or eq. X1's cap
+    (DIVE_RTOL wide). Every plan of the variant has tau above the last b proven empty, so its bound rises to
+    (M - 1) b + rest_lb ((M - 1/vpp) b interleaved, eq. I1; ``vb``
     updated in place; past the cap: the variant cannot beat the incumbent). Then eq. LS4's plan at DIVE_SLACK above
     the floor is offered when it may start before ``until`` and, at twice the longest such run so far (or, before any,
     SEG_GUESS probes' time), end before ``deadline`` (it is not interruptible). Where there are several groups (also
@@ -1079,7 +1080,8 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
     if not (USE_FLOOR_DIVE and USE_SEGMENT_DP and st.several_groups and st.inc is not None):
         return
     home = problem.variants[st.inc.variant].num_microbatches
-    order = sorted((v for v, var in enumerate(problem.variants) if var.vpp == 1 and var.num_microbatches > 1),
+    order = sorted((v for v, var in enumerate(problem.variants)
+                    if (var.vpp == 1 or v == st.inc.variant) and var.num_microbatches > 1),
                    key=lambda v: (v != st.inc.variant, abs(math.log(problem.variants[v].num_microbatches / home)), v))
     order = order[:DIVE_VARIANTS]
     if not (PAR_DIVE and len(order) > 1 and forks(threads)):
@@ -1107,8 +1109,8 @@ def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadli
     t_start = time.perf_counter()
     first = st.inc
     for v in order:
-        M = problem.variants[v].num_microbatches
-        cap = (st.inc_obj * (1 - r) - vb[v].rest_lb) / (M - 1)  # eq. X1
+        W = _m_eff(problem.variants[v]) - 1  # tau's weight: M - 1, or M - 1/vpp interleaved (eq. I1)
+        cap = (st.inc_obj * (1 - r) - vb[v].rest_lb) / W  # eq. X1
         if not math.isfinite(vb[v].total_s) or vb[v].tau_lb >= cap:
             continue
         if time.perf_counter() >= until or current().interrupted:
@@ -1117,7 +1119,7 @@ def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadli
         if v != st.inc.variant:
             probes += 1
             if _holds_no_plan(problem, v, hi):  # no plan of v beats the incumbent
-                vb[v] = VariantBound(hi, vb[v].rest_lb, max(vb[v].total_s, (M - 1) * hi + vb[v].rest_lb))
+                vb[v] = VariantBound(hi, vb[v].rest_lb, max(vb[v].total_s, W * hi + vb[v].rest_lb))
                 continue
         while hi - lo > DIVE_RTOL * hi and time.perf_counter() < until and not current().interrupted:
             mid = (lo + hi) / 2
@@ -1126,7 +1128,7 @@ def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadli
                 lo = mid
             else:
                 hi = mid
-        vb[v] = VariantBound(lo, vb[v].rest_lb, max(vb[v].total_s, (M - 1) * lo + vb[v].rest_lb))
+        vb[v] = VariantBound(lo, vb[v].rest_lb, max(vb[v].total_s, W * lo + vb[v].rest_lb))
         guess = max(st.cap_dp_s, SEG_GUESS * (time.perf_counter() - t_start) / max(probes, 1))
         if time.perf_counter() < until and time.perf_counter() + 2 * guess < deadline:
             t0 = time.perf_counter()
@@ -1139,8 +1141,9 @@ def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadli
 
 
 def _holds_no_plan(problem: Problem, v: int, b: float) -> bool:
-    """No plan of variant v (vpp = 1) has its period tau <= b: no stage count fits the layer bounds of tau <= b
-    (eq. X1), or eq. N11b finds a ray on the node's stage DP (on each island's own, eq. N9b)."""
+    """No plan of variant v has its period tau <= b: no stage count fits the layer bounds of tau <= b (eq. X1), or eq.
+    N11b finds a ray on the node's stage DP (on each island's own, eq. N9b). Interleaved too: tau_v >= max_j t_j and its
+    links' vpp c/2 (eq. I2) are the tables' and the DP's (eq. I6)."""
     return all(resource_ray(PathDP(problem, t, b, t.p_min, t.p_max))[0] for t in _island_tables(problem, v, b))
 
 
