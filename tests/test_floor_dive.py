@@ -9,7 +9,6 @@ import math
 import pathlib
 import sys
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
