@@ -618,13 +618,13 @@ def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
     if len(vals) == 1 and link_half(max(vals), crossings) <= tau_hi:  # one link price: c_k = p0 * used_{k+1}
         p0 = float(next(iter(vals)))
         row = {v: p0 * cc for v, cc in uterms.items()}
-        half = {v: crossings / 2 * c for v, c in row.items()}
-        m.tdef(half, m.tau, const=crossings / 2 * p0 * uconst, label="T2 tau >= c_k/2")
+        m.tdef({v: link_half(c, crossings) for v, c in row.items()}, m.tau, const=link_half(p0, crossings) * uconst,
+               label="T2 tau >= c_k/2")
         _acc(m.obj_time, row, float(crossings))  # eq. I1: vpp * sum c
         m.obj_const += crossings * p0 * uconst
         return row, p0 * uconst
     cost = _transport(m, up, down, lambda g, h: ("z", (k, g, h)), tau_hi, "Z1", crossings)  # eq. X1: too slow: none
-    m.tdef({v: crossings / 2 * c for v, c in cost.items()}, m.tau, label="T2 tau >= c_k/2")
+    m.tdef({v: link_half(c, crossings) for v, c in cost.items()}, m.tau, label="T2 tau >= c_k/2")
     _acc(m.obj_time, cost, float(crossings))  # eq. I1: vpp * sum c
     return cost, 0.0
 
