@@ -136,6 +136,7 @@ SEG_GUESS = 20
 USE_PER_P = True
 LIGHT_FIRST = True  # eq. N17
 PROBE_S = 0.25  # eq. N17b (0: off)
+PROBE_SPENT = 2.0  # eq. N17d: a probe runs at least this many times what the node's own bounding took (0: off)
 # eq. N17c: a node the LP and the DPs leave open goes to the engine once its tau range is within ENGINE_WIDTH split
 # widths (_split_width), for PROBE_S at most while wider than one; unfinished, it is split on tau. After PROBE_FAILS
 # unfinished probes the search goes back to one split width (ENGINE_WIDTH 1: off)
@@ -558,6 +559,7 @@ def _unsearched(problem: Problem, hint: Assignment, name: str, st: _State, wall_
 def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
     """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
     bound, v, a, b, tries, plo, phi, _, mu, keep = node
+    begun = time.perf_counter()
     st.nodes += 1
     st.lagr.clear()
     M = _m_eff(problem.variants[v])
@@ -652,7 +654,8 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, keep)
             return
     finished = _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
-                       (bound, v, a, b, tries, plo, phi, None, mu, keep), cutoff, deadline, name, solve_node, probe)
+                       (bound, v, a, b, tries, plo, phi, None, mu, keep), cutoff, deadline, name, solve_node, probe,
+                       time.perf_counter() - begun)
     if probe and not small:  # eq. N17c's probe (eq. N17b's are not counted)
         st.stats["engine_probes"] = st.stats.get("engine_probes", 0) + 1
         st.probe_fails += not finished
@@ -1208,15 +1211,15 @@ def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=Non
 
 
 def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node,
-            probe: bool = False) -> bool:
+            probe: bool = False, spent_s: float = 0.0) -> bool:
     """The exact engine on the node; unfinished, it is pushed back with more time next (``probe``: split instead,
     after at most PROBE_S, eqs. N17b, N17c). Returns whether the engine finished the node."""
     bound, v, a, b, tries, plo, phi, _, mu, keep = node
     left = deadline - time.perf_counter()
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
-    if probe:
-        share = min(share, st.probe_s)
+    if probe:  # eq. N17d: at least PROBE_SPENT times the node's bounding (``spent_s``), which a split pays twice over
+        share = min(share, max(st.probe_s, PROBE_SPENT * spent_s))
     if cutoff is not None and USE_SIGMA_CAP and len(lm.names) > SIGMA_CAP_MIN_VARS:  # eq. N22
         cap = sigma_cap(lm, cutoff, time_limit_s=max(0.1, left))
         if cap is not None and cap < lm.lb[lm.sigma]:
