@@ -1,6 +1,7 @@
 """Eq. N17c (formulations/README.md): a node the LP and the DPs leave open goes to the engine while its tau range is
 still up to ENGINE_WIDTH split widths wide; an unfinished probe splits the node. Both outcomes checked against brute
-force, with CP-SAT and the MILP as the engine."""
+force, with CP-SAT and the MILP as the engine. Eq. N17d: a probe runs at least PROBE_SPENT times the node's own
+bounding time."""
 
 from __future__ import annotations
 
@@ -81,7 +82,37 @@ def test_unfinished_probes_split_the_node_and_stay_exact(name, fails, monkeypatc
     probes run."""
     monkeypatch.setattr(bb, "ENGINE_WIDTH", 1e12)
     monkeypatch.setattr(bb, "PROBE_FAILS", fails)
+    monkeypatch.setattr(bb, "PROBE_SPENT", 0.0)  # (every probe capped at PROBE_S: ``_probes_time_out`` tells them so)
     _no_small_models(monkeypatch)
     _probes_time_out(monkeypatch)
     seen = _agrees(name, range(20), most_fails=fails)
     assert seen["checked"] >= 10 and seen["probe_fails"] >= 5, seen
+
+
+def test_a_probe_runs_for_spent_times_the_nodes_bounding(monkeypatch):
+    """Eq. N17d: with PROBE_S negligible, each probe's engine time is PROBE_SPENT times what its node spent before it
+    (measured in the node, > 0), and the search stays exact with such short probes. Fails if the node's time does not
+    reach the engine (every probe would get PROBE_S)."""
+    shares, now = [], {}
+    engine, call = bb._engine, bb._call
+
+    def watched_engine(*args, probe=False, spent_s=0.0, **kw):
+        now.update(probe=probe, spent=spent_s)
+        return engine(*args, probe=probe, spent_s=spent_s, **kw)
+
+    def watched_call(problem, options, st, lm, nb, cutoff, share, *rest, **kw):
+        if now.get("probe"):
+            shares.append((share, now["spent"]))
+        return call(problem, options, st, lm, nb, cutoff, share, *rest, **kw)
+
+    monkeypatch.setattr(bb, "ENGINE_WIDTH", 1e12)
+    monkeypatch.setattr(bb, "PROBE_FAILS", 10**9)
+    monkeypatch.setattr(bb, "PROBE_S", 1e-6)
+    monkeypatch.setattr(bb, "PROBE_SPENT", 3.0)
+    _no_small_models(monkeypatch)
+    monkeypatch.setattr(bb, "_engine", watched_engine)
+    monkeypatch.setattr(bb, "_call", watched_call)
+    seen = _agrees("cpsat", range(20))
+    assert seen["checked"] >= 10 and len(shares) >= 5, (seen, len(shares))
+    for share, spent in shares:
+        assert spent > 0 and share == pytest.approx(3.0 * spent), (share, spent)

@@ -654,8 +654,8 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, keep)
             return
     finished = _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
-                       (bound, v, a, b, tries, plo, phi, None, mu, keep), cutoff, deadline, name, solve_node, probe,
-                       time.perf_counter() - begun)
+                       (bound, v, a, b, tries, plo, phi, None, mu, keep), cutoff, deadline, name, solve_node,
+                       probe=probe, spent_s=time.perf_counter() - begun)
     if probe and not small:  # eq. N17c's probe (eq. N17b's are not counted)
         st.stats["engine_probes"] = st.stats.get("engine_probes", 0) + 1
         st.probe_fails += not finished
