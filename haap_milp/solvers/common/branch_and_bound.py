@@ -1213,7 +1213,8 @@ def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=Non
 def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node,
             probe: bool = False, spent_s: float = 0.0) -> bool:
     """The exact engine on the node; unfinished, it is pushed back with more time next (``probe``: split instead,
-    after at most PROBE_S, eqs. N17b, N17c). Returns whether the engine finished the node."""
+    after at most the larger of PROBE_S and PROBE_SPENT times ``spent_s``, the node's time before the engine, eqs. N17b,
+    N17c, N17d). Returns whether the engine finished the node."""
     bound, v, a, b, tries, plo, phi, _, mu, keep = node
     left = deadline - time.perf_counter()
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
