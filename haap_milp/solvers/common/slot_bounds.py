@@ -264,11 +264,11 @@ def _blocking_sends(problem: Problem, base: dict) -> tuple[np.ndarray, np.ndarra
     return (np.array([into[e] for e in base["group"].tolist()]), np.array([out[e] for e in base["group"].tolist()]))
 
 
-def link_half(p2p, vpp: int):
-    """The least tau a link of c seconds (a number or an [E, E] array) allows: c/2 between two neighbouring stages (eq.
-    T2: each direction carries c/2 per micro-batch), vpp c/2 on an interleaved variant (eq. I2: vpp transfers of c/2
-    each way; the wrap, last stage to first, vpp - 1)."""
-    return p2p * (max(1, vpp) / 2)
+def link_half(p2p, crossings: int):
+    """The least tau a link of c seconds (a number or an [E, E] array) allows, ``crossings`` transfers of c/2 each way
+    per micro-batch: 1 between two neighbouring stages (eq. T2), vpp on an interleaved variant (eq. I2; the wrap, last
+    stage to first, vpp - 1); fewer than 1 counts as 1."""
+    return p2p * (max(1, crossings) / 2)
 
 
 def send_floor(problem: Problem, t: Tables) -> np.ndarray:
