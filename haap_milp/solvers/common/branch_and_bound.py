@@ -39,6 +39,7 @@ from haap_milp.problem import (
 from haap_milp.solvers.common import (
     dual_bundle,
     group_split,
+    island_crossings,
     island_split,
     joint_capacity,
     late_hint,
@@ -148,6 +149,7 @@ USE_JOINT = True
 JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes without closing one
 JOINT_PLANS = True  # eq. N20's least paths offered as plans
 JOINT_S = 0.15  # eq. N20b: sigma's cases stop after this long on a node (the count then keeps its N20 bound)
+USE_CROSSINGS = True  # eq. N25: where eq. N20 pools a GPU type over islands, its cases on the crossings between them
 USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups remain and the node survives
 # eqs. LS4 and N15 run only where the groups hold two or more GPU types: on one type over two islands the groups are
 # interchangeable but for their links, eqs. N6/N9 and the DP heuristic's island segments cover them, and the two
@@ -971,13 +973,21 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     closing one."""
     if not (USE_JOINT and (st.joint_calls < JOINT_TRIAL or st.joint_wins > 0) and _room(st, deadline)):
         return bound, per_p
-    u = joint_units(dp, [island_split.gpu_type(g) for g in problem.groups])
+    types = [island_split.gpu_type(g) for g in problem.groups]
+    u = joint_units(dp, types)
     if u is None:
         return bound, per_p
     t0 = time.perf_counter()
     found: list | None = [] if JOINT_PLANS else None
     jb, jp = joint_capacity.joint_bound(dp, a, mu, cutoff, sync_share(problem.p2p_blocking), u,
                                         min(deadline, t0 + JOINT_S), found)
+    blocks = island_blocks(problem, dp) if USE_CROSSINGS and len(u.R) < dp.G else None  # (eq. N20 pooled by type)
+    if blocks is not None and (cutoff is None or jb < cutoff):  # eq. N25
+        cb = island_crossings.crossing_bound(dp, a, mu, u, types, problem.group_island, blocks, jp)
+        if cb is not None:
+            jp = np.maximum(jp, cb)
+            jb = float(jp.min())
+            st.stats["crossing_dp"] = st.stats.get("crossing_dp", 0) + 1
     for plan in found or ():  # (each within every group's GPUs; the check decides the rows the DP leaves out)
         if not violations(problem, plan):
             st.offer(problem, plan, f"{name} joint DP")

@@ -47,6 +47,7 @@ class JointUnits:
     off: np.ndarray  # [rows]
     wvec: np.ndarray  # [rows, B] units per digit
     digits: np.ndarray  # [size, B] the units of each flat state
+    limit: np.ndarray | None = None  # [rows, B] the digits' most units where a row's stage enters (None: R everywhere)
     _valid: dict = field(default_factory=dict)
     _work: tuple | None = None
 
@@ -59,9 +60,10 @@ class JointUnits:
 
     def valid(self, r: int) -> np.ndarray:
         """[size] the states from which row r's stage fits (every digit plus its units within R)."""
-        key = int(self.off[r])
+        top = self.R if self.limit is None else self.limit[r]
+        key = (int(self.off[r]), top.tobytes())
         if key not in self._valid:
-            self._valid[key] = (self.digits + self.wvec[r][None, :] <= self.R[None, :]).all(axis=1)
+            self._valid[key] = (self.digits + self.wvec[r][None, :] <= top[None, :]).all(axis=1)
         return self._valid[key]
 
 
@@ -102,13 +104,15 @@ def _units(dp: PathDP, blocks: list[list[int]]) -> JointUnits | None:
 
 
 def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None,
-                plans: list | None = None) -> dict[int, float]:
+                plans: list | None = None, links=None) -> dict[int, float]:
     """Eq. N20: per stage count P of the node, a lower bound on T of its plans of P stages (inf: none) -- the tau
     term at ``a``, plus the least path within every group's GPUs (times, links and the first stage's sync, eq. N4's
     costs), the budget row priced by ``mu`` (``mu`` on the groups is not used: their rows are exact). ``tables``:
     (first, nonfirst, k_max) in place of the node's (eq. N20b's thresholds). ``plans``: the least path over every P
     is appended as an Assignment (it fits every group's GPUs; the caller checks the rows the DP leaves out), where
-    the slots' states fit PATH_MAX floats."""
+    the slots' states fit PATH_MAX floats. ``links``: the step over a link and the (units, states) a first stage may
+    close from in place of ``_later`` and every state (eq. N25's crossing cases, ``island_crossings``; no plans traced
+    then)."""
     t, L, E, N = dp.t, dp.L, dp.E, u.size
     first_t, nonfirst_t, k_max = tables if tables is not None else (dp.first, dp.nonfirst, dp.k_max)
     mu_o = np.maximum(np.asarray(mu, float), 0.0)
@@ -118,24 +122,30 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     # eq. N10: with nothing priced a slot's cost is its time and links, so the in-flight row k < M cuts states
     pure = t.vpp <= 1 and not dp.extra_priced and not np.any(mu_cost > 0)
     fits = E * (L + 1) * N * k_max <= PATH_MAX
-    keep = plans is not None and fits
+    keep = plans is not None and fits and links is None
     out: dict[int, float] = {}
     trace, best = [], (INF, None)  # per slot k (H in, F out, cost), and (value, (P, row, n)) of the least pipeline
     F = None  # [E, L+1, N]: slots 1..k-1, slot k-1 at endpoint e, l layers, the units used
-    work = u.workspace(k_max, E, L + 1) if fits else None  # (reused across the node's runs: fresh pages cost more)
+    # (reused across the node's runs: fresh pages cost more); eq. N25's cases keep two slots' buffers of their own
+    work = u.workspace(k_max, E, L + 1) if fits and links is None else None
     for k in range(1, k_max + 1):
-        H = None if F is None else _later(F, dp.link, None if work is None else work[0][k - 1])
+        if links is not None:
+            H = None if F is None else links.step(F, dp.link, links.buffer(0, (E, L + 1, N)))
+        else:
+            H = None if F is None else _later(F, dp.link, None if work is None else work[0][k - 1])
         if keep:
             trace.append([H, None, None])
-        if k in first_t:
-            val, arg = _close(dp, u, first_t[k][0] + mu_cost[:, None], H)
+        if k in first_t and (links is None or k > links.least):  # (P stages have P - 1 links)
+            uc, Hc = (u, H) if links is None else links.closing(u, H)
+            val, arg = _close(dp, uc, first_t[k][0] + mu_cost[:, None], Hc)
             out[k] = base + val
             if val < best[0]:
                 best = (val, (k, *arg))
         if k >= k_max:
             break
         cost = nonfirst_t[k][0] + mu_cost[:, None]
-        F = _slot(dp, u, cost, H, None if work is None else work[1][k - 1])
+        F = _slot(dp, u, cost, H, links.buffer(1, (E, L + 1, N)) if links is not None else
+                  None if work is None else work[1][k - 1])
         if pure and k < t.M:
             F[F > inflight_cap(k, dp.b)] = INF
         if keep:
@@ -183,15 +193,46 @@ def _stage_at(u: JointUnits, H, cost: np.ndarray, h: int, left: int, s: int, val
 
 
 def _later(F: np.ndarray, link: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """H[e] = min_h F[h] + link[e, h] (e the earlier slot's endpoint), one endpoint at a time (E x E x L x N would
-    not fit: 12 x 12 x 33 x 4096 floats); into ``out`` when given."""
-    live = [h for h in range(F.shape[0]) if np.isfinite(F[h]).any()]
-    H = np.full(F.shape, INF) if out is None else out
-    H[...] = INF
-    for e in range(F.shape[0]):
+    """H[e] = min_h F[h] + link[e, h] (e the earlier slot's endpoint); into ``out`` when given (``link_step``)."""
+    return link_step(F, link, out)
+
+
+def link_step(F: np.ndarray, link: np.ndarray, out: np.ndarray | None = None, kind: np.ndarray | None = None,
+              moved=None) -> np.ndarray:
+    """H[e] = min_h S_k[h] + link[e, h], k = ``kind[e, h]`` (default 0): S_0 = F, S_1[h] = ``moved(h, F[h])`` (eq. N25:
+    F[h] across a crossing between islands). Links take few distinct prices (a block of endpoints behind one NIC), so
+    per e the h are grouped by (k, price) and each group's least source, min_h S_k[h], is formed once and shared by
+    every e with the same group (E x E x L x N would not fit, and one pair at a time cost 144 array passes on 12
+    endpoints). The sums are the same floats as F[h] + link[e, h] at the least h (eq. N20's traceback reads them)."""
+    E = F.shape[0]
+    live = [h for h in range(E) if np.isfinite(F[h]).any()]
+    H = np.empty(F.shape) if out is None else out
+    src: dict = {}  # (k, h) -> S_k[h]
+    least: dict = {}  # (k, hs) -> min over hs of S_k[h]
+    tmp = np.empty(F.shape[1:])
+    for e in range(E):
+        groups: dict = {}
         for h in live:
-            if math.isfinite(link[e, h]):
-                np.minimum(H[e], F[h] + link[e, h], out=H[e])
+            c = float(link[e, h])
+            if math.isfinite(c):
+                groups.setdefault((0 if kind is None else int(kind[e, h]), c), []).append(h)
+        if not groups:
+            H[e] = INF
+        for j, ((k, c), hs) in enumerate(groups.items()):
+            key = (k, tuple(hs))
+            if key not in least:
+                for h in hs:
+                    if (k, h) not in src:
+                        src[k, h] = F[h] if k == 0 else moved(h, F[h])
+                m = src[k, hs[0]].copy() if len(hs) > 1 else src[k, hs[0]]
+                for h in hs[1:]:
+                    np.minimum(m, src[k, h], out=m)
+                least[key] = m
+            if j == 0:
+                np.add(least[key], c, out=H[e])
+            else:
+                np.add(least[key], c, out=tmp)
+                np.minimum(H[e], tmp, out=H[e])
     return H
 
 

@@ -1,0 +1,144 @@
+"""Eq. N25 (formulations/README.md): eq. N20's joint DP by cases on how often a pipeline crosses between islands.
+
+Where every group's own digit is too many states, eq. N20 pools the groups of one GPU type over the islands (their G1
+rows summed). Its least path then runs inside the better-networked island on twice that island's GPUs and never pays
+the link between islands (measured: llama3-70b on h100-80g:64@ib,h100-80g:64@roce,a100-80g:64@ib,a100-80g:64@roce,
+node M = 256, tau in [0.14653, 0.14959] s, P = 17: pooled 39.95 s, no plan at all with each group's GPUs exact). Every
+plan crosses between islands (its neighbour links between endpoints of different islands, ``capacity_dp.island_blocks``)
+either at most once or at least twice:
+
+* at most once: the stages after the crossing lie in one island and those before it in another (or all in one), so
+  the state needs only the GPUs the *current* island has used, per GPU type against that island's capacity of the
+  type, and a flag; the crossing link enters the other island with nothing used (a reset). Each island's G1 rows of a
+  type are then exact (summed where an island holds several groups of the type: a relaxation);
+* at least twice: eq. N20's pooled state and a counter of crossings (0, 1, 2 or more); a first stage closes the
+  pipeline only from a count of 2 or more.
+
+Each case is a relaxation of its plans (the links stay exact, eq. N10's in-flight cut where eq. N20 makes it), so per
+stage count P the lesser of the two bounds every plan of P stages; it is never below eq. N20's pooled value (both
+cases are restrictions of its paths). No plan is traced from them (eq. N20's own run offers its path).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+
+import numpy as np
+
+from haap_milp.solvers.common.joint_capacity import JOINT_MAX, JointUnits, least_paths, link_step
+from haap_milp.solvers.common.stage_dp import INF, PathDP
+
+
+class _Crossings:
+    """A case's step over the links (``joint_capacity.link_step``: within an island every state carries over, across
+    one ``_moved``) and the buffers of its run (one node's states are up to 30 MB: fresh pages cost more than the DP)."""
+
+    least = 0  # crossings a pipeline of the case has at least
+
+    def __init__(self, blocks: np.ndarray, n: int):
+        self.cross = (blocks[:, None] != blocks[None, :]).astype(np.int64)
+        self.n = n  # states of the units alone (one flag or count value)
+        self._buf: dict = {}
+
+    def buffer(self, key, shape) -> np.ndarray:
+        if key not in self._buf or self._buf[key].shape != shape:
+            self._buf[key] = np.empty(shape)
+        return self._buf[key]
+
+    def step(self, F: np.ndarray, link: np.ndarray, out: np.ndarray) -> np.ndarray:
+        return link_step(F, link, out, kind=self.cross, moved=self._moved)
+
+    def closing(self, u: JointUnits, H):
+        """(units, states) a first stage may close the pipeline from: every state."""
+        return u, H
+
+
+class _AtMostOnce(_Crossings):
+    """States [flag 0 | flag 1] x the current island's units; a crossing (only from flag 0) resets the units."""
+
+    def _moved(self, h: int, Fh: np.ndarray) -> np.ndarray:
+        """Across: flag 0's least state, entered at flag 1 with nothing used."""
+        x = self.buffer(("moved", h), Fh.shape)
+        x[...] = INF
+        x[:, self.n] = Fh[:, :self.n].min(axis=1)
+        return x
+
+
+class _TwiceOrMore(_Crossings):
+    """States [count 0 | 1 | 2 or more] x eq. N20's pooled units; a pipeline closes from count 2 or more."""
+
+    least = 2
+
+    def _moved(self, h: int, Fh: np.ndarray) -> np.ndarray:
+        """Across: one count up (2 or more stays)."""
+        n = self.n
+        x = self.buffer(("moved", h), Fh.shape)
+        x[:, :n] = INF
+        x[:, n:2 * n] = Fh[:, :n]
+        np.minimum(Fh[:, n:2 * n], Fh[:, 2 * n:], out=x[:, 2 * n:])
+        return x
+
+    def __init__(self, blocks: np.ndarray, pooled: JointUnits):
+        super().__init__(blocks, pooled.size)
+        self.pooled = pooled
+
+    def closing(self, u: JointUnits, H):
+        """Count 2 or more only: those states are the pooled units' (the count digit on top)."""
+        return self.pooled, H[..., 2 * self.n:]
+
+
+def _with_digit(u: JointUnits, top: int) -> JointUnits:
+    """``u`` with one more digit of 0..``top`` above its others (a flag or counter; every row enters at 0)."""
+    rows = len(u.off)
+    digits = np.column_stack([np.tile(u.digits, (top + 1, 1)), np.repeat(np.arange(top + 1), u.size)])
+    limit = None if u.limit is None else np.column_stack([u.limit, np.full(rows, top)])
+    return JointUnits(np.r_[u.R, top], u.size * (top + 1), u.off.copy(),
+                      np.column_stack([u.wvec, np.zeros(rows, np.int64)]), digits, limit)
+
+
+def island_units(dp: PathDP, types: list[str], group_island: np.ndarray, blocks: np.ndarray) -> JointUnits | None:
+    """One digit per GPU type, of units q (the gcd of what the usable options take of the type); a row's stage enters
+    only where each digit stays within its island's capacity of the type (``limit``). None over JOINT_MAX states."""
+    t = dp.t
+    kinds = list(dict.fromkeys(types))
+    cols = [[g for g in range(dp.G) if types[g] == k] for k in kinds]
+    usable = dp.keep & ((t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0))
+    use = np.column_stack([dp.usage[:, c].sum(axis=1) for c in cols]).astype(np.int64)  # [n, K]
+    q = np.array([reduce(math.gcd, use[usable, j].tolist(), 0) or 1 for j in range(len(kinds))], np.int64)
+    isl = sorted(set(blocks[blocks >= 0].tolist()))
+    cap_of = {i: np.array([sum(float(dp.cap[g]) for g in c if group_island[g] == i) for c in cols]) // q for i in isl}
+    R = np.max([cap_of[i] for i in isl], axis=0).astype(np.int64)
+    if float(np.prod(R + 1.0)) * 2 > JOINT_MAX:
+        return None
+    stride = np.cumprod(np.r_[1, (R + 1)[:-1]]).astype(np.int64)
+    rows = np.column_stack([dp.row_usage[:, c].sum(axis=1) for c in cols]).astype(np.int64)
+    wvec = rows // q[None, :]
+    row_isl = blocks[dp.row_group]
+    limit = np.array([cap_of[i] if i >= 0 else np.zeros(len(kinds)) for i in row_isl.tolist()], np.int64)
+    exact = (rows % q[None, :] == 0).all(axis=1) & (wvec <= limit).all(axis=1) & (row_isl >= 0)
+    off = np.where(exact, (wvec * stride[None, :]).sum(axis=1), -1)
+    size = int(np.prod(R + 1))
+    digits = (np.arange(size)[:, None] // stride[None, :]) % (R + 1)[None, :]
+    return JointUnits(R, size, off, wvec, digits, limit)
+
+
+def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, pooled: JointUnits, types: list[str],
+                   group_island: np.ndarray, blocks: np.ndarray, floor: np.ndarray | None = None) -> np.ndarray | None:
+    """Eq. N25: [k_max + 1] per stage count P the lesser of the two crossing cases (inf outside the node's range or
+    where neither case has a path); None where the at-most-once state is over JOINT_MAX. ``floor``: bounds per P
+    already known (eq. N20's); the twice-or-more case is not run when the at-most-once case lifts none of them."""
+    u1 = island_units(dp, types, group_island, blocks)
+    if u1 is None:
+        return None
+    once = least_paths(dp, a, mu, _with_digit(u1, 1), links=_AtMostOnce(blocks, u1.size))
+    out = np.full(dp.k_max + 1, INF)
+    for P, val in once.items():
+        out[P] = val
+    if floor is not None and not np.any(out > floor):
+        return out  # (the lesser of the cases cannot lift any P)
+    twice = least_paths(dp, a, mu, _with_digit(pooled, 2), links=_TwiceOrMore(blocks, pooled))
+    more = np.full(dp.k_max + 1, INF)
+    for P, val in twice.items():
+        more[P] = val
+    return np.minimum(out, more)

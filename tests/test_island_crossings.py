@@ -1,0 +1,118 @@
+"""Eq. N25 (eq. N20's joint DP by cases on the crossings between islands) against the node-level brute-force oracle.
+
+The instances are random two-group problems copied onto a second island (``test_island_split.mirrored``: the copy
+slower by a factor, links between the islands of a given price), so each GPU type sits on two islands and eq. N20 pools
+it; capacities are tightened so that one island cannot hold every stage. Per node and stage count P the crossing bound
+must never exceed the least plan of P stages in the node (every plan enumerated, ``evaluate`` and ``violations``), must
+never be below eq. N20's pooled value, and must lift it on a good share of the nodes. The test fails when a case leaves
+plans out (checked by mutation: the at-most-once case without its crossing, the other case needing three)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from synthetic import assert_exact_solvers_match_brute
+from test_island_split import mirrored
+from test_stage_dp import _node_plans
+
+from haap_milp.solvers.common import island_crossings, joint_capacity
+from haap_milp.solvers.common.bounds import variant_bound
+from haap_milp.solvers.common.branch_and_bound import _worst_tau
+from haap_milp.solvers.common.capacity_dp import island_blocks
+from haap_milp.solvers.common.island_split import gpu_type
+from haap_milp.solvers.common.slot_bounds import build_tables
+from haap_milp.solvers.common.stage_dp import PathDP
+from haap_milp.specs import SolveOptions
+
+TOL = 1e-9
+EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=1, seed=0)
+
+
+def _instance(seed: int, rng) -> object:
+    """A mirrored problem whose islands each hold a share of the pooled GPUs too small for every stage alone."""
+    p = mirrored(seed, slow=float(rng.uniform(1.0, 1.5)), cross_s=float(rng.uniform(0.005, 0.05)),
+                 num_layers=int(rng.integers(4, 7)), max_stages=int(rng.integers(3, 5)), max_options=3)
+    caps = np.asarray(p.group_capacity, float)
+    return dataclasses.replace(p, group_capacity=tuple(int(max(1, c // 2)) for c in caps))
+
+
+def _check(p, rng) -> tuple[int, int]:
+    """Every node of every variant: (nodes checked with a plan, nodes whose bound the cases lift above eq. N20's)."""
+    types = [gpu_type(g) for g in p.groups]
+    checked = lifted = 0
+    for v in range(len(p.variants)):
+        plans = _node_plans(p, v)
+        if not plans:
+            continue
+        t0 = build_tables(p, v)
+        vb = variant_bound(p, t0)
+        bot, top = vb.tau_lb, max(_worst_tau(t0), vb.tau_lb) * 1.01
+        edges = np.sort(np.concatenate([[bot, top], rng.uniform(bot, top, 2)]))
+        for a, b in itertools.pairwise(edges.tolist()):
+            t = build_tables(p, v, b)
+            if t.p_min == 0:
+                continue
+            dp = PathDP(p, t, b, t.p_min, t.p_max)
+            blocks = island_blocks(p, dp)
+            full = joint_capacity.joint_units(dp, types)
+            if blocks is None or full is None:
+                continue
+            pooled = joint_capacity._units(dp, [[g for g in range(dp.G) if types[g] == ty] for ty in dict.fromkeys(types)])
+            mu = np.zeros(len(dp.cap))
+            base = joint_capacity.least_paths(dp, a, mu, pooled)
+            cb = island_crossings.crossing_bound(dp, a, mu, pooled, types, p.group_island, blocks)
+            assert cb is not None
+            inside = [(P, T) for P, tau, T, _ in plans if a * (1 - 1e-12) <= tau <= b * (1 + 1e-9)]
+            for P in range(t.p_min, t.p_max + 1):
+                least = min((T for q, T in inside if q == P), default=math.inf)
+                assert cb[P] <= least * (1 + TOL) + 1e-12, (v, a, b, P, cb[P], least)
+                assert cb[P] >= base.get(P, math.inf) * (1 - TOL) - 1e-12, (v, a, b, P, cb[P], base.get(P))
+            if inside:
+                checked += 1
+                lifted += float(cb.min()) > min(base.values(), default=math.inf) * (1 + 1e-6)
+    return checked, lifted
+
+
+def test_crossing_cases_never_exceed_a_nodes_least_plan_and_lift_the_pooled_bound():
+    rng = np.random.default_rng(5)
+    checked = lifted = 0
+    for seed in range(30):
+        c, lf = _check(_instance(seed, rng), rng)
+        checked, lifted = checked + c, lifted + lf
+    assert checked >= 40 and lifted >= checked // 8, (checked, lifted)
+
+
+def test_island_units_take_each_islands_capacity_per_type():
+    rng = np.random.default_rng(1)
+    p = _instance(3, rng)
+    t = build_tables(p, 0)
+    dp = PathDP(p, t, math.inf, t.p_min, t.p_max)
+    types = [gpu_type(g) for g in p.groups]
+    u = island_crossings.island_units(dp, types, p.group_island, island_blocks(p, dp))
+    caps = np.asarray(p.group_capacity)
+    G = len(caps) // 2  # (mirrored: groups 0..G-1 on island "a", their copies on "b")
+    for r in np.flatnonzero(u.off >= 0).tolist():
+        island = int(p.group_island[np.flatnonzero(dp.row_usage[r, :dp.G] > 0)[0]])
+        own = caps[:G] if island == 0 else caps[G:]
+        q = np.asarray([math.gcd(*map(int, dp.usage[:, [g, g + G]].sum(axis=1).tolist())) for g in range(G)])
+        assert (u.limit[r] == own // np.maximum(q, 1)).all(), (r, u.limit[r], own, q)
+
+
+def test_exact_solvers_keep_brute_force_optimum_with_the_cases(monkeypatch):
+    """End to end with eq. N20 forced to pool (a JOINT_MAX below every group's own digits): CP-SAT and the MILP still
+    return brute force's optimum, with a bound at or below it."""
+    monkeypatch.setattr(joint_capacity, "JOINT_MAX", 64)
+    rng = np.random.default_rng(9)
+    proven = 0
+    for seed in range(8):
+        ref = assert_exact_solvers_match_brute(_instance(seed, rng), EXACT, check_bound=True)
+        proven += ref.status == "OPTIMAL"
+    assert proven >= 4, proven
