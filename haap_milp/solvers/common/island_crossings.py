@@ -30,6 +30,9 @@ from haap_milp.solvers.common.joint_capacity import JOINT_MAX, JointUnits, least
 from haap_milp.solvers.common.stage_dp import INF, PathDP
 
 
+TWICE_FLOATS = 8_000_000  # most floats of one slot's states in the twice-or-more case (it keeps about four such arrays)
+
+
 class _Crossings:
     """A case's step over the links (``joint_capacity.link_step``: within an island every state carries over, across
     one ``_moved``) and the buffers of its run (one node's states are up to 30 MB: fresh pages cost more than the DP)."""
@@ -126,8 +129,9 @@ def island_units(dp: PathDP, types: list[str], group_island: np.ndarray, blocks:
 def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, pooled: JointUnits, types: list[str],
                    group_island: np.ndarray, blocks: np.ndarray, floor: np.ndarray | None = None) -> np.ndarray | None:
     """Eq. N25: [k_max + 1] per stage count P the lesser of the two crossing cases (inf outside the node's range or
-    where neither case has a path); None where the at-most-once state is over JOINT_MAX. ``floor``: bounds per P
-    already known (eq. N20's); the twice-or-more case is not run when the at-most-once case lifts none of them."""
+    where neither case has a path); None where the at-most-once state is over JOINT_MAX or the twice-or-more one over
+    TWICE_FLOATS. ``floor``: bounds per P already known (eq. N20's); the twice-or-more case is not run when the
+    at-most-once case lifts none of them (the result is then at most ``floor``)."""
     u1 = island_units(dp, types, group_island, blocks)
     if u1 is None:
         return None
@@ -137,6 +141,8 @@ def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, pooled: JointUnits, typ
         out[P] = val
     if floor is not None and not np.any(out > floor):
         return out  # (the lesser of the cases cannot lift any P)
+    if dp.E * (dp.L + 1) * 3 * pooled.size > TWICE_FLOATS:
+        return None  # (the at-most-once case alone bounds only its own plans)
     twice = least_paths(dp, a, mu, _with_digit(pooled, 2), links=_TwiceOrMore(blocks, pooled))
     more = np.full(dp.k_max + 1, INF)
     for P, val in twice.items():
