@@ -116,3 +116,48 @@ def test_exact_solvers_keep_brute_force_optimum_with_the_cases(monkeypatch):
         ref = assert_exact_solvers_match_brute(_instance(seed, rng), EXACT, check_bound=True)
         proven += ref.status == "OPTIMAL"
     assert proven >= 4, proven
+
+
+def test_tau_cap_of_the_joint_bounds_keeps_every_plan_below_the_cutoff():
+    """Eq. N26: with eq. N20's (and N25's) bound at a node's lower end, no plan of the node below a cut-off has its
+    period above ``joint_capacity.tau_cap``; and the cap cuts nodes (it fails with the tau weight doubled)."""
+    rng = np.random.default_rng(13)
+    types_of = lambda p: [gpu_type(g) for g in p.groups]  # noqa: E731
+    cut = checked = 0
+    for seed in range(30):
+        p = _instance(seed, rng)
+        types = types_of(p)
+        for v in range(len(p.variants)):
+            plans = _node_plans(p, v)
+            if not plans or p.variants[v].num_microbatches < 2:
+                continue
+            t0 = build_tables(p, v)
+            vb = variant_bound(p, t0)
+            edges = np.linspace(vb.tau_lb, max(_worst_tau(t0), vb.tau_lb) * 1.01, 4)
+            for a, b in itertools.pairwise(edges.tolist()):
+                t = build_tables(p, v, b)
+                if t.p_min == 0:
+                    continue
+                dp = PathDP(p, t, b, t.p_min, t.p_max)
+                u = joint_capacity.joint_units(dp, types)
+                blocks = island_blocks(p, dp)
+                if u is None:
+                    continue
+                mu = np.zeros(len(dp.cap))
+                per = np.full(dp.k_max + 1, math.inf)
+                for P, x in joint_capacity.least_paths(dp, a, mu, u).items():
+                    per[P] = x
+                if blocks is not None and len(u.R) < dp.G:
+                    cb = island_crossings.crossing_bound(dp, a, mu, u, types, p.group_island, blocks)
+                    per = per if cb is None else np.maximum(per, cb)
+                inside = [(tau, T) for P, tau, T, _ in plans if a * (1 - 1e-12) <= tau <= b * (1 + 1e-9)]
+                if not inside:
+                    continue
+                for cutoff in sorted({T for _, T in inside})[:3]:
+                    cutoff *= 1 + 1e-6
+                    cap = joint_capacity.tau_cap(dp, a, float(per.min()), cutoff)
+                    for tau, T in inside:
+                        assert not (T < cutoff and tau > cap), (seed, v, a, b, cutoff, cap, tau, T)
+                    checked += 1
+                    cut += cap < b - 0.1 * (b - a)
+    assert checked >= 60 and cut >= 10, (checked, cut)

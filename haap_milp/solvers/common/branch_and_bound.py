@@ -150,6 +150,7 @@ JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes 
 JOINT_PLANS = True  # eq. N20's least paths offered as plans
 JOINT_S = 0.15  # eq. N20b: sigma's cases stop after this long on a node (the count then keeps its N20 bound)
 USE_CROSSINGS = True  # eq. N25: where eq. N20 pools a GPU type over islands, its cases on the crossings between them
+USE_DP_TAU_CAP = True  # eq. N26: eq. N20's bound caps the node's tau range (the part above holds no plan under the cut-off)
 USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups remain and the node survives
 # eqs. LS4 and N15 run only where the groups hold two or more GPU types: on one type over two islands the groups are
 # interchangeable but for their links, eqs. N6/N9 and the DP heuristic's island segments cover them, and the two
@@ -275,6 +276,8 @@ class _State:
     several_types: bool = True  # the groups hold two or more GPU types (eqs. LS4, LS4b, N15 run only then)
     several_groups: bool = True  # two or more groups, e.g. one GPU type on two islands (eq. LS4c runs only then)
     lagr: dict = field(default_factory=dict)  # eq. N17: the node's Lagrangian results by (signature, island part)
+    run_cap: float = math.inf  # eq. N26: the tau cap of the DP run in progress (inf: none)
+    node_cap: float = math.inf  # eq. N26: the node's tau cap after its DPs (the largest of its runs')
 
     def offer(self, problem: Problem, a: Assignment | None, who: str, engine: bool = False) -> None:
         """``a`` becomes the incumbent if it beats it, polished (eq. LS1; an engine's plan on an interleaved copy eq.
@@ -667,6 +670,14 @@ def _dps(problem, options, st: _State, heap, t: Tables, v, a, b, bound, cutoff, 
          extras: bool = True):
     """The stage DPs on the node, then eq. N16 on what they leave open: (bound, multipliers, cut-off, node done)."""
     bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline, extras)
+    if not done and USE_DP_TAU_CAP and cutoff is not None and st.node_cap < b - RC_SHRINK * (b - a):
+        # eq. N26: the part of the tau range above the cap holds no plan under the cut-off; the rest goes back to the
+        # heap, to be bounded again on the layer bounds of the cap (eq. X1), which shrink the tables
+        st.closed.append(cutoff)
+        st.stats["dp_tau_caps"] = st.stats.get("dp_tau_caps", 0) + 1
+        if st.node_cap >= a:
+            _push(heap, bound, v, a, st.node_cap, 0, t.p_min, t.p_max, mu, keep)
+        return bound, mu, cutoff, True
     if not done:
         bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, keep)
     return bound, mu, cutoff, done
@@ -865,6 +876,7 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
     best, best_mu = math.inf, mu
     per_p: np.ndarray | None = None
     tracked = USE_PER_P
+    st.node_cap = -math.inf  # eq. N26: the largest of the runs' caps (a run without one: no cap)
     for sig in sigs:
         keep = np.ones(t.n, bool) if sig is None else t.sig == sig
         dp = PathDP(problem, t, b, t.p_min, t.p_max, keep)
@@ -875,7 +887,9 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
             parts = None if len(parts) == 1 else parts
         for j, part in enumerate([None] if parts is None else parts):
             one = dp if part is None else PathDP(problem, t, b, t.p_min, t.p_max, keep & part)
+            st.run_cap = math.inf
             val, mu_s, pp = _dp_bound(problem, st, one, a, b, cutoff, mu, name, deadline, extras, (sig, j))
+            st.node_cap = max(st.node_cap, st.run_cap if math.isfinite(val) else -math.inf)
             if val < best:
                 best, best_mu = val, mu_s
             if math.isinf(val):
@@ -988,6 +1002,8 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
             jp = np.maximum(jp, cb)
             jb = float(jp.min())
             st.stats["crossing_dp"] = st.stats.get("crossing_dp", 0) + 1
+    if USE_DP_TAU_CAP and cutoff is not None:  # eq. N26: jb is tau_weight * a + a part that does not depend on tau
+        st.run_cap = joint_capacity.tau_cap(dp, a, _safe(jb), cutoff)
     for plan in found or ():  # (each within every group's GPUs; the check decides the rows the DP leaves out)
         if not violations(problem, plan):
             st.offer(problem, plan, f"{name} joint DP")

@@ -157,6 +157,17 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     return out
 
 
+def tau_cap(dp: PathDP, a: float, bound: float, cutoff: float) -> float:
+    """Eq. N26: the largest tau a plan of the node below ``cutoff`` may have, from a bound of eqs. N20/N20b/N25 at the
+    node's lower end ``a``: each is tau_weight * a plus a least path whose cost does not depend on tau (the layer bounds
+    are those of the node's upper end b, the in-flight cut is at b), so a plan of period tau pays at least
+    ``bound + tau_weight (tau - a)``. -inf: no plan (an infinite bound)."""
+    if not math.isfinite(bound):
+        return -INF if bound > 0 else INF
+    w = dp.t.tau_weight
+    return a + (cutoff - bound) / w * (1 + 1e-9) + 1e-12 * abs(a) if w > 0 else INF
+
+
 def _backtrack(dp: PathDP, u: JointUnits, trace: list, first_t: dict, nonfirst_t: dict, P: int, r: int,
                n: int) -> Assignment:
     """The least pipeline as a plan: from its first stage (slot P, row r, n layers) down to slot 1, each slot's
