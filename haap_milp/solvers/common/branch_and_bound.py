@@ -151,7 +151,6 @@ JOINT_PLANS = True  # eq. N20's least paths offered as plans
 JOINT_S = 0.15  # eq. N20b: sigma's cases stop after this long on a node (the count then keeps its N20 bound)
 USE_CROSSINGS = True  # eq. N25: where eq. N20 pools a GPU type over islands, its cases on the crossings between them
 USE_DP_TAU_CAP = True  # eq. N26: eq. N20's bound caps the node's tau range (the part above holds no plan under the cut-off)
-USE_DP_TAU_FLOOR = True  # eq. N27: eqs. N20/N25 on a node's lower tau half, closed when it reaches the cut-off
 USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups remain and the node survives
 # eqs. LS4 and N15 run only where the groups hold two or more GPU types: on one type over two islands the groups are
 # interchangeable but for their links, eqs. N6/N9 and the DP heuristic's island segments cover them, and the two
@@ -279,10 +278,6 @@ class _State:
     lagr: dict = field(default_factory=dict)  # eq. N17: the node's Lagrangian results by (signature, island part)
     run_cap: float = math.inf  # eq. N26: the tau cap of the DP run in progress (inf: none)
     node_cap: float = math.inf  # eq. N26: the node's tau cap after its DPs (the largest of its runs')
-    run_pure: float = -math.inf  # eq. N27: eq. N20/N25's bound of the DP run in progress (-inf: none)
-    node_pure: float = -math.inf  # eq. N27: the least of the node's runs' (-inf: a run without one)
-    floor_calls: int = 0  # eq. N27: nodes it ran on, and those whose lower half it closed (it stops after DP_TRIAL
-    floor_wins: int = 0  # without)
 
     def offer(self, problem: Problem, a: Assignment | None, who: str, engine: bool = False) -> None:
         """``a`` becomes the incumbent if it beats it, polished (eq. LS1; an engine's plan on an interleaved copy eq.
@@ -683,56 +678,9 @@ def _dps(problem, options, st: _State, heap, t: Tables, v, a, b, bound, cutoff, 
         if st.node_cap >= a:
             _push(heap, bound, v, a, st.node_cap, 0, t.p_min, t.p_max, mu, keep)
         return bound, mu, cutoff, True
-    if not done and _tau_floor(problem, options, st, heap, t, v, a, b, bound, cutoff, mu, keep, deadline):
-        return bound, mu, cutoff, True
     if not done:
         bound, done = _stage_counts(st, heap, t, per_p, bound, cutoff, v, a, b, mu, keep)
     return bound, mu, cutoff, done
-
-
-def _tau_floor(problem, options, st: _State, heap, t: Tables, v, a, b, bound, cutoff, mu, keep, deadline) -> bool:
-    """Eq. N27 on a node eq. N26 left whole: eqs. N20/N25 (all the node's options, no sigma cases) on its lower half [a,
-    mid] with the layer bounds of mid; when that reaches the cut-off the half is closed and [mid, b] goes back with the
-    node's eq. N20/N25 bound shifted by tau_weight (mid - a) (eq. N26's argument). True: the node is done. It stops for
-    the rest of a search after DP_TRIAL nodes without a closed half."""
-    if not (USE_DP_TAU_FLOOR and cutoff is not None and math.isfinite(st.node_pure) and t.M > 1
-            and (st.floor_calls < DP_TRIAL or st.floor_wins > 0) and _room(st, deadline)):
-        return False
-    mid = (a + b) / 2
-    if b - a <= _split_width(options, a, _m_eff(problem.variants[v])):
-        return False
-    st.floor_calls += 1
-    t0 = time.perf_counter()
-    low = _node_tables(problem, v, mid, keep, t.p_min, t.p_max)
-    val = math.inf if low is None else _joint_value(problem, low, a, mid, mu)
-    st.stats["floor_dp_s"] = st.stats.get("floor_dp_s", 0.0) + time.perf_counter() - t0
-    if val < cutoff:
-        return False
-    st.floor_wins += 1
-    st.stats["tau_floors"] = st.floor_wins
-    st.closed.append(cutoff)
-    _push(heap, max(bound, st.node_pure + t.tau_weight * (mid - a)), v, mid, b, 0, t.p_min, t.p_max, mu, keep)
-    return True
-
-
-def _joint_value(problem, t: Tables, a: float, b: float, mu) -> float:
-    """Eqs. N20 and N25 over every option of ``t`` (a relaxation of eq. U1's signatures and eq. N9's parts), sigma's
-    cases left out: a bound of every plan of the node [a, b] (-inf where no joint state fits)."""
-    dp = PathDP(problem, t, b, t.p_min, t.p_max)
-    types = [island_split.gpu_type(g) for g in problem.groups]
-    u = joint_units(dp, types)
-    if u is None:
-        return -math.inf
-    m = np.zeros(len(dp.cap)) if mu is None or len(mu) < len(dp.cap) else np.asarray(mu[:len(dp.cap)], float)
-    jp = np.full(dp.k_max + 1, math.inf)
-    for P, x in joint_capacity.least_paths(dp, a, m, u).items():
-        jp[P] = x
-    blocks = island_blocks(problem, dp) if USE_CROSSINGS and len(u.R) < dp.G else None
-    if blocks is not None:
-        cb = island_crossings.crossing_bound(dp, a, m, u, types, problem.group_island, blocks, jp)
-        if cb is not None:
-            jp = np.maximum(jp, cb)
-    return _safe(float(jp.min()))
 
 
 def _stage_counts(st: _State, heap, t: Tables, per_p, bound, cutoff, v, a, b, mu, keep) -> tuple[float, bool]:
@@ -929,7 +877,6 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
     per_p: np.ndarray | None = None
     tracked = USE_PER_P
     st.node_cap = -math.inf  # eq. N26: the largest of the runs' caps (a run without one: no cap)
-    st.node_pure = math.inf  # eq. N27: the least of the runs' eq. N20/N25 bounds (a run without one: -inf)
     for sig in sigs:
         keep = np.ones(t.n, bool) if sig is None else t.sig == sig
         dp = PathDP(problem, t, b, t.p_min, t.p_max, keep)
@@ -940,10 +887,9 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
             parts = None if len(parts) == 1 else parts
         for j, part in enumerate([None] if parts is None else parts):
             one = dp if part is None else PathDP(problem, t, b, t.p_min, t.p_max, keep & part)
-            st.run_cap, st.run_pure = math.inf, -math.inf
+            st.run_cap = math.inf
             val, mu_s, pp = _dp_bound(problem, st, one, a, b, cutoff, mu, name, deadline, extras, (sig, j))
             st.node_cap = max(st.node_cap, st.run_cap if math.isfinite(val) else -math.inf)
-            st.node_pure = min(st.node_pure, st.run_pure if math.isfinite(val) else math.inf)
             if val < best:
                 best, best_mu = val, mu_s
             if math.isinf(val):
@@ -1056,7 +1002,6 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
             jp = np.maximum(jp, cb)
             jb = float(jp.min())
             st.stats["crossing_dp"] = st.stats.get("crossing_dp", 0) + 1
-    st.run_pure = _safe(jb)
     if USE_DP_TAU_CAP and cutoff is not None:  # eq. N26: jb is tau_weight * a + a part that does not depend on tau
         st.run_cap = joint_capacity.tau_cap(dp, a, _safe(jb), cutoff)
     for plan in found or ():  # (each within every group's GPUs; the check decides the rows the DP leaves out)
