@@ -29,7 +29,6 @@ import numpy as np
 from haap_milp.solvers.common.joint_capacity import JOINT_MAX, JointUnits, least_paths, link_step
 from haap_milp.solvers.common.stage_dp import INF, PathDP
 
-
 TWICE_FLOATS = 8_000_000  # most floats of one slot's states in the twice-or-more case (it keeps about four such arrays)
 
 
