@@ -30,6 +30,9 @@ from haap_milp.solvers.common.joint_capacity import JOINT_MAX, JointUnits, least
 from haap_milp.solvers.common.stage_dp import INF, PathDP
 
 TWICE_FLOATS = 8_000_000  # most floats of one slot's states in the twice-or-more case (it keeps about four such arrays)
+# most floats over all its slots (its time: measured 7.5 ms per million on 12 endpoints, L = 32, 13 ms on 6, L = 80;
+# 115 million on mixtral-8x7b x 256 GPUs x 3 types x 2 islands, 0.87 s): a node's case may not take seconds
+TWICE_WORK = 120_000_000
 
 
 class _Crossings:
@@ -129,8 +132,8 @@ def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, pooled: JointUnits, typ
                    group_island: np.ndarray, blocks: np.ndarray, floor: np.ndarray | None = None) -> np.ndarray | None:
     """Eq. N25: [k_max + 1] per stage count P the lesser of the two crossing cases (inf outside the node's range or
     where neither case has a path); None where the at-most-once state is over JOINT_MAX or the twice-or-more one over
-    TWICE_FLOATS. ``floor``: bounds per P already known (eq. N20's); the twice-or-more case is not run when the
-    at-most-once case lifts none of them (the result is then at most ``floor``)."""
+    TWICE_FLOATS (a slot) or TWICE_WORK (all slots). ``floor``: bounds per P already known (eq. N20's); the
+    twice-or-more case is not run when the at-most-once case lifts none of them (the result is then at most ``floor``)."""
     u1 = island_units(dp, types, group_island, blocks)
     if u1 is None:
         return None
@@ -140,7 +143,8 @@ def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, pooled: JointUnits, typ
         out[P] = val
     if floor is not None and not np.any(out > floor):
         return out  # (the lesser of the cases cannot lift any P)
-    if dp.E * (dp.L + 1) * 3 * pooled.size > TWICE_FLOATS:
+    slot = dp.E * (dp.L + 1) * 3 * pooled.size
+    if slot > TWICE_FLOATS or slot * dp.k_max > TWICE_WORK:
         return None  # (the at-most-once case alone bounds only its own plans)
     twice = least_paths(dp, a, mu, _with_digit(pooled, 2), links=_TwiceOrMore(blocks, pooled))
     more = np.full(dp.k_max + 1, INF)
