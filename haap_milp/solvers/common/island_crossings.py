@@ -21,12 +21,16 @@ cases are restrictions of its paths). No plan is traced from them (eq. N20's own
 
 from __future__ import annotations
 
-import math
-from functools import reduce
-
 import numpy as np
 
-from haap_milp.solvers.common.joint_capacity import JOINT_MAX, JointUnits, least_paths, link_step
+from haap_milp.solvers.common.joint_capacity import (
+    JointUnits,
+    least_paths,
+    link_step,
+    type_blocks,
+    unit_sizes,
+    unit_state,
+)
 from haap_milp.solvers.common.stage_dp import INF, PathDP
 
 TWICE_FLOATS = 8_000_000  # most floats of one slot's states in the twice-or-more case (it keeps about four such arrays)
@@ -104,28 +108,15 @@ def _with_digit(u: JointUnits, top: int) -> JointUnits:
 
 def island_units(dp: PathDP, types: list[str], group_island: np.ndarray, blocks: np.ndarray) -> JointUnits | None:
     """One digit per GPU type, of units q (the gcd of what the usable options take of the type); a row's stage enters
-    only where each digit stays within its island's capacity of the type (``limit``). None over JOINT_MAX states."""
-    t = dp.t
-    kinds = list(dict.fromkeys(types))
-    cols = [[g for g in range(dp.G) if types[g] == k] for k in kinds]
-    usable = dp.keep & ((t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0))
-    use = np.column_stack([dp.usage[:, c].sum(axis=1) for c in cols]).astype(np.int64)  # [n, K]
-    q = np.array([reduce(math.gcd, use[usable, j].tolist(), 0) or 1 for j in range(len(kinds))], np.int64)
+    only where each digit stays within its island's capacity of the type (``limit``). None over half of JOINT_MAX states
+    (the flag doubles them)."""
+    kinds = type_blocks(types)
+    q = unit_sizes(dp, kinds)
     isl = sorted(set(blocks[blocks >= 0].tolist()))
-    cap_of = {i: np.array([sum(float(dp.cap[g]) for g in c if group_island[g] == i) for c in cols]) // q for i in isl}
+    cap_of = {i: np.array([sum(float(dp.cap[g]) for g in c if group_island[g] == i) for c in kinds]) // q for i in isl}
     R = np.max([cap_of[i] for i in isl], axis=0).astype(np.int64)
-    if float(np.prod(R + 1.0)) * 2 > JOINT_MAX:
-        return None
-    stride = np.cumprod(np.r_[1, (R + 1)[:-1]]).astype(np.int64)
-    rows = np.column_stack([dp.row_usage[:, c].sum(axis=1) for c in cols]).astype(np.int64)
-    wvec = rows // q[None, :]
-    row_isl = blocks[dp.row_group]
-    limit = np.array([cap_of[i] if i >= 0 else np.zeros(len(kinds)) for i in row_isl.tolist()], np.int64)
-    exact = (rows % q[None, :] == 0).all(axis=1) & (wvec <= limit).all(axis=1) & (row_isl >= 0)
-    off = np.where(exact, (wvec * stride[None, :]).sum(axis=1), -1)
-    size = int(np.prod(R + 1))
-    digits = (np.arange(size)[:, None] // stride[None, :]) % (R + 1)[None, :]
-    return JointUnits(R, size, off, wvec, digits, limit)
+    limit = np.array([cap_of[i] for i in blocks[dp.row_group].tolist()], np.int64)  # (island_blocks: every row has one)
+    return unit_state(dp, kinds, q, R, 0.5, limit)
 
 
 def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, pooled: JointUnits, types: list[str],

@@ -67,6 +67,11 @@ class JointUnits:
         return self._valid[key]
 
 
+def type_blocks(types: list[str]) -> list[list[int]]:
+    """The groups of each GPU type (``types``, by group), in the order the types first appear."""
+    return [[g for g in range(len(types)) if types[g] == ty] for ty in dict.fromkeys(types)]
+
+
 def joint_units(dp: PathDP, types: list[str] | None = None) -> JointUnits | None:
     """The state of eq. N20 for the node of ``dp``: every group its own digit, or, when that holds more than JOINT_MAX
     states, the groups of one GPU type (``types``, by group: one type on several islands) pooled into one digit against
@@ -75,7 +80,7 @@ def joint_units(dp: PathDP, types: list[str] | None = None) -> JointUnits | None
     G = dp.G
     parts = [[[g] for g in range(G)]]
     if types is not None and len(set(types)) < G:
-        parts.append([[g for g in range(G) if types[g] == ty] for ty in dict.fromkeys(types)])
+        parts.append(type_blocks(types))
     for blocks in parts:
         if len(blocks) >= 2:
             u = _units(dp, blocks)
@@ -84,23 +89,34 @@ def joint_units(dp: PathDP, types: list[str] | None = None) -> JointUnits | None
     return None
 
 
-def _units(dp: PathDP, blocks: list[list[int]]) -> JointUnits | None:
+def unit_sizes(dp: PathDP, blocks: list[list[int]]) -> np.ndarray:
+    """[B] per digit (a block of groups) its unit: the gcd of the GPUs the node's usable options take of the block."""
     t = dp.t
     usable = dp.keep & ((t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0))
-    cap = np.array([float(dp.cap[b].sum()) for b in blocks])
     use = np.column_stack([dp.usage[:, b].sum(axis=1) for b in blocks]).astype(np.int64)  # [n, B] per option
-    q = np.array([reduce(math.gcd, use[usable, j].tolist(), 0) or 1 for j in range(len(blocks))], np.int64)
-    R = (cap // q).astype(np.int64)
-    if float(np.prod(R + 1.0)) > JOINT_MAX:
+    return np.array([reduce(math.gcd, use[usable, j].tolist(), 0) or 1 for j in range(len(blocks))], np.int64)
+
+
+def _units(dp: PathDP, blocks: list[list[int]]) -> JointUnits | None:
+    q = unit_sizes(dp, blocks)
+    cap = np.array([float(dp.cap[b].sum()) for b in blocks])
+    return unit_state(dp, blocks, q, (cap // q).astype(np.int64))
+
+
+def unit_state(dp: PathDP, blocks: list[list[int]], q: np.ndarray, R: np.ndarray, share: float = 1.0,
+               limit: np.ndarray | None = None) -> JointUnits | None:
+    """The flattened state of digits ``R`` (units ``q``, one per block of groups); a row enters where it is a whole
+    number of units within R (within its own ``limit`` [rows, B] when given). None over ``share`` x JOINT_MAX states."""
+    if float(np.prod(R + 1.0)) > share * JOINT_MAX:
         return None
     stride = np.cumprod(np.r_[1, (R + 1)[:-1]]).astype(np.int64)
     rows = np.column_stack([dp.row_usage[:, b].sum(axis=1) for b in blocks]).astype(np.int64)
     wvec = rows // q[None, :]
-    exact = (rows % q[None, :] == 0).all(axis=1) & (wvec <= R[None, :]).all(axis=1)
+    exact = (rows % q[None, :] == 0).all(axis=1) & (wvec <= (R[None, :] if limit is None else limit)).all(axis=1)
     off = np.where(exact, (wvec * stride[None, :]).sum(axis=1), -1)
     size = int(np.prod(R + 1))
     digits = (np.arange(size)[:, None] // stride[None, :]) % (R + 1)[None, :]
-    return JointUnits(R, size, off, wvec, digits)
+    return JointUnits(R, size, off, wvec, digits, limit)
 
 
 def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None,
