@@ -160,3 +160,91 @@ def test_tau_cap_of_the_joint_bounds_keeps_every_plan_below_the_cutoff():
                     checked += 1
                     cut += cap < b - 0.1 * (b - a)
     assert checked >= 60 and cut >= 10, (checked, cut)
+
+
+def test_traced_crossing_plans_fit_each_islands_gpus_and_cross_at_most_once():
+    """Eq. N25b: the at-most-once case's least path, traced as a plan, has the case's stage count, holds every layer,
+    takes no group past its GPUs (each island's GPUs of a type are one group here, so the case's rows are exact) and
+    crosses between islands at most once; on most nodes where the case has a path a plan comes back. Fails when the
+    trace skips the reset at the crossing or keeps a state across it (the plans then overfill a group)."""
+    rng = np.random.default_rng(21)
+    traced = finite = 0
+    for seed in range(30):
+        p = _instance(seed, rng)
+        types = [gpu_type(g) for g in p.groups]
+        caps = np.asarray(p.group_capacity)
+        for v in range(len(p.variants)):
+            t0 = build_tables(p, v)
+            if t0.p_min == 0:
+                continue
+            vb = variant_bound(p, t0)
+            for b in np.linspace(vb.tau_lb, max(_worst_tau(t0), vb.tau_lb) * 1.01, 4)[1:].tolist():
+                t = build_tables(p, v, b)
+                if t.p_min == 0:
+                    continue
+                dp = PathDP(p, t, b, t.p_min, t.p_max)
+                blocks = island_blocks(p, dp)
+                u1 = None if blocks is None else island_crossings.island_units(dp, types, p.group_island, blocks)
+                if u1 is None:
+                    continue
+                plans: list = []
+                once = joint_capacity.least_paths(dp, vb.tau_lb, np.zeros(len(dp.cap)),
+                                                  island_crossings._with_digit(u1, 1), plans=plans,
+                                                  links=island_crossings._AtMostOnce(blocks, u1.size))
+                if not any(math.isfinite(x) for x in once.values()):
+                    continue
+                finite += 1
+                traced += len(plans)
+                for plan in plans:
+                    P = min(once, key=once.get)
+                    assert len(plan.stages) == P and sum(s.num_layers for s in plan.stages) == t.L
+                    used = np.zeros(len(caps))
+                    for s in plan.stages:
+                        for g, n in p.options[s.option].usage:
+                            used[g] += n
+                    assert (used <= caps).all(), (seed, v, b, used, caps)
+                    isl = [int(p.group_island[p.options[s.option].group]) for s in plan.stages]  # (one group each)
+                    assert sum(x != y for x, y in itertools.pairwise(isl)) <= 1, isl
+    assert finite >= 40 and traced >= finite * 3 // 4, (finite, traced)
+
+
+def test_dive_offers_the_crossing_plan_beside_the_segment_plan(monkeypatch):
+    """Eq. N25b in eq. LS4c's dive (``branch_and_bound._segment_at``): on the mirrored problems the crossing plan comes
+    back on most variants, and the dive's plan is the better of it and eq. LS4's (where eq. LS4 has none, the crossing
+    plan itself when it passes the check)."""
+    from haap_milp.problem import evaluate, violations
+    from haap_milp.solvers.common import branch_and_bound as bb
+
+    rng = np.random.default_rng(4)
+    found = used = tried = 0
+    for seed in range(20):
+        p = _instance(seed, rng)
+        types = [gpu_type(g) for g in p.groups]
+        for v in range(len(p.variants)):
+            t0 = build_tables(p, v)
+            if t0.p_min == 0:
+                continue
+            b = max(_worst_tau(t0), variant_bound(p, t0).tau_lb) * 1.01
+            t = build_tables(p, v, b)
+            if t.p_min == 0:
+                continue
+            dp = PathDP(p, t, b, t.p_min, t.p_max)
+            blocks = island_blocks(p, dp)
+            if blocks is None:
+                continue
+            tried += 1
+            plan = island_crossings.crossing_plan(dp, types, p.group_island, blocks)
+            found += plan is not None
+            both = bb._segment_at(p, v, b, p.group_island)
+            monkeypatch.setattr(bb, "USE_CROSSING_PLAN", False)
+            alone = bb._segment_at(p, v, b, p.group_island)
+            monkeypatch.setattr(bb, "USE_CROSSING_PLAN", True)
+            obj = [math.inf if a is None or violations(p, a) else evaluate(p, a) for a in (both, alone, plan)]
+            assert obj[0] <= min(obj[1], obj[2]) * (1 + 1e-12), (seed, v, obj)
+            with monkeypatch.context() as m:  # (eq. LS4 without a plan: the dive's is the crossing plan's)
+                m.setattr(bb.segment_dp, "segment_plan", lambda *args: None)
+                only = bb._segment_at(p, v, b, p.group_island)
+            if math.isfinite(obj[2]):
+                assert only is not None and evaluate(p, only) == obj[2], (seed, v)
+                used += 1
+    assert tried >= 20 and found >= tried * 3 // 4 and used >= 10, (tried, found, used)

@@ -150,6 +150,7 @@ JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes 
 JOINT_PLANS = True  # eq. N20's least paths offered as plans
 JOINT_S = 0.15  # eq. N20b: sigma's cases stop after this long on a node (the count then keeps its N20 bound)
 USE_CROSSINGS = True  # eq. N25: where eq. N20 pools a GPU type over islands, its cases on the crossings between them
+USE_CROSSING_PLAN = True  # eq. N25b in eq. LS4c's dive: the at-most-once case's plan beside eq. LS4's
 USE_DP_TAU_CAP = True  # eq. N26: eq. N20's bound caps the node's tau range (the part above holds no plan under the cut-off)
 USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups remain and the node survives
 # eqs. LS4 and N15 run only where the groups hold two or more GPU types: on one type over two islands the groups are
@@ -997,7 +998,7 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
                                         min(deadline, t0 + JOINT_S), found)
     blocks = island_blocks(problem, dp) if USE_CROSSINGS and len(u.R) < dp.G else None  # (eq. N20 pooled by type)
     if blocks is not None and (cutoff is None or jb < cutoff):  # eq. N25
-        cb = island_crossings.crossing_bound(dp, a, mu, u, types, problem.group_island, blocks, jp)
+        cb = island_crossings.crossing_bound(dp, a, mu, u, types, problem.group_island, blocks, jp, found)
         if cb is not None:
             jp = np.maximum(jp, cb)
             jb = float(jp.min())
@@ -1182,10 +1183,15 @@ def _segment_at(problem: Problem, v: int, b: float, island) -> Assignment | None
     best, best_obj = None, math.inf
     for t in _island_tables(problem, v, b):
         dp = PathDP(problem, t, b, t.p_min, t.p_max)
-        plan = segment_dp.segment_plan(dp, island) if segment_dp.applies(dp, island) else None
-        obj = evaluate(problem, plan) if plan is not None and not violations(problem, plan) else math.inf
-        if obj < best_obj:
-            best, best_obj = plan, obj
+        plans = [segment_dp.segment_plan(dp, island) if segment_dp.applies(dp, island) else None]
+        types = [island_split.gpu_type(g) for g in problem.groups]
+        blocks = island_blocks(problem, dp) if USE_CROSSING_PLAN and len(set(types)) < dp.G else None
+        if blocks is not None:  # eq. N25b: a GPU type on several islands, the at-most-once case's plan too
+            plans.append(island_crossings.crossing_plan(dp, types, problem.group_island, blocks))
+        for plan in plans:
+            obj = evaluate(problem, plan) if plan is not None and not violations(problem, plan) else math.inf
+            if obj < best_obj:
+                best, best_obj = plan, obj
     return best
 
 

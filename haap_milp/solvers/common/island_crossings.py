@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from haap_milp.problem import Assignment
+from haap_milp.solvers.common import joint_capacity
 from haap_milp.solvers.common.joint_capacity import (
     JointUnits,
     least_paths,
@@ -44,6 +46,7 @@ class _Crossings:
     one ``_moved``) and the buffers of its run (one node's states are up to 30 MB: fresh pages cost more than the DP)."""
 
     least = 0  # crossings a pipeline of the case has at least
+    traced = False  # eq. N25b: its least path is traced as a plan (the at-most-once case: exact per island)
 
     def __init__(self, blocks: np.ndarray, n: int):
         self.cross = (blocks[:, None] != blocks[None, :]).astype(np.int64)
@@ -62,9 +65,34 @@ class _Crossings:
         """(units, states) a first stage may close the pipeline from: every state."""
         return u, H
 
+    def moved_copy(self, h: int, Fh: np.ndarray) -> np.ndarray:
+        """``_moved`` into a fresh array (the trace's own: the run's buffers stay as they are)."""
+        return self._moved(h, Fh).copy()
+
 
 class _AtMostOnce(_Crossings):
     """States [flag 0 | flag 1] x the current island's units; a crossing (only from flag 0) resets the units."""
+
+    traced = True
+
+    def origin(self, dp: PathDP, F: np.ndarray, g: int, left: int, s: int) -> tuple[int, int] | None:
+        """(endpoint h, state) of the later slot that the least H[g][left, s] came from: within an island the same
+        state, across a crossing (s = flag 1, nothing used) flag 0's least state."""
+        best, arg = INF, None
+        for h in range(dp.E):
+            c = float(dp.link[g, h])
+            if not np.isfinite(c):
+                continue
+            if not self.cross[g, h]:
+                val, st = float(F[h, left, s]), s
+            elif s == self.n:
+                st = int(np.argmin(F[h, left, :self.n]))
+                val = float(F[h, left, st])
+            else:
+                continue
+            if val + c < best:
+                best, arg = val + c, (h, st)
+        return arg
 
     def _moved(self, h: int, Fh: np.ndarray) -> np.ndarray:
         """Across: flag 0's least state, entered at flag 1 with nothing used."""
@@ -120,7 +148,8 @@ def island_units(dp: PathDP, types: list[str], group_island: np.ndarray, blocks:
 
 
 def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, pooled: JointUnits, types: list[str],
-                   group_island: np.ndarray, blocks: np.ndarray, floor: np.ndarray | None = None) -> np.ndarray | None:
+                   group_island: np.ndarray, blocks: np.ndarray, floor: np.ndarray | None = None,
+                   plans: list | None = None) -> np.ndarray | None:
     """Eq. N25: [k_max + 1] per stage count P the lesser of the two crossing cases (inf outside the node's range or
     where neither case has a path); None where the at-most-once state is over JOINT_MAX or the twice-or-more one over
     TWICE_FLOATS (a slot) or TWICE_WORK (all slots). ``floor``: bounds per P already known (eq. N20's); the
@@ -128,7 +157,7 @@ def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, pooled: JointUnits, typ
     u1 = island_units(dp, types, group_island, blocks)
     if u1 is None:
         return None
-    once = least_paths(dp, a, mu, _with_digit(u1, 1), links=_AtMostOnce(blocks, u1.size))
+    once = least_paths(dp, a, mu, _with_digit(u1, 1), plans=plans, links=_AtMostOnce(blocks, u1.size))
     out = np.full(dp.k_max + 1, INF)
     for P, val in once.items():
         out[P] = val
@@ -142,3 +171,15 @@ def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, pooled: JointUnits, typ
     for P, val in twice.items():
         more[P] = val
     return np.minimum(out, more)
+
+
+def crossing_plan(dp: PathDP, types: list[str], group_island: np.ndarray, blocks: np.ndarray) -> Assignment | None:
+    """Eq. N25b on its own (eq. LS4c's dive): the at-most-once case's least path at the node of ``dp``, nothing priced,
+    as a plan (None: no state within JOINT_MAX, no path, or its trace over LINK_TRACE_MAX); the caller checks it."""
+    u1 = island_units(dp, types, group_island, blocks)
+    if u1 is None or dp.E * (dp.L + 1) * 2 * u1.size * dp.k_max > joint_capacity.LINK_TRACE_MAX:
+        return None  # (the run would trace nothing)
+    plans: list = []
+    least_paths(dp, dp.t.tau_weight * 0.0, np.zeros(len(dp.cap)), _with_digit(u1, 1), plans=plans,
+                links=_AtMostOnce(blocks, u1.size))
+    return plans[0] if plans else None

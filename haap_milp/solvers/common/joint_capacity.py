@@ -31,6 +31,7 @@ from haap_milp.solvers.common import sigma_dp
 from haap_milp.solvers.common.stage_dp import INF, PathDP, inflight_cap
 
 PATH_MAX = 4_000_000  # most floats of a run's states kept (E x (L+1) x states x slots, twice): to trace its path
+LINK_TRACE_MAX = 24_000_000  # eq. N25b: most values of a crossing case's F kept over its slots (float32: 96 MB) to trace
 JOINT_MAX = 4096  # most states of the capacity vector (product of R_g + 1); more: eq. N20 does not run
 SIGMA_RUNS = 40  # eq. N20b: most DP runs per node for sigma's cases (a stage count left unfinished keeps its N20 bound)
 LIFT = 1e-3  # eq. N20b: a stage count's cases are run only when the lowest one lifts its bound by this much (relative)
@@ -139,6 +140,9 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     pure = t.vpp <= 1 and not dp.extra_priced and not np.any(mu_cost > 0)
     fits = E * (L + 1) * N * k_max <= PATH_MAX
     keep = plans is not None and fits and links is None
+    # eq. N25b: a crossing case's path, traced from each slot's F alone (its H is recomputed for one endpoint)
+    keep_f = plans is not None and links is not None and links.traced and E * (L + 1) * N * k_max <= LINK_TRACE_MAX
+    held: list = []  # [slot k - 1]: (F, cost) of slot k (eq. N25b)
     out: dict[int, float] = {}
     trace, best = [], (INF, None)  # per slot k (H in, F out, cost), and (value, (P, row, n)) of the least pipeline
     F = None  # [E, L+1, N]: slots 1..k-1, slot k-1 at endpoint e, l layers, the units used
@@ -166,11 +170,73 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
             F[F > inflight_cap(k, dp.b)] = INF
         if keep:
             trace[-1][1:] = F, cost
+        if keep_f:  # (float32: the trace takes argmins, and every finite entry is a partial path that exists)
+            held.append((F.astype(np.float32), cost))
         if not np.isfinite(F).any():
             break
     if keep and best[1] is not None:
         plans.append(_backtrack(dp, u, trace, first_t, nonfirst_t, *best[1]))
+    if keep_f and best[1] is not None:
+        plan = _backtrack_links(dp, u, links, held, first_t, nonfirst_t, *best[1])
+        if plan is not None:
+            plans.append(plan)
     return out
+
+
+def _later_at(dp: PathDP, links, F: np.ndarray, g: int) -> np.ndarray:
+    """[L+1, states] H[g] of a crossing case (``links.step`` for the one endpoint g of the earlier slot)."""
+    H = np.full(F.shape[1:], INF)
+    for h in range(dp.E):
+        c = float(dp.link[g, h])
+        if math.isfinite(c):
+            src = F[h] if not links.cross[g, h] else links.moved_copy(h, F[h])
+            np.minimum(H, src + c, out=H)
+    return H
+
+
+def _backtrack_links(dp: PathDP, u: JointUnits, links, held: list, first_t: dict, nonfirst_t: dict, P: int, r: int,
+                     n: int) -> Assignment | None:
+    """Eq. N25b: a crossing case's least pipeline as a plan, from its first stage (slot P, row r, n layers) down to
+    slot 1: at each step the endpoint, state, row and layers of least value (argmins over the kept F, not equalities:
+    the H they were formed from is recomputed). None where the trace finds no finite step."""
+    t, L = dp.t, dp.L
+    stages = [(int(first_t[P][1][r, n]), n)]
+    left, g = L - n, int(dp.row_group[r])
+    if P > 1:
+        H = _later_at(dp, links, held[P - 2][0], g)
+        s = int(np.argmin(np.where(u.valid(r), H[left], INF)))
+    for k in range(P - 1, 0, -1):
+        F, cost = held[k - 1]
+        step = links.origin(dp, F, g, left, s)  # (endpoint h of slot k, its state) that reached H[left, s]
+        if step is None:
+            return None
+        h, s = step
+        Hk = _later_at(dp, links, held[k - 2][0], h) if k > 1 else None
+        found = _least_stage(u, Hk, cost, h, left, s, dp.row_group)
+        if found is None:
+            return None
+        r2, n2, s = found
+        stages.append((int(nonfirst_t[k][1][r2, n2]), n2))
+        left, g = left - n2, h
+    return Assignment(t.v, tuple(Stage(int(t.opts[i]), m) for i, m in stages))
+
+
+def _least_stage(u: JointUnits, H, cost: np.ndarray, h: int, left: int, s: int, row_group: np.ndarray):
+    """(row, n, state before) of the least stage at endpoint h holding n of ``left`` layers that ends in state s, on the
+    later part H (None: slot 1, the stage alone from state 0); None if there is none."""
+    best, arg = INF, None
+    n = np.arange(left + 1)
+    for r in np.flatnonzero((row_group == h) & (u.off >= 0) & (u.off <= s)).tolist():
+        prev = s - int(u.off[r])
+        if H is None:
+            if prev == 0 and cost[r, left] < best:
+                best, arg = float(cost[r, left]), (r, left, 0)
+        elif u.valid(r)[prev]:
+            tot = H[left - n, prev] + cost[r, :left + 1]
+            i = int(np.argmin(tot))
+            if tot[i] < best:
+                best, arg = float(tot[i]), (r, i, prev)
+    return arg if math.isfinite(best) else None
 
 
 def tau_cap(dp: PathDP, a: float, bound: float, cutoff: float) -> float:
