@@ -1179,12 +1179,13 @@ def _holds_no_plan(problem: Problem, v: int, b: float) -> bool:
 
 def _segment_at(problem: Problem, v: int, b: float, island) -> Assignment | None:
     """Eq. LS4's plan of variant v with every stage and link within tau <= b (None: none, or not a valid plan); under
-    eq. N9b the best of each island's."""
+    eq. N9b the best of each island's. Where a GPU type lies on several islands, eq. N25b's crossing plan too (the
+    better of the two)."""
     best, best_obj = None, math.inf
+    types = [island_split.gpu_type(g) for g in problem.groups]
     for t in _island_tables(problem, v, b):
         dp = PathDP(problem, t, b, t.p_min, t.p_max)
         plans = [segment_dp.segment_plan(dp, island) if segment_dp.applies(dp, island) else None]
-        types = [island_split.gpu_type(g) for g in problem.groups]
         blocks = island_blocks(problem, dp) if USE_CROSSING_PLAN and len(set(types)) < dp.G else None
         if blocks is not None:  # eq. N25b: a GPU type on several islands, the at-most-once case's plan too
             plans.append(island_crossings.crossing_plan(dp, types, problem.group_island, blocks))

@@ -180,6 +180,5 @@ def crossing_plan(dp: PathDP, types: list[str], group_island: np.ndarray, blocks
     if u1 is None or dp.E * (dp.L + 1) * 2 * u1.size * dp.k_max > joint_capacity.LINK_TRACE_MAX:
         return None  # (the run would trace nothing)
     plans: list = []
-    least_paths(dp, dp.t.tau_weight * 0.0, np.zeros(len(dp.cap)), _with_digit(u1, 1), plans=plans,
-                links=_AtMostOnce(blocks, u1.size))
+    least_paths(dp, 0.0, np.zeros(len(dp.cap)), _with_digit(u1, 1), plans=plans, links=_AtMostOnce(blocks, u1.size))
     return plans[0] if plans else None
