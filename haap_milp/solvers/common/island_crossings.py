@@ -65,9 +65,9 @@ class _Crossings:
         """(units, states) a first stage may close the pipeline from: every state."""
         return u, H
 
-    def moved_copy(self, h: int, Fh: np.ndarray) -> np.ndarray:
-        """``_moved`` into a fresh array (the trace's own: the run's buffers stay as they are)."""
-        return self._moved(h, Fh).copy()
+    def later_at(self, F: np.ndarray, link: np.ndarray, g: int) -> np.ndarray:
+        """[L+1, states] H[g]: ``step`` for the one endpoint g of the earlier slot (eq. N25b's trace, after the run)."""
+        return link_step(F, link[g:g + 1], kind=self.cross[g:g + 1], moved=self._moved)[0]
 
 
 class _AtMostOnce(_Crossings):
@@ -177,7 +177,7 @@ def crossing_plan(dp: PathDP, types: list[str], group_island: np.ndarray, blocks
     """Eq. N25b on its own (eq. LS4c's dive): the at-most-once case's least path at the node of ``dp``, nothing priced,
     as a plan (None: no state within JOINT_MAX, no path, or its trace over LINK_TRACE_MAX); the caller checks it."""
     u1 = island_units(dp, types, group_island, blocks)
-    if u1 is None or dp.E * (dp.L + 1) * 2 * u1.size * dp.k_max > joint_capacity.LINK_TRACE_MAX:
+    if u1 is None or not joint_capacity.link_trace_fits(dp, 2 * u1.size, dp.k_max):
         return None  # (the run would trace nothing)
     plans: list = []
     least_paths(dp, 0.0, np.zeros(len(dp.cap)), _with_digit(u1, 1), plans=plans, links=_AtMostOnce(blocks, u1.size))

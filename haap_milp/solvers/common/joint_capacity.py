@@ -128,8 +128,8 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     (first, nonfirst, k_max) in place of the node's (eq. N20b's thresholds). ``plans``: the least path over every P
     is appended as an Assignment (it fits every group's GPUs; the caller checks the rows the DP leaves out), where
     the slots' states fit PATH_MAX floats. ``links``: the step over a link and the (units, states) a first stage may
-    close from in place of ``_later`` and every state (eq. N25's crossing cases, ``island_crossings``; no plans traced
-    then)."""
+    close from in place of ``link_step`` and every state (eq. N25's crossing cases, ``island_crossings``); with
+    ``plans``, a case whose ``links.traced`` has its least path traced too (eq. N25b, ``_backtrack_links``)."""
     t, L, E, N = dp.t, dp.L, dp.E, u.size
     first_t, nonfirst_t, k_max = tables if tables is not None else (dp.first, dp.nonfirst, dp.k_max)
     mu_o = np.maximum(np.asarray(mu, float), 0.0)
@@ -141,7 +141,7 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     fits = E * (L + 1) * N * k_max <= PATH_MAX
     keep = plans is not None and fits and links is None
     # eq. N25b: a crossing case's path, traced from each slot's F alone (its H is recomputed for one endpoint)
-    keep_f = plans is not None and links is not None and links.traced and E * (L + 1) * N * k_max <= LINK_TRACE_MAX
+    keep_f = plans is not None and links is not None and links.traced and link_trace_fits(dp, N, k_max)
     held: list = []  # [slot k - 1]: (F, cost) of slot k (eq. N25b)
     out: dict[int, float] = {}
     trace, best = [], (INF, None)  # per slot k (H in, F out, cost), and (value, (P, row, n)) of the least pipeline
@@ -152,7 +152,7 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
         if links is not None:
             H = None if F is None else links.step(F, dp.link, links.buffer(0, (E, L + 1, N)))
         else:
-            H = None if F is None else _later(F, dp.link, None if work is None else work[0][k - 1])
+            H = None if F is None else link_step(F, dp.link, None if work is None else work[0][k - 1])
         if keep:
             trace.append([H, None, None])
         if k in first_t and (links is None or k > links.least):  # (P stages have P - 1 links)
@@ -183,15 +183,9 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     return out
 
 
-def _later_at(dp: PathDP, links, F: np.ndarray, g: int) -> np.ndarray:
-    """[L+1, states] H[g] of a crossing case (``links.step`` for the one endpoint g of the earlier slot)."""
-    H = np.full(F.shape[1:], INF)
-    for h in range(dp.E):
-        c = float(dp.link[g, h])
-        if math.isfinite(c):
-            src = F[h] if not links.cross[g, h] else links.moved_copy(h, F[h])
-            np.minimum(H, src + c, out=H)
-    return H
+def link_trace_fits(dp: PathDP, states: int, k_max: int) -> bool:
+    """Eq. N25b: whether a crossing case's F over its slots (``states`` each) fits LINK_TRACE_MAX values."""
+    return dp.E * (dp.L + 1) * states * k_max <= LINK_TRACE_MAX
 
 
 def _backtrack_links(dp: PathDP, u: JointUnits, links, held: list, first_t: dict, nonfirst_t: dict, P: int, r: int,
@@ -203,7 +197,7 @@ def _backtrack_links(dp: PathDP, u: JointUnits, links, held: list, first_t: dict
     stages = [(int(first_t[P][1][r, n]), n)]
     left, g = L - n, int(dp.row_group[r])
     if P > 1:
-        H = _later_at(dp, links, held[P - 2][0], g)
+        H = links.later_at(held[P - 2][0], dp.link, g)
         s = int(np.argmin(np.where(u.valid(r), H[left], INF)))
     for k in range(P - 1, 0, -1):
         F, cost = held[k - 1]
@@ -211,7 +205,7 @@ def _backtrack_links(dp: PathDP, u: JointUnits, links, held: list, first_t: dict
         if step is None:
             return None
         h, s = step
-        Hk = _later_at(dp, links, held[k - 2][0], h) if k > 1 else None
+        Hk = links.later_at(held[k - 2][0], dp.link, h) if k > 1 else None
         found = _least_stage(u, Hk, cost, h, left, s, dp.row_group)
         if found is None:
             return None
@@ -285,25 +279,19 @@ def _stage_at(u: JointUnits, H, cost: np.ndarray, h: int, left: int, s: int, val
     raise AssertionError("the joint DP's path does not trace back")  # (the sums are the DP's own: unreachable)
 
 
-def _later(F: np.ndarray, link: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """H[e] = min_h F[h] + link[e, h] (e the earlier slot's endpoint); into ``out`` when given (``link_step``)."""
-    return link_step(F, link, out)
-
-
 def link_step(F: np.ndarray, link: np.ndarray, out: np.ndarray | None = None, kind: np.ndarray | None = None,
               moved=None) -> np.ndarray:
-    """H[e] = min_h S_k[h] + link[e, h], k = ``kind[e, h]`` (default 0): S_0 = F, S_1[h] = ``moved(h, F[h])`` (eq. N25:
+    """H[e] = min_h S_k[h] + link[e, h] for each row e of ``link`` (every endpoint, or a few), k = ``kind[e, h]`` (default 0): S_0 = F, S_1[h] = ``moved(h, F[h])`` (eq. N25:
     F[h] across a crossing between islands). Links take few distinct prices (a block of endpoints behind one NIC), so
     per e the h are grouped by (k, price) and each group's least source, min_h S_k[h], is formed once and shared by
     every e with the same group (E x E x L x N would not fit, and one pair at a time cost 144 array passes on 12
     endpoints). The sums are the same floats as F[h] + link[e, h] at the least h (eq. N20's traceback reads them)."""
-    E = F.shape[0]
-    live = [h for h in range(E) if np.isfinite(F[h]).any()]
-    H = np.empty(F.shape) if out is None else out
+    live = [h for h in range(F.shape[0]) if np.isfinite(F[h]).any()]
+    H = np.empty((link.shape[0], *F.shape[1:])) if out is None else out
     src: dict = {}  # (k, h) -> S_k[h]
     least: dict = {}  # (k, hs) -> min over hs of S_k[h]
     tmp = np.empty(F.shape[1:])
-    for e in range(E):
+    for e in range(link.shape[0]):
         groups: dict = {}
         for h in live:
             c = float(link[e, h])
