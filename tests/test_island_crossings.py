@@ -74,7 +74,8 @@ def _check(p, rng) -> tuple[int, int]:
             for P in range(t.p_min, t.p_max + 1):
                 least = min((T for q, T in inside if q == P), default=math.inf)
                 assert cb[P] <= least * (1 + TOL) + 1e-12, (v, a, b, P, cb[P], least)
-                assert cb[P] >= base.get(P, math.inf) * (1 - TOL) - 1e-12, (v, a, b, P, cb[P], base.get(P))
+                # (the twice-or-more case runs in float32, eq. N27b: its values lose their rounding's bound, < 1e-5)
+                assert cb[P] >= base.get(P, math.inf) * (1 - 1e-5) - 1e-12, (v, a, b, P, cb[P], base.get(P))
             if inside:
                 checked += 1
                 lifted += float(cb.min()) > min(base.values(), default=math.inf) * (1 + 1e-6)

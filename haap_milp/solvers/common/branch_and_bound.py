@@ -151,6 +151,7 @@ JOINT_PLANS = True  # eq. N20's least paths offered as plans
 JOINT_S = 0.15  # eq. N20b: sigma's cases stop after this long on a node (the count then keeps its N20 bound)
 USE_CROSSINGS = True  # eq. N25: where eq. N20 pools a GPU type over islands, its cases on the crossings between them
 USE_CROSSING_PLAN = True  # eq. N25b in eq. LS4c's dive: the at-most-once case's plan beside eq. LS4's
+USE_PRUNE = True  # eq. N27: eqs. N20/N25's runs drop partial paths that cannot finish below the incumbent / cut-off
 USE_DP_TAU_CAP = True  # eq. N26: eq. N20's bound caps the node's tau range (the part above holds no plan under the cut-off)
 USE_GROUP_SPLIT = True  # eq. N15 after eqs. N4/N11 (and N8) when several groups remain and the node survives
 # eqs. LS4 and N15 run only where the groups hold two or more GPU types: on one type over two islands the groups are
@@ -994,11 +995,13 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
         return bound, per_p
     t0 = time.perf_counter()
     found: list | None = [] if JOINT_PLANS else None
+    inc = st.inc_obj if USE_PRUNE and st.inc is not None else None  # eq. N27
     jb, jp = joint_capacity.joint_bound(dp, a, mu, cutoff, sync_share(problem.p2p_blocking), u,
-                                        min(deadline, t0 + JOINT_S), found)
+                                        min(deadline, t0 + JOINT_S), found, inc)
     blocks = island_blocks(problem, dp) if USE_CROSSINGS and len(u.R) < dp.G else None  # (eq. N20 pooled by type)
     if blocks is not None and (cutoff is None or jb < cutoff):  # eq. N25
-        cb = island_crossings.crossing_bound(dp, a, mu, u, types, problem.group_island, blocks, jp, found)
+        cb = island_crossings.crossing_bound(dp, a, mu, u, types, problem.group_island, blocks, jp, found,
+                                             cutoff if inc is not None else None, inc)
         if cb is not None:
             jp = np.maximum(jp, cb)
             jb = float(jp.min())

@@ -49,6 +49,8 @@ class JointUnits:
     wvec: np.ndarray  # [rows, B] units per digit
     digits: np.ndarray  # [size, B] the units of each flat state
     limit: np.ndarray | None = None  # [rows, B] the digits' most units where a row's stage enters (None: R everywhere)
+    blocks: list | None = None  # [B] the groups of each digit (None: a flag or counter digit, no GPUs)
+    q: np.ndarray | None = None  # [B] GPUs per unit of each digit
     _valid: dict = field(default_factory=dict)
     _work: tuple | None = None
 
@@ -117,11 +119,11 @@ def unit_state(dp: PathDP, blocks: list[list[int]], q: np.ndarray, R: np.ndarray
     off = np.where(exact, (wvec * stride[None, :]).sum(axis=1), -1)
     size = int(np.prod(R + 1))
     digits = (np.arange(size)[:, None] // stride[None, :]) % (R + 1)[None, :]
-    return JointUnits(R, size, off, wvec, digits, limit)
+    return JointUnits(R, size, off, wvec, digits, limit, list(blocks), np.asarray(q, np.int64))
 
 
 def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None,
-                plans: list | None = None, links=None) -> dict[int, float]:
+                plans: list | None = None, links=None, prune: float | None = None) -> dict[int, float]:
     """Eq. N20: per stage count P of the node, a lower bound on T of its plans of P stages (inf: none) -- the tau
     term at ``a``, plus the least path within every group's GPUs (times, links and the first stage's sync, eq. N4's
     costs), the budget row priced by ``mu`` (``mu`` on the groups is not used: their rows are exact). ``tables``:
@@ -129,7 +131,10 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     is appended as an Assignment (it fits every group's GPUs; the caller checks the rows the DP leaves out), where
     the slots' states fit PATH_MAX floats. ``links``: the step over a link and the (units, states) a first stage may
     close from in place of ``link_step`` and every state (eq. N25's crossing cases, ``island_crossings``); with
-    ``plans``, a case whose ``links.traced`` has its least path traced too (eq. N25b, ``_backtrack_links``)."""
+    ``plans``, a case whose ``links.traced`` has its least path traced too (eq. N25b, ``_backtrack_links``).
+    ``prune`` (eq. N27): a partial path that cannot finish below it is dropped, and a P whose least lies at or above it
+    gets ``prune`` (a bound on its plans, exact below it; paths below it are traced as before). A case whose
+    ``links.dtype`` is float32 runs in float32, each value taken down by its rounding's bound (eq. N27b)."""
     t, L, E, N = dp.t, dp.L, dp.E, u.size
     first_t, nonfirst_t, k_max = tables if tables is not None else (dp.first, dp.nonfirst, dp.k_max)
     mu_o = np.maximum(np.asarray(mu, float), 0.0)
@@ -148,6 +153,14 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     F = None  # [E, L+1, N]: slots 1..k-1, slot k-1 at endpoint e, l layers, the units used
     # (reused across the node's runs: fresh pages cost more); eq. N25's cases keep two slots' buffers of their own
     work = u.workspace(k_max, E, L + 1) if fits and links is None else None
+    # a case may run in float32 (eq. N27b): every value then loses (2 k_max + 4) units of 2^-24 of itself (each of at
+    # most 2 k_max terms rounded once and added once, all terms >= 0), and every cut keeps that much above it
+    dtype = np.float64 if links is None else links.dtype
+    f32 = dtype == np.float32
+    tol = (2 * k_max + 4) * 2.0 ** -24 if f32 else 1e-9
+    # eq. N27: per slot k and layers l held, the least a path can still pay for its earlier stages (L - l layers),
+    # ahead[k][L - l] - slack[state]
+    ahead, slack = (None, None) if prune is None else _completion(dp, u, mu, mu_cost, links, first_t, nonfirst_t, k_max)
     for k in range(1, k_max + 1):
         if links is not None:
             H = None if F is None else links.step(F, dp.link, links.buffer(0, (E, L + 1, N)))
@@ -158,16 +171,18 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
         if k in first_t and (links is None or k > links.least):  # (P stages have P - 1 links)
             uc, Hc = (u, H) if links is None else links.closing(u, H)
             val, arg = _close(dp, uc, first_t[k][0] + mu_cost[:, None], Hc)
-            out[k] = base + val
+            out[k] = base + val - (tol * val if f32 and val < INF else 0.0)  # (float32: its rounding taken off)
             if val < best[0]:
                 best = (val, (k, *arg))
         if k >= k_max:
             break
-        cost = nonfirst_t[k][0] + mu_cost[:, None]
+        cost = (nonfirst_t[k][0] + mu_cost[:, None]).astype(dtype, copy=False)
         F = _slot(dp, u, cost, H, links.buffer(1, (E, L + 1, N)) if links is not None else
                   None if work is None else work[1][k - 1])
         if pure and k < t.M:
-            F[F > inflight_cap(k, dp.b)] = INF
+            F[F > inflight_cap(k, dp.b) * (1 + tol if f32 else 1)] = INF
+        if ahead is not None:  # (a margin ``tol`` for the float sums: a path below ``prune`` is never dropped)
+            F[F > ((prune - base - ahead[k][::-1] + tol * abs(prune))[:, None] + slack[None, :]).astype(dtype)] = INF
         if keep:
             trace[-1][1:] = F, cost
         if keep_f:  # (float32: the trace takes argmins, and every finite entry is a partial path that exists)
@@ -180,7 +195,55 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
         plan = _backtrack_links(dp, u, links, held, first_t, nonfirst_t, *best[1])
         if plan is not None:
             plans.append(plan)
+    if prune is not None:  # (a P left without a path may have had one at or above ``prune``)
+        out = {P: min(out.get(P, INF), prune) for P in first_t if P <= k_max and (links is None or P > links.least)}
     return out
+
+
+def _completion(dp: PathDP, u: JointUnits, mu: np.ndarray, mu_cost: np.ndarray, links, first_t: dict,
+                nonfirst_t: dict, k_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. N27's completion bound of a partial path at slot k, state s, l layers held: ``ahead[k][L - l] - slack[s]``
+    (``completion`` priced by ``_completion_prices``, less the free GPUs' credit, plus the case's debt)."""
+    gpu_mu, slack = _completion_prices(dp, u, mu)
+    if links is not None:
+        slack = slack - links.owed(dp, u.size)
+    return completion(dp, first_t, nonfirst_t, mu_cost + dp.row_usage @ gpu_mu, k_max), slack
+
+
+def _completion_prices(dp: PathDP, u: JointUnits, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. N27's prices: ([G] per GPU of each group, [states] the priced GPUs still free in each state). A digit's groups
+    share the least of their multipliers (its state counts their sum); groups in no digit are not priced."""
+    gpu = np.zeros(dp.G)
+    free = np.zeros(u.size)
+    if u.blocks is None:
+        return gpu, free
+    mu = np.maximum(np.asarray(mu, float)[:dp.G], 0.0)
+    for j, b in enumerate(u.blocks):
+        price = float(mu[b].min()) if len(b) else 0.0
+        gpu[b] = price
+        free += price * (float(dp.cap[b].sum()) - u.q[j] * u.digits[:, j])
+    return gpu, free
+
+
+def completion(dp: PathDP, first_t: dict, nonfirst_t: dict, mu_cost: np.ndarray, k_max: int) -> np.ndarray:
+    """Eq. N27: [k_max + 1, L + 1] A[k, m], a lower bound on what a path that holds slots 1..k still pays for its
+    earlier stages (slots k + 1 up to its first, m layers in all), the link into slot k included: eq. N4's costs,
+    each slot's least row per layer count (no GPUs, any endpoint), every link the least one. INF: no way to finish."""
+    L = dp.L
+    finite = dp.link[np.isfinite(dp.link)]
+    hop = float(finite.min()) if finite.size else INF
+    m = np.arange(L + 1)
+    back = m[:, None] - m[None, :]  # [m, n]: layers left for the slots after a stage of n
+    A = np.full((k_max + 1, L + 1), INF)
+    for k in range(k_max - 1, 0, -1):
+        j, best = k + 1, np.full(L + 1, INF)
+        if j in first_t:  # slot j is the first stage: it holds all m
+            best = np.minimum(best, (first_t[j][0] + mu_cost[:, None]).min(axis=0))
+        if j in nonfirst_t and j < k_max:  # a stage of n at slot j, the rest earlier still
+            nf = (nonfirst_t[j][0] + mu_cost[:, None]).min(axis=0)
+            best = np.minimum(best, np.where(back >= 0, nf[None, :] + A[j][np.clip(back, 0, L)], INF).min(axis=1))
+        A[k] = best + hop
+    return A
 
 
 def link_trace_fits(dp: PathDP, states: int, k_max: int) -> bool:
@@ -290,7 +353,7 @@ def link_step(F: np.ndarray, link: np.ndarray, out: np.ndarray | None = None, ki
     H = np.empty((link.shape[0], *F.shape[1:])) if out is None else out
     src: dict = {}  # (k, h) -> S_k[h]
     least: dict = {}  # (k, hs) -> min over hs of S_k[h]
-    tmp = np.empty(F.shape[1:])
+    tmp = np.empty(F.shape[1:], F.dtype)
     for e in range(link.shape[0]):
         groups: dict = {}
         for h in live:
@@ -370,7 +433,8 @@ def _close(dp: PathDP, u: JointUnits, cost: np.ndarray, H) -> tuple[float, tuple
 
 
 def joint_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float | None, beta: float, u: JointUnits,
-                deadline: float = math.inf, plans: list | None = None) -> tuple[float, np.ndarray]:
+                deadline: float = math.inf, plans: list | None = None,
+                incumbent: float | None = None) -> tuple[float, np.ndarray]:
     """Eqs. N20, N20b on the node: (bound, [k_max + 1] per stage count P its bound, inf outside the node's range).
     Sigma's cases run per stage count whose N20 bound is below ``cutoff``, the least first, until one is not lifted (the
     node's bound, their least, cannot rise past it), SIGMA_RUNS DP runs in all; each case (e0, e1] bounds the plans
@@ -380,8 +444,9 @@ def joint_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float | None, beta
     of any stage stays below ``cutoff`` is not run (no case can reach it). The lowest case at the finest split runs first:
     when it lifts a count's bound by less than LIFT, the count's cases are not run (measured: mixtral-8x7b x 64 GPUs x
     3 types x 2 islands, where sigma does not bind, 40 runs cost 0.9-1.1 s a node for nothing). ``plans``: each run's
-    least path is appended (``least_paths``)."""
-    per = least_paths(dp, a, mu, u, plans=plans)
+    least path is appended (``least_paths``). ``incumbent``: eq. N27 drops the partial paths that cannot finish below
+    it, in every run (a path of DP value v is a plan of T >= v, a case's too: none above it is wanted)."""
+    per = least_paths(dp, a, mu, u, plans=plans, prune=incumbent)
     out = np.full(dp.k_max + 1, INF)
     for P, val in per.items():
         out[P] = val
@@ -404,7 +469,7 @@ def joint_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float | None, beta
         def least(x, P=P, tm=tm, sy=sy, credit=credit):  # P stages, every sigma_k <= x, first stage's time only
             tables = ({P: dp._rows(np.where(sy <= x, tm, INF))},
                       {k: dp._rows(np.where(sync[k] - credit[k] <= x, nonfirst[k], INF)) for k in credit}, P)
-            return least_paths(dp, a, mu, u, tables, plans).get(P, INF)
+            return least_paths(dp, a, mu, u, tables, plans, prune=incumbent).get(P, INF)
 
         free = least(INF)
         runs += 1
