@@ -3,15 +3,19 @@ completion bound priced with the node's multipliers) against the node-level brut
 
 Per node and stage count P, with the prune value v at, below and above the node's least plan: the pruned value is the
 unpruned one where that lies below v, and otherwise at least min(v, unpruned) -- so it never exceeds the least plan of
-P stages -- on eq. N20's joint state (every group, or pooled by type) and on eq. N25's two crossing cases; the traced
-plan is the same wherever it lies below v; a crossing bound above the cut-off stays above it by more than the node's
-float margin (a count pruned at exactly the cut-off left the node open); and the pruning is not vacuous (it ends runs
-early). The test fails with the twice-or-more case's debt doubled or shifted by one crossing, the free GPUs' credit left
-out, the completion doubled, the largest link taken for the least, or the twice-or-more case pruned at the cut-off
-itself (checked by mutation)."""
+P stages -- on eq. N20's joint state (every group, or pooled by type; with sigma's cases, eq. N20b) and on eq. N25's two
+crossing cases, on problems with and without a priced budget (eq. W1); the traced plan is the same wherever it lies
+below v; the float32 case (eq. N27b) never lies above the float64 one; eq. N27c keeps the floor where it does not run
+and every lift where it does; a crossing bound above the cut-off stays above it by more than the node's float margin
+(a count pruned at exactly the cut-off left the node open); and the pruning is not vacuous (it ends runs early). The
+test fails (checked by mutation) with the twice-or-more case's debt doubled or shifted by one crossing, the free GPUs'
+credit left out, the completion doubled, the largest link taken for the least, the twice-or-more case pruned at the
+cut-off itself, float32 without its margin, a count eq. N27c skips given the at-most-once value or one it runs for
+and finds no path of given the floor, or the budget's column left out of the prices (a crash)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import pathlib
@@ -24,6 +28,8 @@ from synthetic import random_problem
 from test_island_crossings import _instance
 from test_stage_dp import _node_plans
 
+from haap_milp.pipeline import sync_share
+from haap_milp.problem import Budget
 from haap_milp.solvers.common import island_crossings, joint_capacity
 from haap_milp.solvers.common.bounds import variant_bound
 from haap_milp.solvers.common.branch_and_bound import _worst_tau
@@ -45,6 +51,14 @@ def _agree(plain: dict, pruned: dict, v: float, least: dict, where, rel: float =
         else:
             assert x >= min(v, exact) * (1 - rel), (where, P, x, exact, v)
         assert x <= least.get(P, math.inf) * (1 + TOL) + 1e-12, (where, P, x, least.get(P), v)
+
+
+def _budgeted(p, rng):
+    """``p`` with a random per-group price budget (eq. W1) at 20-60 % of the most its stages could spend."""
+    price = rng.integers(1, 5, len(p.groups))
+    w = np.array([sum(int(price[g]) * n for g, n in o.usage) for o in p.options], np.int64)
+    return dataclasses.replace(p, budget=Budget(w, max(1, int(rng.uniform(0.2, 0.6) * int(w.max()) * p.max_stages)),
+                                                "test"))
 
 
 def _nodes(p, v, rng):
@@ -96,6 +110,13 @@ def _check_node(p, dp, a, mu, inside, types, rng, calls) -> tuple[int, int]:
             _agree(plain, pruned, v, least, ("N20", a, v))
             if min(finite) < v * (1 - 1e-7):
                 assert [s.stages for s in got] == [s.stages for s in plain_plans], (a, v)
+            # eqs. N20/N20b with the incumbent: sigma's cases pruned too, the node's bound never above its least plan
+            cut = v / 1.01
+            jb, jp = joint_capacity.joint_bound(dp, a, mu, cut, sync_share(p.p2p_blocking), u, incumbent=v)
+            assert jb <= opt * (1 + 1e-7) + 1e-12 or opt >= cut, (a, v, jb, opt)
+            for P, x in enumerate(jp):
+                lp = least.get(P, math.inf)
+                assert x <= lp * (1 + 1e-7) + 1e-12 or lp >= cut, (a, v, P, x, lp)
             if blocks is not None and len(u.R) < dp.G:
                 cb_plain = island_crossings.crossing_bound(dp, a, mu, u, types, p.group_island, blocks)
                 cb = island_crossings.crossing_bound(dp, a, mu, u, types, p.group_island, blocks, cutoff=v,
@@ -126,6 +147,8 @@ def _check_node(p, dp, a, mu, inside, types, rng, calls) -> tuple[int, int]:
                         assert max(cf[P], floor[P]) <= least.get(P, math.inf) * (1 + TOL) + 1e-12, (a, v, P)
                         if floor[P] >= v:  # (not run for it: it keeps at most the floor)
                             assert cf[P] <= floor[P], (a, v, P, cf[P], floor[P])
+                        elif cb[P] > floor[P]:  # (run for it: the lift of the case run for every count is kept)
+                            assert cf[P] >= min(cb[P], v) * (1 - 1e-5), (a, v, P, cf[P], cb[P], floor[P])
                     # a count above the cut-off stays above it after the node's float margin (_safe): it closes
                     above = cb_plain >= v * (1 + 2e-6)
                     assert np.all(cb[above] >= v * (1 + 5e-7)), (a, v, cb[above], cb_plain[above])
@@ -143,6 +166,7 @@ def test_pruned_paths_keep_every_value_below_the_prune_and_bound_the_rest(monkey
                                max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1,
                                num_groups=int(rng.integers(2, 4))) for seed in range(20)]
     problems += [_instance(seed, rng) for seed in range(12)]
+    problems += [_budgeted(p, rng) for p in problems[::3]]  # (eq. W1 priced: mu_cost > 0, base below tau's term)
     for p in problems:
         types = [gpu_type(g) for g in p.groups]
         for v in range(len(p.variants)):

@@ -200,6 +200,7 @@ def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, pooled: JointUnits, typ
     twice = least_paths(dp, a, mu, _with_digit(pooled, 2), ({P: dp.first[P] for P in need}, dp.nonfirst, k_top),
                         links=_TwiceOrMore(blocks, pooled), prune=prune)
     more = np.full(dp.k_max + 1, INF) if floor is None else np.array(floor, float)
+    more[need] = INF  # (a count it runs for and finds no path of: none crosses twice)
     for P, val in twice.items():
         more[P] = val
     return np.minimum(out, more)

@@ -161,6 +161,8 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     # eq. N27: per slot k and layers l held, the least a path can still pay for its earlier stages (L - l layers),
     # ahead[k][L - l] - slack[state]
     ahead, slack = (None, None) if prune is None else _completion(dp, u, mu, mu_cost, links, first_t, nonfirst_t, k_max)
+    # (relative to the largest value a kept entry may hold, prune - base: base < 0 where the budget row is priced)
+    margin = 0.0 if prune is None else tol * (abs(prune) + max(0.0, -base))
     for k in range(1, k_max + 1):
         if links is not None:
             H = None if F is None else links.step(F, dp.link, links.buffer(0, (E, L + 1, N)))
@@ -182,7 +184,7 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
         if pure and k < t.M:
             F[F > inflight_cap(k, dp.b) * (1 + tol if f32 else 1)] = INF
         if ahead is not None:  # (a margin ``tol`` for the float sums: a path below ``prune`` is never dropped)
-            F[F > ((prune - base - ahead[k][::-1] + tol * abs(prune))[:, None] + slack[None, :]).astype(dtype)] = INF
+            F[F > ((prune - base - ahead[k][::-1] + margin)[:, None] + slack[None, :]).astype(dtype)] = INF
         if keep:
             trace[-1][1:] = F, cost
         if keep_f:  # (float32: the trace takes argmins, and every finite entry is a partial path that exists)
@@ -213,7 +215,7 @@ def _completion(dp: PathDP, u: JointUnits, mu: np.ndarray, mu_cost: np.ndarray, 
 def _completion_prices(dp: PathDP, u: JointUnits, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eq. N27's prices: ([G] per GPU of each group, [states] the priced GPUs still free in each state). A digit's groups
     share the least of their multipliers (its state counts their sum); groups in no digit are not priced."""
-    gpu = np.zeros(dp.G)
+    gpu = np.zeros(len(dp.cap))  # (the budget row's column, when there is one, stays 0: mu_cost prices it)
     free = np.zeros(u.size)
     if u.blocks is None:
         return gpu, free
