@@ -21,7 +21,7 @@ from haap_milp import worker
 from haap_milp.deadline import Deadline
 from haap_milp.problem import evaluate
 from haap_milp.solvers import cpsat, get_solver
-from haap_milp.solvers.common import VariantResult, highs_node
+from haap_milp.solvers.common import VariantResult, branch_and_bound, highs_node
 from haap_milp.solvers.common import race as race_mod
 from haap_milp.solvers.common.lp import highspy, run
 from haap_milp.specs import SolveOptions
@@ -211,6 +211,7 @@ def test_a_forked_racer_that_ignores_its_stop_is_killed_when_cpsat_finishes(monk
     problem = random_problem(7)
     brute = get_solver("brute")(problem, EXACT)
     monkeypatch.setattr(cpsat, "RACE_MIN_VARS", 0)
+    monkeypatch.setattr(branch_and_bound, "POOL_SIZE", 1)  # (PAR2's workers off: the races run here, seen here)
     monkeypatch.setattr(highs_node, "_lingered", True)  # (as after a first wait of more than LINGER_S)
     monkeypatch.setattr(highs_node, "highs_node", _stubborn_highs)  # (the child, forked after this, runs it)
     t0 = time.perf_counter()
@@ -235,13 +236,21 @@ def test_a_race_that_waits_for_highs_past_linger_s_makes_the_process_fork_its_ra
             forked.append(1)
         return child
 
-    def slow_highs(*_args, **_kwargs):
+    def slow_highs(*_args, **_kwargs):  # (a forked racer: killed at the race's end)
         time.sleep(0.6)
         return VariantResult("NO_SOLUTION", stats={"backend": "highs"})
 
+    def lingering(*args):  # (on the helper thread: goes on 0.6 s past the stop, however late CP-SAT finishes)
+        r, end = args[-1], time.monotonic() + args[3]
+        while not r.interrupted and time.monotonic() < end:
+            time.sleep(0.01)
+        return slow_highs()
+
     monkeypatch.setattr(cpsat, "RACE_MIN_VARS", 0)
+    monkeypatch.setattr(branch_and_bound, "POOL_SIZE", 1)  # (PAR2's workers off: a worker's linger is its own)
     monkeypatch.setattr(highs_node, "_lingered", False)
     monkeypatch.setattr(highs_node, "highs_node", slow_highs)
+    monkeypatch.setattr(cpsat, "race_node", lingering)
     monkeypatch.setattr(cpsat, "fork_racer", counted)
     assert highs_node.fork_racer(problem, None, None, 1.0, None, EXACT) is None and not forked
     assert cpsat.solve(problem, EXACT).status == "OPTIMAL" and highs_node._lingered
