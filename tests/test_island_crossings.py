@@ -65,7 +65,7 @@ def _check(p, rng) -> tuple[int, int]:
             full = joint_capacity.joint_units(dp, types)
             if blocks is None or full is None:
                 continue
-            pooled = joint_capacity._units(dp, [[g for g in range(dp.G) if types[g] == ty] for ty in dict.fromkeys(types)])
+            pooled = joint_capacity._units(dp, joint_capacity.type_blocks(types))
             mu = np.zeros(len(dp.cap))
             base = joint_capacity.least_paths(dp, a, mu, pooled)
             cb = island_crossings.crossing_bound(dp, a, mu, pooled, types, p.group_island, blocks)

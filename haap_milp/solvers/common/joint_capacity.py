@@ -31,7 +31,7 @@ from haap_milp.solvers.common import sigma_dp
 from haap_milp.solvers.common.stage_dp import INF, PathDP, inflight_cap
 
 PATH_MAX = 4_000_000  # most floats of a run's states kept (E x (L+1) x states x slots, twice): to trace its path
-LINK_TRACE_MAX = 24_000_000  # eq. N25b: most values of a crossing case's F kept over its slots (float32: 96 MB) to trace
+LINK_TRACE_MAX = 24_000_000  # eq. N25b: most values of a crossing case's F kept over its slots (float32: 96 MB)
 JOINT_MAX = 4096  # most states of the capacity vector (product of R_g + 1); more: eq. N20 does not run
 SIGMA_RUNS = 40  # eq. N20b: most DP runs per node for sigma's cases (a stage count left unfinished keeps its N20 bound)
 LIFT = 1e-3  # eq. N20b: a stage count's cases are run only when the lowest one lifts its bound by this much (relative)
@@ -158,11 +158,8 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     dtype = np.float64 if links is None else links.dtype
     f32 = dtype == np.float32
     tol = (2 * k_max + 4) * 2.0 ** -24 if f32 else 1e-9
-    # eq. N27: per slot k and layers l held, the least a path can still pay for its earlier stages (L - l layers),
-    # ahead[k][L - l] - slack[state]
-    ahead, slack = (None, None) if prune is None else _completion(dp, u, mu, mu_cost, links, first_t, nonfirst_t, k_max)
-    # (relative to the largest value a kept entry may hold, prune - base: base < 0 where the budget row is priced)
-    margin = 0.0 if prune is None else tol * (abs(prune) + max(0.0, -base))
+    cut = None if prune is None else _Cut(dp, u, mu, mu_cost, links, (first_t, nonfirst_t, k_max), prune, base, tol,
+                                          dtype)
     for k in range(1, k_max + 1):
         if links is not None:
             H = None if F is None else links.step(F, dp.link, links.buffer(0, (E, L + 1, N)))
@@ -183,8 +180,8 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
                   None if work is None else work[1][k - 1])
         if pure and k < t.M:
             F[F > inflight_cap(k, dp.b) * (1 + tol if f32 else 1)] = INF
-        if ahead is not None:  # (a margin ``tol`` for the float sums: a path below ``prune`` is never dropped)
-            F[F > ((prune - base - ahead[k][::-1] + margin)[:, None] + slack[None, :]).astype(dtype)] = INF
+        if cut is not None:
+            cut.apply(F, k)
         if keep:
             trace[-1][1:] = F, cost
         if keep_f:  # (float32: the trace takes argmins, and every finite entry is a partial path that exists)
@@ -202,20 +199,31 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     return out
 
 
-def _completion(dp: PathDP, u: JointUnits, mu: np.ndarray, mu_cost: np.ndarray, links, first_t: dict,
-                nonfirst_t: dict, k_max: int) -> tuple[np.ndarray, np.ndarray]:
-    """Eq. N27's completion bound of a partial path at slot k, state s, l layers held: ``ahead[k][L - l] - slack[s]``
-    (``completion`` priced by ``_completion_prices``, less the free GPUs' credit, plus the case's debt)."""
-    gpu_mu, slack = _completion_prices(dp, u, mu)
-    if links is not None:
-        slack = slack - links.owed(dp, u.size)
-    return completion(dp, first_t, nonfirst_t, mu_cost + dp.row_usage @ gpu_mu, k_max), slack
+class _Cut:
+    """Eq. N27's cut of one run: a partial path at slot k, state s, l layers held, whose value F exceeds ``prune - base``
+    less its completion bound ``ahead[k][L - l] - slack[s]`` (``completion`` priced by ``_completion_prices``, less the
+    free GPUs' credit, plus the case's debt) is dropped. The margin is ``tol`` of the largest value a kept entry may
+    hold (|prune| - base where the base is negative: a priced budget row)."""
+
+    def __init__(self, dp: PathDP, u: JointUnits, mu: np.ndarray, mu_cost: np.ndarray, links, tables: tuple,
+                 prune: float, base: float, tol: float, dtype):
+        first_t, nonfirst_t, k_max = tables
+        gpu_mu, self.slack = _completion_prices(dp, u, mu)
+        if links is not None:
+            self.slack = self.slack - links.owed(dp, u.size)
+        self.ahead = completion(dp, first_t, nonfirst_t, mu_cost + dp.row_usage @ gpu_mu, k_max)
+        self.room, self.margin, self.dtype = prune - base, tol * (abs(prune) + max(0.0, -base)), dtype
+
+    def apply(self, F: np.ndarray, k: int) -> None:
+        """F [E, L+1, states] of slot k: the entries that cannot finish below the prune value set to INF, in place."""
+        top = (self.room - self.ahead[k][::-1] + self.margin)[:, None] + self.slack[None, :]
+        F[F > top.astype(self.dtype)] = INF
 
 
 def _completion_prices(dp: PathDP, u: JointUnits, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Eq. N27's prices: ([G] per GPU of each group, [states] the priced GPUs still free in each state). A digit's groups
-    share the least of their multipliers (its state counts their sum); groups in no digit are not priced."""
-    gpu = np.zeros(len(dp.cap))  # (the budget row's column, when there is one, stays 0: mu_cost prices it)
+    """Eq. N27's prices: ([G] per GPU of each group, [states] the priced GPUs still free in each state). A digit's
+    groups share the least of their multipliers (its state counts their sum); groups in no digit are not priced."""
+    gpu = np.zeros(len(dp.cap))  # (the budget row's column, if any, stays 0: mu_cost prices it)
     free = np.zeros(u.size)
     if u.blocks is None:
         return gpu, free
@@ -346,8 +354,8 @@ def _stage_at(u: JointUnits, H, cost: np.ndarray, h: int, left: int, s: int, val
 
 def link_step(F: np.ndarray, link: np.ndarray, out: np.ndarray | None = None, kind: np.ndarray | None = None,
               moved=None) -> np.ndarray:
-    """H[e] = min_h S_k[h] + link[e, h] for each row e of ``link`` (every endpoint, or a few), k = ``kind[e, h]`` (default 0): S_0 = F, S_1[h] = ``moved(h, F[h])`` (eq. N25:
-    F[h] across a crossing between islands). Links take few distinct prices (a block of endpoints behind one NIC), so
+    """H[e] = min_h S_k[h] + link[e, h] for each row e of ``link`` (every endpoint, or a few), k = ``kind[e, h]``
+    (default 0): S_0 = F, S_1[h] = ``moved(h, F[h])`` (eq. N25: F[h] across a crossing between islands). Links take few distinct prices (a block of endpoints behind one NIC), so
     per e the h are grouped by (k, price) and each group's least source, min_h S_k[h], is formed once and shared by
     every e with the same group (E x E x L x N would not fit, and one pair at a time cost 144 array passes on 12
     endpoints). The sums are the same floats as F[h] + link[e, h] at the least h (eq. N20's traceback reads them)."""
