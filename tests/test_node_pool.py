@@ -191,15 +191,39 @@ def test_merge_takes_a_workers_node_as_this_process_would():
     heap: list = []
     node = (1.0, 0, 0.1, 0.2, 0, 0, 9, 5, None, bb.NO_KEEP)
     children = [(1.5, 0, 0.1, 0.15, 0, 0, 9, 5, None, bb.NO_KEEP), (1.6, 0, 0.15, 0.2, 0, 0, 9, 6, None, bb.NO_KEEP)]
-    bb._merge(st, heap, node, (children, [2.0], "new plan", 9.0, ["e"], 1e-4))
+    bb._merge(st, heap, node, (children, [2.0], "new plan", 9.0, ["e"], 1e-4, {}))
     assert sorted(c[0] for c in heap) == [1.5, 1.6] and len({c[7] for c in heap}) == 2
     assert [c[:7] for c in sorted(heap)] == [c[:7] for c in children]
     assert st.closed == [2.0] and st.errors == ["e"] and st.tol_s == 1e-4 and st.nodes == 1
     assert (st.inc, st.inc_obj) == ("new plan", 9.0)
-    bb._merge(st, heap, node, ([], [], "worse plan", 9.5, [], 0.0))
+    bb._merge(st, heap, node, ([], [], "worse plan", 9.5, [], 0.0, {}))
     assert (st.inc, st.inc_obj) == ("new plan", 9.0)
     bb._merge(st, heap, node, RuntimeError("worker failed"))
     assert node in heap and st.nodes == 2
+
+
+def test_the_workers_statistics_reach_the_result():
+    """Eq. PAR2: what a worker's node added to its statistics (counts, running totals, times, maxima, engine runs) is
+    summed into the search's result beside this process's own."""
+    was = {"joint_dp": 3, "capacity_dp": 1, "max_vars": 50, "engine1": "v0 OPTIMAL 0.01s", "hint_objective_s": 9.0}
+    now = {**was, "joint_dp": 5, "sigma_dp_s": 0.25, "max_vars": 80, "engine2": "v1 INFEASIBLE 0.02s"}
+    added = bb.stats_added(was, now)
+    assert added == {"joint_dp": 2, "sigma_dp_s": 0.25, "max_vars": 80, "engines": ["v1 INFEASIBLE 0.02s"]}
+    into = {"joint_dp": 1, "max_vars": 90}
+    bb.add_stats(into, added)
+    bb.add_stats(into, {"joint_dp": 1, "max_vars": 70, "engines": ["v2 OPTIMAL 0.1s"]})
+    assert into == {"joint_dp": 4, "sigma_dp_s": 0.25, "max_vars": 90,
+                    "engines": ["v1 INFEASIBLE 0.02s", "v2 OPTIMAL 0.1s"]}
+
+
+def test_a_pooled_search_reports_its_workers_engine_runs(monkeypatch):
+    _pooled(monkeypatch)
+    monkeypatch.setattr(bb, "POOL_SIZE", 2)
+    problem = large_problem(1, num_gpus=64, num_types=2, num_layers=16, max_stages=6, micro_batches=(8, 16))
+    res = get_solver("cpsat")(problem, EXACT)
+    assert res.status == "OPTIMAL" and res.stats.get("worker_nodes", 0) > 0
+    engines = [v for k, v in res.stats.items() if k.startswith("engine") and k[6:].isdigit()]
+    assert any(v.endswith("(worker)") for v in engines) and "dp_bound_steps" in res.stats
 
 
 def test_failed_worker_nodes_run_again_here(monkeypatch):

@@ -272,6 +272,7 @@ class _State:
     probe_fails: int = 0  # eq. N17c: probes the engine did not finish
     probe_s: float = field(default_factory=lambda: PROBE_S)  # eqs. N17b/c: a probe's wall time (eq. PAR2b: more on a worker)
     seg_idle: int = 0  # eq. LS4: nodes in a row on which the segment DP found no better plan
+    worker_stats: dict = field(default_factory=dict)  # eq. PAR2: what the workers' nodes added to ``stats`` (_merge)
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
     policy: NodePolicy = field(default_factory=NodePolicy)
@@ -501,11 +502,11 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
         node, inc, inc_obj = request
         if inc is not None and inc_obj < st.inc_obj:
             st.inc, st.inc_obj = inc, inc_obj
-        marks, before, heap = (len(st.closed), len(st.errors)), st.inc_obj, []
+        marks, before, heap, was = (len(st.closed), len(st.errors)), st.inc_obj, [], dict(st.stats)
         cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
         _node(problem, options, st, heap, vb[node[1]], node, cutoff, deadline, name, solve_node)
         return (heap, st.closed[marks[0]:], st.inc if st.inc_obj < before else None, st.inc_obj,
-                st.errors[marks[1]:], st.tol_s)
+                st.errors[marks[1]:], st.tol_s, stats_added(was, st.stats))
 
     return NodePool(serve, size)
 
@@ -523,7 +524,8 @@ def _merge(st: _State, heap: list, node, reply) -> None:
         log.warning("a node worker failed (%s); its node is run again", reply)
         heapq.heappush(heap, node)
         return
-    children, closed, inc, inc_obj, errors, tol_s = reply
+    children, closed, inc, inc_obj, errors, tol_s, added = reply
+    add_stats(st.worker_stats, added)
     for child in children:  # (pushed anew: the worker's tie-breaking counter went on from the fork's)
         _push(heap, *child[:7], mu=child[8], keep=child[9])
     st.closed += closed
@@ -533,6 +535,28 @@ def _merge(st: _State, heap: list, node, reply) -> None:
         st.inc, st.inc_obj = inc, inc_obj
     st.nodes += 1
     st.stats["worker_nodes"] = st.stats.get("worker_nodes", 0) + 1
+
+
+def stats_added(was: dict, now: dict) -> dict:
+    """Eq. PAR2: what one node added to a worker's ``stats``: each count's and time's increase (a count kept as a
+    running total, e.g. ``joint_dp``, too), each ``max_`` key's new value, the engine runs' lines (under ``engines``)."""
+    out: dict = {}
+    for k, v in now.items():
+        if k.startswith("engine") and k[6:].isdigit():
+            if was.get(k) != v:
+                out.setdefault("engines", []).append(v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and v != was.get(k, 0):
+            out[k] = v if k.startswith("max_") else v - was.get(k, 0)
+    return out
+
+
+def add_stats(into: dict, added: dict) -> None:
+    """``stats_added``'s output summed into ``into`` (``max_`` keys: the larger; ``engines``: appended)."""
+    for k, v in added.items():
+        if k == "engines":
+            into.setdefault(k, []).extend(v)
+        else:
+            into[k] = max(into.get(k, v), v) if k.startswith("max_") else into.get(k, 0) + v
 
 
 def _wait(pool: NodePool, st: _State, heap: list, deadline: float) -> bool:
@@ -1286,6 +1310,11 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
 
 def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) -> RawResult:
     bound = min(st.closed + [n[0] for n in heap], default=math.inf)
+    workers = dict(st.worker_stats)  # eq. PAR2: the workers' nodes' counts beside this process's
+    for line in workers.pop("engines", []):
+        st.engine_calls += 1
+        st.stats[f"engine{st.engine_calls}"] = f"{line} (worker)"
+    add_stats(st.stats, workers)
     st.stats["tolerance_s"] = st.tol_s
     st.stats["nodes"] = st.nodes
     if st.probe_fails:
