@@ -21,7 +21,7 @@ from synthetic import large_problem, random_problem
 from haap_milp.interleave import interleaved_variants
 from haap_milp.problem import Assignment, Stage, evaluate, violations
 from haap_milp.solvers import get_solver, milp
-from haap_milp.solvers.common import build_model, build_tables, canonical, decode, hint_values
+from haap_milp.solvers.common import branch_and_bound, build_model, build_tables, canonical, decode, hint_values
 from haap_milp.solvers.common import polish as polish_mod
 from haap_milp.solvers.common.lp import highs_model, highspy, lp_bound, run
 from haap_milp.solvers.common.model import Row, start_values
@@ -349,6 +349,7 @@ def test_highs_failure_falls_back_to_cbc(monkeypatch):
 
     monkeypatch.setattr(milp, "_highs_node", broken)
     monkeypatch.setattr(milp, "_cbc_node", lambda *args: calls.append(1) or real(*args))
+    monkeypatch.setattr(branch_and_bound, "POOL_SIZE", 1)  # (eq. PAR2's workers' calls are counted in their process)
     res = milp.solve(problem, EXACT)
     assert calls and res.stats["fallback_nodes"] == len(calls)
     assert res.status == "OPTIMAL" and not res.message
