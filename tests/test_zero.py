@@ -127,6 +127,17 @@ def test_cli_zero_errors_exit_2(run_cli, args):
     assert code == 2 and "--zero" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("args", [["--zero-stage", "3", "--no-dist-opt"], ["--zero-stage", "1", "--no-dist-opt"]])
+def test_cli_zero_stage_against_no_dist_opt_exits_2(run_cli, args):
+    """A sharding stage beside plain data parallel is refused in the flags' own words (it was accepted, the result
+    holding both zero_stage 3 and distributed_optimizer false); a training file gets the same rule in its fields."""
+    code, _, err = run_cli(["solve", "-m", "opt-350m", "-c", "a100-40g:8", "--time-limit", "5", *args])
+    assert code == 2 and f"--zero-stage {args[1]} conflicts with --no-dist-opt" in err and "Traceback" not in err
+    with pytest.raises(ValueError, match="distributed_optimizer is off"):
+        TrainingSpec(zero_stage=2, distributed_optimizer=False)
+    assert TrainingSpec(zero_stage=0, distributed_optimizer=False).zero_stage == 0
+
+
 def test_cli_estimate_zero_reprices_the_plan(run_cli):
     base = ["estimate", "-m", "opt-350m", "-c", "a100-40g:8", "--dp", "8", "--seq", "2048", "--engine", "fsdp"]
     code, out, _ = run_cli(base + ["--zero", "2"])

@@ -117,6 +117,9 @@ def build_training(file: str | None, base: dict[str, Any], flags: RuntimeFlags,
                          ("micro_batch_size", flags.mbs), ("uniform", uniform)):
         if value is not None:
             upd[field] = value
+    if flags.zero_stage and flags.dist_opt is False:  # (the spec says so too, in its field names: these are the flags)
+        raise HaapInputError(f"--zero-stage {flags.zero_stage} conflicts with --no-dist-opt (plain data parallel, "
+                             "ZeRO 0); give one of the two.", field="zero_stage", value=flags.zero_stage)
     if flags.dist_opt is not None and flags.zero_stage is None:
         upd["zero_stage"] = None  # --dist-opt/--no-dist-opt picks the engine's stage (megatron: 1 / 0)
     try:

@@ -71,6 +71,15 @@ class TrainingSpec(Frozen):
                              "batch is a whole number of micro-batches")
         return self
 
+    @model_validator(mode="after")
+    def _zero_agrees_with_dist_opt(self) -> TrainingSpec:
+        # distributed_optimizer false is plain data parallel (ZeRO 0): a sharding stage beside it is a contradiction,
+        # not a choice to settle silently (the estimate would price one and the emitted launch set the other)
+        if self.zero_stage and not self.distributed_optimizer:
+            raise ValueError(f"zero_stage {self.zero_stage} shards optimizer state over data parallelism, but "
+                             "distributed_optimizer is off (plain data parallel, ZeRO 0); give one of the two")
+        return self
+
     @model_serializer(mode="wrap")
     def _omit_runtime_defaults(self, handler):  # a spec without runtime settings serialises as before
         data = handler(self)
