@@ -74,6 +74,10 @@ def read_plan_file(path: str | Path) -> PlanFile:
     body = doc.get("plan", doc) if isinstance(doc.get("plan"), dict) or "stages" not in doc else doc
     if body is None:
         raise HaapInputError(f"plan file {name!r} has no plan (status {doc.get('status')!r})", field="plan")
+    if body is doc and "stages" not in doc:  # (neither a result with a 'plan' nor a bare plan with 'stages')
+        raise HaapInputError(f"plan file {name!r} has neither a 'plan' key (a result written by `solve --json`) nor "
+                             "'stages' (a bare plan); it holds " + ", ".join(repr(k) for k in list(doc)[:8]),
+                             field="plan")
     try:
         plan = Plan.model_validate(body)
         parts = {k: cls.model_validate(doc[k]) for k, cls in
@@ -87,7 +91,12 @@ def read_plan_file(path: str | Path) -> PlanFile:
             found = _named(doc, body, key, name)
             if found is not None:
                 parts[key] = found
-    return PlanFile(plan, parts.get("model"), parts.get("cluster"), parts.get("training"))
+    model = parts.get("model")
+    if model is not None and plan.model and model.name != plan.model:  # (the file's model is the one priced)
+        raise HaapInputError(f"plan file {name!r}: the plan says model {plan.model!r} but the file's model is "
+                             f"{model.name!r}; a plan's stages are for one model, so fix the one that is wrong",
+                             field="model", value=plan.model)
+    return PlanFile(plan, model, parts.get("cluster"), parts.get("training"))
 
 
 def solution_document(result, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, metrics: dict,

@@ -73,7 +73,9 @@ def _bad_model(doc):
     ("{not json", "is not valid JSON"),
     ("[1, 2]", "must hold a JSON object, got list"),
     ('"a string"', "must hold a JSON object, got str"),
-    (json.dumps({"status": "OPTIMAL"}), "field "),  # neither a plan key nor a bare plan
+    (json.dumps({"status": "OPTIMAL"}), "neither a 'plan' key"),  # neither a plan key nor a bare plan
+    (json.dumps({"status": "OPTIMAL", "model": {"name": "m"}}), "neither a 'plan' key .* 'status', 'model'"),
+    (json.dumps({**_good_doc(), "model": {**_good_doc()["model"], "name": "other"}}), "the plan says model"),
     (json.dumps(_bad_stage(_good_doc())), r"field stages\.1\.tp"),
     (json.dumps(_bad_model(_good_doc())), r"field num_layers"),
 ])
