@@ -103,6 +103,33 @@ def test_validate_reports_kind(run_cli, tmp_path: Path) -> None:
     assert data["kind"] == "cluster" and data["summary"]["gpus_per_type"] == {"l40s-48g": 16}
 
 
+def test_validate_knows_network_profile_and_prices_files(run_cli, tmp_path: Path) -> None:
+    """The three input kinds `schema` documents beside the others are recognised (they were "cannot tell what ...
+    describes"), and a broken one of each exits 2 in one paragraph."""
+    net = tmp_path / "n.yaml"
+    net.write_text("kind: network\nname: t\nlinks:\n- link: inter_node\n  gpu_types: [a100-80g]\n  per: node_nic\n  curve:\n"
+                   "    kind: table\n    points:\n    - {message_bytes: 1.0e6, bandwidth_gbps: 10}\n"
+                   "    - {message_bytes: 1.0e8, bandwidth_gbps: 100}\n")
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps({"haap_profile": 1, "entries": [{"gpu": "a100-80g", "tp": 1, "mbs": m,
+                                                                  "layer_time_ms": 5.0} for m in (1, 2)]}))
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: 2.5, tdp_w: 400}\n")
+    for path, kind, needle in ((net, "network", "1 measured link"), (prof, "profile", "2 measured point"),
+                               (prices, "prices file", "GPU row")):
+        code, out, err = run_cli(["validate", str(path)])
+        assert code == 0 and f"valid {kind}" in out and needle in out, err
+    assert ok_json(run_cli, ["validate", str(prof), "--json"])["summary"]["spec"]["points"] == 2
+    metis = Path(__file__).parent / "data" / "profiles" / "OPT-350"  # (a Metis folder, as --profile takes it)
+    code, out, err = run_cli(["validate", str(metis)])
+    assert code == 0 and "valid profile" in out, err
+    prices.write_text("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: -1}\n")
+    net.write_text("kind: network\nlinks: 3\n")
+    for path in (net, prices):
+        code, _, err = run_cli(["validate", str(path)])
+        assert code == 2 and err.startswith("error: ") and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("args,needle", [
     (["show", "llama3-80b"], "did you mean"),
     (["show", "a100-80g:60"], "multiple of GPUs per node"),

@@ -1,4 +1,4 @@
-"""What is this file? Model (YAML or HF config), cluster, training, plan or solve result."""
+"""What is this file? Model (YAML or HF config), cluster, training, plan, solve result, network, profile or prices."""
 
 from __future__ import annotations
 
@@ -26,8 +26,13 @@ def load_file(path: str) -> tuple[str, Any]:
     p = Path(path)
     if is_dir(p) and is_file(p / "config.json"):
         p = p / "config.json"
+    elif is_dir(p) and any(p.glob("DeviceType.*_tp*_bs*.json")):  # a Metis profile folder (--profile takes it)
+        from haap_milp.estimator.profile_format import load_profile
+
+        return "profile", load_profile(p)
     name = str(p)
-    data = require_mapping(load_data(p), name, "a model, cluster, training, plan or result file")
+    data = require_mapping(load_data(p), name, "a model, cluster, training, plan, result, network, profile or prices "
+                                                "file")
     kind = detect_kind(data)
     if kind == "model":
         return kind, model_from_data(data, display_name(p), f"model file {name!r}", name)
@@ -39,11 +44,24 @@ def load_file(path: str) -> tuple[str, Any]:
         return kind, spec_from_data(SolveResult, _result_fields(data), f"result file {name!r}")
     if kind == "training":
         return kind, spec_from_data(TrainingSpec, data, f"training file {name!r}")
+    if kind == "network":
+        from haap_milp.network.merge import load_network
+
+        return kind, load_network(name, "network file")
+    if kind == "profile":
+        from haap_milp.estimator.profile_format import load_profile
+
+        return kind, load_profile(name)
+    if kind == "prices":
+        from haap_milp.catalog.prices import load_prices
+
+        return kind, load_prices(name)
     keys = ", ".join(short(k, 30) for k in sorted(data)[:8]) or "no keys"
     raise HaapInputError(
         f"cannot tell what {name!r} describes (keys: {keys}): a model has num_layers/hidden (or is a HF config.json "
         "with 'architectures'), a cluster has node_groups, a plan has stages, a result has status and solver, "
-        "a training file has TrainingSpec fields (`haap-solve schema` shows each).", field="path", value=name)
+        "a training file has TrainingSpec fields, a network file has links, a profile haap_profile or format, a "
+        "prices file gpus (`haap-solve schema` shows each).", field="path", value=name)
 
 
 def _result_fields(data: dict[str, Any]) -> dict[str, Any]:

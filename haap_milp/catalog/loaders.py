@@ -26,7 +26,9 @@ MODEL_HELP = "a model: num_layers, hidden, ffn_hidden, num_heads, vocab_size, ..
 
 
 def detect_kind(data: Any) -> str | None:
-    """model | cluster | plan | result | training from a parsed mapping's keys, or None when nothing fits."""
+    """model | cluster | plan | result | training | network | profile | prices from a parsed mapping's keys, or None
+    when nothing fits (network: ``haap-solve network import``'s file; profile: either native form; prices:
+    ``--prices``)."""
     if not isinstance(data, dict):
         return None
     keys = set(data)
@@ -38,6 +40,13 @@ def detect_kind(data: Any) -> str | None:
         return "plan"
     if {"status", "solver"} <= keys:
         return "result"
+    if data.get("kind") == "network" or "links" in keys:
+        return "network"
+    if "haap_profile" in keys or data.get("format") == "haap-profile":
+        return "profile"
+    if "gpus" in keys and isinstance(data.get("gpus"), dict) and keys <= {"gpus", "default_idle_fraction", "date",
+                                                                          "provider"}:
+        return "prices"
     if keys and keys <= set(TrainingSpec.model_fields):
         return "training"
     return None

@@ -194,6 +194,13 @@ def _summary(kind: str, obj: Any) -> dict[str, Any]:
         return cluster_summary(obj)
     if kind == "gpu":
         return gpu_summary(obj)
+    if kind == "prices":  # (a PriceBook: the file's rows over the catalog's)
+        rows = {g: {k: v for k, v in vars(r).items() if v is not None} for g, r in sorted(obj.gpus.items())}
+        return {"kind": kind, "spec": {"price": obj.kind, "source": obj.source, "gpus": rows,
+                                       "default_idle_fraction": obj.default_idle_fraction}}
+    if kind == "profile":  # (measured points keyed by GPU, tp, micro-batch)
+        return {"kind": kind, "spec": {"source": obj.source, "points": len(obj.entries),
+                                       "gpus": sorted({k[0] for k in obj.entries}), "seq_len": obj.seq_len}}
     return {"kind": kind, "spec": obj.model_dump(mode="json")}
 
 
@@ -252,7 +259,7 @@ def schema_cmd(
 @app.command("validate")
 def validate_cmd(
     file: str = typer.Argument(..., help="A model YAML / HF config.json, cluster YAML, training YAML, plan or "
-                                         "result JSON."),
+                                         "result JSON, network, profile or prices file."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Check an input or output file; report what it is (exit 2 with one paragraph when it is wrong)."""
@@ -272,6 +279,12 @@ def validate_cmd(
         detail = f" for {obj.model}: {obj.pp} stages, {obj.num_gpus} GPUs"
     elif kind == "result":
         detail = f": {obj.status.value} from {obj.solver}"
+    elif kind == "network":
+        detail = f": {len(obj.links)} measured link(s)"
+    elif kind == "profile":
+        detail = f": {summary['spec']['points']} measured point(s) on {', '.join(summary['spec']['gpus']) or 'no GPU'}"
+    elif kind == "prices":
+        kind, detail = "prices file", f": {len(summary['spec']['gpus'])} GPU row(s), {summary['spec']['source']}"
     if checked:
         detail += f"; checked against {checked}"
     console.print(f"OK: {file} is a valid {kind}{detail}.", highlight=False, markup=False, soft_wrap=True)
