@@ -36,7 +36,7 @@ from haap_milp import cost_dp, economics
 from haap_milp.catalog.prices import PriceBook
 from haap_milp.deadline import Deadline, current, use
 from haap_milp.errors import HaapInputError
-from haap_milp.planner import Context, Outcome, orchestrate
+from haap_milp.planner import Context, Outcome, explain_infeasible, orchestrate
 from haap_milp.problem import Budget, RawResult
 from haap_milp.specs import Status
 
@@ -68,6 +68,9 @@ class Frontier:
     solves: int = 0  # band search: the bands solved (eq. EB4)
     dp_runs: int = 0  # band search: eq. CD4 shortest paths run (eq. CD5)
     search: str = "sweep"  # sweep (eqs. F1-F3) | band (eqs. EB1-EB5)
+    # proven: no plan at any budget (the problem without eq. W1 is infeasible); the binding limit in words, as
+    # ``planner.explain_infeasible`` gives it to the time objective ("" otherwise)
+    infeasible: str = ""
 
     @property
     def pareto(self) -> list[Point]:
@@ -89,6 +92,13 @@ class Frontier:
         if b is None or self.lower_bound is None or b.value <= 0:
             return None
         return max(0.0, (b.value - self.lower_bound) / b.value)
+
+
+def no_plan(ctx: Context, measure: str, search: str = "sweep") -> Frontier:
+    """The frontier of a problem that presolve proved infeasible: empty, complete, with the binding limit in
+    the words the time objective uses (``planner.explain_infeasible``)."""
+    return Frontier(measure, complete=True, stopped="proven: no plan", search=search,
+                    infeasible=explain_infeasible(ctx))
 
 
 def _unit(measure: str) -> float:
@@ -137,6 +147,8 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
     to ``max_points``); ``step``: delta of eq. F1. ``deadline`` is shared by the points, each taking its share of what is left."""
     if measure not in economics.MEASURES:
         raise ValueError(measure)
+    if not ctx.presolved.problem.variants:  # presolve proved it: no plan at any budget
+        return no_plan(ctx, measure)
     types = check_prices(ctx, book, measure)
     prob = ctx.presolved.problem
     weights = economics.option_weights(prob, types, book, measure)
@@ -161,9 +173,9 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
         # a point's time, less what each solve has overrun its share so far (decode, estimate and checker of a
         # large plan run after the solver's limit: 0.3 s each on llama3-70b x hetero3-1024 under load)
         solves = 2 if refine else 1
-        if dl.limited and fr.points and dl.remaining() - pad * solves < MIN_POINT_S:  # a solve without time
-            fr.stopped = "time limit reached"  # still costs its heuristics
-            break
+        if fr.points and (dl.interrupted or (dl.limited and dl.remaining() - pad * solves < MIN_POINT_S)):
+            fr.stopped = "interrupted" if dl.interrupted else "time limit reached"  # (a solve without time
+            break  # still costs its heuristics)
         slot = max(dl.remaining() / (max_points - k) - pad * solves, MIN_POINT_S)
         share = dl.cap(slot * (1 - REFINE_SHARE if refine else 1)) if dl.limited else dl
         t0 = time.perf_counter()
@@ -181,11 +193,13 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
                               hints=(*hints, warm)).outcomes[0]
         r = out.result
         if r.status == Status.INFEASIBLE:
-            fr.complete, fr.stopped = True, "proven: no plan under the next budget"
+            fr.complete, fr.stopped = True, f"proven: no plan under the {'next' if k else 'first'} budget"
+            if limit is None:  # no budget row yet: no plan at all, and finish() said why
+                fr.stopped, fr.infeasible = "proven: no plan", r.message
             last_bound = None
             break
         if r.plan is None or out.raw_assignment is None or out.violations:
-            fr.stopped = f"no plan under the budget in time ({r.status.value})"
+            fr.stopped = "interrupted" if dl.interrupted else f"no plan under the budget in time ({r.status.value})"
             last_bound = r.bound_s
             break
         rate = economics.rate_of(weights, [s.option for s in out.raw_assignment.stages])
@@ -453,6 +467,8 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
 
     if measure not in economics.MEASURES:
         raise ValueError(measure)
+    if not ctx.presolved.problem.variants:  # presolve proved it: no plan at any budget
+        return no_plan(ctx, measure, "band")
     types = check_prices(ctx, book, measure)
     prob = ctx.presolved.problem
     weights = economics.option_weights(prob, types, book, measure)
@@ -488,6 +504,8 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
     offer(out.raw_assignment)
     if out.result.status == Status.INFEASIBLE:
         fr.complete, fr.stopped = True, "proven: no plan"
+        if cap is None:  # infeasible without eq. W1: no plan at all, and finish() said why
+            fr.infeasible = out.result.message
         return fr
     if max_time_s is not None and t_all > max_time_s * (1 + 1e-9):
         fr.complete, fr.stopped = True, too_slow(t_all, max_time_s, out)
@@ -531,7 +549,7 @@ def band_search(ctx: Context, book: PriceBook, measure: str, *, cap: float | Non
         if b.lower + tol >= best * (1 - gap) - 1e-9 * best:
             break  # every open band is pruned
         if dl.interrupted or (dl.limited and dl.remaining() < BAND_MIN_S + FINISH_S):
-            fr.stopped = "time limit reached"
+            fr.stopped = "interrupted" if dl.interrupted else "time limit reached"
             break
         heapq.heappop(heap)
         if not b.dp_done:  # eq. CD5 on the band: its rate floor in form 0, only options within its top

@@ -97,14 +97,17 @@ def plan_for(ctx: Context, book: PriceBook, goal: Goal, deadline: Deadline | Non
            "max_iteration_time_s": goal.max_iteration_time_s}
     pick = fr.points[0] if goal.objective == "time" and fr.points else fr.best
     if pick is None:
-        why = "no plan within " + ", ".join(w for w in (
-            goal.max_usd_per_hour is not None and f"{goal.max_usd_per_hour:g} $/h",
-            goal.max_iteration_time_s is not None and f"{goal.max_iteration_time_s:.4g} s per iteration") if w)
+        bounds = [w for w in (goal.max_usd_per_hour is not None and f"{goal.max_usd_per_hour:g} $/h",
+                              goal.max_iteration_time_s is not None and f"{goal.max_iteration_time_s:.4g} s per "
+                              "iteration") if w]
+        why = "no plan within " + ", ".join(bounds) if bounds else "no plan found"
         empty = SolveResult(status=Status.INFEASIBLE, solver=ctx.options.solver, objective_s=None, bound_s=None,
                             gap=None, wall_time_s=0.0, plan=None, message="", stats=dict(ctx.presolved.stats))
         told = fr.complete and fr.stopped.startswith("proven: no plan within")  # eq. TX3e names the binding bound
-        return Answer(_refuse(Outcome(empty, ctx.presolved, estimator=ctx.estimator),
-                              fr.stopped if told else f"{why} ({fr.stopped})", proven=fr.complete), doc)
+        # no plan at any budget: the binding limit, as the time objective says it (planner.explain_infeasible)
+        message = fr.infeasible or (fr.stopped if told else f"{why} ({fr.stopped})")
+        return Answer(_refuse(Outcome(empty, ctx.presolved, estimator=ctx.estimator), message,
+                              proven=fr.complete), doc)
     if goal.objective != "time":
         unit = "usd_per_iteration" if measure == "cost" else "joules_per_iteration"
         doc.update({unit: pick.value, f"{unit}_lower_bound": fr.lower_bound, "objective_gap": fr.gap})

@@ -315,3 +315,68 @@ def test_replan_without_time_for_the_exact_search_returns_the_warm_start(run_cli
     code, stdout, err = run_cli(["replan", str(plan), "-c", "h100-80g:2/2,a100-80g:1/1", "--json", "-"])
     assert code == 0, err
     assert "exact_skipped" not in json.loads(stdout)["stats"]
+
+
+# llama3-405b on 8 a100-40g: presolve proves that no plan fits (memory); a bf16 run on a GPU without bf16 has no
+# GPU type left at all. Every objective and pareto give the binding limit the time objective gives.
+NO_MEMORY = ["-m", "llama3-405b", "-c", "a100-40g:8", "--time-limit", "5"]
+NO_BF16 = ["-m", "gpt3-125m", "-c", "ascend910b-64g:8", "--time-limit", "5"]
+
+
+@pytest.mark.parametrize("problem, reason", [(NO_MEMORY, "memory binds"), (NO_BF16, "try --precision fp16")])
+@pytest.mark.parametrize("objective", [[], ["--objective", "cost"], ["--objective", "energy"],
+                                       ["--max-cost-per-hour", "1000"],
+                                       ["--objective", "cost", "--max-iteration-time", "10"]])
+def test_every_objective_explains_an_infeasible_problem(run_cli, tmp_path, problem, reason, objective):
+    out = tmp_path / "r.json"
+    code, stdout, err = run_cli(["solve", *problem, *objective, "--json", str(out)])
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "INFEASIBLE" and reason in doc["message"], doc["message"]
+    assert "no plan within  " not in " ".join(stdout.split()) + " "
+
+
+@pytest.mark.parametrize("problem, reason", [(NO_MEMORY, "memory binds"), (NO_BF16, "try --precision fp16")])
+def test_pareto_explains_an_infeasible_problem(run_cli, problem, reason):
+    """No plan at any budget: the binding limit, not "cheaper plans may lie past the last budget"."""
+    code, stdout, err = run_cli(["pareto", *problem])
+    line = " ".join(stdout.split())
+    assert code == 0, err
+    assert "no plan at any budget: " in line and reason in line and "cheaper plans may lie" not in line, line
+    code, stdout, err = run_cli(["pareto", *problem, "--json"])
+    assert code == 0 and json.loads(stdout) == [] and reason in " ".join(err.split()), err
+
+
+def test_ctrl_c_during_pareto_keeps_the_points_found(run_cli, monkeypatch):
+    """Ctrl-C after the first point (a real SIGINT, raised once that point's solve returns): the points found so
+    far are printed as JSON, stderr says interrupted, exit 130 (as solve)."""
+    import signal
+    import time
+
+    from haap_milp import frontier
+
+    real, calls = frontier.orchestrate, []
+
+    def then_ctrl_c(*args, **kwargs):
+        got = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)  # handled in the main thread: run_interruptible interrupts
+            dl, t0 = kwargs["deadline"], time.monotonic()
+            while not dl.interrupted and time.monotonic() - t0 < 10:
+                time.sleep(0.01)
+        return got
+
+    monkeypatch.setattr(frontier, "orchestrate", then_ctrl_c)
+    # Python's own SIGINT handler, reinstalled: an in-process CP-SAT solve without the CLI's deadline (an earlier
+    # test's) leaves SIGINT at the system default, which would end this process
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code, stdout, err = run_cli(["pareto", *TINY, "--max-points", "6", "--step", "0", "--json"])
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert code == 130, err
+    docs = json.loads(stdout)
+    assert len(docs) == 1 and docs[0]["plan"] and "Traceback" not in err
+    assert "interrupted: 1 frontier point(s) found so far" in " ".join(err.split())
+    assert len(calls) == 1  # no point was searched after the interrupt

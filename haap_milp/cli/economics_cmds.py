@@ -38,8 +38,9 @@ from haap_milp.cli.solve_cmds import (
     TimeOpt,
     _inputs,
     _options,
+    _stopping,
 )
-from haap_milp.deadline import Deadline, use
+from haap_milp.deadline import Deadline, run_interruptible, use
 from haap_milp.errors import HaapInputError
 from haap_milp.network.merge import apply_network_option
 from haap_milp.outputs import check_output_dir
@@ -90,13 +91,20 @@ def pareto(
         raise HaapInputError("--max-cost-per-hour with --measure energy: one budget row at a time (eq. W1)",
                              field="--max-cost-per-hour")
     book = price_book(prices, price)
-    with use(dl):
-        ctx = planner.Context.build(m, c, training, opts)
-    fr = frontier.sweep(ctx, book, measure, max_points=max_points, cap=goal.max_usd_per_hour,
-                        max_time_s=goal.max_iteration_time_s, step=step, deadline=dl)
+
+    def sweep():
+        with use(dl):
+            ctx = planner.Context.build(m, c, training, opts)
+        return frontier.sweep(ctx, book, measure, max_points=max_points, cap=goal.max_usd_per_hour,
+                              max_time_s=goal.max_iteration_time_s, step=step, deadline=dl)
+
+    # Ctrl-C keeps the points found so far (the step running returns its best plan), as solve keeps its plan
+    fr = run_interruptible(sweep, dl, _stopping)
     docs = [frontier.point_document(p, book) for p in fr.pareto]
     if as_json:
         print_json(docs)
+        if fr.infeasible:  # stdout stays the JSON list; why it is empty goes to stderr
+            err_console.print(f"no plan at any budget: {fr.infeasible}", markup=False, highlight=False)
     else:
         _pareto_table(fr, docs, measure)
     if plot is not None and docs:
@@ -104,6 +112,11 @@ def pareto(
 
         for path in pareto_folder(plot, docs, measure):
             (err_console if as_json else console).print(f"wrote {path}")  # stdout stays JSON
+    if dl.interrupted:  # after Ctrl-C: one line on what was kept, exit 130 (as solve)
+        kept = f"{len(docs)} frontier point(s) found so far; the frontier is incomplete" if docs else \
+            "no frontier point found yet"
+        err_console.print(f"interrupted: {kept}", style="yellow")
+        raise SystemExit(130)
 
 
 def _pareto_table(fr, docs: list[dict], measure: str) -> None:
@@ -133,6 +146,10 @@ def pareto_summary(fr, docs: list[dict], measure: str) -> str:
     head = (f"{len(fr.points)} solve(s), {len(docs)} frontier point(s), each the fastest plan under its budget, "
             f"proven within {proven} (the largest point gap)")
     least = "-" if best is None else format(best.value, ".4g")
+    if fr.infeasible:  # proven: no plan at any budget; the binding limit as the time objective states it
+        return f"{head}; no plan at any budget: {fr.infeasible}"
+    if fr.complete and not fr.points:
+        return f"{head}; no plan ({fr.stopped})"
     if fr.complete and fr.lower_bound is not None:
         gap = "-" if fr.gap is None else f"{fr.gap:.2%}"
         return (f"{head}; frontier complete ({fr.stopped}): least {unit} {least}, proven bound "
