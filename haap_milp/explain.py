@@ -10,9 +10,11 @@ import math
 
 import numpy as np
 
+from haap_milp.estimator.override import FALLBACK_FLAG, coverage, may_price
 from haap_milp.memory_cover import layers_per_gpu
 from haap_milp.parallel_rules import tp_allowed
 from haap_milp.pipeline import END_SEND_SHARE, GIB, TIME_RTOL, interleaved_period, send_shares, steady_period
+from haap_milp.presolve import PER_REPLICA_MBS
 from haap_milp.problem import Assignment, Problem, boundary_times, stage_memory, stage_times, sync_times, wrap_time
 
 
@@ -83,29 +85,57 @@ def infeasibility_reason(ctx) -> str:
             f"({dict(zip(problem.groups, problem.group_capacity))}); try --max-stages or more GPUs")
 
 
+def _priced_micro_batch(ctx, gpu: str, tp: int) -> tuple[int | None, str]:
+    """The least per-replica micro-batch presolve would price at (gpu, tp), or None with the profile's coverage
+    status of the least one (``estimator.override.coverage``: a profile's fallback leaves points out, and the
+    estimator refuses to price them)."""
+    mbs = (ctx.training.micro_batch_size,) if ctx.training.micro_batch_size else PER_REPLICA_MBS
+    profile = ctx.estimator.profile
+    statuses = [coverage(profile, gpu, tp, m) for m in mbs]
+    m = next((m for m, st in zip(mbs, statuses) if may_price(st, profile.fallback if profile else "none")), None)
+    return m, "" if m is not None else statuses[0]
+
+
 def _one_layer_reason(ctx) -> str:
-    """No option holds even one decoder layer: quote the smallest footprint found."""
+    """No option holds even one decoder layer: quote the smallest footprint found among the points that may be
+    priced (with a profile, the ones its fallback keeps, as in presolve)."""
     est, model = ctx.estimator, ctx.model
-    best = None
+    best, refused = None, set()
     for g in ctx.presolved.groups:
         for tp in (8, 4, 2, 1):
             if not tp_allowed(model.num_heads, model.kv_heads, tp, g.gpus_per_node):
                 continue
-            dp = max(1, g.capacity // tp)
-            b = min(ctx.training.global_batch_size, dp)
-            while dp > 1 and b % dp:
-                dp -= 1
-            lc = est.layer_cost(g.gpu_type, tp, dp, 1, 1, "full", b)
+            m, status = _priced_micro_batch(ctx, g.gpu_type, tp)
+            if m is None:
+                refused.add(status)
+                continue
+            dp = max(1, min(g.capacity // tp, ctx.training.global_batch_size // m))  # one micro-batch of dp x m
+            lc = est.layer_cost(g.gpu_type, tp, dp, 1, 1, "full", dp * m)
             need = (lc.static_bytes + lc.act_bytes + est.stage_fixed_bytes(g.gpu_type, tp)) / GIB
             cap = est.usable_memory_bytes(g.gpu_type) / GIB
             if best is None or need - cap < best[0] - best[1]:
-                best = (need, cap, g.gpu_type, tp)
+                best = (need, cap, g.gpu_type, tp, m)
             break
     if best is None:
-        return "no option is available (tp must divide heads and fit a node)"
-    need, cap, gpu, tp = best
-    return (f"memory binds: one decoder layer needs {need:.1f} GiB per GPU even at tp={tp} with full recompute "
-            f"on {gpu}, which has {cap:.1f} GiB usable; use GPUs with more memory, a shorter sequence or larger tp")
+        return _nothing_priced(ctx, refused)
+    need, cap, gpu, tp, m = best
+    at = f"tp={tp}" + (f" and micro-batch {m}" if m > 1 else "")
+    measured = " (measured in the profile)" if coverage(est.profile, gpu, tp, m) == "measured" else ""
+    return (f"memory binds: one decoder layer needs {need:.1f} GiB per GPU{measured} even at {at} with full "
+            f"recompute on {gpu}, which has {cap:.1f} GiB usable; use GPUs with more memory, a shorter sequence or "
+            f"larger tp")
+
+
+def _nothing_priced(ctx, refused: set[str]) -> str:
+    """No (tp, micro-batch) point may be priced: why (``refused``: the profile's coverage statuses of the points)."""
+    if refused == {"oom"}:
+        return ("memory binds: the profile measured every point it holds for the cluster's GPUs out of memory "
+                "(listed under excluded); use GPUs with more memory or a shorter sequence")
+    if refused:
+        return (f"no option can be priced: the profile does not cover the points the search needs under "
+                f"{FALLBACK_FLAG} {ctx.estimator.profile.fallback} (listed under excluded); measure them, or "
+                f"use {FALLBACK_FLAG} analytic")
+    return "no option is available (tp must divide heads and fit a node)"
 
 
 def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -> str:

@@ -134,3 +134,34 @@ def test_precision_reason():
     ctx = planner.Context.build(TINY_MODEL, load_cluster("v100-16g:2/2"), TINY_TRAINING, SolveOptions())
     text = explain.infeasibility_reason(ctx)
     assert text.startswith("no GPU type of the cluster supports precision bf16") and "fp16" in text
+
+
+def test_profile_whose_measured_points_are_all_out_of_memory_is_infeasible_with_memory_binds(tmp_path, run_cli):
+    """A profile that measures only tp 1, every micro-batch far past an 80 GB GPU (90000 MiB per layer): under the
+    default --profile-fallback none the points it lacks leave the search (README, "Profiles"), so the problem is
+    INFEASIBLE and the reason is the measured memory, once (it was exit 2: 'tp 4, micro-batch 1 is not measured',
+    from pricing a point the profile does not cover)."""
+    import json
+
+    prof = tmp_path / "oom.json"
+    prof.write_text(json.dumps({"haap_profile": 1, "entries": [
+        {"gpu": "a100-80g", "tp": 1, "mbs": m, "layer_time_ms": 5.0, "layer_memory_mib": 90000} for m in (1, 2, 4, 8)]}))
+    out = tmp_path / "r.json"
+    code, stdout, err = run_cli(["solve", "-m", "gpt3-125m", "-c", "a100-80g:8", "--time-limit", "3", "--seq", "1024",
+                                 "--profile", str(prof), "--json", str(out)])
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "INFEASIBLE"
+    assert doc["message"].startswith("memory binds: one decoder layer needs") and "measured" in doc["message"]
+    assert "not measured" not in doc["message"] and "tp=1" in doc["message"]
+    code, stdout, err = run_cli(["solve", "-m", "gpt3-125m", "-c", "a100-80g:8", "--time-limit", "3", "--seq", "1024",
+                                 "--profile", str(prof)])
+    assert code == 0 and " ".join(stdout.split()).count("memory binds") == 1 and "error" not in err, (stdout, err)
+    # a profile that covers none of the points the search needs (only micro-batch 16): the reason says so
+    prof.write_text(json.dumps({"haap_profile": 1, "entries": [
+        {"gpu": "a100-80g", "tp": 1, "mbs": 16, "layer_time_ms": 5.0, "layer_memory_mib": 100}]}))
+    code, _, err = run_cli(["solve", "-m", "gpt3-125m", "-c", "a100-80g:8", "--time-limit", "3", "--seq", "1024",
+                            "--profile", str(prof), "--json", str(out)])
+    doc = json.loads(out.read_text())
+    assert code == 0 and doc["status"] == "INFEASIBLE", err
+    assert doc["message"].startswith("no option can be priced") and "--profile-fallback analytic" in doc["message"]
