@@ -1,41 +1,74 @@
-"""`haap-solve` entry point. Every user mistake ends as one paragraph and exit code 2."""
+"""`haap-solve` entry point. Every user mistake ends as one paragraph and exit code 2.
+
+This module imports nothing heavy: the console script imports ``main`` from here, and ``main`` imports typer,
+pydantic and the command modules (about 0.5 s) inside its Ctrl-C guard, so a Ctrl-C during start-up ends like one
+later (one line, exit code 130), not in a traceback through the imports.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from pydantic import ValidationError
-from typer import Abort as ClickAbort
+INTERRUPTED = ("interrupted: stopped before finishing; files already written are complete, nothing is "
+               "half-written.\n")
 
-from haap_milp.cli.app import app
-from haap_milp.cli.common import fail
-from haap_milp.errors import HaapInputError
 
-try:  # recent typer vendors click; older releases depend on it
-    from typer._click.exceptions import UsageError
-except ImportError:  # pragma: no cover - depends on the installed typer
-    from click.exceptions import UsageError
+def command_app():
+    """The typer app with every command registered (command modules register themselves on ``app`` when
+    imported)."""
+    from haap_milp.cli import (  # noqa: F401
+        bench_cmd,
+        economics_cmds,
+        estimate_cmd,
+        inspect_cmds,
+        network_cmd,
+        profile_cmd,
+        solve_cmds,
+        trust_cmds,
+    )
+    from haap_milp.cli.app import app
 
-# Command modules register themselves on ``app`` when imported.
-from haap_milp.cli import (  # noqa: F401
-    bench_cmd,
-    economics_cmds,
-    estimate_cmd,
-    inspect_cmds,
-    network_cmd,
-    profile_cmd,
-    solve_cmds,
-    trust_cmds,
-)
+    globals()["app"] = app  # the package's ``app`` is the Typer app, not the submodule its import bound there
+    return app
+
+
+def __getattr__(name: str):
+    """``from haap_milp.cli import app``: the app with its commands, imported on first use (PEP 562)."""
+    if name == "app":
+        return command_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     args = list(argv if argv is not None else sys.argv[1:])
-    if not args:
-        args = ["--help"]
     try:
-        code = app(args=args, prog_name="haap-solve", standalone_mode=False)
+        code = _run(args or ["--help"])
+    except KeyboardInterrupt:  # Ctrl-C during start-up, or outside a command's own handler
+        code = 130
+    if code == 130:  # (typer turns a Ctrl-C inside a command into exit code 130): every output is written
+        # atomically, so nothing is left half-written; say so instead of exiting without a word
+        sys.stderr.write(INTERRUPTED)
+    if isinstance(code, int) and code:
+        raise SystemExit(code)
+
+
+def _run(args: list[str]):
+    """The command's exit code; a user mistake ends in ``fail`` (one paragraph, exit code 2)."""
+    from pydantic import ValidationError
+    from typer import Abort as ClickAbort
+
+    from haap_milp.cli.common import fail
+    from haap_milp.errors import HaapInputError
+
+    try:  # recent typer vendors click; older releases depend on it
+        from typer._click.exceptions import UsageError
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        from click.exceptions import UsageError
+
+    app = command_app()
+    try:
+        return app(args=args, prog_name="haap-solve", standalone_mode=False)
     except HaapInputError as exc:
         fail(str(exc))
     except ValidationError as exc:  # should have been converted at the boundary; still no traceback
@@ -45,11 +78,3 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"{' '.join(exc.format_message().split())} (see: haap-solve{cmd} --help)")
     except ClickAbort:
         fail("aborted")
-    except KeyboardInterrupt:
-        code = 130
-    if code == 130:  # Ctrl-C outside a solve's own handler (typer turns it into exit code 130): every output is
-        # written atomically, so nothing is left half-written; say so instead of exiting without a word
-        sys.stderr.write("interrupted: stopped before finishing; files already written are complete, nothing is "
-                         "half-written.\n")
-    if isinstance(code, int) and code:
-        raise SystemExit(code)
