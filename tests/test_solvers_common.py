@@ -161,3 +161,28 @@ def test_slot_table_memo_is_per_thread():
     worker.join()
     assert slot_bounds._memory_part(p1, 0) is mine  # not evicted by the other thread's problem
     assert other["t"]["L"] == p2.num_layers and mine["L"] == p1.num_layers
+
+
+def test_a_failed_engine_run_leaves_the_result_unproven(monkeypatch):
+    """An engine that raised on a node (fuzz report #1: CP-SAT's integers overflowed on a 1e-15 GB/s NIC) must not
+    give OPTIMAL: FEASIBLE at most, with the failure said once in the message. Fails on the old code, which proved the
+    plan with the failed node's earlier bound."""
+    from haap_milp.solvers import cpsat
+
+    real, failed = cpsat._solve_node, []
+
+    def first_fails(*args, **kw):
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("engine broke")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(cpsat, "_solve_node", first_fails)
+    opts = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=1, seed=0)
+    for seed in range(20):
+        failed.clear()
+        res = get_solver("cpsat")(random_problem(seed, num_layers=6, max_stages=4), opts)
+        if failed and res.assignment is not None:
+            assert res.status == "FEASIBLE" and res.message.count("engine broke") == 1, (seed, res.status, res.message)
+            return
+    pytest.fail("no seed ran the engine")

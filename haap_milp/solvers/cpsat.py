@@ -81,6 +81,20 @@ PROBING = 0  # presolve probing on this model creates millions of binary clauses
 
 MIN_TIME_S = 1e-9  # s; floor of the time scale's reference (a problem whose layers all take 0 s)
 ROUND_SLACK = 1e-9  # absolute slack before ceil/floor of a scaled row bound (float noise, not a tolerance)
+INT_LIMIT = 2**62  # the largest |integer| of a bound or coefficient (eq. CP1): int64, with room for a row's sums
+
+
+class Unscalable(ValueError):
+    """A node's times do not fit 64-bit integers at its time scale (eq. CP1): the times of its plans span more than
+    about 1e11 times the reference stage time (an absurd link or GPU rate); the node is an engine error, not a crash."""
+
+
+def _fits(what: str, values, S: float) -> None:
+    """Raises Unscalable where one of the integers ``values`` (of ``what``) reaches INT_LIMIT."""
+    big = max((abs(v) for v in values), default=0)
+    if big >= INT_LIMIT:
+        raise Unscalable(f"CP-SAT cannot scale this node to integers: {what} of {big / S:.3g} s is more than "
+                         f"{INT_LIMIT / SCALE_TARGET:.2g} times its stage time (eq. CP1)")
 
 def solve(problem: Problem, options: SolveOptions | None = None, hint: Assignment | None = None) -> RawResult:
     """Exact solve with OR-Tools CP-SAT (status, objective = evaluate(plan), proven bound, gap); with two threads
@@ -238,6 +252,7 @@ _KIND = {"exact": 0, "tdef": 1}  # _int_row's cases (any other kind: the C1 cut'
 def _library_row(cp: cp_model.CpModel, lm: LinModel, x: list, S: float, row) -> None:
     """One row by ``add_linear_constraint`` (eq. CP1 by ``_int_row``)."""
     coefs, const = _int_row(lm, row, S)
+    _fits("a row's time", [*coefs, const], S)
     expr = cp_model.LinearExpr.weighted_sum([x[i] for i in row.idx], coefs) + const
     lo, hi = _int_bounds(row)
     cp.add_linear_constraint(expr, -cp_model.INT_MAX if lo is None else lo, cp_model.INT_MAX if hi is None else hi)
@@ -261,6 +276,8 @@ def _variables(cp: cp_model.CpModel, lm: LinModel, t: Tables, b: VariantBound, S
     x = []
     lows = {lm.tau: math.floor(b.tau_lb * S * (1 - 1e-12)), lm.sigma: 0}
     lows["hi"] = {lm.tau: math.ceil(tau_hi * S) + tau_w, lm.sigma: math.ceil(worst_s * S) + sig_w}
+    _fits("the slowest stage time", [lows["hi"][lm.tau]], S)
+    _fits("the slowest synchronisation", [lows["hi"][lm.sigma]], S)
     for i, name in enumerate(lm.names):
         if i == lm.tau:
             x.append(cp.new_int_var(lows[i], lows["hi"][i], name))
@@ -281,6 +298,7 @@ def _objective(lm: LinModel, x: list, S: float, k: int = 1, terms: tuple[dict, f
     obj, const = lm.objective() if terms is None else terms
     idx = list(obj)
     coefs = [round(obj[i] * k) if i in lm.aux else math.ceil(obj[i] * S * k) for i in idx]
+    _fits("an iteration-time term", [*coefs, math.ceil(const * S * k)], S * k)
     return cp_model.LinearExpr.weighted_sum([x[i] for i in idx], coefs) + math.ceil(const * S * k)
 
 
@@ -344,12 +362,15 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
         W += t.K
     kv = max(1, t.vpp)  # eq. I1: tau's weight M - 1/vpp; the CP-SAT objective is kv times T (kv = 1: T itself)
     cp = cp_model.CpModel()
-    x, lows = _variables(cp, lm, t, b, S)
-    _int_rows(cp, lm, x, S)
-    obj = _objective(lm, x, S, kv)
-    if cutoff is not None:  # eq. CP4: T <= cutoff implies T_int <= S * cutoff + W
-        cp.add(obj <= math.floor(cutoff * S * kv) + math.ceil(W * kv))
-    _time_cap(cp, lm, x, S, kv, W)
+    try:
+        x, lows = _variables(cp, lm, t, b, S)
+        _int_rows(cp, lm, x, S)
+        obj = _objective(lm, x, S, kv)
+        if cutoff is not None:  # eq. CP4: T <= cutoff implies T_int <= S * cutoff + W
+            cp.add(obj <= math.floor(cutoff * S * kv) + math.ceil(W * kv))
+        _time_cap(cp, lm, x, S, kv, W)
+    except Unscalable as exc:  # (its times overflow the integers: an engine error, not a crash)
+        return VariantResult("ERROR", stats={"vars": len(lm.names)}, message=str(exc))
     cp.minimize(obj)
     # CP-SAT 9.15 aborted ("Check failed: heuristics.fixed_search != nullptr") on a hinted model
     # with interleave_search (measured on a megatron-target instance); the incumbent still enters

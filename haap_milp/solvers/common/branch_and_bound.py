@@ -1320,7 +1320,7 @@ def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) ->
     if st.probe_fails:
         st.stats["probe_fails"] = st.probe_fails
     st.stats["open_nodes"] = len(heap)
-    msg = "; ".join(st.errors)
+    msg = "; ".join(dict.fromkeys(st.errors))  # (one failure repeated on many nodes is said once)
     if st.inc is None:
         if math.isinf(bound) and not st.errors:
             return RawResult("INFEASIBLE", name, wall_time_s=wall_s, message=infeasibility_reason(problem, vb),
@@ -1330,7 +1330,10 @@ def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) ->
                          message=msg or "time limit reached before any plan was found", stats=st.stats)
     bound = min(bound, st.inc_obj)
     gap_abs = st.inc_obj - bound
-    proven = within_gap(st.inc_obj, bound, options.relative_gap, st.tol_s)
+    # an engine that failed on a node (st.errors) leaves the result unproven: the node kept its earlier bound, but a
+    # failure means its model or its numbers are broken (fuzz report #1: times past CP-SAT's integers), and the bounds
+    # computed from the same numbers are not trusted either: FEASIBLE at most, the failure in the message
+    proven = within_gap(st.inc_obj, bound, options.relative_gap, st.tol_s) and not st.errors
     if not proven and not msg:
         why = "interrupted" if st.stats.get("interrupted") else "the time limit was reached"
         msg = f"gap {gap_abs / st.inc_obj:.2%} when {why}"
