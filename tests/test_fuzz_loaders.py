@@ -146,3 +146,48 @@ def test_an_output_device_is_written_not_replaced(cmd):
     was (as root: /dev/full destroyed for every later test). All writers now go through outputs.write_atomic."""
     assert "No space left" in refused(cmd) or "could not be written" in refused(cmd)
     assert Path("/dev/full").is_char_device()
+
+
+GPU = {"name": "x1", "memory_gib": 80, "bf16_tflops": 300, "hbm_bandwidth_gbps": 2000, "intra_node_bandwidth_gbps": 300}
+
+
+@pytest.mark.parametrize("group,field", [
+    ({"gpu": "a100-80g", "nic_bandwidth_gbps": 1e-15}, "node_groups.0.nic_bandwidth_gbps"),  # fuzz #1: exit 0, OPTIMAL
+    ({"gpu": dict(GPU, bf16_tflops=1e300)}, "node_groups.0.gpu.bf16_tflops"),  # fuzz #2: a math domain error
+    ({"gpu": dict(GPU, hbm_bandwidth_gbps=1e300)}, "node_groups.0.gpu.hbm_bandwidth_gbps"),  # a division by zero
+    ({"gpu": dict(GPU, intra_node_bandwidth_gbps=1e-300)}, "node_groups.0.gpu.intra_node_bandwidth_gbps"),
+    ({"gpu": dict(GPU, fp8_tflops=1e-300)}, "node_groups.0.gpu.fp8_tflops"),
+])
+def test_absurd_link_and_gpu_rates_are_refused(tmp_path, group, field):
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump({"name": "c", "node_groups": [dict(group, num_nodes=2)]}))
+    for args in (["validate", f], ["solve", "-m", "gpt3-125m", "-c", f, "--time-limit", "3"]):
+        assert f"'{field}'" in refused(args)
+
+
+def test_slow_but_real_links_and_gpus_load(tmp_path):
+    """1 Gb Ethernet (0.125 GB/s), a PCIe-only 0.1 TFLOP/s part, an 8-byte nccl-tests point over a 100 us WAN."""
+    c = load_cluster("a100-80g:8")
+    f = tmp_path / "c.yaml"
+    gpu = dict(GPU, bf16_tflops=0.1, intra_node_bandwidth_gbps=0.25)
+    f.write_text(yaml.safe_dump({"name": "c", "node_groups": [{"gpu": gpu, "num_nodes": 2, "nic": "ethernet",
+                                                               "nic_bandwidth_gbps": 0.125}]}))
+    assert load_cluster(str(f)).node_groups[0].nic_bandwidth_gbps == 0.125
+    net = tmp_path / "n.yaml"
+    net.write_text(yaml.safe_dump({"links": [{"link": "inter_node", "gpu_types": ["a100-80g"], "per": "node_nic",
+                                              "curve": {"kind": "table", "points": [
+                                                  {"message_bytes": 8, "bandwidth_gbps": 8e-8},
+                                                  {"message_bytes": 1e9, "bandwidth_gbps": 10}]}}]}))
+    from haap_milp.network.merge import apply_network_option
+    assert apply_network_option(c, net).network.links[0].bandwidth_gbps(8) == 8e-8
+
+
+def test_a_network_error_names_the_key_as_written_and_nothing_false(tmp_path):
+    """Fuzz #1 and #15: a 1e-300 GB/s table point is refused at its key as the file spells it (no 'table' tag), with no
+    second clause saying the file's one link is missing ('Tuple should have at least 1 item')."""
+    net = tmp_path / "n.yaml"
+    net.write_text(yaml.safe_dump({"links": [{"link": "inter_node", "gpu_types": ["a100-80g"], "per": "node_nic",
+                                              "curve": {"kind": "table", "points": [
+                                                  {"message_bytes": 1e6, "bandwidth_gbps": 1e-300}]}}]}))
+    err = refused(["solve", "-m", "gpt3-125m", "-c", "a100-80g:16", "--time-limit", "3", "--network", net])
+    assert "'links.0.curve.points.0.bandwidth_gbps' = 1e-300" in err and "Tuple" not in err and "3600 s" in err, err

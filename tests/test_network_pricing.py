@@ -152,7 +152,7 @@ _ALIAS_BOMB = "l0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
     ("- 1\n- 2\n", "must be a mapping"),
     ("links: .nan\n", "field links is nan"),  # (the package's bounded loader, as every other input file)
     (_ALIAS_BOMB, "expands to more than"),
-    ("links: []\n", "is not a valid network description: links"),
+    ("links: []\n", "is not a valid network description: field 'links' = []"),
 ])
 def test_network_file_errors_exit_2(tmp_path, content, needle):
     f = tmp_path / "net.yaml"

@@ -55,6 +55,36 @@ def _unwrap(annotation: Any) -> Any:
     return None
 
 
+def _tagged(field: Any, tag: Any) -> type[BaseModel] | None:
+    """The member of the discriminated union ``field`` whose discriminator is ``tag``."""
+    for member in typing.get_args(field.annotation):
+        own = member.model_fields.get(field.discriminator) if isinstance(member, type) and issubclass(
+            member, BaseModel) else None
+        if own is not None and own.default == tag:
+            return member
+    return None
+
+
+def user_loc(cls: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """``loc`` as the file spells it: pydantic puts a discriminated union's tag after the field
+    (``links.0.curve.table.points``), a key no file holds; it is left out (``links.0.curve.points``)."""
+    out: list[int | str] = []
+    current: type[BaseModel] | None = cls
+    tagged = None  # the discriminated-union field the previous part named
+    for part in loc:
+        if tagged is not None:
+            current, tagged = _tagged(tagged, part), None
+            continue
+        out.append(part)
+        if isinstance(part, int) or current is None:
+            continue
+        field = current.model_fields.get(part)
+        if field is not None and field.discriminator is not None:
+            tagged = field
+        current = _unwrap(field.annotation) if field is not None else None
+    return tuple(out)
+
+
 def _model_at(cls: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     """The model class that owns the last element of ``loc`` (for listing allowed keys)."""
     current: type[BaseModel] | None = cls
@@ -70,7 +100,7 @@ def _model_at(cls: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseMode
 
 def describe_error(cls: type[BaseModel], err: Any) -> str:
     """One pydantic error as a phrase naming the field path and the value."""
-    loc = tuple(err.get("loc", ()))
+    loc = user_loc(cls, tuple(err.get("loc", ())))
     path = loc_path(loc)
     kind = err.get("type", "")
     if kind == "extra_forbidden":
@@ -98,15 +128,16 @@ def _relevant(errors: list[Any]) -> list[Any]:
     return sorted(keep, key=lambda e: e.get("type") != "extra_forbidden")
 
 
-def format_validation_error(cls: type[BaseModel], exc: ValidationError, context: str) -> HaapInputError:
-    """The first few problems of ``exc`` in one paragraph, prefixed by ``context``."""
+def format_validation_error(cls: type[BaseModel], exc: ValidationError, context: str,
+                            hint: str = "") -> HaapInputError:
+    """The first few problems of ``exc`` in one paragraph, prefixed by ``context`` (``hint``: a closing remark)."""
     errors = _relevant(exc.errors(include_url=False))
     parts = [describe_error(cls, e) for e in errors[:MAX_LISTED_PROBLEMS]]
     more = len(errors) - MAX_LISTED_PROBLEMS
     tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more > 0 else ""
     first = errors[0] if errors else {}
-    return HaapInputError(f"{context}: {'; '.join(parts)}{tail}.", field=loc_path(tuple(first.get("loc", ()))) or None,
-                          value=first.get("input"))
+    return HaapInputError(f"{context}: {'; '.join(parts)}{tail}{f' {hint}' if hint else ''}.",
+                          field=loc_path(user_loc(cls, tuple(first.get("loc", ())))) or None, value=first.get("input"))
 
 
 def validate_spec(cls: type[M], data: Any, context: str) -> M:

@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from haap_milp.catalog.files import is_file, load_data
+from haap_milp.catalog.validation import format_validation_error
 from haap_milp.errors import HaapInputError
 from haap_milp.network.spec import MeasuredNetwork
 from haap_milp.specs import ClusterSpec
@@ -38,10 +39,10 @@ def load_network(path: str | Path, flag: str = FLAG) -> MeasuredNetwork:
                              field=flag.lstrip("-"), value=str(path))
     try:
         return MeasuredNetwork.model_validate(data)
-    except ValidationError as exc:
-        errs = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'file'}: {e['msg']}" for e in exc.errors()[:5])
-        raise HaapInputError(f"{flag} {str(path)!r} is not a valid network description: {errs} "
-                             "(see haap-solve schema network).", field=flag.lstrip("-"), value=str(path)) from None
+    except ValidationError as exc:  # (the shared wording: the innermost problems, as the file spells their keys)
+        err = format_validation_error(MeasuredNetwork, exc, f"{flag} {str(path)!r} is not a valid network description",
+                                      "(see haap-solve schema network)")
+        raise HaapInputError(str(err), field=flag.lstrip("-"), value=str(path)) from None
 
 
 def with_network(cluster: ClusterSpec, network: MeasuredNetwork, flag: str = FLAG, where: str = "") -> ClusterSpec:

@@ -35,12 +35,25 @@ import itertools
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 LinkClass = Literal["intra_node", "inter_node", "cross_type", "inter_island"]
 Per = Literal["gpu_stream", "node_nic"]
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "p2p", "unknown"]
 MB_BYTES = 1e6  # Sailor's x = log2(message MB); decimal MB, as its GB/s and "bytes / 1e9 / bandwidth"
+# The slowest link bandwidth accepted, GB/s: 1e-3 GB/s is 8 Mbit/s, below any NIC, PCIe or WAN link a training job
+# runs over (1 Gb Ethernet is 0.125 GB/s). A slower figure is a typo, and its transfer times (1e12 s and more at
+# 1e-15 GB/s) overflowed CP-SAT's integer time scale. The home of this bound (specs.cluster's links use it too).
+MIN_LINK_GBPS = 1e-3
+# A measured table point: its message goes through within this many seconds (size / bandwidth). Small messages
+# legitimately measure far below MIN_LINK_GBPS (8 bytes in 100 us of WAN latency is 8e-8 GB/s), so a point's floor
+# grows with its size; no benchmark times one message for an hour.
+MAX_TRANSFER_S = 3600.0
+
+
+def slowest_gbps(message_bytes: float) -> float:
+    """The least bandwidth (GB/s) a measured figure may give at ``message_bytes``: MAX_TRANSFER_S for the message."""
+    return message_bytes / 1e9 / MAX_TRANSFER_S
 
 
 class _Frozen(BaseModel):
@@ -51,7 +64,17 @@ class TablePoint(_Frozen):
     """One measured point."""
 
     message_bytes: float = Field(description="Message size, bytes.", gt=0, le=1e15)
-    bandwidth_gbps: float = Field(description="Bandwidth at that size, GB/s (1e9 bytes/s).", gt=0, le=1e6)
+    bandwidth_gbps: float = Field(description="Bandwidth at that size, GB/s (1e9 bytes/s); the message takes at most "
+                                  f"{MAX_TRANSFER_S:g} s.", gt=0, le=1e6)
+
+    @field_validator("bandwidth_gbps")
+    @classmethod
+    def _not_too_slow(cls, v: float, info: ValidationInfo) -> float:
+        size = info.data.get("message_bytes")
+        if size is not None and v < slowest_gbps(size):
+            raise ValueError(f"{v:g} GB/s moves {size:g} bytes in {size / 1e9 / v:.3g} s, more than {MAX_TRANSFER_S:g} s "
+                             f"(at least {slowest_gbps(size):.3g} GB/s at that size)")
+        return v
 
 
 class TableCurve(_Frozen):
@@ -90,7 +113,7 @@ class Log2QuadraticCurve(_Frozen):
 
     kind: Literal["log2_quadratic"] = "log2_quadratic"
     coefficients: tuple[float, float, float] = Field(description="(a, b, c) of a·x² + b·x + c, GB/s.")
-    max_gbps: float = Field(description="Cap, GB/s.", gt=0, le=1e6)
+    max_gbps: float = Field(description="Cap, GB/s.", ge=MIN_LINK_GBPS, le=1e6)
     min_message_bytes: float = Field(default=MB_BYTES, description="Sizes below this use its bandwidth.", gt=0)
 
     @model_validator(mode="after")
@@ -100,9 +123,13 @@ class Log2QuadraticCurve(_Frozen):
         if a > 0 and -b / (2 * a) > xs[0]:
             xs.append(-b / (2 * a))  # the curve's minimum
         for x in xs:
-            if self._raw(x) <= 0:
-                raise ValueError(f"curve {self.coefficients} is not positive at message size "
-                                 f"{MB_BYTES * 2 ** x:g} bytes; raise min_message_bytes")
+            size, bw = MB_BYTES * 2 ** x, self._raw(x)
+            if bw <= 0:
+                raise ValueError(f"curve {self.coefficients} is not positive at message size {size:g} bytes; raise "
+                                 "min_message_bytes")
+            if bw < slowest_gbps(size):
+                raise ValueError(f"curve {self.coefficients} gives {bw:g} GB/s at message size {size:g} bytes, more "
+                                 f"than {MAX_TRANSFER_S:g} s for that message; raise min_message_bytes")
         return self
 
     def _raw(self, x: float) -> float:

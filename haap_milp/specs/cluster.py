@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import Field, computed_field, model_serializer, model_validator
 
-from haap_milp.network.spec import MeasuredNetwork
+from haap_milp.network.spec import MIN_LINK_GBPS, MeasuredNetwork
 from haap_milp.specs.base import (
     Frozen,
     NicType,
@@ -18,6 +18,17 @@ from haap_milp.specs.base import (
 # check and price; 64 islands are 2016 links. Beyond these a cluster is a typo or a generated hostile input.
 MAX_ISLANDS = 64
 MAX_NODE_GROUPS = 1024
+# Bounds on a GPU's rates, far outside any real part, so that a typo cannot reach the estimator as 1e300 (its times
+# underflowed to 0: a log of 0 in the calibration, a division by 0 in the compute bound; fuzz report #2) or as 1e-300.
+# TFLOP/s: 1e6 is 1 EFLOP/s, ~200x a B200's dense FP8 (4.5 PFLOP/s); 1e-3 is 1 GFLOP/s, less than one CPU core.
+MIN_TFLOPS, MAX_TFLOPS = 1e-3, 1e6
+# GB/s of HBM and of the intra-node links: 1e6 is 1 PB/s, ~100x a B200's 8 TB/s HBM and 1000x NVLink 5's 900 GB/s
+# per direction (the least: network.spec.MIN_LINK_GBPS, the slowest link).
+MAX_DEVICE_GBPS = 1e6
+
+
+def _tflops(what: str):
+    return Field(default=None, description=f"{what}, TFLOP/s (None: unsupported).", ge=MIN_TFLOPS, le=MAX_TFLOPS)
 
 
 class GPUSpec(Frozen):
@@ -26,17 +37,17 @@ class GPUSpec(Frozen):
     name: str = Field(description="Canonical catalog name, e.g. 'a100-80g'.", min_length=1, max_length=100)
     vendor: str = Field(default="NVIDIA", description="Vendor name.")
     memory_gib: float = Field(description="Device memory in GiB.", gt=0, le=4096)
-    bf16_tflops: float | None = Field(default=None, description="Dense BF16 peak, TFLOP/s (None: unsupported).", gt=0)
-    fp16_tflops: float | None = Field(default=None, description="Dense FP16 peak, TFLOP/s (None: unsupported).", gt=0)
-    fp8_tflops: float | None = Field(default=None, description="Dense FP8 peak, TFLOP/s (None: unsupported).", gt=0)
+    bf16_tflops: float | None = _tflops("Dense BF16 peak")
+    fp16_tflops: float | None = _tflops("Dense FP16 peak")
+    fp8_tflops: float | None = _tflops("Dense FP8 peak")
     fp32_tflops: float | None = Field(
-        default=None, description="FP32 peak without tensor cores (CUDA cores), TFLOP/s (None: not stated).", gt=0)
-    tf32_tflops: float | None = Field(
-        default=None, description="Dense TF32 tensor-core peak, TFLOP/s (None: unsupported).", gt=0)
-    hbm_bandwidth_gbps: float = Field(description="HBM bandwidth, GB/s.", gt=0)
+        default=None, description="FP32 peak without tensor cores (CUDA cores), TFLOP/s (None: not stated).",
+        ge=MIN_TFLOPS, le=MAX_TFLOPS)
+    tf32_tflops: float | None = _tflops("Dense TF32 tensor-core peak")
+    hbm_bandwidth_gbps: float = Field(description="HBM bandwidth, GB/s.", ge=MIN_LINK_GBPS, le=MAX_DEVICE_GBPS)
     intra_node_bandwidth_gbps: float = Field(
-        description="Intra-node link bandwidth per GPU per direction, GB/s (NVLink/PCIe).", gt=0
-    )
+        description="Intra-node link bandwidth per GPU per direction, GB/s (NVLink/PCIe).", ge=MIN_LINK_GBPS,
+        le=MAX_DEVICE_GBPS)
     source: str = Field(default="", description="Where the numbers were read.")
 
     def peak_tflops(self, precision: Precision) -> float | None:
@@ -62,7 +73,8 @@ class NodeGroup(Frozen):
     gpus_per_node: int = Field(default=8, description="GPUs per node.", ge=1, le=64)
     nic: NicType = Field(default="ib", description="Inter-node network: ib, roce or ethernet.")
     nic_bandwidth_gbps: float = Field(
-        description="Inter-node bandwidth per node (all NICs together, one direction), GB/s.", gt=0, le=100_000
+        description="Inter-node bandwidth per node (all NICs together, one direction), GB/s.", ge=MIN_LINK_GBPS,
+        le=100_000
     )
     nic_latency_us: float = Field(default=5.0, description="Inter-node one-way latency, microseconds.", ge=0, le=1e6)
     island: str = Field(
@@ -79,7 +91,8 @@ class IslandLink(Frozen):
 
     a: str = Field(description="One island.")
     b: str = Field(description="The other island.")
-    bandwidth_gbps: float = Field(description="Aggregate bandwidth between the islands, GB/s.", gt=0, le=100_000)
+    bandwidth_gbps: float = Field(description="Aggregate bandwidth between the islands, GB/s.", ge=MIN_LINK_GBPS,
+                                  le=100_000)
     latency_us: float = Field(default=50.0, description="One-way latency, microseconds.", ge=0, le=1e7)
 
 
