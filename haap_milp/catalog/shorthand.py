@@ -18,7 +18,7 @@ from haap_milp.catalog.data import catalog, gpu_entry
 from haap_milp.catalog.files import short
 from haap_milp.errors import HaapInputError
 from haap_milp.specs import ClusterSpec
-from haap_milp.specs.cluster import MAX_ISLANDS, MAX_NODE_GROUPS
+from haap_milp.specs.cluster import MAX_GPUS_PER_NODE, MAX_ISLANDS, MAX_NODE_GROUPS, MAX_NODES_PER_GROUP
 
 ITEM = re.compile(r"^(?P<gpu>[^:/@]+):(?P<count>[^/@]*)(?:/(?P<per>[^@]*))?(?:@(?P<island>.*))?$")
 ISLAND_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -31,12 +31,17 @@ def looks_like_shorthand(text: str) -> bool:
     return ":" in head and "\\" not in head
 
 
-def _positive_int(text: str | None, what: str, item: str, source: str) -> int:
+def _positive_int(text: str | None, what: str, item: str, source: str, most: int) -> int:
+    """COUNT or /N of ``item``: a whole number from 1 to ``most``, said in the shorthand's terms when it is not."""
     value = (text or "").strip()
-    if not re.fullmatch(r"[0-9]{1,9}", value) or int(value) < 1:
+    digits = value.lstrip("0")
+    if not re.fullmatch(r"[0-9]+", value) or not digits:
         raise HaapInputError(f"cluster shorthand {short(source)}: item {short(item)} has {what} {short(value)}; "
                              f"give a positive whole number, e.g. {EXAMPLE}.", field=what, value=value)
-    return int(value)
+    if len(digits) > len(str(most)) or int(digits) > most:  # (not int() of a 5000-digit string: Python refuses it)
+        raise HaapInputError(f"cluster shorthand {short(source)}: item {short(item)} has {what} {short(value)}; at "
+                             f"most {most} {'are' if most > 1 else 'is'} accepted.", field=what, value=value)
+    return int(digits)
 
 
 def _parse_item(item: str, source: str) -> dict[str, Any]:
@@ -49,12 +54,9 @@ def _parse_item(item: str, source: str) -> dict[str, Any]:
         entry = gpu_entry(match["gpu"].strip())
     except HaapInputError as exc:
         raise HaapInputError(f"cluster shorthand {short(source)}: {exc}", field="gpu", value=match["gpu"]) from None
-    count = _positive_int(match["count"], "GPU count", item, source)
+    count = _positive_int(match["count"], "GPU count", item, source, MAX_TOTAL_GPUS)
     per = entry.default_node.gpus_per_node if match["per"] is None else \
-        _positive_int(match["per"], "GPUs per node", item, source)
-    if count > MAX_TOTAL_GPUS:
-        raise HaapInputError(f"cluster shorthand {short(source)}: item {short(item)} asks for {count} GPUs; at most "
-                             f"{MAX_TOTAL_GPUS} are accepted.", field="count", value=count)
+        _positive_int(match["per"], "GPUs per node", item, source, MAX_GPUS_PER_NODE)
     if count % per:
         lower = count - count % per
         fix = " or ".join(str(n) for n in (lower, lower + per) if n)
@@ -62,6 +64,11 @@ def _parse_item(item: str, source: str) -> dict[str, Any]:
                              f"{per}; the count must be a multiple of GPUs per node ({fix}), or set /N "
                              f"(e.g. '{entry.spec.name}:{count}/{count}' for one node of {count}).", field="count",
                              value=count)
+    if count // per > MAX_NODES_PER_GROUP:  # (the node group's bound, said in the shorthand's terms)
+        raise HaapInputError(f"cluster shorthand {short(source)}: item {short(item)} asks for {count // per} nodes of "
+                             f"{per} GPUs; one item holds at most {MAX_NODES_PER_GROUP} nodes "
+                             f"({MAX_NODES_PER_GROUP * per} GPUs of {per} per node): split the count over several "
+                             "items.", field="count", value=count)
     group: dict[str, Any] = {"gpu": entry.spec.name, "num_nodes": count // per, "gpus_per_node": per}
     island = match["island"]
     if island is not None:

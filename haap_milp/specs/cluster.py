@@ -18,6 +18,10 @@ from haap_milp.specs.base import (
 # check and price; 64 islands are 2016 links. Beyond these a cluster is a typo or a generated hostile input.
 MAX_ISLANDS = 64
 MAX_NODE_GROUPS = 1024
+# A node group's size: 100 000 nodes is ~10x the nodes of the largest published clusters; 64 GPUs per node is past
+# any server sold (8 is usual; an NVL72 rack is 18 trays of 4)
+MAX_NODES_PER_GROUP = 100_000
+MAX_GPUS_PER_NODE = 64
 # Bounds on a GPU's rates, far outside any real part, so that a typo cannot reach the estimator as 1e300 (its times
 # underflowed to 0: a log of 0 in the calibration, a division by 0 in the compute bound; fuzz report #2) or as 1e-300.
 # TFLOP/s: 1e6 is 1 EFLOP/s, ~200x a B200's dense FP8 (4.5 PFLOP/s); 1e-3 is 1 GFLOP/s, less than one CPU core.
@@ -69,8 +73,8 @@ class NodeGroup(Frozen):
     """A set of identical nodes sharing a GPU type, NIC and island."""
 
     gpu: GPUSpec = Field(description="GPU type of every GPU in these nodes.")
-    num_nodes: int = Field(description="Number of nodes.", ge=1, le=100_000)
-    gpus_per_node: int = Field(default=8, description="GPUs per node.", ge=1, le=64)
+    num_nodes: int = Field(description="Number of nodes.", ge=1, le=MAX_NODES_PER_GROUP)
+    gpus_per_node: int = Field(default=8, description="GPUs per node.", ge=1, le=MAX_GPUS_PER_NODE)
     nic: NicType = Field(default="ib", description="Inter-node network: ib, roce or ethernet.")
     nic_bandwidth_gbps: float = Field(
         description="Inter-node bandwidth per node (all NICs together, one direction), GB/s.", ge=MIN_LINK_GBPS,
