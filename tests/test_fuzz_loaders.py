@@ -191,3 +191,37 @@ def test_a_network_error_names_the_key_as_written_and_nothing_false(tmp_path):
                                                   {"message_bytes": 1e6, "bandwidth_gbps": 1e-300}]}}]}))
     err = refused(["solve", "-m", "gpt3-125m", "-c", "a100-80g:16", "--time-limit", "3", "--network", net])
     assert "'links.0.curve.points.0.bandwidth_gbps' = 1e-300" in err and "Tuple" not in err and "3600 s" in err, err
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("gpus:\n  a100-80g: {idle_w: 500, tdp_w: 100}\n", "gpus.a100-80g.idle_w = 500 W is more than its tdp_w = 100 W"),
+    ("gpus:\n  a100-80gb: {idle_w: 500}\n",  # (the catalog's A100 board: 400 W)
+     "gpus.a100-80gb.idle_w = 500 W is more than its tdp_w = 400 W (the other from the catalog)"),
+    ("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: 1e300}\n",
+     "= '1e300' is text, not a number: YAML reads an exponent without a decimal point as a string; write 1.0e+300"),
+    ("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: 1.0e+300}\n", "is more than 10000"),
+    ("", "got an empty file"),
+])
+def test_a_prices_file_is_checked(tmp_path, text, needle):
+    """Fuzz #12: idle power above full-load power, 1e300 read by YAML as text, an empty file ('got NoneType')."""
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    err = refused(["solve", "-m", "gpt3-125m", "-c", "a100-80g:8", "--time-limit", "3", "--objective", "energy",
+                   "--prices", f])
+    assert needle in " ".join(err.split()), err
+
+
+def test_a_prices_row_for_a_gpu_nobody_has_is_warned_about(tmp_path):
+    """Fuzz #12: a GPU name neither the catalog nor the cluster knows (a typo) prices nothing: a stderr warning (a GPU
+    defined inline in the cluster file keeps its row, unwarned)."""
+    f = tmp_path / "p.yaml"
+    f.write_text("gpus:\n  foo-gpu: {on_demand_usd_per_gpu_hour: 3}\n  a100-80gg: {on_demand_usd_per_gpu_hour: 3}\n")
+    code, _, err = invoke_cli(["estimate", "-m", "gpt3-125m", "-c", "a100-80g:8", "--gbs", "8", "--dp", "8",
+                               "--prices", str(f)])
+    assert code == 0 and "warning:" in err and "'foo-gpu'" in err and "did you mean 'a100-80g'" in err, err
+    c = tmp_path / "c.yaml"
+    c.write_text(yaml.safe_dump({"name": "c", "node_groups": [{"gpu": dict(GPU, name="foo-gpu"), "num_nodes": 1,
+                                                               "nic_bandwidth_gbps": 25}]}))
+    code, _, err = invoke_cli(["estimate", "-m", "gpt3-125m", "-c", str(c), "--gbs", "8", "--dp", "8",
+                               "--prices", str(f)])
+    assert code == 0 and "'foo-gpu'" not in err, err

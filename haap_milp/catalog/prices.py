@@ -7,7 +7,8 @@ File format (both)::
       a100-80g: {on_demand_usd_per_gpu_hour: 2.0, spot_usd_per_gpu_hour: 1.1, idle_w: 60, tdp_w: 400}
 
 A user row replaces only the keys it gives. GPU names are looked up like everywhere else (aliases, case);
-a name the catalog does not know is kept as written (a GPU defined inline in a cluster YAML). The formulas
+a name the catalog does not know is kept as written (a GPU defined inline in a cluster YAML); the commands warn
+when the cluster has no GPU of that name either (``unpriced_custom``: most often a typo). The formulas
 that use these numbers live in ``haap_milp/economics.py``.
 """
 
@@ -44,6 +45,7 @@ class PriceBook:
     gpus: dict[str, GpuRates]
     default_idle_fraction: float
     source: str
+    custom: tuple[str, ...] = ()  # the --prices file's GPU names the catalog lacks, as written (``unpriced_custom``)
 
     def usd_per_gpu_hour(self, gpu_type: str) -> float | None:
         row = self.gpus.get(gpu_type)
@@ -62,32 +64,62 @@ class PriceBook:
         return None if row.tdp_w is None else self.default_idle_fraction * row.tdp_w
 
 
+# Upper bounds, far above any real figure, so that a typo (1e300) never reaches the cost and energy sums: $ per
+# GPU-hour ~1000x the dearest list price (~$12 for an H200 on demand); watts ~100x a B200 board's 1.2 kW TDP
+MAX_USD_PER_GPU_HOUR = 1e4
+MAX_WATTS = 1e5
+MOST = {"on_demand_usd_per_gpu_hour": MAX_USD_PER_GPU_HOUR, "spot_usd_per_gpu_hour": MAX_USD_PER_GPU_HOUR,
+        "idle_w": MAX_WATTS, "tdp_w": MAX_WATTS, "default_idle_fraction": 1.0}
+
+
 def _number(value: Any, where: str, name: str) -> float | None:
     if value is None:
         return None
+    most = MOST[where.rsplit(".", 1)[-1]]
+    if isinstance(value, str) and _is_float_text(value):  # PyYAML (YAML 1.1) reads 1e300 without a '.' as text
+        raise HaapInputError(f"{name}: {where} = {value!r} is text, not a number: YAML reads an exponent without a "
+                             f"decimal point as a string; write {_yaml_float(value)}", field=where, value=value)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise HaapInputError(f"{name}: {where} = {value!r} must be a number >= 0 (or null for unknown)",
                              field=where, value=value)
+    if value > most:
+        raise HaapInputError(f"{name}: {where} = {value:g} is more than {most:g}", field=where, value=value)
     return float(value)
 
 
-def _rows(doc: Any, name: str) -> tuple[dict[str, dict], float | None]:
+def _is_float_text(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _yaml_float(text: str) -> str:
+    """'1e300' as YAML 1.1 reads a float: '1.0e+300' (a mantissa with a '.', a signed exponent)."""
+    mantissa, _, exp = text.strip().lower().partition("e")
+    if not exp:
+        return text
+    mantissa = mantissa if "." in mantissa else f"{mantissa}.0"
+    return f"{mantissa}e{exp if exp[0] in '+-' else '+' + exp}"
+
+
+def _rows(doc: Any, name: str) -> tuple[dict[str, dict], float | None, dict[str, str]]:
+    """The rows by canonical GPU name, default_idle_fraction, and each row's GPU name as written."""
     from haap_milp.catalog import data as cat
 
     if not isinstance(doc, dict):
-        raise HaapInputError(f"{name}: a prices file is a mapping with a 'gpus' key, got {type(doc).__name__}",
-                             field="gpus")
+        got = "an empty file" if doc is None else f"a {type(doc).__name__}"
+        raise HaapInputError(f"{name}: a prices file is a mapping with a 'gpus' key, got {got}", field="gpus")
     extra = sorted(set(doc) - set(TOP_KEYS))
     if extra:
         raise HaapInputError(f"{name}: unknown key {extra[0]!r} (allowed: {', '.join(TOP_KEYS)})", field=extra[0])
     frac = _number(doc.get("default_idle_fraction"), "default_idle_fraction", name)
-    if frac is not None and frac > 1:
-        raise HaapInputError(f"{name}: default_idle_fraction = {frac} must be at most 1", field="default_idle_fraction",
-                             value=frac)
     gpus = doc.get("gpus") or {}
     if not isinstance(gpus, dict):
         raise HaapInputError(f"{name}: 'gpus' must map GPU names to rows, got {type(gpus).__name__}", field="gpus")
     out: dict[str, dict] = {}
+    spelled: dict[str, str] = {}
     for gpu, row in gpus.items():
         where = f"gpus.{gpu}"
         if not isinstance(row, dict):
@@ -97,8 +129,18 @@ def _rows(doc: Any, name: str) -> tuple[dict[str, dict], float | None]:
             raise HaapInputError(f"{name}: unknown key {where}.{bad[0]} (allowed: {', '.join(ROW_KEYS)})",
                                  field=f"{where}.{bad[0]}")
         vals = {k: _number(row[k], f"{where}.{k}", name) for k in ROW_KEYS if k in row and k != "instance"}
-        out[cat.canonical("GPU", str(gpu)) or str(gpu)] = vals
-    return out, frac
+        key = cat.canonical("GPU", str(gpu)) or str(gpu)
+        out[key], spelled[key] = vals, str(gpu)
+    return out, frac, spelled
+
+
+def _check_power(row: GpuRates, where: str, name: str, given: dict) -> None:
+    """A board idles below its full-load power: idle_w <= tdp_w (either one from the catalog where the row omits it)."""
+    if row.idle_w is not None and row.tdp_w is not None and row.idle_w > row.tdp_w:
+        whose = "" if {"idle_w", "tdp_w"} <= set(given) else " (the other from the catalog)"
+        raise HaapInputError(f"{name}: {where}.idle_w = {row.idle_w:g} W is more than its tdp_w = {row.tdp_w:g} W"
+                             f"{whose}; a GPU idles below its full-load power", field=f"{where}.idle_w",
+                             value=row.idle_w)
 
 
 @functools.lru_cache(maxsize=1)
@@ -118,7 +160,7 @@ def price_kind(kind: str) -> str:
 def _catalog_book(kind: str) -> PriceBook:
     """The catalog's book alone, parsed once per kind (every report without --prices asks for it)."""
     doc = _catalog_doc()
-    rows, frac = _rows(doc, "prices.yaml")
+    rows, frac, _ = _rows(doc, "prices.yaml")
     return PriceBook(kind, {g: GpuRates(**v) for g, v in rows.items()}, frac if frac is not None else 0.15,
                      f"catalog: {doc.get('provider')} ({doc.get('date')})")
 
@@ -129,14 +171,32 @@ def load_prices(path: str | None = None, kind: str = "on_demand") -> PriceBook:
     base = _catalog_book(kind)
     if path is None:
         return base
+    from haap_milp.catalog import data as cat
     from haap_milp.catalog.files import load_data
 
     book = dict(base.gpus)
-    user, ufrac = _rows(load_data(path, "prices file"), f"prices file {str(path)!r}")
+    name = f"prices file {str(path)!r}"
+    user, ufrac, spelled = _rows(load_data(path, "prices file"), name)
     for g, v in user.items():
         book[g] = replace(book.get(g, GpuRates()), **v)
+        _check_power(book[g], f"gpus.{spelled[g]}", name, v)
     frac = ufrac if ufrac is not None else base.default_idle_fraction
-    return PriceBook(kind, book, frac, f"{path} over the {base.source}")
+    custom = tuple(spelled[g] for g in user if cat.canonical("GPU", g) is None)
+    return PriceBook(kind, book, frac, f"{path} over the {base.source}", custom)
+
+
+def unpriced_custom(book: PriceBook, gpu_types: tuple[str, ...]) -> list[str]:
+    """The --prices rows that price nothing here: GPU names neither the catalog nor the cluster (``gpu_types``) has,
+    most often a typo (the GPU then keeps the catalog's price), each with the catalog's closest names."""
+    from haap_milp.catalog import data as cat
+    from haap_milp.catalog.validation import suggest
+
+    out = []
+    for g in book.custom:
+        if g not in gpu_types:
+            close = suggest(g, cat.catalog().keys["GPU"])
+            out.append(f"{g!r}" + (f" (did you mean {', '.join(map(repr, close))}?)" if close else ""))
+    return out
 
 
 def prices_schema() -> dict:

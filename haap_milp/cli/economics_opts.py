@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from haap_milp.catalog.prices import load_prices
-from haap_milp.cli.common import finite
+from haap_milp.catalog.prices import load_prices, unpriced_custom
+from haap_milp.cli.common import err_console, finite
 from haap_milp.objectives import Goal
 
 PricesOpt = Annotated[str | None, typer.Option(
@@ -32,8 +32,15 @@ StepOpt = Annotated[float, typer.Option(
                    "budget 5 %% below the last plan's rate (the stated bound then allows for it).")]
 
 
-def price_book(prices: str | None, kind: str):
-    return load_prices(prices, kind)
+def price_book(prices: str | None, kind: str, cluster=None):
+    """The book of ``--prices`` / ``--price``; with ``cluster``, a stderr warning for its rows that price nothing."""
+    book = load_prices(prices, kind)
+    lost = unpriced_custom(book, cluster.gpu_types) if cluster is not None else []
+    if lost:
+        err_console.print(f"warning: --prices {prices!r} has rows for GPU(s) {', '.join(lost)}, which neither the "
+                          "catalog nor the cluster has; they price nothing (the cluster's GPUs keep the catalog's "
+                          "prices).", markup=False, highlight=False, soft_wrap=True)
+    return book
 
 
 def goal_from_flags(objective: str, max_cost: float | None, min_tps: float | None, max_time: float | None,

@@ -289,7 +289,7 @@ def estimate(
     warn_priced_by_fallback(unmeasured_stages(prof, p))
     from haap_milp.economics import plan_economics
 
-    econ = plan_economics(p, pe, price_book(prices, price))  # eqs. E1-E5
+    econ = plan_economics(p, pe, price_book(prices, price, c))  # eqs. E1-E5
     if as_json:
         print_json({**estimate_document(pe, est, p), **econ, "explanation": estimate_bottleneck(pe, p)})
     else:

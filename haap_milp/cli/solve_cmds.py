@@ -214,7 +214,7 @@ def solve(
     opts = _options(solver, time_limit, threads, target, max_stages, gap, seed, mixed_stages,
                     _zero(zero, zero_stage, no_dist_opt), vpp, cp, etp)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
-    book = price_book(prices, price)
+    book = price_book(prices, price, c)
     goal = goal_from_flags(objective, max_cost_per_hour, min_tokens_per_s, max_iteration_time, robust,
                            training.global_batch_size * training.seq_len, max_points, step)
     out, goal_doc = run_interruptible(lambda: _plan(m, c, training, opts, prof, dl, book, goal), dl, _stopping)
@@ -320,7 +320,7 @@ def compare(
     opts = _options("auto", time_limit, threads, target, max_stages, gap, seed, mixed_stages,
                     _zero(zero, zero_stage, no_dist_opt), vpp, cp, etp)
     prof = profile_from_flags(profile, profile_device, profile_fallback, training.precision)
-    book = price_book(prices, price)
+    book = price_book(prices, price, c)
     outs = run_interruptible(lambda: planner.compare(m, c, training, opts, profile=prof, deadline=dl), dl,
                              _stopping)
     pre = next((o.presolved for o in outs.values() if o.presolved is not None), None)
