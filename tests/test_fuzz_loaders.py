@@ -225,3 +225,51 @@ def test_a_prices_row_for_a_gpu_nobody_has_is_warned_about(tmp_path):
     code, _, err = invoke_cli(["estimate", "-m", "gpt3-125m", "-c", str(c), "--gbs", "8", "--dp", "8",
                                "--prices", str(f)])
     assert code == 0 and "'foo-gpu'" not in err, err
+
+
+def test_a_yaml_key_given_twice_is_refused_with_both_lines(tmp_path):
+    """Fuzz #13: PyYAML keeps the last of two equal keys silently (num_layers 4, then 5: validate said OK)."""
+    f = tmp_path / "m.yaml"
+    f.write_text("name: tiny\nnum_layers: 4\nhidden: 512\nffn_hidden: 2048\nnum_heads: 8\nvocab_size: 32000\n"
+                 "num_layers: 5\n")
+    assert "key 'num_layers' is given twice in one mapping, at lines 2 and 7" in refused(["validate", f])
+    # a merge key's values may be overridden, and equal keys in different mappings are not duplicates
+    doc = parse_text("base: &b {a: 1, b: 2}\nm:\n  <<: *b\n  a: 3\nn: {a: 1}\n", "x.yaml", "yaml")
+    assert doc["m"] == {"a": 3, "b": 2} and doc["n"] == {"a": 1}
+
+
+def test_moe_without_top_k_says_it_is_missing(tmp_path):
+    """Fuzz #13: 'top_k=0 must be between 1 and num_experts=4' named a value the file never wrote."""
+    f = tmp_path / "m.yaml"
+    f.write_text(yaml.safe_dump({"name": "tiny", "num_layers": 4, "hidden": 512, "ffn_hidden": 2048, "num_heads": 8,
+                                 "vocab_size": 32000, "num_experts": 4}))
+    err = refused(["validate", f])
+    assert "num_experts=4 needs top_k" in err and "it is missing" in err and "top_k=0" not in err, err
+
+
+@pytest.mark.parametrize("entries,needle", [
+    ([{"gpu": "a100-80g", "tp": 1.9, "mbs": 1, "layer_time_ms": 5.0}], "entries[0].tp = 1.9 must be a whole number"),
+    ([{"gpu": "a100-80g", "tp": 1, "mbs": 1, "layer_time_ms": 5.0},
+      {"gpu": "a100-80g", "tp": 1, "mbs": 1, "layer_time_ms": 500}], "entries[1] and entries[0] both measure"),
+])
+def test_profile_entries_are_whole_and_unique(tmp_path, entries, needle):
+    """Fuzz #13: tp 1.9 was truncated to 1; a second entry for one point won silently."""
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps({"haap_profile": 1, "entries": entries}))
+    assert needle in refused(["solve", "-m", "gpt3-125m", "-c", "a100-80g:8", "--seq", "1024", "--time-limit", "3",
+                              "--profile", f])
+
+
+def test_native_profile_point_given_twice_is_refused(tmp_path):
+    pt = {"layer_kind": "decoder", "gpu_type": "h100-80g", "tp": 1, "micro_batch": 1, "seq_len": 4096,
+          "precision": "bf16", "forward_s": 1e-3, "backward_s": 2e-3, "peak_memory_bytes": 2**28, "repeats": 5}
+    doc = {"format": "haap-profile", "version": 2,
+           "header": {"model": {"name": "gpt3-1.3b", "num_layers": 24, "hidden": 2048, "ffn_hidden": 8192,
+                                "num_heads": 16, "num_kv_heads": 16, "vocab_size": 50257, "activation": "gelu"},
+                      "device": {"name": "x", "kind": "other", "gpu_type": "h100-80g"},
+                      "created": "2026-11-30T00:00:00+00:00", "tool": "t", "memory_method": "external"},
+           "points": [pt, dict(pt, forward_s=5e-3)]}
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(doc))
+    err = refused(["estimate", "-m", "gpt3-1.3b", "-c", "h100-80g:8", "--gbs", "8", "--dp", "8", "--profile", f])
+    assert "points[1] measures decoder on h100-80g at tp 1, micro-batch 1" in err, err

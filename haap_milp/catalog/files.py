@@ -112,7 +112,25 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser
 
 
 class _BoundedLoader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
-    """SafeLoader; ``load_yaml`` measures the composed node graph before constructing it."""
+    """SafeLoader; ``load_yaml`` measures the composed node graph before constructing it. A key given twice in one
+    mapping is an error (PyYAML keeps the last silently: ``num_layers`` twice was read as the second)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # (``<<: *base``: its keys may be overridden)
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen = first.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: the constructor's own error follows
+                    continue
+                if seen is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {short(key)} is given twice in one mapping, at lines "
+                        f"{seen.start_mark.line + 1} and {key_node.start_mark.line + 1}; keep one")
+        return super().construct_mapping(node, deep=deep)
 
 
 def _expanded_size(root: yaml.Node, name: str) -> int:

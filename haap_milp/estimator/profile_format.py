@@ -221,7 +221,12 @@ def to_profile(native: NativeProfile, precision: str | None = None, seq_len: int
         if pt.out_of_memory:
             oom.add((gpu, pt.tp, pt.micro_batch, prec))
             continue
-        by_key[(gpu, pt.tp, pt.micro_batch)][pt.layer_kind] = pt
+        kinds = by_key[(gpu, pt.tp, pt.micro_batch)]
+        if pt.layer_kind in kinds:  # (the later one would win silently)
+            raise HaapInputError(f"profile {where}: points[{i}] measures {pt.layer_kind} on {gpu} at tp {pt.tp}, "
+                                 f"micro-batch {pt.micro_batch}, {prec}, seq_len {seq} again; keep one.",
+                                 field=f"points[{i}]", value=where)
+        kinds[pt.layer_kind] = pt
     notes = [UNCOVERED_POLICY]
     entries: dict[tuple[str, int, int], ProfileEntry] = {}
     optimizer: dict[tuple[str, int, int], float] = {}

@@ -167,15 +167,28 @@ def load_metis_dir(path: str | Path, device_map: dict[str, str] | None = None) -
                    meta={"devices": sorted({METIS_NAME.match(f.name)["dev"] for f in files})})
 
 
+def _whole(raw: dict, key: str, i: int) -> int:
+    """``raw[key]`` as a whole number: tp 1.9 is a mistake, not tp 1 (int() truncated it)."""
+    v = raw[key]
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, (bool, float)) or (isinstance(v, str) and not v.strip().isdigit()):
+        raise HaapInputError(f"profile entries[{i}].{key} = {v!r:.40} must be a whole number.",
+                             field=f"entries[{i}].{key}", value=v)
+    return int(v)
+
+
 def _native_entry(raw: Any, i: int) -> ProfileEntry:
     if not isinstance(raw, dict):
         raise HaapInputError(f"profile entries[{i}] must be a mapping, got {type(raw).__name__}.",
                              field=f"entries[{i}]")
     try:
         opt = lambda k, scale: None if raw.get(k) is None else float(raw[k]) * scale
-        e = ProfileEntry(str(raw["gpu"]), int(raw["tp"]), int(raw["mbs"]), float(raw["layer_time_ms"]) / 1e3,
+        e = ProfileEntry(str(raw["gpu"]), _whole(raw, "tp", i), _whole(raw, "mbs", i), float(raw["layer_time_ms"]) / 1e3,
                          opt("embedding_time_ms", 1e-3), opt("head_time_ms", 1e-3), opt("layer_memory_mib", MIB),
                          opt("embedding_memory_mib", MIB), opt("head_memory_mib", MIB))
+    except HaapInputError:
+        raise
     except KeyError as exc:
         raise HaapInputError(f"profile entries[{i}] lacks {exc.args[0]!r} (needs gpu, tp, mbs, layer_time_ms).",
                              field=f"entries[{i}].{exc.args[0]}") from exc
@@ -205,10 +218,14 @@ def native_from_data(data: object, path: str | Path) -> Profile:
     if not isinstance(data, dict) or "entries" not in data or not isinstance(data["entries"], list):
         raise HaapInputError(f"profile {str(path)!r} needs a top-level 'entries' list (native haap profile format).",
                              field="profile", value=str(path))
-    entries = {}
+    entries, first = {}, {}
     for i, raw in enumerate(data["entries"]):
         e = _native_entry(raw, i)
-        entries[(e.gpu, e.tp, e.mbs)] = e
+        key = (e.gpu, e.tp, e.mbs)
+        if key in entries:  # (the later one would win silently)
+            raise HaapInputError(f"profile {str(path)!r}: entries[{i}] and entries[{first[key]}] both measure gpu "
+                                 f"{e.gpu}, tp {e.tp}, mbs {e.mbs}; keep one.", field=f"entries[{i}]", value=str(path))
+        entries[key], first[key] = e, i
     seq = data.get("seq_len")
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= 2**24):
         raise HaapInputError(f"profile {str(path)!r}: seq_len = {seq!r:.40} must be a whole number of tokens "

@@ -96,6 +96,9 @@ class ModelSpec(Frozen):
         if self.num_heads % self.kv_heads:
             raise ValueError(f"num_kv_heads={self.kv_heads} does not divide num_heads={self.num_heads}")
         if self.num_experts:
+            if "top_k" not in self.model_fields_set:  # (not "top_k=0": a value the file never wrote)
+                raise ValueError(f"num_experts={self.num_experts} needs top_k, the routed experts each token "
+                                 f"activates (1 to {self.num_experts}); it is missing")
             if not 1 <= self.top_k <= self.num_experts:
                 raise ValueError(f"top_k={self.top_k} must be between 1 and num_experts={self.num_experts}")
             if self.moe_layer_pattern == "first_k_dense" and self.first_k_dense >= self.num_layers:
