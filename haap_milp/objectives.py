@@ -54,7 +54,7 @@ def validate(goal: Goal) -> None:
     if goal.robust_pct is not None and goal.objective != "time":
         raise HaapInputError(f"--robust with --objective {goal.objective}: the robust plan minimises the worst-case "
                              "iteration time; use --objective time", field="--robust", value=goal.robust_pct)
-    if goal.robust_pct is not None and not 0 <= goal.robust_pct < 10:
+    if goal.robust_pct is not None and not 0 <= goal.robust_pct <= 10:  # (the flag: 0 to 1000 %, both ends)
         raise HaapInputError(f"--robust {goal.robust_pct * 100:g}: give a percentage from 0 to 1000",
                              field="--robust", value=goal.robust_pct)
 

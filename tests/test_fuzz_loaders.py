@@ -273,3 +273,30 @@ def test_native_profile_point_given_twice_is_refused(tmp_path):
     f.write_text(json.dumps(doc))
     err = refused(["estimate", "-m", "gpt3-1.3b", "-c", "h100-80g:8", "--gbs", "8", "--dp", "8", "--profile", f])
     assert "points[1] measures decoder on h100-80g at tp 1, micro-batch 1" in err, err
+
+
+def test_robust_accepts_the_whole_range_its_message_states():
+    """Fuzz #14: --robust 1000 was refused as 'give a percentage from 0 to 1000'."""
+    code, _, err = invoke_cli(["solve", "-m", "gpt3-125m", "-c", "a100-80g:8", "--time-limit", "3", "--robust", "1000"])
+    assert code == 0, err
+    assert "between 0 and 1000" in refused(["solve", "-m", "gpt3-125m", "-c", "a100-80g:8", "--robust", "1000.5"])
+
+
+@pytest.mark.parametrize("flag", ["--opt-state-bytes", "--grad-bucket"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_runtime_float_flags_want_a_finite_number(flag, value):
+    """Fuzz #16: NaN / inf said 'must be less than or equal to 64' where every other float flag says this."""
+    assert f"{flag} {value}: give a finite number" in refused(EST + [flag, value])
+
+
+def test_memory_headroom_has_one_bound_for_the_flag_and_the_file(tmp_path):
+    """Fuzz #20: memory_headroom_fraction 0.95 passed in a training file while --memory-headroom 0.95 was refused."""
+    f = tmp_path / "t.yaml"
+    f.write_text("memory_headroom_fraction: 0.95\n")
+    assert "'memory_headroom_fraction' = 0.95" in refused(EST + ["--training", f])
+    assert "--memory-headroom '0.95'" in refused(EST + ["--memory-headroom", "0.95"])
+    f.write_text("memory_headroom_fraction: 0.9\n")
+    small = ["estimate", "-m", "gpt3-125m", "-c", "h100-80g:8", "--dp", "8", "--gbs", "8", "--seq", "1024"]
+    for extra in (["--training", str(f)], ["--memory-headroom", "0.9"]):  # (8 GiB of each H100 left: enough)
+        code, _, err = invoke_cli(small + extra)
+        assert code == 0, err

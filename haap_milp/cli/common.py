@@ -95,7 +95,9 @@ HEADROOM_HELP = ("Fraction of each GPU's memory kept free, e.g. 0.2 or 20% (defa
 
 
 def parse_headroom(text: str | None) -> float:
-    """--memory-headroom: a fraction in [0, 0.9] ('0.2') or a percentage ('20%')."""
+    """--memory-headroom: a fraction in [0, MAX_HEADROOM_FRACTION] ('0.2') or a percentage ('20%')."""
+    from haap_milp.specs.training import MAX_HEADROOM_FRACTION
+
     if text is None:
         return DEFAULT_HEADROOM
     raw = text.strip()
@@ -104,9 +106,9 @@ def parse_headroom(text: str | None) -> float:
     except ValueError:
         raise HaapInputError(f"--memory-headroom {text!r}: give a fraction such as 0.2 or a percentage such as "
                              "20%.", field="memory_headroom_fraction", value=text) from None
-    if not math.isfinite(value) or not 0 <= value <= 0.9:
-        raise HaapInputError(f"--memory-headroom {text!r}: must be a fraction between 0 and 0.9 (0% to 90%).",
-                             field="memory_headroom_fraction", value=text)
+    if not math.isfinite(value) or not 0 <= value <= MAX_HEADROOM_FRACTION:  # (the spec's bound, in its words)
+        raise HaapInputError(f"--memory-headroom {text!r}: must be a fraction between 0 and {MAX_HEADROOM_FRACTION:g} "
+                             f"(0% to {MAX_HEADROOM_FRACTION:.0%}).", field="memory_headroom_fraction", value=text)
     return value
 
 

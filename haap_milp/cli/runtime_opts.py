@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from haap_milp.catalog.files import is_file, load_data, require_mapping
 from haap_milp.catalog.validation import validate_spec
-from haap_milp.cli.common import flag_error
+from haap_milp.cli.common import finite, flag_error
 from haap_milp.errors import HaapInputError
 from haap_milp.specs import TrainingSpec
 
@@ -103,6 +103,9 @@ def build_training(file: str | None, base: dict[str, Any], flags: RuntimeFlags,
                    start: dict[str, Any] | None = None) -> TrainingSpec:
     """TrainingSpec from defaults < ``start`` (e.g. a plan file's training) < file < flags. ``base``: the
     command's own flags (field -> value; None: not given)."""
+    for flag, value in (("--opt-state-bytes", flags.optimizer_state_bytes), ("--grad-bucket", flags.grad_bucket)):
+        if value is not None:  # (NaN / inf: the wording of every float flag, not the spec's bound on a NaN)
+            finite(value, flag)
     data: dict[str, Any] = {**(start or {}), **(load_training(file) if file else {})}
     upd: dict[str, Any] = {k: v for k, v in base.items() if v is not None}
     recompute = _set(flags.recompute, "--recompute", ("none", "selective", "full", "op"))
