@@ -110,7 +110,7 @@ def check_prices(ctx: Context, book: PriceBook, measure: str) -> list[str]:
     types = [g.gpu_type for g in ctx.presolved.groups]
     gone = economics.missing(types, book, measure)
     if gone:
-        what = f"a {book.kind} price" if measure == "cost" else "a board power (tdp_w)"
+        what = f"{book.kind.replace('_', '-')} price" if measure == "cost" else "board power (tdp_w)"  # ("has no X")
         raise HaapInputError(f"--objective/pareto {measure}: {', '.join(gone)} has no {what} in the price book "
                              f"({book.source}); give it in a --prices FILE (haap-solve schema prices)",
                              field="--prices", value=gone)

@@ -300,3 +300,20 @@ def test_memory_headroom_has_one_bound_for_the_flag_and_the_file(tmp_path):
     for extra in (["--training", str(f)], ["--memory-headroom", "0.9"]):  # (8 GiB of each H100 left: enough)
         code, _, err = invoke_cli(small + extra)
         assert code == 0, err
+
+
+def test_cosmetic_messages(tmp_path):
+    """Fuzz #21: nested quotes, a doubled 'at', a repr cut mid-string, 'has no a on_demand price'."""
+    lst, trunc, cal, nulls = (tmp_path / n for n in ("list.json", "trunc.json", "cal.json", "p.yaml"))
+    lst.write_text("[1, 2, 3]")
+    trunc.write_text('{"num_layers": 4, "name": "abc')
+    cal.write_text(json.dumps({k: 1 for k in ("architectures", "hidden_act", "hidden_size", "intermediate_size",
+                                              "num_attention_heads")}))
+    nulls.write_text("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: null}\n")
+    err = refused(["solve", "-m", lst, "-c", "a100-80g:8"])
+    assert f"error: model file '{lst}' should be a mapping" in err, err
+    assert "Unterminated string starting at line 1" in refused(["solve", "-m", trunc, "-c", "a100-80g:8"])
+    err = " ".join(refused(EST + ["--calibration", cal]).split())
+    assert "= a mapping of architectures, hidden_act, hidden_size, intermediate_size, ...: needs" in err, err
+    err = refused(["solve", "-m", "gpt3-125m", "-c", "a100-80g:8", "--objective", "cost", "--prices", nulls])
+    assert "a100-80g has no on-demand price" in err, err

@@ -95,7 +95,7 @@ def _fill_group(raw: Any, i: int, context: str) -> Any:
 
 def cluster_from_data(data: Any, name: str, context: str) -> ClusterSpec:
     """Validate parsed cluster data (a preset, a user file, a shorthand) into a ClusterSpec."""
-    data = require_mapping(data, context, CLUSTER_HELP)
+    data = require_mapping(data, context, CLUSTER_HELP, context=True)
     fields = {k: v for k, v in data.items() if k not in CLUSTER_META_KEYS}
     fields.setdefault("name", name)
     groups = fields.get("node_groups")

@@ -219,7 +219,8 @@ def parse_text(text: str, name: str, fmt: str) -> Any:
     except HaapInputError:
         raise
     except json.JSONDecodeError as exc:
-        raise HaapInputError(f"{name!r} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.",
+        msg = exc.msg.removesuffix(" at")  # ("Unterminated string starting at": its position follows)
+        raise HaapInputError(f"{name!r} is not valid JSON: {msg} at line {exc.lineno}, column {exc.colno}.",
                              field="path", value=name) from None
     except yaml.YAMLError as exc:
         where = ""
@@ -268,9 +269,11 @@ def check_finite(data: Any, name: str, path: str = "", depth: int = 0) -> None:
             check_finite(value, name, f"{path}.{i}" if path else str(i), depth + 1)
 
 
-def require_mapping(data: Any, name: str, what: str, field: str = "") -> dict[str, Any]:
-    """The data as a dict with string keys, or one paragraph saying what was found instead."""
-    where = f"field {field} of {name!r}" if field else repr(name)
+def require_mapping(data: Any, name: str, what: str, field: str = "", *, context: bool = False) -> dict[str, Any]:
+    """The data as a dict with string keys, or one paragraph saying what was found instead. ``name``: a file name
+    (quoted here), or with ``context`` a phrase that already quotes it ("model file 'm.json'")."""
+    label = name if context else repr(name)
+    where = f"field {field} of {label}" if field else label
     if not isinstance(data, dict):
         found = "empty" if data is None else f"a {type(data).__name__} ({short(data)})"
         raise HaapInputError(f"{where} should be a mapping ({what}); it is {found}.", field=field or None, value=data)

@@ -74,7 +74,7 @@ def model_from_data(data: Any, name: str, context: str, where: str = "") -> Mode
     """A model mapping (YAML/JSON): ModelSpec fields, optionally over a catalog ``base`` model; or a HF config."""
     if is_hf_config(data):
         return check_model_size(model_from_hf(data, name, where), context)
-    data = require_mapping(data, context, MODEL_HELP)
+    data = require_mapping(data, context, MODEL_HELP, context=True)
     fields = {k: v for k, v in data.items() if k not in MODEL_META_KEYS}
     base = data.get("base")
     if base is not None:
@@ -147,4 +147,4 @@ def cluster_from_file_data(data: Any, name: str) -> ClusterSpec:
 
 def spec_from_data(cls: type, data: Any, context: str) -> Any:
     """Validate already-parsed data into any spec class (TrainingSpec, Plan, SolveResult)."""
-    return validate_spec(cls, require_mapping(data, context, cls.__name__), context)
+    return validate_spec(cls, require_mapping(data, context, cls.__name__, context=True), context)

@@ -183,15 +183,18 @@ def validate_calibration_data(data: Any, name: str) -> dict[str, Any]:
     """A user calibration file's content, checked: a mapping with ``gpus`` (GPU name -> parameters) and/or
     ``globals``; only known parameter names; every value a finite number in its range (efficiencies and
     overlaps 0-1, latencies 0-1 s, overhead 0-1024 GiB). Other top-level keys are kept as metadata."""
-    def bad(where: str, value: Any, why: str) -> HaapInputError:
-        text = " ".join(repr(value).split())[:60]
+    def bad(where: str, value: Any, why: str, shown: str | None = None) -> HaapInputError:
+        text = " ".join(repr(value).split())
+        text = shown or (text if len(text) <= 60 else text[:57] + "...")  # (whole, or cut with a mark)
         return HaapInputError(f"calibration file {name!r}: {where} = {text}: {why}. A calibration file is what "
                               "benchmarks/calibrate.py writes (haap_milp/estimator/calibration.json).",
                               field="calibration", value=value)
 
     if not isinstance(data, dict) or not ({"gpus", "globals"} & set(data)):
-        raise bad("(top level)", type(data).__name__ if not isinstance(data, dict) else sorted(data)[:6],
-                  "needs a mapping with a 'gpus' and/or 'globals' section")
+        keys = sorted(map(str, data)) if isinstance(data, dict) else []
+        shown = f"a mapping of {', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''}" if keys else \
+            ("an empty mapping" if isinstance(data, dict) else f"a {type(data).__name__}")
+        raise bad("(top level)", data, "needs a mapping with a 'gpus' and/or 'globals' section", shown)
     sections: list[tuple[str, Any, set[str]]] = []
     gpus = data.get("gpus", {})
     if not isinstance(gpus, dict):
