@@ -17,7 +17,8 @@ Rules (names as reported):
   (MoE parallel folding, Megatron ``parallel_state``); seq_len divisible by 2·cp; ``etp.*`` etp = 1 on a dense model,
   etp divides the expert FFN;
 * ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``schedule.vpp_microbatches`` — and with a
-  multiple of pp micro-batches (eq. I5); ``precision.gpu`` — every GPU type
+  multiple of pp micro-batches (eq. I5); ``schedule.vpp_layers`` — vpp <= ceil(L / pp), so that no
+  virtual round is empty on every stage (Megatron's layout allows empty chunks on some stages); ``precision.gpu`` — every GPU type
   supports the plan's precision;
 * ``memory.capacity`` — the estimator's peak memory per GPU within capacity minus headroom;
 * ``runtime.*`` — the training runtime's rules: recompute among the allowed modes, the fixed per-replica
@@ -40,6 +41,7 @@ from haap_milp.parallel_rules import (
     etp_divides_ffn,
     tp_fits_node,
     tp_head_misfits,
+    vpp_fills_rounds,
 )
 from haap_milp.pipeline import GIB, fits_memory
 from haap_milp.specs import ClusterSpec, ModelSpec, Plan, TrainingSpec, Violation
@@ -140,7 +142,18 @@ def _parallel(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> list[Violat
     if plan.vpp > 1 and plan.num_microbatches % plan.pp:  # eq. I5 (Megatron-Core 0.16 schedules.py raises)
         out.append(Violation("schedule.vpp_microbatches", None, f"interleaving runs micro-batches in groups of pp: "
                              f"{plan.num_microbatches} micro-batches is not a multiple of pp={plan.pp}"))
+    out += _vpp_layers(plan, model)
     return out
+
+
+def _vpp_layers(plan: Plan, model: ModelSpec) -> list[Violation]:
+    """vpp <= ceil(L / pp) (``vpp_fills_rounds``): every virtual round holds a decoder layer whatever the split."""
+    if vpp_fills_rounds(model.num_layers, plan.pp, plan.vpp):
+        return []
+    most = -(-model.num_layers // plan.pp)
+    return [Violation("schedule.vpp_layers", None, f"plan.vpp = {plan.vpp} model chunks per stage, but {model.name}'s "
+                      f"{model.num_layers} layers over {plan.pp} stages fill at most {most} chunks per stage (an even "
+                      f"split), so some virtual rounds would hold no layer on any stage; use vpp <= {most}")]
 
 
 def _tp_rules(model: ModelSpec, cluster: ClusterSpec, j: int, gpu_type: str, island: str, tp: int) -> list[Violation]:

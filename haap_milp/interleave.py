@@ -11,7 +11,9 @@ Eq. I5, the engine's rules (Megatron-Core 0.16, read in the installed package):
   [P, M], and ``M % group`` must be 0 or >= P, so with the default group M is a multiple of P (M >= P);
 * ``megatron/training/arguments.py`` (its rule as re-implemented in ``emit/megatron_rules.py``): interleaving
   needs pp > 2 unless ``--overlap-p2p-comm``;
-so P >= 3 and P | M. Layers per chunk: each stage's n_j layers are split as evenly as possible over its vpp
+so P >= 3 and P | M; and vpp <= ceil(L / P), so that every virtual round (chunk c of every stage) holds a
+decoder layer in any split (``parallel_rules.vpp_fills_rounds``, the checker's ``schedule.vpp_layers``). Layers
+per chunk: each stage's n_j layers are split as evenly as possible over its vpp
 chunks, earlier chunks taking the remainder (``chunk_layers``); Megatron writes any such split with
 ``--pipeline-model-parallel-layout`` (empty chunks allowed), so the search chooses n_j per stage and the chunk
 split follows. Eq. I1 prices every chunk at t_j / vpp: exact when vpp divides n_j, within one layer's time per
@@ -26,6 +28,7 @@ import numpy as np
 
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator.schedule import inflight, loss_inflight
+from haap_milp.parallel_rules import vpp_fills_rounds
 
 AUTO_CANDIDATES = (2, 3, 4)  # --vpp auto: vpp > 1 candidates (beside vpp = 1); Megatron's recipes use 2-8
 MIN_STAGES = 3  # eq. I5: pp > 2 (Megatron without --overlap-p2p-comm)
@@ -92,10 +95,11 @@ def vpp_candidates(asked: str | int, can_interleave: bool, why: str = "") -> tup
     return (n,) if n > 1 else ()
 
 
-def stage_counts(num_microbatches: int, max_stages: int, num_layers: int) -> list[int]:
-    """Eq. I5: the stage counts P an interleaved plan may have (P >= 3, P | M, at most max_stages and L)."""
+def stage_counts(num_microbatches: int, max_stages: int, num_layers: int, vpp: int = 1) -> list[int]:
+    """Eq. I5: the stage counts P an interleaved plan may have (P >= 3, P | M, at most max_stages and L, and
+    vpp <= ceil(L / P): ``parallel_rules.vpp_fills_rounds``, so no virtual round of any plan is empty)."""
     hi = min(max_stages, num_layers, num_microbatches)
-    return [p for p in range(MIN_STAGES, hi + 1) if num_microbatches % p == 0]
+    return [p for p in range(MIN_STAGES, hi + 1) if num_microbatches % p == 0 and vpp_fills_rounds(num_layers, p, vpp)]
 
 
 def interleaved_variants(variants, vpps: tuple[int, ...], max_stages: int, num_layers: int,
@@ -107,7 +111,7 @@ def interleaved_variants(variants, vpps: tuple[int, ...], max_stages: int, num_l
     out = []
     for var in variants:
         for v in vpps:
-            for p in stage_counts(var.num_microbatches, max_stages, num_layers):
+            for p in stage_counts(var.num_microbatches, max_stages, num_layers, v):
                 if fill_share(var.num_microbatches, p) >= min_fill:
                     share = _loss_share(var.num_microbatches, p, v)
                     out.append(replace(var, vpp=v, num_stages=p, last_act_mem=var.last_act_mem * share))

@@ -46,6 +46,16 @@ def cp_divides_seq(seq_len: int, cp: int) -> bool:
     return cp == 1 or (cp >= 1 and seq_len % (2 * cp) == 0)
 
 
+def vpp_fills_rounds(num_layers: int, pp: int, vpp: int) -> bool:
+    """Interleaving with vpp chunks per stage keeps a decoder layer in every virtual round (chunk c of the pp stages)
+    whatever the split: vpp <= ceil(L / pp), the layers of the deepest stage of an even split (any split of L layers
+    over pp stages has a stage that deep; stage j's chunk c holds a layer iff c < n_j). A round with no layer on any
+    stage only relays each micro-batch through pp p2p hops while eq. I1 prices it as 1/vpp of the fill. Megatron's
+    even form (``--num-virtual-stages-per-pipeline-rank``) needs L % (pp * vpp) == 0, stricter; its
+    ``--pipeline-model-parallel-layout`` allows empty chunks on some stages, as this rule does."""
+    return vpp <= 1 or vpp <= -(-num_layers // pp)
+
+
 def etp_divides_ffn(expert_ffn: int, etp: int) -> bool:
     """Expert tensor parallelism splits each expert's FFN columns (fc1) and rows (fc2) etp ways."""
     return etp >= 1 and expert_ffn % etp == 0

@@ -109,6 +109,17 @@ def test_cp_seq_and_schedule_vpp_and_precision():
     assert "precision.gpu" in v and "v100-32g does not support bf16" in v["precision.gpu"].message
 
 
+def test_vpp_beyond_what_the_layers_fill():
+    """vpp > ceil(L / pp) (some virtual round empty on every stage of an even split) is refused naming plan.vpp;
+    fewer layers than vpp on some stages (Megatron's uneven layout: the fixture's 1-layer stages at vpp 2) passes."""
+    p = interleaved_plan()  # 8 layers over 4 stages: at most 2 chunks per stage
+    v = rules(p.model_copy(update={"vpp": 3}), memory=False)
+    assert "schedule.vpp_layers" in v and "plan.vpp = 3" in v["schedule.vpp_layers"].message
+    assert "use vpp <= 2" in v["schedule.vpp_layers"].message
+    assert "schedule.vpp_layers" not in rules(p, memory=False)
+    assert "schedule.vpp_layers" in rules(p.model_copy(update={"vpp": 10**9}), memory=False)
+
+
 def test_memory_capacity_from_the_estimator():
     big = ModelSpec(name="big", num_layers=8, hidden=8192, ffn_hidden=28672, num_heads=64, num_kv_heads=8,
                     vocab_size=128256)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem, with_blocking_sends
+from synthetic import any_interleaved_copies, random_problem, with_blocking_sends
 
 from haap_milp import pipeline
 from haap_milp.problem import Option, Problem, Replicas, Variant, boundary_times, stage_times
@@ -155,11 +155,9 @@ def test_fixed_stage_count_fill_by_hand():
 def test_fixed_stage_count_bound_is_below_every_plan(seed):
     """Eq. B2 with eq. B2e on interleaved copies (vpp 2, 3; every stage count of eq. I5) never exceeds the best plan
     of the variant (brute force per variant)."""
-    from haap_milp.interleave import interleaved_variants
-
     problem = random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=5, max_options=5)
-    problem = replace(problem, variants=tuple(interleaved_variants(problem.variants, (2, 3), problem.max_stages,
-                                                                   problem.num_layers)))
+    problem = replace(problem, variants=tuple(any_interleaved_copies(problem.variants, (2, 3), problem.max_stages,
+                                                                     problem.num_layers)))
     for v in range(len(problem.variants)):
         sub = replace(problem, variants=(problem.variants[v],))
         brute = get_solver("brute")(sub)
@@ -173,13 +171,12 @@ def test_fixed_stage_count_bound_is_below_every_plan(seed):
 def test_fixed_stage_count_fill_binds():
     """Not vacuous: on the interleaved copies above eq. B2e's LP exceeds L min lambda on most variants (22 of 30 when
     written)."""
-    from haap_milp.interleave import interleaved_variants
     from haap_milp.solvers.common.fill_lp import fixed_count_fill
 
     lifted = seen = 0
     for seed in range(12):
         problem = random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=5, max_options=5)
-        for var in interleaved_variants(problem.variants, (2, 3), problem.max_stages, problem.num_layers):
+        for var in any_interleaved_copies(problem.variants, (2, 3), problem.max_stages, problem.num_layers):
             sub = replace(problem, variants=(var,))
             t = build_tables(sub, 0)
             if t.p_min == 0 or t.n == 0:

@@ -18,10 +18,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import assert_exact_solvers_match_brute, feasible_assignments
+from synthetic import any_interleaved_copies, assert_exact_solvers_match_brute, feasible_assignments
 from test_island_split import mirrored
 
-from haap_milp.interleave import interleaved_variants
 from haap_milp.problem import Problem, evaluate
 from haap_milp.solvers import cpsat, get_solver
 from haap_milp.solvers.common import bounds
@@ -49,7 +48,7 @@ def interleaved_islands(seed: int, cross: float) -> Problem | None:
         p2p = var.p2p_time.copy()
         p2p[G:, :G] *= 2.5
         variants.append(replace(var, p2p_time=p2p))
-    vs = tuple(interleaved_variants(variants, (2, 3), p.max_stages, p.num_layers))
+    vs = tuple(any_interleaved_copies(variants, (2, 3), p.max_stages, p.num_layers))
     return replace(p, variants=vs) if vs else None
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
+from synthetic import any_interleaved_copies, random_problem
 from test_stage_dp import _node_plans, _sync_heavy
 
 from haap_milp.pipeline import sync_share
@@ -114,8 +114,6 @@ def test_joint_bounds_never_exceed_a_nodes_least_plan_and_lift_eq_n4(blocking):
 def test_joint_bounds_hold_on_interleaved_copies():
     """Eq. N20b under interleaving (eq. I1's sigma_v: credits (beta / vpp) times the earlier stages' times, as eq. N8b)
     on the vpp 2/3 copies of sync-heavy random problems."""
-    from haap_milp.interleave import interleaved_variants
-
     rng = np.random.default_rng(11)
     checked = 0
     for seed in range(50):
@@ -123,7 +121,7 @@ def test_joint_bounds_hold_on_interleaved_copies():
                               max_stages=int(rng.integers(3, 5)), max_options=4, num_variants=1,
                               num_groups=int(rng.integers(2, 4)))
         base = _sync_heavy(base, float(rng.uniform(20, 60)))
-        copies = interleaved_variants(base.variants, (2, 3), base.max_stages, base.num_layers)
+        copies = any_interleaved_copies(base.variants, (2, 3), base.max_stages, base.num_layers)
         if copies:
             checked += _check_problem(replace(base, variants=tuple(copies)), rng, None)[0]
     assert checked >= 30, checked

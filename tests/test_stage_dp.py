@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem, with_binding_budget
+from synthetic import any_interleaved_copies, random_problem, with_binding_budget
 
 from haap_milp.problem import violations
 from haap_milp.solvers import get_solver
@@ -293,7 +293,6 @@ def test_sigma_bound_holds_and_binds_on_interleaved_variants(monkeypatch):
     nodes around the optimum (7 of 48 here). The test fails with the credit removed (sigma_v = max_j s_j)."""
     from dataclasses import replace
 
-    from haap_milp.interleave import interleaved_variants
     from haap_milp.pipeline import sync_share
 
     monkeypatch.setattr(sigma_dp, "INTERLEAVED", True)  # eq. N8b (off by default): its bound must hold
@@ -303,7 +302,7 @@ def test_sigma_bound_holds_and_binds_on_interleaved_variants(monkeypatch):
         base = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(5, 8)),
                               max_stages=int(rng.integers(3, 5)), max_options=4, num_variants=1)
         base = _sync_heavy(base, float(rng.uniform(20, 60)))
-        copies = interleaved_variants(base.variants, (2, 3), base.max_stages, base.num_layers)
+        copies = any_interleaved_copies(base.variants, (2, 3), base.max_stages, base.num_layers)
         if not copies:
             continue
         problem = replace(base, variants=tuple(copies))
