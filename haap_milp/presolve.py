@@ -140,11 +140,19 @@ def ep_candidates(model: ModelSpec, tp: int, dp: int, cp: int = 1) -> list[int]:
 
 
 def microbatch_candidates(training: TrainingSpec, total_gpus: int, options: SolveOptions) -> list[int]:
-    """Samples per micro-batch B: user list, else divisors of gbs with M = gbs/B >= 1."""
+    """Samples per micro-batch B: user list, else divisors of gbs with M = gbs/B >= 1 and B <= 8 per GPU."""
     gbs = training.global_batch_size
     if options.micro_batch_sizes:
         return sorted({b for b in options.micro_batch_sizes if gbs % b == 0})
-    return [b for b in range(1, gbs + 1) if gbs % b == 0 and b <= 8 * total_gpus]
+    return divisors(gbs, 8 * total_gpus)
+
+
+def divisors(n: int, at_most: int) -> list[int]:
+    """The divisors of n that are <= at_most, ascending, in O(sqrt(n)) steps: each pair (d, n / d) is found
+    from its smaller member (trial division by every number up to n took 3.5 s at --gbs 1e8)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    both = sorted(set(small) | {n // d for d in small})
+    return [d for d in both if d <= at_most]
 
 
 def uniform_dims(training: TrainingSpec, target_uniform: bool) -> tuple[str, ...]:

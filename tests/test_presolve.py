@@ -142,3 +142,16 @@ def test_decode_round_trip(built):
         assert (bad == []) == (found == []), (bad, found)
         n_ok += bad == []
     assert 0 < n_ok < len(samples)  # both valid and invalid plans were compared
+
+
+def test_microbatch_candidates_are_divisors_found_in_sqrt_steps():
+    """Samples per micro-batch: the divisors of gbs up to 8 per GPU, equal to trial division on small batches, and
+    at --gbs 1e8 (the schema's limit) found from divisor pairs: trial division up to gbs took 3.5 s there."""
+    from haap_milp.specs import TrainingSpec
+
+    for n in (1, 2, 12, 97, 360, 1024, 5040):
+        assert presolve.divisors(n, n) == [d for d in range(1, n + 1) if n % d == 0]
+        assert presolve.divisors(n, 7) == [d for d in range(1, min(n, 7) + 1) if n % d == 0]
+    big = TrainingSpec(global_batch_size=10**8, seq_len=128)
+    assert presolve.microbatch_candidates(big, 192, SolveOptions()) == [
+        d for d in range(1, 8 * 192 + 1) if 10**8 % d == 0]
