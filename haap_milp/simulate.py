@@ -20,6 +20,9 @@ backward time of one micro-batch, p2p time per boundary, DP sync per stage) and 
 * **DP sync** of stage j starts after its last backward and lasts ``s_j``; the iteration ends
   when the last stage finishes its sync.
 
+The replay commits one event at a time (a heap of each stage's and link's earliest start) and refuses plans of
+more than ``MAX_REPLAY_EVENTS`` events (``check_replay_size``), whose time and memory grow with the events.
+
 The order of operations fixes memory: a stage holds the activations of every micro-batch whose
 forward has started and whose backward has not finished; ``peak_inflight`` reports the maximum.
 
@@ -41,6 +44,7 @@ Where replay and closed form differ (measured: ``benchmarks/sim_vs_closed_form.p
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 from collections.abc import Sequence
@@ -214,6 +218,32 @@ def _check_inputs(fwd_s, bwd_s, p2p_s, sync_s, m, schedule, vpp, wrap_p2p_s) -> 
         raise HaapInputError("times must be finite and non-negative", field="times")
 
 
+MAX_REPLAY_EVENTS = 1_000_000  # compute and transfer events; measured ~10 s and ~0.45 GB of events on a 2-CPU box
+# (about 10 us and 450 bytes each); realistic plans stay below it (2048 micro-batches x 64 stages x vpp 4 is 2.1e6
+# only with dp 1), while --gbs 1e8 at one sample per micro-batch would take 2e8 events (hours)
+
+
+def replay_events(num_stages: int, num_microbatches: int, vpp: int = 1) -> int:
+    """Events a replay records: a forward and a backward per micro-batch and virtual stage (2 M P vpp), and a
+    transfer each way across every virtual boundary (2 M (P vpp - 1))."""
+    virtual = num_stages * vpp
+    return 2 * num_microbatches * virtual + 2 * num_microbatches * (virtual - 1)
+
+
+def check_replay_size(num_stages: int, num_microbatches: int, vpp: int = 1,
+                      fields: tuple[str, str] = ("num_microbatches", "vpp")) -> None:
+    """Refuses (HaapInputError, naming ``fields``: micro-batches, vpp) a replay of more than MAX_REPLAY_EVENTS
+    events: the replay is event by event, so its time and memory grow with the events."""
+    n = replay_events(num_stages, num_microbatches, vpp)
+    if n <= MAX_REPLAY_EVENTS:
+        return
+    field, value = (fields[1], vpp) if vpp > num_microbatches else (fields[0], num_microbatches)
+    raise HaapInputError(f"{field} = {value}: replaying {num_microbatches} micro-batches x vpp {vpp} on {num_stages} "
+                         f"stage(s) takes {n:,} events, more than the simulator's limit of {MAX_REPLAY_EVENTS:,} "
+                         f"(about 10 s and 0.5 GB); `haap-solve estimate --plan` prices the plan with the closed form "
+                         f"(eqs. T1-T3, I1) without replaying it.", field=field, value=value)
+
+
 def simulate(fwd_s: Sequence[float], bwd_s: Sequence[float], p2p_s: Sequence[float] = (),
              sync_s: Sequence[float] | None = None, num_microbatches: int = 1, schedule: str = "1f1b",
              vpp: int = 1, wrap_p2p_s: float | None = None, duplex: Literal["full", "half"] = "full",
@@ -230,21 +260,24 @@ def simulate(fwd_s: Sequence[float], bwd_s: Sequence[float], p2p_s: Sequence[flo
     """
     p, m = len(fwd_s), num_microbatches
     _check_inputs(fwd_s, bwd_s, p2p_s, sync_s, m, schedule, vpp, wrap_p2p_s)
+    check_replay_size(p, m, vpp)
     sync = list(sync_s) if sync_s is not None else [0.0] * p
     wrap = (max(p2p_s) if p2p_s else 0.0) if wrap_p2p_s is None else wrap_p2p_s
     orders = [op_order(schedule, j, p, m, vpp) for j in range(p)]
     state = _Replay(p, m, vpp, [f / vpp for f in fwd_s], [b / vpp for b in bwd_s], list(p2p_s), wrap, duplex)
     state.blocking = blocking and schedule != "interleaved"
     state.run(orders)
-    compute_end = [max((e.end_s for e in state.events if e.stage == j and e.kind in "FB"), default=0.0)
-                   for j in range(p)]
+    compute_end, busy = [0.0] * p, [0.0] * p
+    for e in state.events:  # one pass (a scan per stage cost O(P x events))
+        if e.kind in "FB":
+            compute_end[e.stage] = max(compute_end[e.stage], e.end_s)
+            busy[e.stage] += e.end_s - e.start_s
     sync_start = [max(compute_end)] * p if blocking else compute_end  # eq. T3, beta = 0: after the flush
     events = list(state.events)
     for j in range(p):
         if sync[j] > 0:
             events.append(Event("sync", j, -1, 0, sync_start[j], sync_start[j] + sync[j]))
     total = max([sync_start[j] + sync[j] for j in range(p)] + [e.end_s for e in events])
-    busy = [sum(e.end_s - e.start_s for e in state.events if e.stage == j and e.kind in "FB") for j in range(p)]
     stage_s = [f + b for f, b in zip(fwd_s, bwd_s)]
     safe = total if total > 0 else 1.0
     return SimulationResult(
@@ -261,14 +294,20 @@ def simulate(fwd_s: Sequence[float], bwd_s: Sequence[float], p2p_s: Sequence[flo
 
 
 class _Replay:
-    """List scheduling: always commit the action (operation or transfer) that can start earliest."""
+    """List scheduling: always commit the action (operation or transfer) that can start earliest; ties go to a
+    stage before a link, then to the lower stage, then to the link first used.
+
+    Each resource's earliest start is kept in one heap (stale entries skipped by a version number) and recomputed
+    only when one of its inputs changes, so a step costs O(log) instead of a scan of every stage and link (the scan
+    made deep pipelines cost ~1 us per stage and event)."""
 
     def __init__(self, p, m, vpp, fwd, bwd, p2p, wrap, duplex):
         self.p, self.m, self.vpp, self.fwd, self.bwd, self.p2p, self.wrap = p, m, vpp, fwd, bwd, p2p, wrap
         self.duplex = duplex
         self.arrival: dict[tuple[str, int, int], float] = {}  # (kind, mb, vstage) -> input ready
         self.done_f: dict[tuple[int, int], float] = {}  # (mb, vstage) -> forward end
-        self.queues: dict[str, list[_Transfer]] = {}
+        self.queues: dict[str, list] = {}  # link -> heap of (request_s, bwd first?, seq, _Transfer): FCFS
+        self.link_index: dict[str, int] = {}  # link -> order of first use (the tie-break among links)
         self.link_free: dict[str, float] = {}
         self.events: list[Event] = []
         self.inflight = [0] * p
@@ -276,6 +315,9 @@ class _Replay:
         self.blocking = False
         self.free: list[float] = [0.0] * p  # when each stage's stream is next free
         self.pending = [0] * p  # blocking: sends a stage has issued and not yet delivered
+        self._seq = 0
+        self._heap: list[tuple[float, int, int, int]] = []  # (start, 0 stage / 1 link, index, version)
+        self._version: dict[tuple[int, int], int] = {}
 
     def _link_key(self, t: _Transfer) -> str:
         a, b = sorted((t.src, t.dst))
@@ -290,8 +332,8 @@ class _Replay:
             return self.done_f.get((mb, v))
         return self.arrival.get(("B", mb, v))
 
-    def _request(self, kind: str, mb: int, v: int, end: float) -> None:
-        """Queue the transfer that feeds virtual stage ``v`` (F: from v-1; B: from v+1)."""
+    def _request(self, kind: str, mb: int, v: int, end: float) -> str:
+        """Queue the transfer that feeds virtual stage ``v`` (F: from v-1; B: from v+1); returns its link."""
         src_v = v - 1 if kind == "F" else v + 1
         src, dst = src_v % self.p, v % self.p
         if self.blocking:
@@ -300,64 +342,98 @@ class _Replay:
         wrap = abs(src - dst) != 1 or self.p == 1
         dur = (self.wrap if wrap else self.p2p[lo]) / 2.0
         t = _Transfer(end, dur, "send_fwd" if kind == "F" else "send_bwd", src, dst, mb, v)
-        q = self.queues.setdefault(self._link_key(t), [])
-        q.append(t)
-        q.sort(key=lambda x: (x.request_s, x.kind != "send_fwd"))
+        key = self._link_key(t)
+        if key not in self.queues:
+            self.queues[key] = []
+            self.link_index[key] = len(self.link_index)
+        self._seq += 1  # equal (request, kind): first queued, first served
+        heapq.heappush(self.queues[key], (t.request_s, t.kind != "send_fwd", self._seq, t))
+        return key
 
     def _blocks_receiver(self, t: _Transfer) -> bool:
         """Blocking runtime: an end stage's stream also carries what it receives."""
         return self.blocking and self.p > 1 and t.dst in (0, self.p - 1)
 
+    def _offer(self, what: int, idx: int, start: float | None) -> None:
+        """Resource (what, idx)'s earliest start is now ``start`` (None: nothing it can start)."""
+        ver = self._version.get((what, idx), 0) + 1
+        self._version[(what, idx)] = ver
+        if start is not None:
+            heapq.heappush(self._heap, (start, what, idx, ver))
+
+    def _offer_stage(self, j: int, orders, nxt) -> None:
+        r = None
+        if nxt[j] < len(orders[j]) and not self.pending[j]:
+            r = self._ready(j, orders[j][nxt[j]])
+        self._offer(0, j, None if r is None else max(r, self.free[j]))
+
+    def _offer_link(self, key: str, keys: list[str]) -> None:
+        q = self.queues[key]
+        start = None
+        if q:
+            head = q[0][3]
+            start = max(head.request_s, self.link_free.get(key, 0.0))
+            if self._blocks_receiver(head):
+                start = max(start, self.free[head.dst])
+        self._offer(1, self.link_index[key], start)
+
     def run(self, orders: list[list[tuple[str, int, int]]]) -> None:
         nxt = [0] * self.p
         free = self.free
         last_v = self.p * self.vpp - 1
-        while True:
-            best: tuple[float, int, object] | None = None
-            for j in range(self.p):
-                if nxt[j] < len(orders[j]) and not self.pending[j]:
-                    r = self._ready(j, orders[j][nxt[j]])
-                    if r is not None and (best is None or max(r, free[j]) < best[0]):
-                        best = (max(r, free[j]), 0, j)
-            for key, q in self.queues.items():
-                if q:
-                    start = max(q[0].request_s, self.link_free.get(key, 0.0))
-                    if self._blocks_receiver(q[0]):
-                        start = max(start, free[q[0].dst])
-                    if best is None or start < best[0]:
-                        best = (start, 1, key)
-            if best is None:
-                break
-            start, what, who = best
+        keys: list[str] = []  # link_index -> link
+        for j in range(self.p):
+            self._offer_stage(j, orders, nxt)
+        while self._heap:
+            start, what, idx, ver = heapq.heappop(self._heap)
+            if self._version.get((what, idx)) != ver:
+                continue  # stale: that resource's start changed since
+            self._version[(what, idx)] = ver + 1  # consumed
+            touched_stages: set[int] = set()
+            touched_links: set[str] = set()
             if what == 1:
-                t = self.queues[who].pop(0)
+                who = keys[idx]
+                t = heapq.heappop(self.queues[who])[3]
                 self.link_free[who] = start + t.duration_s
+                touched_links.add(who)
                 if self.blocking:  # the sender waits for delivery; an end stage's receive holds its stream
                     self.pending[t.src] -= 1
                     free[t.src] = max(free[t.src], start + t.duration_s)
                     if self._blocks_receiver(t):
                         free[t.dst] = max(free[t.dst], start + t.duration_s)
+                    touched_stages.add(t.src)
                 self.arrival[("F" if t.kind == "send_fwd" else "B", t.mb, t.vstage)] = start + t.duration_s
+                touched_stages.add(t.dst)
                 self.events.append(Event(t.kind, t.src, t.mb, t.vstage // self.p, start, start + t.duration_s,
                                          f"{t.src}->{t.dst}"))
-                continue
-            j = who
-            kind, mb, ch = orders[j][nxt[j]]
-            nxt[j] += 1
-            v = ch * self.p + j
-            end = start + (self.fwd[j] if kind == "F" else self.bwd[j])
-            free[j] = end
-            self.events.append(Event(kind, j, mb, ch, start, end))
-            if kind == "F":
-                self.inflight[j] += 1
-                self.peak[j] = max(self.peak[j], self.inflight[j])
-                self.done_f[(mb, v)] = end
-                if v < last_v:
-                    self._request("F", mb, v + 1, end)
             else:
-                self.inflight[j] -= 1
-                if v > 0:
-                    self._request("B", mb, v - 1, end)
+                j = idx
+                kind, mb, ch = orders[j][nxt[j]]
+                nxt[j] += 1
+                v = ch * self.p + j
+                end = start + (self.fwd[j] if kind == "F" else self.bwd[j])
+                free[j] = end
+                touched_stages.add(j)
+                self.events.append(Event(kind, j, mb, ch, start, end))
+                if kind == "F":
+                    self.inflight[j] += 1
+                    self.peak[j] = max(self.peak[j], self.inflight[j])
+                    self.done_f[(mb, v)] = end
+                    if v < last_v:
+                        touched_links.add(self._request("F", mb, v + 1, end))
+                else:
+                    self.inflight[j] -= 1
+                    if v > 0:
+                        touched_links.add(self._request("B", mb, v - 1, end))
+            while len(keys) < len(self.link_index):  # links used for the first time
+                keys.append(next(k for k, i in self.link_index.items() if i == len(keys)))
+            if self.blocking:  # a stage's stream and pending sends feed every link's receive start
+                touched_stages.update(range(self.p))
+                touched_links.update(self.queues)
+            for j in sorted(touched_stages):
+                self._offer_stage(j, orders, nxt)
+            for key in touched_links:
+                self._offer_link(key, keys)
         left = sum(len(o) for o in orders) - sum(nxt)
         if left:  # cannot happen for the schedules above; an internal invariant
             raise AssertionError(f"pipeline replay deadlocked with {left} operations left")
@@ -396,8 +472,10 @@ def simulate_plan(plan, estimator, duplex: Literal["full", "half"] = "full",
 
     Forward/backward split per stage by its recompute (``bwd_fraction_for``) unless ``bwd_fraction``
     is given; the estimator's t_j already contains the recompute time. Interleaving uses the
-    last -> first stage link for the wrap.
+    last -> first stage link for the wrap. A plan of more than MAX_REPLAY_EVENTS events is refused, naming
+    ``plan.num_microbatches`` (or ``plan.vpp``).
     """
+    check_replay_size(plan.pp, plan.num_microbatches, plan.vpp, ("plan.num_microbatches", "plan.vpp"))
     t, c, s, wrap = plan_timings(plan, estimator)
     fracs = [bwd_fraction if bwd_fraction is not None else bwd_fraction_for(st.recompute) for st in plan.stages]
     fwd, bwd = zip(*(split_stage_time(tj, f) for tj, f in zip(t, fracs)))

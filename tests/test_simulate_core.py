@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 
 from haap_milp.errors import HaapInputError
 from haap_milp.simulate import (
+    MAX_REPLAY_EVENTS,
     closed_form_iteration_s,
     inflight_bound_iteration_s,
     link_free_iteration_s,
     op_order,
+    replay_events,
     simulate,
     split_stage_time,
 )
@@ -233,3 +235,20 @@ def test_blocking_replay_never_exceeds_the_objective_and_matches_it_without_link
         free = simulate(fwd, bwd, [0.0] * (p - 1), s, m, blocking=True)
         assert free.iteration_time_s <= free.closed_form_s * (1 + 1e-9)
         assert free.iteration_time_s >= simulate(fwd, bwd, [0.0] * (p - 1), s, m).iteration_time_s - 1e-12
+
+
+@pytest.mark.parametrize("schedule,p,m,vpp", [("1f1b", 1, 5, 1), ("1f1b", 4, 9, 1), ("gpipe", 3, 4, 1),
+                                              ("interleaved", 3, 6, 2), ("interleaved", 4, 8, 3)])
+def test_replay_events_counts_what_the_replay_records(schedule, p, m, vpp):
+    res = simulate([1.0] * p, [2.0] * p, [0.5] * (p - 1), [0.1] * p, m, schedule, vpp)
+    assert replay_events(p, m, vpp) == sum(e.kind != "sync" for e in res.events)
+
+
+def test_a_replay_past_the_event_limit_is_refused_at_once():
+    """--gbs 1e8 at one sample per micro-batch: 2e8 events (hours) before; refused naming the field, no replay."""
+    with pytest.raises(HaapInputError, match="num_microbatches = 100000000") as exc:
+        simulate([1.0], [2.0], [], None, 10**8, "1f1b")
+    assert exc.value.field == "num_microbatches" and "200,000,000 events" in str(exc.value)
+    with pytest.raises(HaapInputError, match="vpp = 1000000000"):
+        simulate([1.0] * 4, [2.0] * 4, [0.5] * 3, None, 16, "interleaved", 10**9)
+    assert replay_events(1, MAX_REPLAY_EVENTS // 2) <= MAX_REPLAY_EVENTS  # 500,000 micro-batches on one stage pass

@@ -46,3 +46,13 @@ def test_full_recompute_stages_split_three_quarters_backward():
     b = next(e for e in sim.events if e.kind == "B" and e.stage == 1)
     dur_f, dur_b = f.end_s - f.start_s, b.end_s - b.start_s
     assert dur_b / (dur_f + dur_b) == pytest.approx(BWD_SHARE_FULL_RECOMPUTE)
+
+
+def test_a_plan_too_long_to_replay_names_its_field():
+    """simulate (and solve --plot) on a plan of 1e8 micro-batches: refused at once naming plan.num_microbatches."""
+    from haap_milp.errors import HaapInputError
+
+    plan = uniform_plan().model_copy(update={"num_microbatches": 10**8})
+    with pytest.raises(HaapInputError, match="plan.num_microbatches = 100000000") as exc:
+        simulate_plan(plan, _est(DENSE, A100_16, uniform_plan()))
+    assert exc.value.field == "plan.num_microbatches"

@@ -232,13 +232,7 @@ def solve(
             write_atomic(json_file, json.dumps(doc, indent=2), flag="--json")
             console.print(f"wrote {json_file}")
     if plot is not None and out.result.plan is not None:
-        from haap_milp import simulate
-        from haap_milp.report import plots
-
-        sim = simulate.simulate_plan(out.result.plan, out.estimator)
-        rows = plots.memory_bars(out.result.plan, out.estimate, out.estimator.cluster)
-        for path in plots.plot_folder(plot, sim, rows):
-            console.print(f"wrote {path}")
+        _plot_plan(out, plot)
     if dl.interrupted:
         _interrupted(out.result)
     if out.result.status.value in ("ERROR",):
@@ -260,6 +254,22 @@ def _plan(m, c, training, opts, prof, dl, book, goal):
 
 def _stopping() -> None:
     err_console.print("stopping: Ctrl-C again to abort without a plan", style="yellow")
+
+
+def _plot_plan(out, plot) -> None:
+    """--plot: the plan's replayed timeline and its memory; a plan too long to replay (simulate.MAX_REPLAY_EVENTS)
+    gets no plots and a note, the plan and its report stand."""
+    from haap_milp import simulate
+    from haap_milp.report import plots
+
+    try:
+        sim = simulate.simulate_plan(out.result.plan, out.estimator)
+    except HaapInputError as exc:
+        err_console.print(f"--plot: no plots written: {exc}", style="yellow")
+        return
+    rows = plots.memory_bars(out.result.plan, out.estimate, out.estimator.cluster)
+    for path in plots.plot_folder(plot, sim, rows):
+        console.print(f"wrote {path}")
 
 
 def _interrupted(result) -> None:
