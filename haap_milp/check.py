@@ -17,8 +17,8 @@ Rules (names as reported):
   (MoE parallel folding, Megatron ``parallel_state``); seq_len divisible by 2·cp; ``etp.*`` etp = 1 on a dense model,
   etp divides the expert FFN;
 * ``schedule.vpp`` — vpp > 1 only with the interleaved schedule; ``schedule.vpp_microbatches`` — and with a
-  multiple of pp micro-batches (eq. I5); ``schedule.vpp_layers`` — vpp <= ceil(L / pp), so that no
-  virtual round is empty on every stage (Megatron's layout allows empty chunks on some stages); ``precision.gpu`` — every GPU type
+  multiple of pp micro-batches (eq. I5); ``schedule.vpp_layers`` — vpp <= L - pp + 1, so that some split
+  leaves no virtual round empty on every stage (Megatron's layout allows empty chunks on some stages); ``precision.gpu`` — every GPU type
   supports the plan's precision;
 * ``memory.capacity`` — the estimator's peak memory per GPU within capacity minus headroom;
 * ``runtime.*`` — the training runtime's rules: recompute among the allowed modes, the fixed per-replica
@@ -147,13 +147,13 @@ def _parallel(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> list[Violat
 
 
 def _vpp_layers(plan: Plan, model: ModelSpec) -> list[Violation]:
-    """vpp <= ceil(L / pp) (``vpp_fills_rounds``): every virtual round holds a decoder layer whatever the split."""
+    """vpp <= L - pp + 1 (``vpp_fills_rounds``): some split of the layers holds a decoder layer in every virtual round."""
     if vpp_fills_rounds(model.num_layers, plan.pp, plan.vpp):
         return []
-    most = -(-model.num_layers // plan.pp)
-    return [Violation("schedule.vpp_layers", None, f"plan.vpp = {plan.vpp} model chunks per stage, but {model.name}'s "
-                      f"{model.num_layers} layers over {plan.pp} stages fill at most {most} chunks per stage (an even "
-                      f"split), so some virtual rounds would hold no layer on any stage; use vpp <= {most}")]
+    most = model.num_layers - plan.pp + 1
+    return [Violation("schedule.vpp_layers", None, f"plan.vpp = {plan.vpp} model chunks per stage, but the deepest of "
+                      f"{plan.pp} stages holds at most {most} of {model.name}'s {model.num_layers} layers, so some "
+                      f"virtual rounds would hold no layer on any stage; use vpp <= {max(most, 1)}")]
 
 
 def _tp_rules(model: ModelSpec, cluster: ClusterSpec, j: int, gpu_type: str, island: str, tp: int) -> list[Violation]:

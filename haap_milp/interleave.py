@@ -11,8 +11,8 @@ Eq. I5, the engine's rules (Megatron-Core 0.16, read in the installed package):
   [P, M], and ``M % group`` must be 0 or >= P, so with the default group M is a multiple of P (M >= P);
 * ``megatron/training/arguments.py`` (its rule as re-implemented in ``emit/megatron_rules.py``): interleaving
   needs pp > 2 unless ``--overlap-p2p-comm``;
-so P >= 3 and P | M; and vpp <= ceil(L / P), so that every virtual round (chunk c of every stage) holds a
-decoder layer in any split (``parallel_rules.vpp_fills_rounds``, the checker's ``schedule.vpp_layers``). Layers
+so P >= 3 and P | M; and vpp <= L - P + 1, so that a split can hold a decoder layer in every virtual round
+(chunk c of every stage) (``parallel_rules.vpp_fills_rounds``, the checker's ``schedule.vpp_layers``). Layers
 per chunk: each stage's n_j layers are split as evenly as possible over its vpp
 chunks, earlier chunks taking the remainder (``chunk_layers``); Megatron writes any such split with
 ``--pipeline-model-parallel-layout`` (empty chunks allowed), so the search chooses n_j per stage and the chunk
@@ -97,7 +97,7 @@ def vpp_candidates(asked: str | int, can_interleave: bool, why: str = "") -> tup
 
 def stage_counts(num_microbatches: int, max_stages: int, num_layers: int, vpp: int = 1) -> list[int]:
     """Eq. I5: the stage counts P an interleaved plan may have (P >= 3, P | M, at most max_stages and L, and
-    vpp <= ceil(L / P): ``parallel_rules.vpp_fills_rounds``, so no virtual round of any plan is empty)."""
+    vpp <= L - P + 1: ``parallel_rules.vpp_fills_rounds``, so some plan of the copy fills every virtual round)."""
     hi = min(max_stages, num_layers, num_microbatches)
     return [p for p in range(MIN_STAGES, hi + 1) if num_microbatches % p == 0 and vpp_fills_rounds(num_layers, p, vpp)]
 

@@ -110,12 +110,13 @@ def test_cp_seq_and_schedule_vpp_and_precision():
 
 
 def test_vpp_beyond_what_the_layers_fill():
-    """vpp > ceil(L / pp) (some virtual round empty on every stage of an even split) is refused naming plan.vpp;
-    fewer layers than vpp on some stages (Megatron's uneven layout: the fixture's 1-layer stages at vpp 2) passes."""
-    p = interleaved_plan()  # 8 layers over 4 stages: at most 2 chunks per stage
-    v = rules(p.model_copy(update={"vpp": 3}), memory=False)
-    assert "schedule.vpp_layers" in v and "plan.vpp = 3" in v["schedule.vpp_layers"].message
-    assert "use vpp <= 2" in v["schedule.vpp_layers"].message
+    """vpp > L - pp + 1 (a virtual round empty on every stage whatever the split) is refused naming plan.vpp; fewer
+    layers than vpp on some stages (Megatron's uneven layout: the fixture's 1-layer stages at vpp 2) passes."""
+    p = interleaved_plan()  # 8 layers over 4 stages: the deepest holds at most 5
+    v = rules(p.model_copy(update={"vpp": 6}), memory=False)
+    assert "schedule.vpp_layers" in v and "plan.vpp = 6" in v["schedule.vpp_layers"].message
+    assert "use vpp <= 5" in v["schedule.vpp_layers"].message
+    assert "schedule.vpp_layers" not in rules(p.model_copy(update={"vpp": 5}), memory=False)
     assert "schedule.vpp_layers" not in rules(p, memory=False)
     assert "schedule.vpp_layers" in rules(p.model_copy(update={"vpp": 10**9}), memory=False)
 

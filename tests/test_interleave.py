@@ -65,7 +65,8 @@ def test_inflight_chunks_follow_megatron():
 def test_eq_i5_and_candidates():
     assert stage_counts(24, 32, 80) == [3, 4, 6, 8, 12, 24]
     assert stage_counts(8, 4, 80) == [4]
-    assert stage_counts(24, 32, 12, vpp=4) == [3]  # ceil(L / P) >= vpp: the deepest stage fills every round
+    assert stage_counts(24, 32, 12, vpp=4) == [3, 4, 6, 8]  # L - P + 1 >= vpp: a deep stage can fill every round
+    assert stage_counts(24, 32, 12, vpp=11) == [] and stage_counts(24, 32, 12, vpp=10) == [3]
     assert vpp_candidates(1, True) == () and vpp_candidates("auto", True) == (2, 3, 4)
     assert vpp_candidates("auto", False) == () and vpp_candidates(3, True) == (3,)
     with pytest.raises(HaapInputError, match="--vpp 2"):
