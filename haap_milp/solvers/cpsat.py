@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 import types
 
@@ -324,6 +326,20 @@ def _add_hint(cp: cp_model.CpModel, lm: LinModel, x: list, S: float, lows: dict,
     return True
 
 
+def _solve_keeping_sigint(solver: cp_model.CpSolver, cp: cp_model.CpModel) -> int:
+    """``solver.solve(cp)``; where CP-SAT catches SIGINT itself (outside the CLI), Python's handler is put back after
+    it: OR-Tools leaves SIGINT at the system default when it is done, so a later Ctrl-C killed the interpreter (a
+    notebook's kernel) instead of raising KeyboardInterrupt (measured: exit by signal after one in-process solve).
+    Only the main thread can set a handler; the race's helper thread (eq. N21) leaves it to the main thread's."""
+    keep = solver.parameters.catch_sigint_signal and threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGINT) if keep else None
+    try:
+        return solver.solve(cp)
+    finally:
+        if keep and before is not None:
+            signal.signal(signal.SIGINT, before)
+
+
 def _params(options: SolveOptions, time_s: float, primal: bool = False) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     p = solver.parameters
@@ -382,7 +398,7 @@ def _solve_node(problem: Problem, lm: LinModel, b: VariantBound, cutoff: float |
     if race is not None and race.interrupted:  # eq. N21: the other racer finished the node while this model was built
         return VariantResult("NO_SOLUTION", stats={"build_s": round(build_s, 4), "vars": len(lm.names)})
     with current().stopper(solver.stop_search), (race.stopper(solver.stop_search) if race else contextlib.nullcontext()):
-        code = solver.solve(cp)
+        code = _solve_keeping_sigint(solver, cp)
     stats = {"build_s": round(build_s, 4), "vars": len(lm.names), "rows": len(lm.rows), "scale": S,
              "rounding_error_s": W / S, "tolerance_s": W / S, "hinted": int(hinted),
              "cp_status": solver.status_name(code), "branches": int(solver.num_branches)}
