@@ -138,7 +138,8 @@ def test_time_limit_before_the_search_returns_the_warm_start_with_a_valid_bound(
 def test_ctrl_c_after_an_in_process_cpsat_solve_raises_keyboard_interrupt():
     """Outside the CLI CP-SAT catches SIGINT itself and left it at the system default when done, so a later Ctrl-C
     killed the interpreter (a notebook's kernel); Python's handler is now put back after each solve."""
-    code = ("import os, signal, sys, time; sys.path.insert(0, {tests!r})\n"
+    tests = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import os, signal, sys, time; sys.path.insert(0, {tests!r})\n"
             "from synthetic import random_problem\n"
             "from haap_milp.solvers import cpsat\n"
             "from haap_milp.specs import SolveOptions\n"
@@ -146,6 +147,6 @@ def test_ctrl_c_after_an_in_process_cpsat_solve_raises_keyboard_interrupt():
             "try:\n"
             "    os.kill(os.getpid(), signal.SIGINT); time.sleep(1.0); print('no interrupt')\n"
             "except KeyboardInterrupt:\n"
-            "    print('KeyboardInterrupt')\n").format(tests=os.path.dirname(os.path.abspath(__file__)))
+            "    print('KeyboardInterrupt')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "KeyboardInterrupt", (done.returncode, done.stderr[-500:])
