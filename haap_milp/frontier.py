@@ -208,8 +208,9 @@ def sweep(ctx: Context, book: PriceBook, measure: str, *, max_points: int = 8, c
         value = econ["usd_per_iteration"] if measure == "cost" else econ["joules_per_iteration"]
         nxt = min(rate - 1, math.floor((1 - step) * rate))  # B_{k+1}, eq. F1
         lower = None if r.bound_s is None else r.bound_s * (nxt + 1) * unit + d_lb_within(limit)
-        if refine and (not dl.limited or REFINE_SHARE * slot >= MIN_POINT_S / 2):  # eq. E7: a D-aware plan of
-            # the band and a second bound of its energy
+        # eq. E7: a D-aware plan of the band and a second bound of its energy (not at R_lo = 0, a GPU type idling at
+        # 0 W: it bounds nothing there and would divide by it)
+        if refine and (nxt + 1) * unit > 0 and (not dl.limited or REFINE_SHARE * slot >= MIN_POINT_S / 2):
             t0 = time.perf_counter()
             cand, term = _energy_refine(bctx, types, book, (nxt + 1) * unit, r.bound_s,
                                         dl.cap(REFINE_SHARE * slot) if dl.limited else dl)
