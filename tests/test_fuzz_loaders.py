@@ -225,6 +225,9 @@ def test_a_prices_row_for_a_gpu_nobody_has_is_warned_about(tmp_path):
     code, _, err = invoke_cli(["estimate", "-m", "gpt3-125m", "-c", str(c), "--gbs", "8", "--dp", "8",
                                "--prices", str(f)])
     assert code == 0 and "'foo-gpu'" not in err, err
+    code, _, err = invoke_cli(["pareto", "-m", "gpt3-125m", "-c", "a100-80g:8", "--time-limit", "5", "--max-points",
+                               "1", "--prices", str(f)])  # (pareto and replan warn too)
+    assert "warning:" in err and "'foo-gpu'" in err, err
 
 
 def test_a_yaml_key_given_twice_is_refused_with_both_lines(tmp_path):

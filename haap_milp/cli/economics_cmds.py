@@ -90,7 +90,7 @@ def pareto(
     if measure == "energy" and max_cost_per_hour is not None:
         raise HaapInputError("--max-cost-per-hour with --measure energy: one budget row at a time (eq. W1)",
                              field="--max-cost-per-hour")
-    book = price_book(prices, price)
+    book = price_book(prices, price, c)
 
     def sweep():
         with use(dl):
@@ -196,7 +196,7 @@ def replan(
                                            precision=pf.plan.precision)
     new_cluster = load_cluster(cluster)
     opts = _options("auto", time_limit, threads, target, None, gap, 0)
-    book = price_book(prices, price)
+    book = price_book(prices, price, new_cluster)
     r = rp.replan(pf.plan, pf.model, training, new_cluster, opts, book, max_migration, deadline=dl)
     block = replan_document(r)
     doc = solution_document(r.new.result, pf.model, new_cluster, training, {**plan_metrics(r.new, book),
