@@ -577,3 +577,16 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_130():
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert (p.returncode == 130 and err.strip().startswith("interrupted:") and len(err.strip().splitlines()) == 1) \
         or (p.returncode == 0 and "llama3-8b" in out), (p.returncode, err)
+
+
+def test_the_package_app_is_the_typer_app_whatever_was_imported_first():
+    """``from haap_milp.cli import app`` after a command module's import (which imports the module holding the Typer
+    app) is still the app with its commands, not a module (it was, when that module was ``cli/app.py``)."""
+    code = ("import haap_milp.cli.estimate_cmd\n"
+            "from haap_milp.cli import app\n"
+            "import typer\n"
+            "assert isinstance(app, typer.Typer), type(app)\n"
+            "from typer.testing import CliRunner\n"
+            "assert CliRunner().invoke(app, ['catalog']).exit_code == 0\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-800:]

@@ -26,9 +26,9 @@ def command_app():
         solve_cmds,
         trust_cmds,
     )
-    from haap_milp.cli.app import app
+    from haap_milp.cli.typer_app import app
 
-    globals()["app"] = app  # the package's ``app`` is the Typer app, not the submodule its import bound there
+    globals()["app"] = app  # (cached; the Typer app lives in ``typer_app``, so no submodule import binds the name)
     return app
 
 

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from haap_milp.cli.app import app
 from haap_milp.cli.common import console, err_console, fail
+from haap_milp.cli.typer_app import app
 
 #: built-in specs, by the name given instead of a file (``haap-solve bench default``)
 MAX_WORKERS = 256  # worker processes; more than any machine this runs on has cores (and a C int)

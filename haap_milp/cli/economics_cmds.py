@@ -11,7 +11,6 @@ from rich.table import Table
 
 from haap_milp import planner
 from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL
-from haap_milp.cli.app import app
 from haap_milp.cli.common import console, err_console, finite, print_json
 from haap_milp.cli.economics_opts import (
     MaxCostOpt,
@@ -40,6 +39,7 @@ from haap_milp.cli.solve_cmds import (
     _options,
     _stopping,
 )
+from haap_milp.cli.typer_app import app
 from haap_milp.deadline import Deadline, run_interruptible, use
 from haap_milp.errors import HaapInputError
 from haap_milp.network.merge import apply_network_option

@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.table import Table
 
 from haap_milp.catalog import load_cluster, load_model
-from haap_milp.cli.app import app
 from haap_milp.cli.common import (
     HEADROOM_HELP,
     console,
@@ -48,6 +47,7 @@ from haap_milp.cli.runtime_opts import (
     build_training,
     zero_search,
 )
+from haap_milp.cli.typer_app import app
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator, PlanEstimate, load_calibration
 from haap_milp.estimator.kernels import MODERN, MOE_DISPATCHERS, Implementation, parse_recompute_modules

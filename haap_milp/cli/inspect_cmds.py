@@ -15,8 +15,8 @@ from haap_milp.catalog.cluster_file import cluster_file_schema, preset_cluster
 from haap_milp.catalog.detect import load_file, resolve_any
 from haap_milp.catalog.prices import prices_schema
 from haap_milp.catalog.summary import cluster_summary, gpu_summary, model_summary
-from haap_milp.cli.app import app
 from haap_milp.cli.common import console, print_json
+from haap_milp.cli.typer_app import app
 from haap_milp.errors import HaapInputError
 from haap_milp.estimator.profile_format import profile_schema
 from haap_milp.network.spec import MeasuredNetwork
@@ -284,7 +284,7 @@ def validate_cmd(
     elif kind == "profile":
         detail = f": {summary['spec']['points']} measured point(s) on {', '.join(summary['spec']['gpus']) or 'no GPU'}"
     elif kind == "prices":
-        kind, detail = "prices file", f": {len(summary['spec']['gpus'])} GPU row(s), {summary['spec']['source']}"
+        kind, detail = "prices file", f": {summary['spec']['source']}"
     if checked:
         detail += f"; checked against {checked}"
     console.print(f"OK: {file} is a valid {kind}{detail}.", highlight=False, markup=False, soft_wrap=True)

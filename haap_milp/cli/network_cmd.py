@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from haap_milp.cli.app import app
 from haap_milp.cli.common import console, flag_error
+from haap_milp.cli.typer_app import app
 from haap_milp.errors import HaapInputError
 
 network_app = typer.Typer(name="network", no_args_is_help=True,

@@ -10,8 +10,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from haap_milp.catalog import data as cat
 from haap_milp.catalog import load_model
-from haap_milp.cli.app import app
 from haap_milp.cli.common import console
+from haap_milp.cli.typer_app import app
 from haap_milp.errors import HaapInputError
 
 Opt = typer.Option

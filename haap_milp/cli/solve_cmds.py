@@ -10,7 +10,6 @@ from pydantic import ValidationError
 
 from haap_milp import planner
 from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL, load_cluster, load_model
-from haap_milp.cli.app import app
 from haap_milp.cli.common import HEADROOM_HELP, console, err_console, finite, flag_error, parse_headroom, print_json
 from haap_milp.cli.economics_opts import (
     MaxCostOpt,
@@ -51,6 +50,7 @@ from haap_milp.cli.runtime_opts import (
     build_training,
     zero_search,
 )
+from haap_milp.cli.typer_app import app
 from haap_milp.deadline import Deadline, run_interruptible
 from haap_milp.errors import HaapInputError
 from haap_milp.methods import LISTED

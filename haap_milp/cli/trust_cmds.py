@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from haap_milp.cli.app import app
 from haap_milp.cli.common import console, enforce_plan, err_console, print_json
 from haap_milp.cli.network_cmd import NetworkOpt
 from haap_milp.cli.profile_opts import (
@@ -19,6 +18,7 @@ from haap_milp.cli.profile_opts import (
     unmeasured_stages,
     warn_priced_by_fallback,
 )
+from haap_milp.cli.typer_app import app
 from haap_milp.errors import HaapInputError
 from haap_milp.outputs import check_output_dir, write_dir_atomic
 from haap_milp.targets import ENGINES
