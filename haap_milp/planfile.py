@@ -62,6 +62,15 @@ def _named(doc: dict, body: dict, key: str, path: str):
     return None
 
 
+def _same_model(named: str, embedded: str) -> bool:
+    """Whether a plan's model name and the file's embedded model name the same model (a catalog alias counts; an empty
+    name, a display field, claims nothing)."""
+    from haap_milp.catalog import data as cat
+
+    return not named or named == embedded or (cat.canonical("model", named) or named) == (
+        cat.canonical("model", embedded) or embedded)
+
+
 def read_plan_file(path: str | Path) -> PlanFile:
     """Parse a plan file; every problem becomes one HaapInputError paragraph."""
     from haap_milp.catalog.files import parse_text, read_text
@@ -92,7 +101,7 @@ def read_plan_file(path: str | Path) -> PlanFile:
             if found is not None:
                 parts[key] = found
     model = parts.get("model")
-    if model is not None and plan.model and model.name != plan.model:  # (the file's model is the one priced)
+    if isinstance(doc.get("model"), dict) and not _same_model(plan.model, model.name):  # (the embedded one is priced)
         raise HaapInputError(f"plan file {name!r}: the plan says model {plan.model!r} but the file's model is "
                              f"{model.name!r}; a plan's stages are for one model, so fix the one that is wrong",
                              field="model", value=plan.model)

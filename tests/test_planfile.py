@@ -41,6 +41,17 @@ def test_solution_document_round_trip(tmp_path):
     assert got.plan.stages[0].recompute == "full" and got.plan.stages[1].island == "west"
 
 
+def test_a_plan_naming_its_model_by_an_alias_is_read(tmp_path):
+    """A bare plan's model named by a catalog alias loads that model; a file whose embedded model is the alias's
+    model is not a mismatch (the mismatch check compares catalog names)."""
+    for name in ("Llama-3-8B", "llama3-8b"):
+        got = read_plan_file(_write(tmp_path, {**PLAN.model_dump(mode="json"), "model": name}))
+        assert got.model is not None and got.model.name == "llama3-8b"
+    doc = _good_doc()
+    doc["plan"]["model"], doc["model"]["name"] = "Llama-3-8B", "llama3-8b"
+    assert read_plan_file(_write(tmp_path, doc)).plan.model == "Llama-3-8B"
+
+
 def test_bare_plan_is_accepted(tmp_path):
     got = read_plan_file(_write(tmp_path, PLAN.model_dump(mode="json")))
     assert got == PlanFile(PLAN)
