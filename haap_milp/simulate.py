@@ -367,7 +367,7 @@ class _Replay:
             r = self._ready(j, orders[j][nxt[j]])
         self._offer(0, j, None if r is None else max(r, self.free[j]))
 
-    def _offer_link(self, key: str, keys: list[str]) -> None:
+    def _offer_link(self, key: str) -> None:
         q = self.queues[key]
         start = None
         if q:
@@ -427,13 +427,13 @@ class _Replay:
                         touched_links.add(self._request("B", mb, v - 1, end))
             while len(keys) < len(self.link_index):  # links used for the first time
                 keys.append(next(k for k, i in self.link_index.items() if i == len(keys)))
-            if self.blocking:  # a stage's stream and pending sends feed every link's receive start
-                touched_stages.update(range(self.p))
-                touched_links.update(self.queues)
+            if self.blocking:  # a stage's stream (free) feeds the start of a link whose head it receives (an end
+                # stage, ``_blocks_receiver``); its pending sends are its own, and the stages they change are touched
+                touched_links.update(k for k, q in self.queues.items() if q and q[0][3].dst in touched_stages)
             for j in sorted(touched_stages):
                 self._offer_stage(j, orders, nxt)
             for key in touched_links:
-                self._offer_link(key, keys)
+                self._offer_link(key)
         left = sum(len(o) for o in orders) - sum(nxt)
         if left:  # cannot happen for the schedules above; an internal invariant
             raise AssertionError(f"pipeline replay deadlocked with {left} operations left")
