@@ -326,9 +326,9 @@ def variant_nodes(problem):
 
 def any_interleaved_copies(variants, vpps, max_stages: int, num_layers: int) -> list:
     """``interleave.interleaved_variants`` with every stage count of eq. I5's divisibility rules, also where
-    ceil(L / P) < vpp (copies the planner leaves out, some of whose plans leave a virtual round empty): the bounds,
-    stage DPs and node models must hold on any copy, and the 5-7 layer problems of the bound tests would keep few
-    copies otherwise. Scaling L by max(vpps) lifts that rule alone (P stays at most max_stages and L)."""
+    L - P + 1 < vpp (copies the planner leaves out: every split leaves a virtual round empty): the bounds, stage DPs
+    and node models must hold on any copy, and the 5-7 layer problems of the bound tests would keep fewer copies
+    otherwise. Scaling L by max(vpps) lifts that rule alone (P stays at most max_stages and L)."""
     from haap_milp.interleave import interleaved_variants
 
     return interleaved_variants(variants, vpps, min(max_stages, num_layers), num_layers * max(vpps))

@@ -116,13 +116,16 @@ def test_validate_knows_network_profile_and_prices_files(run_cli, tmp_path: Path
     prices = tmp_path / "prices.yaml"
     prices.write_text("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: 2.5, tdp_w: 400}\n")
     for path, kind, needle in ((net, "network", "1 measured link"), (prof, "profile", "2 measured point"),
-                               (prices, "prices file", "GPU row")):
+                               (prices, "prices file", "over the catalog")):
         code, out, err = run_cli(["validate", str(path)])
         assert code == 0 and f"valid {kind}" in out and needle in out, err
     assert ok_json(run_cli, ["validate", str(prof), "--json"])["summary"]["spec"]["points"] == 2
     metis = Path(__file__).parent / "data" / "profiles" / "OPT-350"  # (a Metis folder, as --profile takes it)
     code, out, err = run_cli(["validate", str(metis)])
     assert code == 0 and "valid profile" in out, err
+    prices.write_text("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: 1}\nprovder: x\n")  # (a misspelled key)
+    code, _, err = run_cli(["validate", str(prices)])
+    assert code == 2 and "unknown key 'provder'" in err, err
     prices.write_text("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: -1}\n")
     net.write_text("kind: network\nlinks: 3\n")
     for path in (net, prices):

@@ -198,7 +198,9 @@ def test_a_network_error_names_the_key_as_written_and_nothing_false(tmp_path):
     ("gpus:\n  a100-80gb: {idle_w: 500}\n",  # (the catalog's A100 board: 400 W)
      "gpus.a100-80gb.idle_w = 500 W is more than its tdp_w = 400 W (the other from the catalog)"),
     ("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: 1e300}\n",
-     "= '1e300' is text, not a number: YAML reads an exponent without a decimal point as a string; write 1.0e+300"),
+     "= '1e300' is text, not a number: YAML reads this exponent form as a string; write 1.0e+300"),
+    ("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: '2.5'}\n", "= '2.5' is a quoted number (text); write it without"),
+    ("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: 'nan'}\n", "= 'nan' must be a number >= 0"),
     ("gpus:\n  a100-80g: {on_demand_usd_per_gpu_hour: 1.0e+300}\n", "is more than 10000"),
     ("", "got an empty file"),
 ])

@@ -27,9 +27,9 @@ def load_file(path: str) -> tuple[str, Any]:
     if is_dir(p) and is_file(p / "config.json"):
         p = p / "config.json"
     elif is_dir(p) and any(p.glob("DeviceType.*_tp*_bs*.json")):  # a Metis profile folder (--profile takes it)
-        from haap_milp.estimator.profile_format import load_profile
+        from haap_milp.estimator.profile_format import load_profiles
 
-        return "profile", load_profile(p)
+        return "profile", load_profiles([p])
     name = str(p)
     data = require_mapping(load_data(p), name, "a model, cluster, training, plan, result, network, profile or prices "
                                                 "file")
@@ -49,9 +49,9 @@ def load_file(path: str) -> tuple[str, Any]:
 
         return kind, load_network(name, "network file")
     if kind == "profile":
-        from haap_milp.estimator.profile_format import load_profile
+        from haap_milp.estimator.profile_format import load_profiles
 
-        return kind, load_profile(name)
+        return kind, load_profiles([name])
     if kind == "prices":
         from haap_milp.catalog.prices import load_prices
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -76,15 +77,22 @@ def _number(value: Any, where: str, name: str) -> float | None:
     if value is None:
         return None
     most = MOST[where.rsplit(".", 1)[-1]]
-    if isinstance(value, str) and _is_float_text(value):  # PyYAML (YAML 1.1) reads 1e300 without a '.' as text
-        raise HaapInputError(f"{name}: {where} = {value!r} is text, not a number: YAML reads an exponent without a "
-                             f"decimal point as a string; write {_yaml_float(value)}", field=where, value=value)
+    if isinstance(value, str) and _EXPONENT.fullmatch(value.strip()) and math.isfinite(float(value)):
+        # PyYAML (YAML 1.1) reads 1e3 or 2.5e3 (no '.' in the mantissa, or no sign in the exponent) as text
+        raise HaapInputError(f"{name}: {where} = {value!r} is text, not a number: YAML reads this exponent form as "
+                             f"a string; write {_yaml_float(value)}", field=where, value=value)
+    if isinstance(value, str) and _is_float_text(value) and math.isfinite(float(value)):
+        raise HaapInputError(f"{name}: {where} = {value!r} is a quoted number (text); write it without quotes",
+                             field=where, value=value)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise HaapInputError(f"{name}: {where} = {value!r} must be a number >= 0 (or null for unknown)",
                              field=where, value=value)
     if value > most:
         raise HaapInputError(f"{name}: {where} = {value:g} is more than {most:g}", field=where, value=value)
     return float(value)
+
+
+_EXPONENT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")  # a number with an exponent, as people write it
 
 
 def _is_float_text(text: str) -> bool:

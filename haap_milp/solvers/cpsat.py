@@ -98,6 +98,7 @@ def _fits(what: str, values, S: float) -> None:
         raise Unscalable(f"CP-SAT cannot scale this node to integers: {what} of {big / S:.3g} s is more than "
                          f"{INT_LIMIT / SCALE_TARGET:.2g} times its stage time (eq. CP1)")
 
+
 def solve(problem: Problem, options: SolveOptions | None = None, hint: Assignment | None = None) -> RawResult:
     """Exact solve with OR-Tools CP-SAT (status, objective = evaluate(plan), proven bound, gap); with two threads
     or more and ``RACE``, HiGHS races CP-SAT on every node on one of them (eq. N21)."""
