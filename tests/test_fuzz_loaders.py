@@ -241,6 +241,10 @@ def test_a_yaml_key_given_twice_is_refused_with_both_lines(tmp_path):
     # a merge key's values may be overridden, and equal keys in different mappings are not duplicates
     doc = parse_text("base: &b {a: 1, b: 2}\nm:\n  <<: *b\n  a: 3\nn: {a: 1}\n", "x.yaml", "yaml")
     assert doc["m"] == {"a": 3, "b": 2} and doc["n"] == {"a": 1}
+    j = tmp_path / "m.json"  # (JSON too: json.loads kept the last as well)
+    j.write_text('{"base": "llama3-8b", "num_layers": 4, "num_layers": 40}')
+    assert "key 'num_layers' is given twice in one object" in refused(["validate", j])
+    assert parse_text('{"a": {"k": 1}, "b": {"k": 2}}', "x.json", "json") == {"a": {"k": 1}, "b": {"k": 2}}
 
 
 def test_moe_without_top_k_says_it_is_missing(tmp_path):

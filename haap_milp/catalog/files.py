@@ -188,9 +188,20 @@ def load_yaml(text: str, name: str) -> Any:
 
 
 def load_json(text: str, name: str) -> Any:
-    """``json.loads`` with nesting bounded before parsing (brackets outside strings counted)."""
+    """``json.loads`` with nesting bounded before parsing (brackets outside strings counted); a key given twice in one
+    object is an error, as in YAML (``json`` keeps the last silently)."""
     _json_depth(text, name)
-    return json.loads(text)
+
+    def once(pairs: list) -> dict:
+        out: dict = {}
+        for k, v in pairs:
+            if k in out:
+                raise HaapInputError(f"{name!r}: key {short(k)} is given twice in one object; keep one.",
+                                     field="path", value=name)
+            out[k] = v
+        return out
+
+    return json.loads(text, object_pairs_hook=once)
 
 
 _JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\']|\'\')*\'|[\[\]{}]')  # strings skipped
