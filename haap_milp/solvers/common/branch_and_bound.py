@@ -503,10 +503,11 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
         if inc is not None and inc_obj < st.inc_obj:
             st.inc, st.inc_obj = inc, inc_obj
         marks, before, heap, was = (len(st.closed), len(st.errors)), st.inc_obj, [], dict(st.stats)
+        was["probe_fails"] = st.probe_fails  # (a _State count: sent back as if a statistic)
         cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
         _node(problem, options, st, heap, vb[node[1]], node, cutoff, deadline, name, solve_node)
         return (heap, st.closed[marks[0]:], st.inc if st.inc_obj < before else None, st.inc_obj,
-                st.errors[marks[1]:], st.tol_s, stats_added(was, st.stats))
+                st.errors[marks[1]:], st.tol_s, stats_added(was, {**st.stats, "probe_fails": st.probe_fails}))
 
     return NodePool(serve, size)
 
@@ -1314,11 +1315,12 @@ def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) ->
     for line in workers.pop("engines", []):
         st.engine_calls += 1
         st.stats[f"engine{st.engine_calls}"] = f"{line} (worker)"
+    fails = st.probe_fails + workers.pop("probe_fails", 0)
     add_stats(st.stats, workers)
     st.stats["tolerance_s"] = st.tol_s
     st.stats["nodes"] = st.nodes
-    if st.probe_fails:
-        st.stats["probe_fails"] = st.probe_fails
+    if fails:
+        st.stats["probe_fails"] = fails
     st.stats["open_nodes"] = len(heap)
     msg = "; ".join(dict.fromkeys(st.errors))  # (one failure repeated on many nodes is said once)
     if st.inc is None:
