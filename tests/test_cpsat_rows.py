@@ -116,10 +116,11 @@ def test_coefficients_past_int64_go_the_library_way():
 def test_times_past_the_integers_are_an_engine_error_not_a_crash(caplog):
     """A node whose times span more than 64-bit integers hold at its scale (eq. CP1; fuzz report #1: a 1e-15 GB/s NIC,
     below what the schema now accepts, built here without validation) is an ERROR result with a clear message: no
-    TypeError from OR-Tools' Domain (logged as a traceback), and the solve is not OPTIMAL."""
+    TypeError from OR-Tools' Domain (logged as a traceback); the node keeps its earlier bound, so the result's bound
+    still holds (the other engines' and the DPs' work is in floats)."""
     cl = load_cluster("a100-80g:16")
     slow = cl.model_copy(update={"node_groups": (cl.node_groups[0].model_copy(update={"nic_bandwidth_gbps": 1e-15}),)})
     out = planner.solve(load_model("gpt3-125m"), slow, TrainingSpec(), SolveOptions(time_limit_s=3, threads=1))
-    assert out.result.status.value == "FEASIBLE", out.result
+    assert out.result.plan is not None and out.result.bound_s <= out.result.objective_s, out.result
     assert "CP-SAT cannot scale this node to integers" in out.result.message
     assert "TypeError" not in out.result.message and "Traceback" not in caplog.text
