@@ -14,7 +14,7 @@ from haap_milp.estimator.override import FALLBACK_FLAG, coverage, may_price
 from haap_milp.memory_cover import layers_per_gpu
 from haap_milp.parallel_rules import tp_allowed
 from haap_milp.pipeline import END_SEND_SHARE, GIB, TIME_RTOL, interleaved_period, send_shares, steady_period
-from haap_milp.presolve import PER_REPLICA_MBS
+from haap_milp.presolve import replica_micro_batches
 from haap_milp.problem import Assignment, Problem, boundary_times, stage_memory, stage_times, sync_times, wrap_time
 
 
@@ -89,7 +89,7 @@ def _priced_micro_batch(ctx, gpu: str, tp: int) -> tuple[int | None, str]:
     """The least per-replica micro-batch presolve would price at (gpu, tp), or None with the profile's coverage
     status of the least one (``estimator.override.coverage``: a profile's fallback leaves points out, and the
     estimator refuses to price them)."""
-    mbs = (ctx.training.micro_batch_size,) if ctx.training.micro_batch_size else PER_REPLICA_MBS
+    mbs = replica_micro_batches(ctx.training)
     profile = ctx.estimator.profile
     statuses = [coverage(profile, gpu, tp, m) for m in mbs]
     m = next((m for m, st in zip(mbs, statuses) if may_price(st, profile.fallback if profile else "none")), None)

@@ -44,6 +44,11 @@ log = logging.getLogger(__name__)
 
 TP_CANDIDATES = (1, 2, 4, 8, 16)
 PER_REPLICA_MBS = (1, 2, 4, 8)  # sequences per replica per micro-batch (Megatron's --micro-batch-size)
+
+
+def replica_micro_batches(training: TrainingSpec) -> tuple[int, ...]:
+    """The per-replica micro-batches presolve prices: the fixed one (``--mbs``), else PER_REPLICA_MBS."""
+    return (training.micro_batch_size,) if training.micro_batch_size else PER_REPLICA_MBS
 DEFAULT_MAX_STAGES = 32
 
 
@@ -232,7 +237,7 @@ def build(
         allowed = []
         for gi, g in enumerate(groups):
             for tp in tp_candidates(model, g.gpus_per_node):
-                for m in (training.micro_batch_size,) if training.micro_batch_size else PER_REPLICA_MBS:
+                for m in replica_micro_batches(training):
                     if b % m or tp * (b // m) * cp > g.capacity:
                         continue
                     if profile is not None:

@@ -308,6 +308,7 @@ class _Replay:
         self.done_f: dict[tuple[int, int], float] = {}  # (mb, vstage) -> forward end
         self.queues: dict[str, list] = {}  # link -> heap of (request_s, bwd first?, seq, _Transfer): FCFS
         self.link_index: dict[str, int] = {}  # link -> order of first use (the tie-break among links)
+        self.links: list[str] = []  # order of first use -> link
         self.link_free: dict[str, float] = {}
         self.events: list[Event] = []
         self.inflight = [0] * p
@@ -346,6 +347,7 @@ class _Replay:
         if key not in self.queues:
             self.queues[key] = []
             self.link_index[key] = len(self.link_index)
+            self.links.append(key)
         self._seq += 1  # equal (request, kind): first queued, first served
         heapq.heappush(self.queues[key], (t.request_s, t.kind != "send_fwd", self._seq, t))
         return key
@@ -381,7 +383,6 @@ class _Replay:
         nxt = [0] * self.p
         free = self.free
         last_v = self.p * self.vpp - 1
-        keys: list[str] = []  # link_index -> link
         for j in range(self.p):
             self._offer_stage(j, orders, nxt)
         while self._heap:
@@ -392,7 +393,7 @@ class _Replay:
             touched_stages: set[int] = set()
             touched_links: set[str] = set()
             if what == 1:
-                who = keys[idx]
+                who = self.links[idx]
                 t = heapq.heappop(self.queues[who])[3]
                 self.link_free[who] = start + t.duration_s
                 touched_links.add(who)
@@ -425,8 +426,6 @@ class _Replay:
                     self.inflight[j] -= 1
                     if v > 0:
                         touched_links.add(self._request("B", mb, v - 1, end))
-            while len(keys) < len(self.link_index):  # links used for the first time
-                keys.append(next(k for k, i in self.link_index.items() if i == len(keys)))
             if self.blocking:  # a stage's stream (free) feeds the start of a link whose head it receives (an end
                 # stage, ``_blocks_receiver``); its pending sends are its own, and the stages they change are touched
                 touched_links.update(k for k, q in self.queues.items() if q and q[0][3].dst in touched_stages)

@@ -26,7 +26,7 @@ def load_file(path: str) -> tuple[str, Any]:
     p = Path(path)
     if is_dir(p) and is_file(p / "config.json"):
         p = p / "config.json"
-    elif is_dir(p) and any(p.glob("DeviceType.*_tp*_bs*.json")):  # a Metis profile folder (--profile takes it)
+    elif is_dir(p) and _metis_folder(p):  # a Metis profile folder (--profile takes it)
         from haap_milp.estimator.profile_format import load_profiles
 
         return "profile", load_profiles([p])
@@ -62,6 +62,13 @@ def load_file(path: str) -> tuple[str, Any]:
         "with 'architectures'), a cluster has node_groups, a plan has stages, a result has status and solver, "
         "a training file has TrainingSpec fields, a network file has links, a profile haap_profile or format, a "
         "prices file gpus (`haap-solve schema` shows each).", field="path", value=name)
+
+
+def _metis_folder(p: Path) -> bool:
+    """A folder holding Metis profile files (``profiles.METIS_NAME``, the name ``--profile`` reads them by)."""
+    from haap_milp.estimator.profiles import METIS_NAME
+
+    return any(METIS_NAME.match(f.name) for f in p.glob("DeviceType.*.json"))
 
 
 def _result_fields(data: dict[str, Any]) -> dict[str, Any]:
