@@ -88,3 +88,26 @@ def test_floor_dive_on_an_interleaved_incumbent_holds_for_every_plan(monkeypatch
         checked += 1
         lifted += vb[worst.variant].tau_lb > before * (1 + 1e-6)
     assert checked >= 6 and lifted >= 2, (checked, lifted)
+
+
+def test_dive_order_on_an_interleaved_incumbent_takes_its_neighbours_by_m_and_stages_per_micro_batch():
+    """Eq. LS4d: after an interleaved incumbent's own variant come the variants of its vpp (and vpp 1) within a factor
+    DIVE_M_RATIO of its M, nearest M first, its own vpp before vpp 1, then the P / M nearest its own (twice M at twice
+    P: the same GPUs at half the data parallelism); other vpps and farther M are left out. A vpp-1 incumbent keeps
+    eq. LS4c's DIVE_VARIANTS of vpp 1."""
+    from types import SimpleNamespace as V
+
+    grid = [V(num_microbatches=m, vpp=1, num_stages=0) for m in (8, 16, 32, 64, 128)]
+    grid += [V(num_microbatches=m, vpp=vpp, num_stages=p) for m in (16, 32, 64) for vpp in (2, 4) for p in (8, 16, 32)]
+    problem = V(variants=grid)
+    home = next(v for v, w in enumerate(grid) if (w.num_microbatches, w.vpp, w.num_stages) == (32, 4, 16))
+    key = [(grid[v].num_microbatches, grid[v].vpp, grid[v].num_stages) for v in bb._dive_order(problem, home)]
+    assert key[0] == (32, 4, 16)
+    # its other stage counts, then its M at vpp 1, then M / 2 and 2 M at P / M = 1/2 as at home (before (16, 4, 16))
+    assert key[1:6] == [(32, 4, 8), (32, 4, 32), (32, 1, 0), (16, 4, 8), (64, 4, 32)], key
+    assert all(vpp in (1, 4) for _, vpp, _ in key) and all(16 <= m <= 64 for m, _, _ in key)
+    want = {(m, vpp, p) for m, vpp, p in ((w.num_microbatches, w.vpp, w.num_stages) for w in grid)
+            if vpp in (1, 4) and 16 <= m <= 64}
+    assert set(key) == want and len(key) == len(want)
+    flat = bb._dive_order(problem, 2)  # M = 32, vpp 1
+    assert [grid[v].num_microbatches for v in flat] == [32, 16, 64] and all(grid[v].vpp == 1 for v in flat)

@@ -126,6 +126,7 @@ USE_FLOOR_DIVE = True
 # 1.45-1.67 % at 10 s, with its own budget the dive's plan 24.313 s (24.363 s) and proven at 8.9-9.0 s, twice each)
 DIVE_SHARE, DIVE_MAX_S = 0.15, 1.0
 DIVE_VARIANTS = 3  # the incumbent's and the two nearest micro-batch counts
+DIVE_M_RATIO = 2.0  # an interleaved incumbent: the variants of its vpp (and vpp 1) within this ratio of its M (eq. LS4d)
 PAR_DIVE = True  # eq. PAR5c: the incumbent's variant dived here, the others on a forked child
 DIVE_RTOL = 2e-3  # the bisection stops when its bracket is this narrow, relative to its upper end (a floor of 0 ends too)
 DIVE_SLACK = 0.01
@@ -1123,8 +1124,8 @@ def _segment_scan(problem: Problem, st: _State, vb: list, tables: list, r: float
 
 def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadline: float, name: str,
                 threads: int = 1) -> None:
-    """Eq. LS4c: on the incumbent's variant (interleaved or not) and then on the DIVE_VARIANTS - 1 others of vpp = 1
-    nearest its micro-batch count (ratio), the least period b at which eq. N11b still finds a path mix within the GPUs,
+    """Eq. LS4c: on the incumbent's variant (interleaved or not) and then on its neighbours (``_dive_order``: the
+    DIVE_VARIANTS - 1 of vpp = 1 nearest its micro-batch count, or eq. LS4d's list), the least period b at which eq. N11b still finds a path mix within the GPUs,
     by bisection between the variant's eq. B2 floor and the incumbent's own period (its variant) or eq. X1's cap
     (DIVE_RTOL wide). Every plan of the variant has tau above the last b proven empty, so its bound rises to
     (M - 1) b + rest_lb ((M - 1/vpp) b interleaved, eq. I1; ``vb``
@@ -1137,16 +1138,13 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
     (``fork_map``), each until ``until``; the child's floors and plan are taken when it is back."""
     if not (USE_FLOOR_DIVE and USE_SEGMENT_DP and st.several_groups and st.inc is not None):
         return
-    home = problem.variants[st.inc.variant].num_microbatches
-    order = sorted((v for v, var in enumerate(problem.variants)
-                    if (var.vpp == 1 or v == st.inc.variant) and var.num_microbatches > 1),
-                   key=lambda v: (v != st.inc.variant, abs(math.log(problem.variants[v].num_microbatches / home)), v))
-    order = order[:DIVE_VARIANTS]
+    order = _dive_order(problem, st.inc.variant)
     if not (PAR_DIVE and len(order) > 1 and forks(threads)):
         st.stats["dive_probes"], st.stats["dives"] = _dive(problem, st, vb, r, until, deadline, name, order)
         return
     dl = current()
-    shares = [order[:1], order[1:]]
+    # (eq. LS4d's longer list: every second variant after the incumbent's is dived here too)
+    shares = [order[:1], order[1:]] if len(order) <= DIVE_VARIANTS else [order[:1] + order[2::2], order[1::2]]
     here, there = fork_map(lambda share: _dive(problem, st, vb, r, until, deadline, name, share, share is shares[1]),
                            shares, threads, stop=lambda: dl.interrupted, interrupt=dl.interrupt, rerun=False)
     probes, dives, floors, plan, cap_s = there if isinstance(there, tuple) and len(there) == 5 else (0, 0, {}, None, 0.0)
@@ -1155,6 +1153,30 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
     st.cap_dp_s = max(st.cap_dp_s, cap_s)
     st.offer(problem, plan, f"{name} floor dive")
     st.stats["dive_probes"], st.stats["dives"] = here[0] + probes, here[1] + dives
+
+
+def _dive_order(problem: Problem, home: int) -> list[int]:
+    """The variants eq. LS4c dives, in turn: the incumbent's (``home``), then those of vpp = 1 nearest its micro-batch
+    count M (by ratio), DIVE_VARIANTS in all. Eq. LS4d: where the incumbent is interleaved, instead every variant of
+    its vpp or of vpp = 1 whose M lies within DIVE_M_RATIO of its M, nearest M first, then its own vpp, then the
+    nearest stages per micro-batch P / M (the dive's clock ends the list). Why: an interleaved variant's stage count
+    P is fixed, so the incumbent's neighbours are its other stage counts and the nearby M of its vpp; at twice M the
+    data-parallel degree halves (the global batch is fixed), so the same GPUs at the same tp make twice the stages:
+    P / M, and with it the bubble (P - 1) / (vpp M), stays as it is."""
+    var = problem.variants[home]
+    M, vpp = var.num_microbatches, var.vpp
+
+    def near(v: int) -> tuple:
+        w = problem.variants[v]
+        return (v != home, abs(math.log(w.num_microbatches / M)), w.vpp != vpp,
+                abs(math.log(max(w.num_stages, 1) * M / (max(var.num_stages, 1) * w.num_microbatches))), v)
+
+    if vpp == 1:
+        kin = [v for v, w in enumerate(problem.variants) if (w.vpp == 1 or v == home) and w.num_microbatches > 1]
+        return sorted(kin, key=near)[:DIVE_VARIANTS]
+    kin = [v for v, w in enumerate(problem.variants) if w.vpp in (1, vpp) and w.num_microbatches > 1
+           and max(w.num_microbatches / M, M / w.num_microbatches) <= DIVE_M_RATIO]
+    return sorted(kin, key=near)
 
 
 def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadline: float, name: str, order: list,
