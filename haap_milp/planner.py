@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from haap_milp import presolve, worker
 from haap_milp.deadline import Deadline, current, use
+from haap_milp.errors import HaapInputError
 from haap_milp.estimator import Estimator, Profile
 from haap_milp.methods import HEURISTICS, LISTED, METHODS, resolve
 from haap_milp.pipeline import TIME_RTOL, within_gap
@@ -85,8 +86,21 @@ class Context:
         built here; give either it or an ``estimator`` (which carries its own)."""
         if estimator is not None and profile is not None and estimator.profile is not profile:
             raise ValueError("give the profile to the Estimator or to Context.build, not both")
+        _refuse_target(model, training, options)
         est = estimator or Estimator(model, cluster, training, profile=profile)
         return cls(model, cluster, training, options, est, presolve.build(model, cluster, training, options, est))
+
+
+def _refuse_target(model: ModelSpec, training: TrainingSpec, options: SolveOptions) -> None:
+    """A target whose engine cannot run the model or the precision at all is refused before solving: every plan
+    would fail the checker (an ERROR status after a whole search)."""
+    from haap_milp.emit import setup_refusals  # (the emitters load only when a target names one)
+
+    why = setup_refusals(options.target, model, training)
+    if why:
+        raise HaapInputError(f"--target {options.target} refuses every plan of {model.name} here: "
+                             + "; ".join(v.message for v in why) + ". With --target any haap plans it without "
+                             "launch files.", field="target", value=options.target)
 
 
 def _restrict(problem: Problem, keep: list[int]) -> Problem:

@@ -590,3 +590,34 @@ def test_the_package_app_is_the_typer_app_whatever_was_imported_first():
             "assert CliRunner().invoke(app, ['catalog']).exit_code == 0\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-800:]
+
+
+@pytest.mark.parametrize("cmd", ["solve", "compare"])
+@pytest.mark.parametrize("target, extra, said", [
+    ("megatron", ["-m", "opt-350m"], "plain ReLU MLP"),  # Megatron-LM has GELU, --swiglu, --squared-relu only
+    ("flagscale", ["-m", "opt-350m"], "plain ReLU MLP"),
+    ("torchtitan", ["-m", "opt-350m"], "activation relu"),
+    ("torchtitan", ["-m", "llama3-8b", "--precision", "fp32"], "precision fp32"),
+])
+def test_a_target_that_refuses_every_plan_is_refused_before_solving(cmd, target, extra, said):
+    """An engine that cannot run the model or the precision at all (whatever the plan) is a contradiction of the
+    flags: exit 2 naming --target and the reason, at once. It was an ERROR status with exit 0 after a whole search
+    (the checker refused the plan), on Sailor's OPT-350M rows with --target megatron too."""
+    code, _, err, took = run_bounded([cmd, *extra, "-c", "a100-40g:16", "--target", target, "--time-limit", "5"])
+    assert code == 2 and "Traceback" not in err, err
+    assert f"--target {target} refuses every plan" in err and said in err and "--target any" in err, err
+    assert took < 5.0, took
+
+
+def test_the_planner_api_refuses_the_target_with_its_field():
+    from haap_milp import planner
+    from haap_milp.catalog import load_model
+    from haap_milp.specs import SolveOptions, TrainingSpec
+
+    with pytest.raises(HaapInputError) as got:
+        planner.Context.build(load_model("opt-350m"), load_cluster("a100-40g:16"), TrainingSpec(global_batch_size=64),
+                              SolveOptions(target="megatron"))
+    assert got.value.field == "target" and "ReLU" in str(got.value)
+    ok = planner.Context.build(load_model("opt-350m"), load_cluster("a100-40g:16"), TrainingSpec(global_batch_size=64),
+                               SolveOptions(target="any"))
+    assert ok.presolved.problem.variants

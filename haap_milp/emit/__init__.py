@@ -55,4 +55,14 @@ def emit(plan, target: str, cluster, model, training=None, engine_version: str |
     return files
 
 
-__all__ = ["TARGETS", "EmitError", "emit", "engine_module"]
+def setup_refusals(target: str | None, model, training) -> list:
+    """What ``target``'s engine refuses whatever the plan (the model's architecture, the precision): the
+    ``Violation`` list of its module's ``setup_refusals`` (none for ``any``). Every plan would fail the checker
+    with them, so the planner refuses the problem before solving it (``planner.Context.build``)."""
+    caps = targets.TARGETS.get(target or "any")
+    if caps is None or caps.module is None:
+        return []
+    return list(engine_module(target).setup_refusals(model, training))
+
+
+__all__ = ["TARGETS", "EmitError", "emit", "engine_module", "setup_refusals"]

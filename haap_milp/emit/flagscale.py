@@ -158,9 +158,13 @@ def _model_section(plan: Plan, model: ModelSpec) -> dict:
     return out
 
 
+def setup_refusals(model: ModelSpec, training=None) -> list[Violation]:
+    """What FlagScale refuses whatever the plan (``emit.setup_refusals``): Megatron-LM's model features."""
+    return [Violation(v.rule.replace("megatron.", "flagscale."), None, v.message) for v in model_refusals(model)]
+
+
 def refusals(plan: Plan, model: ModelSpec | None = None) -> list[Violation]:
-    out = [] if model is None else [Violation(v.rule.replace("megatron.", "flagscale."), None, v.message)
-                                    for v in model_refusals(model)]
+    out = [] if model is None else setup_refusals(model)
     if plan.cp > 1:
         out.append(Violation("flagscale.cp", None, f"context parallelism (cp={plan.cp}): FlagScale's heterogeneous "
                              f"training refuses it at start-up ('Context parallelism is not supported'); "

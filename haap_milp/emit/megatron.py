@@ -135,6 +135,11 @@ def model_refusals(model: ModelSpec) -> list[Violation]:
     return []
 
 
+def setup_refusals(model: ModelSpec, training=None) -> list[Violation]:
+    """What Megatron-LM refuses whatever the plan (``emit.setup_refusals``): the model's own features."""
+    return model_refusals(model)
+
+
 def approximations(model: ModelSpec) -> list[str]:
     """Model features the arguments approximate (written into the args file)."""
     out = []

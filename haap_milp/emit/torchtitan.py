@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 
 from haap_milp.emit.launch import Supply, launch_text
-from haap_milp.emit.megatron import chunk_layers, launch_script
+from haap_milp.emit.megatron import chunk_layers, launch_script, model_refusals
 from haap_milp.emit.placement import place
 from haap_milp.emit.torchtitan_models import ModelChoice, choose
 from haap_milp.parallel_rules import tp_divides_heads
@@ -99,20 +99,30 @@ def refusals(plan: Plan, model: ModelSpec, version: str = DEFAULT_VERSION) -> li
                              "per micro-batch); re-plan with --target torchtitan --zero auto"))
     if plan.vpp > 1 and plan.schedule != "interleaved":
         out.append(Violation("torchtitan.schedule", None, f"vpp={plan.vpp} needs the interleaved schedule"))
-    if plan.precision != "bf16":
-        out.append(Violation("torchtitan.precision", None, f"precision {plan.precision}: torchtitan's "
-                             f"mixed_precision_param is bfloat16 or float32 (config/configs.py:85; fp8 needs a "
-                             f"model converter haap does not write); re-plan with --precision bf16 or use "
-                             f"--target megatron"))
     empty = [k for k, names in enumerate(module_fqns(plan)) if len(names) == 0]
     if empty:
         out.append(Violation("torchtitan.empty_part", None, f"model parts {empty} would hold no module (a stage has "
                              f"fewer layers than vpp={plan.vpp}); use --target megatron, whose layout allows "
                              f"empty virtual stages"))
-    choice = choose(model, plan.seq_len, version)
-    if isinstance(choice, str):
-        out.append(Violation("torchtitan.model", None, f"torchtitan cannot build {model.name}: {choice}; use "
+    return out + _setup(model, plan.precision, plan.seq_len, version)
+
+
+def setup_refusals(model: ModelSpec, training) -> list[Violation]:
+    """What torchtitan refuses whatever the plan (``emit.setup_refusals``): the precision and the model."""
+    return _setup(model, training.precision, training.seq_len, DEFAULT_VERSION)
+
+
+def _setup(model: ModelSpec, precision: str, seq_len: int, version: str) -> list[Violation]:
+    out = []
+    if precision != "bf16":
+        out.append(Violation("torchtitan.precision", None, f"precision {precision}: torchtitan's "
+                             f"mixed_precision_param is bfloat16 or float32 (config/configs.py:85; fp8 needs a "
+                             f"model converter haap does not write); re-plan with --precision bf16 or use "
                              f"--target megatron"))
+    choice = choose(model, seq_len, version)
+    if isinstance(choice, str):
+        other = "" if model_refusals(model) else "; use --target megatron"  # (Megatron-LM builds it)
+        out.append(Violation("torchtitan.model", None, f"torchtitan cannot build {model.name}: {choice}{other}"))
     return out
 
 
