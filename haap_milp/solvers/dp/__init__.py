@@ -32,6 +32,7 @@ import numpy as np
 from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, island_split, variant_bound
+from haap_milp.solvers.common.slot_bounds import subset
 from haap_milp.solvers.common.polish import Polish, polish, regrade
 from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, group_links, option_classes, owners, split
 from haap_milp.solvers.dp.fallback import TIME_LIMIT_S, beam_search
@@ -64,6 +65,8 @@ USE_REGRADE = True
 # eq. DP8g: the plain variants' search stops past the best micro-batch, once a variant's plan is slower than the one
 # before it and this share above the best (None: never)
 STOP_RISE = 0.10
+# eq. DP8i: under eq. U1 the signatures in ascending order of their own eq. B2 bound, none past the best plan
+USE_SIGNATURE_BOUND = True
 
 
 def solve(problem: Problem, options=None, hint: Assignment | None = None) -> RawResult:
@@ -177,12 +180,21 @@ class _Look:
     restrictions: int
     runs: dict = field(default_factory=dict)
     tables: Tables | None = None  # (built where they are needed; not sent between processes)
+    # eq. DP8i: under eq. U1 each restriction's eq. B2 bound (its own options' tables), and the restrictions in
+    # ascending order of it (None: in index order, no bound)
+    bounds: list[float] | None = None
+    order: list[int] | None = None
 
     @classmethod
     def of(cls, problem: Problem, v: int) -> _Look:
         t = build_tables(problem, v)
-        return cls(v, variant_bound(problem, t), SimpleNamespace(p2p=t.p2p, vpp=t.vpp, M=t.M),
-                   len(_restrictions(problem, t)), tables=t)
+        vb, rs = variant_bound(problem, t), _restrictions(problem, t)
+        bounds = order = None
+        if problem.uniform and len(rs) > 1 and math.isfinite(vb.total_s) and USE_SIGNATURE_BOUND:
+            bounds = [variant_bound(problem, subset(t, r.every)).total_s if r.every.any() else math.inf for r in rs]
+            order = sorted(range(len(rs)), key=lambda i: (bounds[i], i))
+        return cls(v, vb, SimpleNamespace(p2p=t.p2p, vpp=t.vpp, M=t.M), len(rs), tables=t, bounds=bounds,
+                   order=order)
 
     def made(self, ri: int, charge: np.ndarray | None) -> bool:
         return (ri, None if charge is None else charge.tobytes()) in self.runs
@@ -208,7 +220,9 @@ def _passes(problem: Problem, look: _Look, best: Callable[[], float]) -> Iterato
     """The runs of a variant in the loop's order: per restriction the first pass (charge None, eq. DP1), then eq.
     DP8b's second pass on several islands at the charge ``best()`` (the best objective so far, read after the first
     pass) gives, where it gives one."""
-    for ri in range(look.restrictions):
+    for ri in range(look.restrictions) if look.order is None else look.order:
+        if look.bounds is not None and look.bounds[ri] >= best():
+            return  # eq. DP8i: this signature's plans, and those of every later one, are no better than the best
         yield ri, None
         charge = _cross_charge(problem, look.links, best(), look.vb.rest_lb)
         if charge is not None:
