@@ -32,8 +32,8 @@ import numpy as np
 from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, island_split, variant_bound
-from haap_milp.solvers.common.slot_bounds import subset
 from haap_milp.solvers.common.polish import Polish, polish, regrade
+from haap_milp.solvers.common.slot_bounds import subset
 from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, group_links, option_classes, owners, split
 from haap_milp.solvers.dp.fallback import TIME_LIMIT_S, beam_search
 from haap_milp.worker import fork_map, forks
