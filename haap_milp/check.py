@@ -23,7 +23,8 @@ Rules (names as reported):
 * ``memory.capacity`` — the estimator's peak memory per GPU within capacity minus headroom;
 * ``runtime.*`` — the training runtime's rules: recompute among the allowed modes, the fixed per-replica
   micro-batch, the ``uniform`` dimensions equal in every stage;
-* ``<target>.*`` — the engine's own rules (``emit/<target>.plan_violations``) when a target is given.
+* ``<target>.*`` — the engine's own rules (``emit/<target>.plan_violations``) when a target is given and the
+  plan breaks no ``layers.*`` or ``schedule.vpp_layers`` rule.
 """
 
 from __future__ import annotations
@@ -262,8 +263,9 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, training: Tra
     if mixed and not caps.mixed_stages:
         out.append(Violation(f"{target}.mixed_stage", mixed[0], f"its data-parallel replicas differ in GPU type: "
                              f"{caps.mixed_stages_why}"))
-    elif caps.module is not None:  # the engine's own rules
-        out += engine_module(target).plan_violations(plan, model)
+    elif caps.module is not None and not any(v.rule.startswith(("layers.", "schedule.vpp_layers")) for v in out):
+        out += engine_module(target).plan_violations(plan, model)  # the engine's own rules, on a whole layer split
+        # (they lay out every layer and chunk: a hand-edited 1e9 layers or vpp would take minutes)
     if out:
         log.info("plan check: %d violation(s): %s", len(out), "; ".join(map(str, out)))
     return out

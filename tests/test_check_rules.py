@@ -144,6 +144,31 @@ def test_target_rules_are_the_emitters():
     assert "megatron.global_batch" in v and "batch.global" in v
 
 
+@pytest.mark.parametrize("target", ["megatron", "flagscale", "torchtitan"])
+@pytest.mark.parametrize("edit", ["layers", "vpp"])
+def test_engine_rules_wait_for_a_whole_layer_split(target, edit):
+    """A hand-edited plan with 1e9 layers in a stage or vpp = 1e9 gets its layers.* / schedule.vpp_layers
+    refusal at once: the engine's rules (which lay out every layer and chunk) run only on a whole split."""
+    import signal
+
+    p = hetero_uniform_plan()
+    bad = _with_stage(p, 0, num_layers=10**9) if edit == "layers" else \
+        p.model_copy(update={"vpp": 10**9, "schedule": "interleaved"})
+
+    def too_slow(*_a):
+        raise TimeoutError("the checker is laying out 1e9 layers")
+
+    old = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(10)
+    try:
+        v = rules(bad, target=target, memory=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert ("layers.coverage" if edit == "layers" else "schedule.vpp_layers") in v
+    assert not any(r.startswith(target) for r in v), v
+
+
 def test_violation_str_names_rule_and_stage():
     assert str(Violation("tp.heads", 2, "x")) == "[tp.heads] stage 2: x"
     assert str(Violation("batch.global", None, "y")) == "[batch.global] plan: y"
