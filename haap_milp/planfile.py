@@ -24,15 +24,16 @@ class PlanFile:
     training: TrainingSpec | None = None
 
 
-def _field_path(exc: ValidationError) -> str:
+def _field_path(exc: ValidationError, section: str = "") -> str:
+    """The first error, its field named as the file spells it (``section``: the key it sits under, e.g. training)."""
     from haap_milp.catalog.files import short
     from haap_milp.specs.base import BOOL_NOT_NUMBER
 
     err = exc.errors(include_url=False)[0]
-    loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+    loc = ".".join(str(x) for x in (section, *err["loc"]) if str(x)) or "(top level)"
     if err.get("type") == BOOL_NOT_NUMBER:  # raised on the stage/plan: the field is in the context
         ctx = err.get("ctx") or {}
-        where = ".".join(str(x) for x in (*err["loc"], ctx.get("field", "")) if str(x))
+        where = ".".join(str(x) for x in (section, *err["loc"], ctx.get("field", "")) if str(x))
         return f"field {where} is {ctx.get('value')}; give a number (true/false is not one)"
     msg = str(err["msg"]).removeprefix("Value error, ")
     return f"field {loc}: {msg} (got {short(err.get('input'), 80)})"
@@ -87,12 +88,24 @@ def read_plan_file(path: str | Path) -> PlanFile:
         raise HaapInputError(f"plan file {name!r} has neither a 'plan' key (a result written by `solve --json`) nor "
                              "'stages' (a bare plan); it holds " + ", ".join(repr(k) for k in list(doc)[:8]),
                              field="plan")
+    if body is not doc:  # a result's model/cluster (a mapping or a name) and training (a mapping) beside its plan
+        for key, kinds, what in (("model", (dict, str), "a model mapping or a catalog model name"),
+                                 ("cluster", (dict, str), "a cluster mapping, a catalog name or a shorthand"),
+                                 ("training", (dict,), "a training mapping (haap-solve schema training)")):
+            if doc.get(key) is not None and not isinstance(doc[key], kinds):
+                from haap_milp.catalog.files import short
+
+                raise HaapInputError(f"plan file {name!r}: field {key!r} must be {what}, got "
+                                     f"{type(doc[key]).__name__} {short(doc[key], 60)}", field=key, value=doc[key])
+    section = "plan" if body is not doc else ""
     try:
         plan = Plan.model_validate(body)
-        parts = {k: cls.model_validate(doc[k]) for k, cls in
-                 (("model", ModelSpec), ("cluster", ClusterSpec), ("training", TrainingSpec)) if isinstance(doc.get(k), dict)}
+        parts = {}
+        for section, cls in (("model", ModelSpec), ("cluster", ClusterSpec), ("training", TrainingSpec)):
+            if isinstance(doc.get(section), dict):
+                parts[section] = cls.model_validate(doc[section])
     except ValidationError as exc:
-        raise HaapInputError(f"plan file {name!r}: {_field_path(exc)}") from None
+        raise HaapInputError(f"plan file {name!r}: {_field_path(exc, section)}") from None
     except RecursionError:
         raise HaapInputError(f"plan file {name!r} is nested too deeply to be a plan.", field="plan") from None
     for key in ("model", "cluster"):

@@ -87,8 +87,13 @@ def _bad_model(doc):
     (json.dumps({"status": "OPTIMAL"}), "neither a 'plan' key"),  # neither a plan key nor a bare plan
     (json.dumps({"status": "OPTIMAL", "model": {"name": "m"}}), "neither a 'plan' key .* 'status', 'model'"),
     (json.dumps({**_good_doc(), "model": {**_good_doc()["model"], "name": "other"}}), "the plan says model"),
-    (json.dumps(_bad_stage(_good_doc())), r"field stages\.1\.tp"),
-    (json.dumps(_bad_model(_good_doc())), r"field num_layers"),
+    (json.dumps(_bad_stage(_good_doc())), r"field plan\.stages\.1\.tp"),
+    (json.dumps(_bad_model(_good_doc())), r"field model\.num_layers"),
+    (json.dumps({**_good_doc(), "training": {**_good_doc()["training"], "gbs": 0}}), r"field training\.gbs"),
+    (json.dumps({**_good_doc(), "training": [1]}), r"field 'training' must be a training mapping .*got list"),
+    (json.dumps({**_good_doc(), "training": "x"}), r"field 'training' must be a training mapping .*got str"),
+    (json.dumps({**_good_doc(), "model": 5}), r"field 'model' must be a model mapping or a catalog model name, got int"),
+    (json.dumps({**_good_doc(), "cluster": [8]}), r"field 'cluster' must be a cluster mapping"),
 ])
 def test_malformed_files(tmp_path, content, match):
     with pytest.raises(HaapInputError, match=match):
