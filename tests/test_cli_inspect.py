@@ -154,3 +154,29 @@ def test_validate_bad_files_exit_2(run_cli, tmp_path: Path, content: bytes) -> N
     path.write_bytes(content)
     code, _, err = run_cli(["validate", str(path)])
     assert code == 2 and err.startswith("error: ") and err.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda d: d["plan"].update(model="gpt3-2.7b"), "the plan says model 'gpt3-2.7b'"),
+    (lambda d: d["training"].update(gbs=0), "field training.gbs"),
+    (lambda d: d["model"].update(num_layers=-1), "field model.num_layers"),
+    (lambda d: d.update(training=[1]), "field 'training' must be a training mapping"),
+    (lambda d: d.update(model=5), "field 'model' must be a model mapping"),
+])
+def test_validate_refuses_a_result_the_plan_commands_refuse(run_cli, tmp_path: Path, edit, needle) -> None:
+    """validate said OK to a result file that estimate/simulate/emit refuse (a plan for another model, a bad
+    embedded model or training): it swallowed the plan reader's error. Same message, exit 2, now."""
+    code, out, err = run_cli(["solve", "-m", "gpt3-1.3b", "-c", "h100-80g:8", "--solver", "uniform", "--gbs", "16",
+                              "--json", "-"])
+    assert code == 0, err
+    doc = json.loads(out)
+    edit(doc)
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(doc))
+    for args in (["validate", str(f)], ["estimate", "--plan", str(f)]):
+        code, out, err = run_cli(args)
+        assert code == 2 and needle in err and "Traceback" not in err, (args, out, err)
+    doc.update(plan=None, status="INFEASIBLE")  # a result without a plan stays valid
+    f.write_text(json.dumps(doc))
+    code, out, err = run_cli(["validate", str(f)])
+    assert code == 0 and "INFEASIBLE" in out, err

@@ -74,7 +74,7 @@ def _metis_folder(p: Path) -> bool:
 def _result_fields(data: dict[str, Any]) -> dict[str, Any]:
     """A ``solve --json`` document (it carries its model and cluster mappings, and names the objective
     ``iteration_time_s`` with other metrics beside it) as SolveResult fields; other results unchanged."""
-    if not (isinstance(data.get("model"), dict) and isinstance(data.get("cluster"), dict)):
+    if not ("model" in data and "cluster" in data and "plan" in data):  # (their types: planfile.read_plan_file)
         return data
     fields = {k: v for k, v in data.items() if k in SolveResult.model_fields}
     if "objective_s" not in fields and "iteration_time_s" in data:

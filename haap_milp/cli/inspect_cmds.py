@@ -264,7 +264,7 @@ def validate_cmd(
 ) -> None:
     """Check an input or output file; report what it is (exit 2 with one paragraph when it is wrong)."""
     kind, obj = load_file(file)
-    checked = _check_plan_file(file) if kind in ("plan", "result") else None
+    checked = _check_plan_file(file) if kind == "plan" or (kind == "result" and obj.plan is not None) else None
     summary = _summary(kind, obj)
     if json_out:
         print_json({"ok": True, "file": file, "kind": kind, "summary": summary})
@@ -292,14 +292,12 @@ def validate_cmd(
 
 def _check_plan_file(file: str) -> str | None:
     """Run the checker's rules on a plan (or a result's plan) when the file names or holds its model and
-    cluster; a broken rule exits 2. Returns 'model X and cluster Y' when checked, None when it cannot be."""
+    cluster; a broken rule, or a file estimate/simulate/emit would refuse (a model mismatch, a bad embedded
+    training), exits 2. Returns 'model X and cluster Y' when checked, None when it cannot be."""
     from haap_milp.cli.common import enforce_plan
     from haap_milp.planfile import read_plan_file
 
-    try:
-        pf = read_plan_file(file)
-    except HaapInputError:
-        return None  # e.g. a result without a plan (INFEASIBLE): valid as a result
+    pf = read_plan_file(file)
     if pf.model is None or pf.cluster is None:
         return None
     training = pf.training or TrainingSpec(global_batch_size=pf.plan.global_batch_size, seq_len=pf.plan.seq_len,
