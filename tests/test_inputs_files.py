@@ -96,6 +96,9 @@ def test_preset_written_as_yaml_gives_the_same_cluster(tmp_path: Path) -> None:
     ("python.yaml", "!!python/object/apply:os.system ['true']\n", "not valid YAML"),
     ("binary.yaml", b"\x00\x01\x02\x03", "is binary"),
     ("latin1.yaml", "name: caf\xe9\n".encode("latin-1"), "not UTF-8"),
+    # a newline in a name ended the comment it is written into (megatron_args.sh) and ran the rest as shell
+    ("newline.yaml", MODEL_YAML + 'name: "x\\ntouch /tmp/pwned"\n', "a name must be one line of printable"),
+    ("nul.yaml", MODEL_YAML + 'name: "x\\0"\n', "a name must be one line of printable"),
 ])
 def test_bad_model_files(tmp_path: Path, name: str, content: str | bytes, needle: str) -> None:
     with pytest.raises(HaapInputError) as exc:
@@ -119,6 +122,10 @@ def test_bad_model_files(tmp_path: Path, name: str, content: str | bytes, needle
      "islands 'a' and 'b' have no link"),
     ("node_groups:\n  - {gpu: {name: g, memory_gib: 8}, num_nodes: 1}\n", "field 'node_groups.0.gpu.hbm_bandwidth_gbps'"),
     ("node_groups: 3\n", "field 'node_groups' = 3"),
+    ('name: "a\\tb"\nnode_groups:\n  - {gpu: a100-80g, num_nodes: 1}\n', "field 'name' = 'a\\tb': a name must be one line"),
+    ('node_groups:\n  - {gpu: a100-80g, num_nodes: 1, island: "x\\ny"}\n', "field 'node_groups.0.island'"),
+    (('node_groups:\n  - {gpu: {name: "g\\n", memory_gib: 8, hbm_bandwidth_gbps: 100, intra_node_bandwidth_gbps: 10,'
+      ' bf16_tflops: 10}, num_nodes: 1}\n'), "field 'node_groups.0.gpu.name'"),
 ])
 def test_bad_cluster_files(tmp_path: Path, content: str, needle: str) -> None:
     with pytest.raises(HaapInputError) as exc:

@@ -4,9 +4,9 @@ Units and conventions: see ``haap_milp.specs`` (the package docstring)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
 from haap_milp.methods import SOLVER_NAMES
@@ -25,6 +25,18 @@ MoeLayerPattern = Literal["all", "every_k", "first_k_dense"]
 Schedule = Literal["1f1b", "interleaved", "gpipe"]
 Target = Literal[TARGET_NAMES]  # the target registry (targets.py)
 SolverName = Literal[SOLVER_NAMES]  # the method registry (methods.py)
+
+
+def _one_line(text: str) -> str:
+    """A name emit writes into shell scripts, Python and YAML (comments, docstrings, host names): a newline in it
+    would end the comment and run the rest as code, so it is one line of printable characters."""
+    bad = next((c for c in text if not c.isprintable()), None)
+    if bad is not None:
+        raise ValueError(f"a name must be one line of printable characters; it holds {bad!r}")
+    return text
+
+
+Name = Annotated[str, AfterValidator(_one_line)]  # model, cluster, GPU and island names
 
 
 

@@ -9,6 +9,7 @@ from pydantic import Field, computed_field, model_serializer, model_validator
 from haap_milp.network.spec import MIN_LINK_GBPS, MeasuredNetwork
 from haap_milp.specs.base import (
     Frozen,
+    Name,
     NicType,
     Precision,
 )
@@ -38,7 +39,7 @@ def _tflops(what: str):
 class GPUSpec(Frozen):
     """One accelerator type. Values from vendor datasheets (see catalog/gpus.yaml sources)."""
 
-    name: str = Field(description="Canonical catalog name, e.g. 'a100-80g'.", min_length=1, max_length=100)
+    name: Name = Field(description="Canonical catalog name, e.g. 'a100-80g'.", min_length=1, max_length=100)
     vendor: str = Field(default="NVIDIA", description="Vendor name.")
     memory_gib: float = Field(description="Device memory in GiB.", gt=0, le=4096)
     bf16_tflops: float | None = _tflops("Dense BF16 peak")
@@ -81,7 +82,7 @@ class NodeGroup(Frozen):
         le=100_000
     )
     nic_latency_us: float = Field(default=5.0, description="Inter-node one-way latency, microseconds.", ge=0, le=1e6)
-    island: str = Field(
+    island: Name = Field(
         default="main", description="Network island: nodes of one island share a fabric.", min_length=1, max_length=100
     )
 
@@ -103,7 +104,7 @@ class IslandLink(Frozen):
 class ClusterSpec(Frozen):
     """Node groups, possibly of several GPU types and islands, and the links between islands."""
 
-    name: str = Field(description="Display name.", min_length=1, max_length=200)
+    name: Name = Field(description="Display name.", min_length=1, max_length=200)
     node_groups: tuple[NodeGroup, ...] = Field(
         description=f"Node groups (at least one, at most {MAX_NODE_GROUPS}).", min_length=1, max_length=MAX_NODE_GROUPS)
     island_links: tuple[IslandLink, ...] = Field(default=(), description="Links between islands.")

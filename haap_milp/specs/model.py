@@ -12,6 +12,7 @@ from haap_milp.specs.base import (
     Activation,
     Frozen,
     MoeLayerPattern,
+    Name,
     Normalization,
     PositionEmbedding,
 )
@@ -20,7 +21,7 @@ from haap_milp.specs.base import (
 class ModelSpec(Frozen):
     """A decoder-only transformer, dense or Mixture-of-Experts."""
 
-    name: str = Field(description="Display name, e.g. 'llama3-70b'.", min_length=1, max_length=200)
+    name: Name = Field(description="Display name, e.g. 'llama3-70b'.", min_length=1, max_length=200)
     num_layers: int = Field(description="Number of decoder layers.", ge=1, le=10_000)
     hidden: int = Field(description="Hidden size h (model dimension).", ge=1, le=1_000_000)
     ffn_hidden: int = Field(
