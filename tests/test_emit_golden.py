@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,26 @@ def test_emit_matches_golden(case, target):
     assert set(files) == set(expected), f"files differ from {folder}"
     for name, text in files.items():
         assert text == expected[name], f"{folder / name} differs (HAAP_UPDATE_GOLDEN=1 to accept)"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("case,target", PAIRS)
+def test_emitted_shell_scripts_parse_and_stop_on_a_missing_variable(case, target, tmp_path):
+    """Every emitted .sh passes ``bash -n`` (an apostrophe in a ``${VAR:?message}`` -- "the model's" -- left a quote
+    open, so every megatron and torchtitan launch.sh failed with 'unexpected EOF'); launch.sh run without its
+    variables stops at the first one it names."""
+    factory, model, cluster, _ = CASES[case]
+    files = emit(factory(), target, cluster, model)
+    for name, text in files.items():
+        if name.endswith(".sh"):
+            (tmp_path / name).write_text(text)
+            proc = subprocess.run(["bash", "-n", str(tmp_path / name)], capture_output=True, text=True, check=False)
+            assert proc.returncode == 0, (name, proc.stderr)
+    if "launch.sh" in files:
+        env = {"PATH": os.environ.get("PATH", ""), "MASTER_ADDR": "h0"}
+        proc = subprocess.run(["bash", str(tmp_path / "launch.sh")], capture_output=True, text=True, env=env,
+                              check=False, timeout=30)
+        assert proc.returncode != 0 and ": set " in proc.stderr and "EOF" not in proc.stderr, proc.stderr
 
 
 REFUSED = [(case, target) for case, (_, _, _, ok) in CASES.items()

@@ -17,9 +17,18 @@ class Supply:
     what: str
 
 
+def _in_double_quotes(text: str) -> str:
+    """``text`` as the body of a double-quoted shell word (\\, ", $ and ` escaped)."""
+    for c in ("\\", '"', "$", "`"):
+        text = text.replace(c, "\\" + c)
+    return text
+
+
 def require_lines(supplies: tuple[Supply, ...]) -> list[str]:
-    """Shell lines that stop the launch with a message when a supplied variable is missing."""
-    return [f': "${{{s.var}:?set {s.var} to {s.what}}}"' for s in supplies]
+    """Shell lines that stop the launch with a message when a supplied variable is missing. The message is a
+    quoted word of its own: bare inside "${VAR:?...}", an apostrophe (the model's) opens a quote bash 5 never
+    closes, and the script does not parse."""
+    return [f': "${{{s.var}:?"set {s.var} to {_in_double_quotes(s.what)}"}}"' for s in supplies]
 
 
 def command(supplies: tuple[Supply, ...], script: str = "launch.sh") -> str:

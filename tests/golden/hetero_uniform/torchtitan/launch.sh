@@ -4,10 +4,10 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 : "${MASTER_ADDR:?set MASTER_ADDR to the host of node rank 0}"
-: "${TORCHTITAN:?set TORCHTITAN to the path of a torchtitan checkout (or an install) at the version above}"
-: "${HF_ASSETS_PATH:?set HF_ASSETS_PATH to the model's HuggingFace tokenizer folder (--hf_assets_path)}"
-: "${DATASET:?set DATASET to a torchtitan dataset name or a HuggingFace dataset (--dataloader.dataset)}"
-: "${DUMP_FOLDER:?set DUMP_FOLDER to a folder for checkpoints and logs (--dump_folder)}"
+: "${TORCHTITAN:?"set TORCHTITAN to the path of a torchtitan checkout (or an install) at the version above"}"
+: "${HF_ASSETS_PATH:?"set HF_ASSETS_PATH to the model's HuggingFace tokenizer folder (--hf_assets_path)"}"
+: "${DATASET:?"set DATASET to a torchtitan dataset name or a HuggingFace dataset (--dataloader.dataset)"}"
+: "${DUMP_FOLDER:?"set DUMP_FOLDER to a folder for checkpoints and logs (--dump_folder)"}"
 NNODES=2
 case "${HAAP_NODE:?}" in
   main-h100-80g-g0-n0) NODE_RANK=0; NPROC=8; export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 ;;

@@ -4,10 +4,10 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 : "${MASTER_ADDR:?set MASTER_ADDR to the host of node rank 0}"
-: "${MEGATRON_LM:?set MEGATRON_LM to the path of a Megatron-LM checkout at the version above (pretrain_gpt.py runs from it)}"
-: "${DATA_PATH:?set DATA_PATH to the Megatron indexed dataset prefix (tools/preprocess_data.py output, without .bin/.idx)}"
-: "${TOKENIZER_MODEL:?set TOKENIZER_MODEL to a HuggingFace tokenizer name or folder whose vocabulary matches the model's}"
-: "${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a folder for checkpoints (--save and --load)}"
+: "${MEGATRON_LM:?"set MEGATRON_LM to the path of a Megatron-LM checkout at the version above (pretrain_gpt.py runs from it)"}"
+: "${DATA_PATH:?"set DATA_PATH to the Megatron indexed dataset prefix (tools/preprocess_data.py output, without .bin/.idx)"}"
+: "${TOKENIZER_MODEL:?"set TOKENIZER_MODEL to a HuggingFace tokenizer name or folder whose vocabulary matches the model's"}"
+: "${CHECKPOINT_DIR:?"set CHECKPOINT_DIR to a folder for checkpoints (--save and --load)"}"
 NNODES=2
 case "${HAAP_NODE:?}" in
   main-a100-80g-g0-n0) NODE_RANK=0; NPROC=8; export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 ;;
