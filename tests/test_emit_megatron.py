@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from _emit_cases import DENSE, H100_A100, MOE, hetero_uniform_plan, interleaved_plan, uniform_plan
+from _emit_cases import A100_16, DENSE, H100_A100, MOE, hetero_uniform_plan, interleaved_plan, uniform_plan
 
 from haap_milp.emit import EmitError, emit
 from haap_milp.emit.megatron import build_args, layout_string, plan_violations
@@ -181,3 +181,20 @@ def test_stage_on_missing_gpu_type_is_refused():
                                                                          gpu_type="v100-32g", tp=2, dp=4))})
     with pytest.raises(EmitError, match="v100-32g"):
         emit(bad, "megatron", H100_A100, DENSE)
+
+
+@pytest.mark.parametrize("target", ["megatron", "torchtitan", "flagscale"])
+@pytest.mark.parametrize("island", ["a) touch /tmp/pwned ;; x", "rack 1", "$(id)"])
+def test_island_with_shell_syntax_cannot_name_a_host(target, island):
+    """Node names '<island>-<gpu>-g<group>-n<k>' are case patterns in launch.sh and words of the hostfile: an
+    island 'a) touch /tmp/pwned ;; x' ran 'touch' on the node launched as HAAP_NODE=a. Refused, naming it."""
+    plan = uniform_plan()
+    groups = tuple(g.model_copy(update={"island": island}) for g in A100_16.node_groups)
+    cluster = A100_16.model_copy(update={"node_groups": groups})
+    bad = plan.model_copy(update={"stages": tuple(s.model_copy(update={"island": island}) for s in plan.stages)})
+    with pytest.raises(EmitError, match=r"island .* cannot be part of a node name.*use letters, digits"):
+        emit(bad, target, cluster, DENSE)
+    ok = "ib-rack_1.east+2"
+    fine = A100_16.model_copy(update={"node_groups": tuple(g.model_copy(update={"island": ok}) for g in groups)})
+    good = plan.model_copy(update={"stages": tuple(s.model_copy(update={"island": ok}) for s in plan.stages)})
+    assert f"{ok}-a100-80g-g0-n0" in emit(good, "megatron", fine, DENSE)["hostfile"]

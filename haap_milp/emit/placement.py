@@ -102,6 +102,17 @@ class _Cursor:
         raise EmitError("out of nodes")
 
 
+def _host_word(kind: str, text: str) -> str:
+    """An island or GPU name as part of a node name: launch.sh matches node names as ``case`` patterns and the
+    hostfile splits lines at spaces, so a name with shell syntax ('a) rm -rf ~ ;; x') or a space would run as
+    code or break the file."""
+    if not all(c.isalnum() or c in "._+-" for c in text):
+        raise EmitError(f"{kind} {text!r} cannot be part of a node name: emit writes '<island>-<gpu>-g<group>-n<k>' "
+                        f"into hostfile and launch.sh as one shell word; use letters, digits, '.', '_', '+' and '-' "
+                        f"in island and GPU names")
+    return text
+
+
 def place(plan: Plan, cluster: ClusterSpec) -> Placement:
     """Assign every rank to (node, GPU); raises EmitError when the stages do not fit the nodes."""
     cursors: dict[tuple[str, str], _Cursor] = {}
@@ -133,7 +144,8 @@ def place(plan: Plan, cluster: ClusterSpec) -> Placement:
     nodes = []
     for (gi, k), ranks in sorted(per_slot.items(), key=lambda kv: kv[1][0][0]):
         g = slot_info[(gi, k)]
-        nodes.append(NodeUse(f"{g.island}-{g.gpu.name}-g{gi}-n{k}", g.gpu.name, g.island, g.nic,
+        name = f"{_host_word('island', g.island)}-{_host_word('GPU type', g.gpu.name)}-g{gi}-n{k}"
+        nodes.append(NodeUse(name, g.gpu.name, g.island, g.nic,
                              tuple(gpu for _, gpu in ranks), ranks[0][0]))
     return Placement(tuple(nodes), tuple(firsts), tuple(counts))
 
