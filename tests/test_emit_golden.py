@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -64,3 +65,15 @@ def test_other_targets_refuse_with_a_pointer(case, target):
         emit(factory(), target, cluster, model)
     msg = str(err.value)
     assert "--target" in msg and any(t in msg for t in ok)
+
+
+@pytest.mark.parametrize("name", ['a"""b', "x\\N", "ends\\", 'q"'])
+def test_a_model_name_with_quotes_or_backslashes_keeps_the_torchtitan_module_valid_python(name):
+    """The model name sits in haap_torchtitan.py's docstrings: 'a\"\"\"b' ended one (SyntaxError) and 'x\\N' made a
+    bad escape; the name is escaped there, the module compiles and its docstring reads the name back."""
+    factory, model, cluster, _ = CASES["uniform"]
+    odd = model.model_copy(update={"name": name})
+    plan = factory().model_copy(update={"model": name})
+    text = emit(plan, "torchtitan", cluster, odd)["haap_torchtitan.py"]
+    tree = compile(text, "haap_torchtitan.py", "exec", flags=ast.PyCF_ONLY_AST)
+    assert name in ast.get_docstring(tree)

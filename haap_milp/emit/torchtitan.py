@@ -236,13 +236,19 @@ def _py(v) -> str:
     return repr(v)
 
 
+def _doc(text: str) -> str:
+    """A name inside a generated docstring: a quote or backslash in it (model 'a\"\"\"b', 'x\\N') would end the
+    docstring or make a bad escape, and haap_torchtitan.py would not compile."""
+    return "".join("\\" + c if c in '\\"' else c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _model_lines(choice: ModelChoice, model: ModelSpec) -> tuple[list[str], list[str], list[str]]:
     """(docstring lines, extra imports, lines of haap_plan() that set the model)."""
     if not choice.built:
-        return ([f"The model is torchtitan's registry flavor {choice.family} {choice.flavor}, equal to {model.name} on",
+        return ([f"The model is torchtitan's registry flavor {choice.family} {choice.flavor}, equal to {_doc(model.name)} on",
                  f"every shape and architecture field ({choice.source})."], [],
                 [f"    config.model_spec = model_registry({choice.flavor!r})"])
-    doc = [f"The model is {model.name}, built by haap_model() with torchtitan's own {choice.family} layer",
+    doc = [f"The model is {_doc(model.name)}, built by haap_model() with torchtitan's own {choice.family} layer",
            f"builders ({choice.source}) from the model's shapes;",
            f"parallelize / pipelining / hooks are those of its registry flavor {choice.base_flavor!r}.",
            "RoPE without scaling (haap's model has none)."]
@@ -282,7 +288,7 @@ def build_python(plan: Plan, model: ModelSpec) -> str:
           "full": "FullAC.Config()"}[s.recompute]
     par = parallelism(plan, model, "0.3")
     doc, imports, set_model = _model_lines(choice, model)
-    lines = [f'"""torchtitan config (haap) for {VERSIONS["0.3"]}: {plan.model} on {plan.cluster or "cluster"}.',
+    lines = [f'"""torchtitan config (haap) for {VERSIONS["0.3"]}: {_doc(plan.model)} on {_doc(plan.cluster or "cluster")}.',
              "",
              "Run: python -m torchtitan.train --module haap_torchtitan --config haap_plan  (this folder on PYTHONPATH;",
              "launch.sh does it).", *doc,
@@ -298,7 +304,7 @@ def build_python(plan: Plan, model: ModelSpec) -> str:
                            choice.built),
              ""]
     if choice.built:
-        lines += ["", "def haap_model():", f'    """{model.name}: the shapes haap planned."""', *choice.body, ""]
+        lines += ["", "def haap_model():", f'    """{_doc(model.name)}: the shapes haap planned."""', *choice.body, ""]
     lines += ["",
               "def haap_plan():",
               f"    config = {choice.config_fn}()  # trainer components (optimizer, data loader, loss) of torchtitan",
