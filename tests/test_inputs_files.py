@@ -124,6 +124,9 @@ def test_bad_model_files(tmp_path: Path, name: str, content: str | bytes, needle
     ("node_groups: 3\n", "field 'node_groups' = 3"),
     ('name: "a\\tb"\nnode_groups:\n  - {gpu: a100-80g, num_nodes: 1}\n', "field 'name' = 'a\\tb': a name must be one line"),
     ('node_groups:\n  - {gpu: a100-80g, num_nodes: 1, island: "x\\ny"}\n', "field 'node_groups.0.island'"),
+    (("node_groups:\n  - {gpu: a100-80g, num_nodes: 1, island: a}\n  - {gpu: a100-80g, num_nodes: 1, island: b}\n"
+     "island_links:\n  - {a: a, b: b, bandwidth_gbps: 10}\n  - {a: b, b: a, bandwidth_gbps: 20}\n"),
+     "islands 'b' and 'a' are linked twice (island_links 0 and 1, 10 and 20 GB/s)"),
     (('node_groups:\n  - {gpu: {name: "g\\n", memory_gib: 8, hbm_bandwidth_gbps: 100, intra_node_bandwidth_gbps: 10,'
       ' bf16_tflops: 10}, num_nodes: 1}\n'), "field 'node_groups.0.gpu.name'"),
 ])

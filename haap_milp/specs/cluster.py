@@ -130,7 +130,12 @@ class ClusterSpec(Frozen):
                     raise ValueError(f"island link names island {end!r}, which has no nodes (islands: {islands})")
             if link.a == link.b:
                 raise ValueError(f"island link joins island {link.a!r} to itself")
-        linked = {frozenset((lk.a, lk.b)) for lk in self.island_links}  # one set, not a scan per pair
+        linked: dict[frozenset, int] = {}  # one set, not a scan per pair
+        for i, lk in enumerate(self.island_links):
+            j = linked.setdefault(frozenset((lk.a, lk.b)), i)
+            if j != i:  # (only the first would be used: the second's numbers were silently ignored)
+                raise ValueError(f"islands {lk.a!r} and {lk.b!r} are linked twice (island_links {j} and {i}, "
+                                 f"{self.island_links[j].bandwidth_gbps:g} and {lk.bandwidth_gbps:g} GB/s); keep one")
         for i, a in enumerate(islands):
             for b in islands[i + 1 :]:
                 if frozenset((a, b)) not in linked:
