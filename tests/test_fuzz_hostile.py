@@ -421,6 +421,9 @@ def test_hf_config_errors_name_the_hf_keys(tmp_path):
     {"name": "ok", "models": ["no-such-model-xyz"], "clusters": ["h100-80g:8"]},
     {"name": "ok", "models": ["gpt3-1.3b"], "clusters": ["h100-80g:8"], "time_limits_s": [float("nan")]},
     {"name": "ok", "models": ["gpt3-1.3b"], "clusters": ["h100-80g:8"], "gbs": [10**12]},
+    # a label is a cell of summary.md's tables: a newline or '|' in it broke the rows (it ran and exited 0)
+    {"name": "ok", "models": ["gpt3-1.3b"], "clusters": [{"label": "a\nb", "cluster": "h100-80g:8"}]},
+    {"name": "ok", "models": ["gpt3-1.3b"], "clusters": [{"label": "a|b", "cluster": "h100-80g:8"}]},
 ])
 def test_bench_spec_errors_exit_2_before_any_run(tmp_path, spec, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -86,6 +86,14 @@ class BenchCluster(_Frozen):
     profile_fallback: Literal["none", "interpolate", "analytic"] | None = Field(
         default=None, description="Points the profile lacks, as --profile-fallback (default none).")
 
+    @field_validator("label")
+    @classmethod
+    def _one_cell(cls, v):
+        if v is not None and (any(not c.isprintable() for c in v) or "|" in v):
+            raise ValueError(f"label {v!r} must be one line of printable characters without '|' (it is a cell of "
+                             "summary.md's tables and a row of results.csv)")
+        return v
+
     @field_validator("profile", mode="before")
     @classmethod
     def _one_profile(cls, v):
