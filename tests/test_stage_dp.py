@@ -333,3 +333,35 @@ def test_sigma_bound_holds_and_binds_on_interleaved_variants(monkeypatch):
                                                                           sync_share(False)) >= mid:
                     lifted += 1
     assert checked >= 30 and lifted >= 5, (checked, lifted)
+
+
+def test_slot_blocks_give_the_tables_slot_by_slot(monkeypatch):
+    """Eq. N4c: the stage tables built many slots at a time (``SLOT_BLOCK``), and the non-first ones kept for
+    ``_base``'s callers, are bit for bit those built one slot at a time without the cache, with and without a
+    signature mask; the kept arrays are read-only (a caller writing into a shared table fails loudly)."""
+    from haap_milp.solvers.common import stage_dp
+    from haap_milp.solvers.common.slot_bounds import build_tables
+
+    checked = 0
+    for seed in range(40):
+        p = random_problem(seed)
+        for v in range(len(p.variants)):
+            t = build_tables(p, v)
+            if t.n == 0 or t.p_min == 0:
+                continue
+            for keep in (None, np.arange(t.n) % 2 == 0):
+                big = stage_dp.PathDP(p, t, 0.2, t.p_min, t.p_max, keep)
+                with monkeypatch.context() as m:
+                    m.setattr(stage_dp, "SLOT_BLOCK", 1)
+                    m.setattr(stage_dp, "BASE_CACHE", 0)
+                    one = stage_dp.PathDP(p, t, 0.2, t.p_min, t.p_max, keep)
+                assert not one._nf_base and (big._nf_base or big.k_max <= 1)
+                for k in big.first:
+                    assert all(np.array_equal(x, y) for x, y in zip(big.first[k], one.first[k]))
+                    assert all(np.array_equal(x, y) for x, y in zip(big._first_parts[k], one._first_parts[k]))
+                for k in big.nonfirst:
+                    assert all(np.array_equal(x, y) for x, y in zip(big.nonfirst[k], one.nonfirst[k]))
+                    assert np.array_equal(big._base(k, False), one._base(k, False))
+                    assert not big._base(k, False).flags.writeable or k not in big._nf_base
+                checked += 1
+    assert checked >= 40, checked

@@ -44,6 +44,18 @@ MAX_STEPS = 12  # DP evaluations per node (each 1-10 ms); warm-started from the 
 NU_STEPS = 0  # eq. N7: DP evaluations on the in-flight multipliers after the GPU ones (0: off; measured no gain, formulations)
 POOLED_STEPS = 8  # DP runs on one multiplier shared by every group when the subgradient leaves a group overfilled
 MU_RTOL = 1e-3  # one group: bisection on mu stops when the bracket is this narrow (relative)
+SLOT_BLOCK = 1 << 20  # eq. N4c: entries of one [slots, n, L+1] block of stage tables (8 MB)
+BASE_CACHE = 1 << 21  # eq. N4c: the non-first tables kept when all of them hold at most this many entries (16 MB)
+
+
+def _blocks(ks: list[int], size: int) -> list[list[int]]:
+    return [ks[i:i + size] for i in range(0, len(ks), size)]
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a`` made read-only (a table callers share)."""
+    a.flags.writeable = False
+    return a
 
 
 def inflight_cap(k: int, b: float) -> float:
@@ -130,37 +142,76 @@ class PathDP:
         self.J = min(t.M - 1, self.k_max) if t.vpp <= 1 else 0
         # per slot k: ([rows, L+1] least cost, [rows, L+1] the option reaching it); a first stage's time and sync
         # parts kept apart as well (eq. N7 weighs only the time)
-        self.nonfirst = {k: self._rows(self._base(k, False)) for k in range(1, self.k_max)}
-        self._first_parts = {k: self._base(k, True, parts=True) for k in range(self.p_first, self.k_max + 1)}
-        self.first = {k: self._rows(tm + sy) for k, (tm, sy) in self._first_parts.items()}
+        # eq. N4c: the slots' stage tables computed SLOT_BLOCK slots at a time ([slots, n, L+1] arrays) and, where
+        # they are small, the non-first ones kept for ``_base``'s later callers (eqs. N8, N12)
+        nf = list(range(1, self.k_max))
+        self._nf_base: dict[int, np.ndarray] = {}
+        keep_nf = len(nf) * self.t.n * (self.L + 1) <= BASE_CACHE
+        self.nonfirst = {}
+        for ks in _blocks(nf, self._block()):
+            tm, _ = self._base_block(ks, False)
+            least, opt = self._rows(tm)
+            for j, k in enumerate(ks):
+                self.nonfirst[k] = (least[j], opt[j])
+                if keep_nf:
+                    self._nf_base[k] = _frozen(tm[j])
+        self._first_parts, self.first = {}, {}
+        for ks in _blocks(list(range(self.p_first, self.k_max + 1)), self._block()):
+            tm, sy = self._base_block(ks, True)
+            least, opt = self._rows(tm + sy)
+            for j, k in enumerate(ks):
+                self._first_parts[k] = (_frozen(tm[j]), _frozen(sy[j]))
+                self.first[k] = (least[j], opt[j])
+
+    def _block(self) -> int:
+        """Slots per ``_base_block`` call: [slots, n, L+1] arrays of at most SLOT_BLOCK entries (one slot at least)."""
+        return max(1, SLOT_BLOCK // max(self.t.n * (self.L + 1), 1))
 
     def _rows(self, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """[n, L+1] per option -> ([rows, L+1] least per footprint, [rows, L+1] option reaching it)."""
-        srt = cost[self._order]
-        least = np.minimum.reduceat(srt, self._starts, axis=0)
-        pos = np.where(srt == least[self._row_of[self._order]], np.arange(len(srt))[:, None], len(srt))
-        return least, self._order[np.minimum.reduceat(pos, self._starts, axis=0)]
+        """[n, L+1] per option -> ([rows, L+1] least per footprint, [rows, L+1] option reaching it); the same over
+        a leading axis of slots ([slots, n, L+1] -> [slots, rows, L+1] each)."""
+        ax = cost.ndim - 2  # (the option axis)
+        srt = np.take(cost, self._order, axis=ax)
+        least = np.minimum.reduceat(srt, self._starts, axis=ax)
+        who = np.arange(srt.shape[ax])[:, None]
+        pos = np.where(srt == np.take(least, self._row_of[self._order], axis=ax), who, srt.shape[ax])
+        return least, self._order[np.minimum.reduceat(pos, self._starts, axis=ax)]
 
     def _base(self, k: int, first: bool, parts: bool = False):
-        """[n, L+1] stage cost at slot k (t_j, plus s_0 for the first stage); ``parts``: (time, sync) apart."""
+        """[n, L+1] stage cost at slot k (t_j, plus s_0 for the first stage); ``parts``: (time, sync) apart. The
+        arrays kept at set-up are returned as they are (read-only)."""
+        if first and k in self._first_parts:
+            tm, sy = self._first_parts[k]
+        elif not first and k in self._nf_base:
+            tm, sy = self._nf_base[k], None
+        else:
+            tm, sy = (a[0] for a in self._base_block([k], first))
+        if parts:
+            return tm, (sy if sy is not None else np.zeros_like(tm))
+        return tm + sy if first else tm
+
+    def _base_block(self, ks: list[int], first: bool) -> tuple[np.ndarray, np.ndarray]:
+        """([slots, n, L+1] time, sync) of ``_base`` at the slots ``ks`` at once (the sync zero for non-first)."""
         t, c, L = self.t, self.t.coef, self.L
-        n = np.arange(L + 1, dtype=float)[None, :]
+        k = np.asarray(ks)[:, None]  # [slots, 1]
+        n = np.arange(L + 1, dtype=float)[None, None, :]
         ts = 1.0 / t.vpp if t.vpp > 1 else 1.0  # eq. I1: an interleaved variant pays sum t / vpp
         per_t, per_s = c["layer_time"] * ts, (c["sync_per_layer"] if first else np.zeros(t.n))
         const_t, const_s = np.zeros(t.n), np.zeros(t.n)
         if first:
             const_t += c["first_time"] * ts
             const_s += c["sync_fixed"] + c["sync_first"]
-        if k == 1:
-            const_t += c["last_time"] * ts
-            const_s += c["sync_last"] if first else 0.0
+        last = k == 1  # [slots, 1]: slot 1 also pays the last stage's terms
+        const_t = np.where(last, const_t + c["last_time"] * ts, const_t)  # [slots, n]
+        const_s = np.where(last, const_s + c["sync_last"], const_s) if first else np.broadcast_to(const_s, const_t.shape)
         lo, up = (t.lof, t.Uf) if first else (t.lo, t.U)
-        others = (k - 1 if first else k) * self._dmin
-        fits = t.gpus + np.maximum(0.0, others - self._other) <= self._cap
-        ok = (n >= np.maximum(lo[k - 1], 1)[:, None]) & (n <= up[k - 1][:, None]) & (fits & self.keep)[:, None]
-        tm = np.where(ok, n * per_t[:, None] + const_t[:, None], INF)
-        sy = np.where(ok, n * per_s[:, None] + const_s[:, None], 0.0)
-        return (tm, sy) if parts else tm + sy
+        others = (k - 1 if first else k) * self._dmin  # [slots, 1]
+        fits = t.gpus + np.maximum(0.0, others - self._other) <= self._cap  # [slots, n]
+        ok = (n >= np.maximum(lo[k[:, 0] - 1], 1)[:, :, None]) & (n <= up[k[:, 0] - 1][:, :, None]) \
+            & (fits & self.keep)[:, :, None]
+        tm = np.where(ok, n * per_t[None, :, None] + const_t[:, :, None], INF)
+        sy = np.where(ok, n * per_s[None, :, None] + const_s[:, :, None], 0.0)
+        return tm, sy
 
     def slot_weights(self, nu: np.ndarray | None) -> np.ndarray:
         """Eq. N7: [k_max + 1] the weight of slot k's time and of its link to slot k - 1, 1 + sum_{k <= j <= J} nu_j
