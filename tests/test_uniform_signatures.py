@@ -79,3 +79,32 @@ def test_signature_bound_is_below_each_of_its_plans_and_the_dp_keeps_its_plan(mo
             assert with_it.objective_s <= without.objective_s * (1 + 1e-9), seed
             same += 1
     assert checked >= 40 and same >= 20, (checked, same)
+
+
+def test_signatures_past_the_cut_off_are_skipped_soundly():
+    """Eq. U1c: with a cut-off, a signature whose eq. B2 bound in the node reaches it gets no DP. The node's result
+    stays sound at cut-offs below, at and above the node's best plan: a bound under the cut-off is at most every plan
+    of the node, and a node closed (bound at or past the cut-off) holds no plan under the cut-off. Some signatures
+    are skipped (not vacuous)."""
+    checked = 0
+    skipped = 0
+    for seed in range(40):
+        p = _uniform(seed)
+        plans = list(feasible_assignments(p))
+        for v in range(len(p.variants)):
+            mine = [evaluate(p, a) for a in plans if a.variant == v]
+            if not mine:
+                continue
+            b = max(bb._steady(p, a) for a in plans if a.variant == v) * 1.001
+            t = build_tables(p, v, b)
+            for scale in (0.9, 1.0, 1.05, 1.3):
+                cutoff = min(mine) * scale
+                st = bb._State()
+                bound = bb._dp_bounds(p, EXACT, st, t, 0.0, b, -math.inf, cutoff, None, "test")[0]
+                if bound < cutoff:
+                    assert bound <= min(mine) * (1 + 1e-9), (seed, v, scale)
+                else:
+                    assert min(mine) >= cutoff * (1 - 1e-9), (seed, v, scale)
+                skipped += st.stats.get("sig_skipped", 0)
+                checked += 1
+    assert checked >= 120 and skipped >= 10, (checked, skipped)

@@ -135,6 +135,7 @@ DIVE_SLACK = 0.01
 SEG_GUESS = 20
 # eq. N16: the stage DPs' Lagrangian bound per stage count (the least path of each count, every run's multipliers)
 # drops the counts that reach the cut-off and narrows or splits the node's range
+USE_SIG_FLOOR = True  # eq. U1c: a signature whose eq. B2 bound in the node reaches the cut-off gets no DP there
 USE_PER_P = True
 LIGHT_FIRST = True  # eq. N17
 PROBE_S = 0.25  # eq. N17b (0: off)
@@ -274,6 +275,7 @@ class _State:
     probe_s: float = field(default_factory=lambda: PROBE_S)  # eqs. N17b/c: a probe's wall time (eq. PAR2b: more on a worker)
     seg_idle: int = 0  # eq. LS4: nodes in a row on which the segment DP found no better plan
     worker_stats: dict = field(default_factory=dict)  # eq. PAR2: what the workers' nodes added to ``stats`` (_merge)
+    sig_floors: dict = field(default_factory=dict)  # eq. U1c: (variant, signature) -> its eq. B2 bound
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
     policy: NodePolicy = field(default_factory=NodePolicy)
@@ -906,6 +908,9 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
     tracked = USE_PER_P
     st.node_cap = -math.inf  # eq. N26: the largest of the runs' caps (a run without one: no cap)
     for sig in sigs:
+        if sig is not None and cutoff is not None and USE_SIG_FLOOR and _sig_floor(problem, st, t, sig, a, b) >= cutoff:
+            st.stats["sig_skipped"] = st.stats.get("sig_skipped", 0) + 1
+            continue  # eq. U1c: no plan of this signature in the node lies below the cut-off (as a DP finding none)
         # eq. U1b: a signature's DPs on its own options' tables (the node's stage-count range kept), not on all the
         # node's options masked: a DP's set-up is then as large as the signature (megatron-uniform MoE nodes held
         # 1296 options in ~140 signatures, and their masked set-ups took most of a 1-7 s node)
@@ -932,6 +937,20 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
     if not tracked or per_p is None:
         per_p = None
     return max(bound, best), best_mu, per_p
+
+
+def _sig_floor(problem: Problem, st: _State, t: Tables, sig: int, a: float, b: float) -> float:
+    """Eq. U1c: a bound on every plan of uniform signature ``sig`` in the node (variant ``t.v``, tau in [a, b]):
+    (M - 1) max(a, tau_B2) + rest_B2 from eq. B2 on the variant's tables of that signature's options alone (kept per
+    variant and signature; signature ids are the variant's, ``slot_bounds._memory_part``), inf when tau_B2 > b."""
+    key = (t.v, sig)
+    vb = st.sig_floors.get(key)
+    if vb is None:
+        whole = build_tables(problem, t.v)
+        vb = st.sig_floors[key] = variant_bound(problem, subset(whole, whole.sig == sig))
+    if not math.isfinite(vb.total_s) or vb.tau_lb > b:
+        return math.inf
+    return t.tau_weight * max(a, vb.tau_lb) + vb.rest_lb
 
 
 def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=math.inf, extras: bool = True,
