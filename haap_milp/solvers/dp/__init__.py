@@ -188,13 +188,20 @@ class _Look:
     @classmethod
     def of(cls, problem: Problem, v: int) -> _Look:
         t = build_tables(problem, v)
-        vb, rs = variant_bound(problem, t), _restrictions(problem, t)
-        bounds = order = None
-        if problem.uniform and len(rs) > 1 and math.isfinite(vb.total_s) and USE_SIGNATURE_BOUND:
-            bounds = [variant_bound(problem, subset(t, r.every)).total_s if r.every.any() else math.inf for r in rs]
-            order = sorted(range(len(rs)), key=lambda i: (bounds[i], i))
-        return cls(v, vb, SimpleNamespace(p2p=t.p2p, vpp=t.vpp, M=t.M), len(rs), tables=t, bounds=bounds,
-                   order=order)
+        return cls(v, variant_bound(problem, t), SimpleNamespace(p2p=t.p2p, vpp=t.vpp, M=t.M),
+                   len(_restrictions(problem, t)), tables=t)
+
+    def ranked(self, problem: Problem) -> list[int]:
+        """The restrictions in the order the loop runs them: eq. DP8i's under eq. U1 (``bounds`` and ``order`` set
+        on first use, only for a variant the loop searches), else index order."""
+        if self.order is None and problem.uniform and self.restrictions > 1 and USE_SIGNATURE_BOUND:
+            if self.tables is None:
+                self.tables = build_tables(problem, self.v)
+            t = self.tables
+            self.bounds = [variant_bound(problem, subset(t, r.every)).total_s if r.every.any() else math.inf
+                           for r in _restrictions(problem, t)]
+            self.order = sorted(range(self.restrictions), key=lambda i: (self.bounds[i], i))
+        return list(range(self.restrictions)) if self.order is None else self.order
 
     def made(self, ri: int, charge: np.ndarray | None) -> bool:
         return (ri, None if charge is None else charge.tobytes()) in self.runs
@@ -220,7 +227,7 @@ def _passes(problem: Problem, look: _Look, best: Callable[[], float]) -> Iterato
     """The runs of a variant in the loop's order: per restriction the first pass (charge None, eq. DP1), then eq.
     DP8b's second pass on several islands at the charge ``best()`` (the best objective so far, read after the first
     pass) gives, where it gives one."""
-    for ri in range(look.restrictions) if look.order is None else look.order:
+    for ri in look.ranked(problem):
         if look.bounds is not None and look.bounds[ri] >= best():
             return  # eq. DP8i: this signature's plans, and those of every later one, are no better than the best
         yield ri, None
