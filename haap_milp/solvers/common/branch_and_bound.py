@@ -1148,8 +1148,8 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
                 threads: int = 1) -> None:
     """Eq. LS4c: on the incumbent's variant (interleaved or not) and then on its neighbours (``_dive_order``: the
     DIVE_VARIANTS - 1 of vpp = 1 nearest its micro-batch count, or eq. LS4d's list), the least period b at which
-    eq. N11b still finds a path mix within the GPUs, by bisection between the variant's eq. B2 floor and the incumbent's own period (its variant) or eq. X1's cap
-    (DIVE_RTOL wide). Every plan of the variant has tau above the last b proven empty, so its bound rises to
+    eq. N11b still finds a path mix within the GPUs, by bisection between the variant's eq. B2 floor and the
+    incumbent's own period (its variant) or eq. X1's cap (DIVE_RTOL wide). Every plan of the variant has tau above the last b proven empty, so its bound rises to
     (M - 1) b + rest_lb ((M - 1/vpp) b interleaved, eq. I1; ``vb``
     updated in place; past the cap: the variant cannot beat the incumbent). Then eq. LS4's plan at DIVE_SLACK above
     the floor is offered when it may start before ``until`` and, at twice the longest such run so far (or, before any,
