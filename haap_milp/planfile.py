@@ -118,7 +118,14 @@ def read_plan_file(path: str | Path) -> PlanFile:
         raise HaapInputError(f"plan file {name!r}: the plan says model {plan.model!r} but the file's model is "
                              f"{model.name!r}; a plan's stages are for one model, so fix the one that is wrong",
                              field="model", value=plan.model)
-    return PlanFile(plan, model, parts.get("cluster"), parts.get("training"))
+    training = parts.get("training")
+    for field in ("global_batch_size", "seq_len", "precision") if training is not None else ():
+        if getattr(plan, field) != getattr(training, field):  # (the plan's value would win silently)
+            raise HaapInputError(f"plan file {name!r}: plan.{field} is {getattr(plan, field)!r} but "
+                                 f"training.{field} is {getattr(training, field)!r}; the plan was made for one "
+                                 "training setup, so fix the one that is wrong", field=f"plan.{field}",
+                                 value=getattr(plan, field))
+    return PlanFile(plan, model, parts.get("cluster"), training)
 
 
 def solution_document(result, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, metrics: dict,

@@ -94,6 +94,13 @@ def _bad_model(doc):
     (json.dumps({**_good_doc(), "training": "x"}), r"field 'training' must be a training mapping .*got str"),
     (json.dumps({**_good_doc(), "model": 5}), r"field 'model' must be a model mapping or a catalog model name, got int"),
     (json.dumps({**_good_doc(), "cluster": [8]}), r"field 'cluster' must be a cluster mapping"),
+    # the plan's own batch, sequence and precision against the embedded training block (the plan's won silently)
+    (json.dumps({**_good_doc(), "training": {**_good_doc()["training"], "seq_len": 4096}}),
+     r"plan\.seq_len is 2048 but training\.seq_len is 4096"),
+    (json.dumps({**_good_doc(), "training": {**_good_doc()["training"], "global_batch_size": 8}}),
+     r"plan\.global_batch_size is 4 but training\.global_batch_size is 8"),
+    (json.dumps({**_good_doc(), "training": {**_good_doc()["training"], "precision": "fp16"}}),
+     r"plan\.precision is 'bf16' but training\.precision is 'fp16'"),
 ])
 def test_malformed_files(tmp_path, content, match):
     with pytest.raises(HaapInputError, match=match):
