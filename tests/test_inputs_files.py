@@ -117,6 +117,8 @@ def test_bad_model_files(tmp_path: Path, name: str, content: str | bytes, needle
     ("node_groups:\n  - {gpu: a100-80g, num_nodes: 2, nic: carrier-pigeon}\n", "field 'node_groups.0.nic'"),
     ("node_groups:\n  - {gpu: a100-80g, num_gpus: 12}\n", "field 'node_groups.0.num_gpus' = 12"),
     ("node_groups:\n  - {gpu: a100-80g, num_gpus: 16, num_nodes: 2}\n", "both num_gpus and num_nodes"),
+    # a count past the node limit is said as the num_gpus written (it said num_nodes = 125000000)
+    ("node_groups:\n  - {gpu: a100-80g, num_gpus: 1000000000}\n", "field 'node_groups.0.num_gpus' = 1000000000: at most"),
     ("node_groups:\n  - {gpu: a100-80g, num_nodes: 100000, gpus_per_node: 64}\n", "GPUs in total is beyond"),
     ("node_groups:\n  - {gpu: a100-80g, num_nodes: 1, island: a}\n  - {gpu: a100-80g, num_nodes: 1, island: b}\n",
      "islands 'a' and 'b' have no link"),

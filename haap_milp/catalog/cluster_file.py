@@ -16,6 +16,7 @@ from haap_milp.catalog.files import require_mapping, short
 from haap_milp.catalog.validation import validate_spec
 from haap_milp.errors import HaapInputError
 from haap_milp.specs import ClusterSpec
+from haap_milp.specs.cluster import MAX_NODES_PER_GROUP
 
 MAX_TOTAL_GPUS = 2**20  # ~10x the largest published training clusters; beyond is a typo
 CLUSTER_META_KEYS = ("description", "source")
@@ -73,6 +74,10 @@ def _num_gpus_to_nodes(group: dict[str, Any], where: str, context: str) -> None:
     if not _is_pos_int(count) or not _is_pos_int(per) or count % per:
         raise HaapInputError(f"{context}: field '{where}.num_gpus' = {short(count)}: must be a positive multiple of "
                              f"gpus_per_node ({short(per)}).", field=f"{where}.num_gpus", value=count)
+    if count // per > MAX_NODES_PER_GROUP:  # (said in the user's terms, not as the num_nodes it becomes)
+        raise HaapInputError(f"{context}: field '{where}.num_gpus' = {short(count)}: at most "
+                             f"{MAX_NODES_PER_GROUP * per:,} GPUs ({MAX_NODES_PER_GROUP:,} nodes of {short(per)}) a "
+                             "group.", field=f"{where}.num_gpus", value=count)
     group["num_nodes"] = count // per
 
 
