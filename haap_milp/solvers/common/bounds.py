@@ -13,7 +13,7 @@ import numpy as np
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Problem
 from haap_milp.solvers.common.fill_lp import fixed_count_fill
-from haap_milp.solvers.common.slot_bounds import Tables, link_half, send_floor
+from haap_milp.solvers.common.slot_bounds import Tables, link_half, send_floor, subset
 
 COVER_TOL = 1e-6  # layers: eq. B2b's real-valued coverage against the integer layer count
 USE_FILL_LP = True  # eq. B2e
@@ -170,6 +170,12 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
     tau_lb = max(float(cand[lo_i]), _budget_tau(problem, t))
     rest = _rest_bound(problem, t)
     return VariantBound(tau_lb, rest, t.tau_weight * tau_lb + rest)
+
+
+def signature_bounds(problem: Problem, t: Tables) -> dict[int, VariantBound]:
+    """Eq. B2 per uniform signature (eq. U1): {signature id: the bound on the tables of its options alone}, each a
+    bound on every plan of the variant that uses that signature only (eqs. U1c, DP8i)."""
+    return {int(s): variant_bound(problem, subset(t, t.sig == s)) for s in np.unique(t.sig)}
 
 
 def _budget_tau(problem: Problem, t: Tables) -> float:

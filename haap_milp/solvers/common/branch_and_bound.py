@@ -47,7 +47,7 @@ from haap_milp.solvers.common import (
     segment_dp,
 )
 from haap_milp.solvers.common import polish as polish_mod
-from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, variant_bound
+from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, signature_bounds, variant_bound
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
 from haap_milp.solvers.common.dual_bundle import bundle_bound, resource_ray, with_gpu_time
 from haap_milp.solvers.common.hints import canonical
@@ -275,7 +275,7 @@ class _State:
     probe_s: float = field(default_factory=lambda: PROBE_S)  # eqs. N17b/c: a probe's wall time (eq. PAR2b: more on a worker)
     seg_idle: int = 0  # eq. LS4: nodes in a row on which the segment DP found no better plan
     worker_stats: dict = field(default_factory=dict)  # eq. PAR2: what the workers' nodes added to ``stats`` (_merge)
-    sig_floors: dict = field(default_factory=dict)  # eq. U1c: (variant, signature) -> its eq. B2 bound
+    sig_floors: dict = field(default_factory=dict)  # eq. U1c: variant -> {signature: its eq. B2 bound}
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
     policy: NodePolicy = field(default_factory=NodePolicy)
@@ -943,11 +943,10 @@ def _sig_floor(problem: Problem, st: _State, t: Tables, sig: int, a: float, b: f
     """Eq. U1c: a bound on every plan of uniform signature ``sig`` in the node (variant ``t.v``, tau in [a, b]):
     (M - 1) max(a, tau_B2) + rest_B2 from eq. B2 on the variant's tables of that signature's options alone (kept per
     variant and signature; signature ids are the variant's, ``slot_bounds._memory_part``), inf when tau_B2 > b."""
-    key = (t.v, sig)
-    vb = st.sig_floors.get(key)
-    if vb is None:
-        whole = build_tables(problem, t.v)
-        vb = st.sig_floors[key] = variant_bound(problem, subset(whole, whole.sig == sig))
+    floors = st.sig_floors.get(t.v)
+    if floors is None:  # (every signature of the variant at once: one set of tables)
+        floors = st.sig_floors[t.v] = signature_bounds(problem, build_tables(problem, t.v))
+    vb = floors[sig]
     if not math.isfinite(vb.total_s) or vb.tau_lb > b:
         return math.inf
     return t.tau_weight * max(a, vb.tau_lb) + vb.rest_lb

@@ -32,8 +32,8 @@ import numpy as np
 from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, island_split, variant_bound
+from haap_milp.solvers.common.bounds import signature_bounds
 from haap_milp.solvers.common.polish import Polish, polish, regrade
-from haap_milp.solvers.common.slot_bounds import subset
 from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, group_links, option_classes, owners, split
 from haap_milp.solvers.dp.fallback import TIME_LIMIT_S, beam_search
 from haap_milp.worker import fork_map, forks
@@ -197,9 +197,9 @@ class _Look:
         if self.order is None and problem.uniform and self.restrictions > 1 and USE_SIGNATURE_BOUND:
             if self.tables is None:
                 self.tables = build_tables(problem, self.v)
-            t = self.tables
-            self.bounds = [variant_bound(problem, subset(t, r.every)).total_s if r.every.any() else math.inf
-                           for r in _restrictions(problem, t)]
+            # (a signature's bound over all its options bounds each restriction of it, eq. U1's one per signature)
+            by_sig = signature_bounds(problem, self.tables)
+            self.bounds = [by_sig[int(s)].total_s for s in np.unique(self.tables.sig)]
             self.order = sorted(range(self.restrictions), key=lambda i: (self.bounds[i], i))
         return list(range(self.restrictions)) if self.order is None else self.order
 
