@@ -88,15 +88,8 @@ def read_plan_file(path: str | Path) -> PlanFile:
         raise HaapInputError(f"plan file {name!r} has neither a 'plan' key (a result written by `solve --json`) nor "
                              "'stages' (a bare plan); it holds " + ", ".join(repr(k) for k in list(doc)[:8]),
                              field="plan")
-    if body is not doc:  # a result's model/cluster (a mapping or a name) and training (a mapping) beside its plan
-        for key, kinds, what in (("model", (dict, str), "a model mapping or a catalog model name"),
-                                 ("cluster", (dict, str), "a cluster mapping, a catalog name or a shorthand"),
-                                 ("training", (dict,), "a training mapping (haap-solve schema training)")):
-            if doc.get(key) is not None and not isinstance(doc[key], kinds):
-                from haap_milp.catalog.files import short
-
-                raise HaapInputError(f"plan file {name!r}: field {key!r} must be {what}, got "
-                                     f"{type(doc[key]).__name__} {short(doc[key], 60)}", field=key, value=doc[key])
+    if body is not doc:
+        _check_section_types(doc, name)
     section = "plan" if body is not doc else ""
     try:
         plan = Plan.model_validate(body)
@@ -113,19 +106,36 @@ def read_plan_file(path: str | Path) -> PlanFile:
             found = _named(doc, body, key, name)
             if found is not None:
                 parts[key] = found
-    model = parts.get("model")
-    if isinstance(doc.get("model"), dict) and not _same_model(plan.model, model.name):  # (the embedded one is priced)
+    _check_agrees(plan, parts, isinstance(doc.get("model"), dict), name)
+    return PlanFile(plan, parts.get("model"), parts.get("cluster"), parts.get("training"))
+
+
+def _check_section_types(doc: dict, name: str) -> None:
+    """A result's model/cluster (a mapping or a name) and training (a mapping) beside its plan."""
+    from haap_milp.catalog.files import short
+
+    for key, kinds, what in (("model", (dict, str), "a model mapping or a catalog model name"),
+                             ("cluster", (dict, str), "a cluster mapping, a catalog name or a shorthand"),
+                             ("training", (dict,), "a training mapping (haap-solve schema training)")):
+        if doc.get(key) is not None and not isinstance(doc[key], kinds):
+            raise HaapInputError(f"plan file {name!r}: field {key!r} must be {what}, got "
+                                 f"{type(doc[key]).__name__} {short(doc[key], 60)}", field=key, value=doc[key])
+
+
+def _check_agrees(plan: Plan, parts: dict, model_embedded: bool, name: str) -> None:
+    """The plan against the file's embedded model (which is priced) and training block (whose values the plan's
+    would otherwise win over silently)."""
+    model, training = parts.get("model"), parts.get("training")
+    if model_embedded and not _same_model(plan.model, model.name):
         raise HaapInputError(f"plan file {name!r}: the plan says model {plan.model!r} but the file's model is "
                              f"{model.name!r}; a plan's stages are for one model, so fix the one that is wrong",
                              field="model", value=plan.model)
-    training = parts.get("training")
     for field in ("global_batch_size", "seq_len", "precision") if training is not None else ():
-        if getattr(plan, field) != getattr(training, field):  # (the plan's value would win silently)
+        if getattr(plan, field) != getattr(training, field):
             raise HaapInputError(f"plan file {name!r}: plan.{field} is {getattr(plan, field)!r} but "
                                  f"training.{field} is {getattr(training, field)!r}; the plan was made for one "
                                  "training setup, so fix the one that is wrong", field=f"plan.{field}",
                                  value=getattr(plan, field))
-    return PlanFile(plan, model, parts.get("cluster"), training)
 
 
 def solution_document(result, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, metrics: dict,
