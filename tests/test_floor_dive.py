@@ -42,7 +42,8 @@ def test_floor_dive_bounds_hold_for_every_plan_and_lift_some(monkeypatch, thread
         before = [b.tau_lb for b in vb]
         offered = []
         real_offer = bb._State.offer
-        monkeypatch.setattr(bb._State, "offer", lambda self, p, a, who: offered.append(a) or real_offer(self, p, a, who))
+        monkeypatch.setattr(bb._State, "offer",
+                            lambda self, p, a, who, **kw: offered.append(a) or real_offer(self, p, a, who, **kw))
         bb._floor_dive(problem, st, vb, 0.0, math.inf, math.inf, "test", threads)
         monkeypatch.setattr(bb._State, "offer", real_offer)
         for a in plans:
@@ -111,3 +112,87 @@ def test_dive_order_on_an_interleaved_incumbent_takes_its_neighbours_by_m_and_st
     assert set(key) == want and len(key) == len(want)
     flat = bb._dive_order(problem, 2)  # M = 32, vpp 1
     assert [grid[v].num_microbatches for v in flat] == [32, 16, 64] and all(grid[v].vpp == 1 for v in flat)
+
+
+def _dived_problem(seed_range=range(40)):
+    """A random three-group problem with a loose incumbent (its worst plan) on which the dive runs, with its plans."""
+    for seed in seed_range:
+        problem = random_problem(seed, num_groups=3, uniform=False, same_tp_first_last=False)
+        plans = list(feasible_assignments(problem))
+        if len(plans) < 3 or len({g.rsplit("@", 1)[0] for g in problem.groups}) < 2:
+            continue
+        return problem, plans
+    raise AssertionError("no problem")
+
+
+def test_dive_retries_the_segment_plan_at_growing_slack_below_the_cap_until_one_holds(monkeypatch):
+    """Eq. LS4e: where eq. LS4's run at DIVE_SLACK above a variant's floor gives no plan, it runs again at each larger
+    slack of DIVE_SLACKS while that stays below eq. X1's cap, and stops at the first that gives a plan."""
+    problem, plans = _dived_problem()
+    worst = max(plans, key=lambda a: evaluate(problem, a))
+    calls: dict = {}
+
+    def run(give_at: int):
+        calls.clear()
+
+        def fake(prob, v, b, island):
+            calls.setdefault(v, []).append(b)
+            return worst if len(calls[v]) == give_at else None
+
+        monkeypatch.setattr(bb, "_segment_at", fake)
+        st = bb._State()
+        st.inc, st.inc_obj = worst, evaluate(problem, worst)
+        vb = [variant_bound(problem, build_tables(problem, v)) for v in range(len(problem.variants))]
+        caps = {v: (st.inc_obj - b.rest_lb) / (bb._m_eff(problem.variants[v]) - 1) for v, b in enumerate(vb)}
+        bb._dive(problem, st, vb, 0.0, math.inf, math.inf, "test", list(range(len(problem.variants))))
+        return caps
+
+    caps = run(give_at=0)  # never a plan: every slack below the cap is tried, in order
+    ratios = [(1 + b) / (1 + a) for a, b in zip(bb.DIVE_SLACKS, bb.DIVE_SLACKS[1:])]
+    assert calls and any(len(bs) > 1 for bs in calls.values())
+    for v, bs in calls.items():
+        assert all(b <= caps[v] * (1 + 1e-12) for b in bs[1:]), (v, bs, caps[v])
+        assert all(abs(y / x - r) < 1e-9 for x, y, r in zip(bs, bs[1:], ratios)), bs
+        hi = bs[0] / (1 + bb.DIVE_SLACKS[0])
+        nxt = hi * (1 + bb.DIVE_SLACKS[len(bs)]) if len(bs) < len(bb.DIVE_SLACKS) else math.inf
+        assert nxt > caps[v], (v, bs, caps[v])  # it stopped only at the cap (or the last slack)
+    run(give_at=2)  # a plan at the second slack: no third run
+    assert calls and all(len(bs) <= 2 for bs in calls.values()) and any(len(bs) == 2 for bs in calls.values())
+
+
+def test_offer_with_a_margin_polishes_a_plan_above_the_incumbent_and_keeps_it_only_if_better(monkeypatch):
+    """Eq. LS4f: ``offer(..., margin)`` polishes a plan up to that share above the incumbent (eq. LS1) and keeps the
+    polished plan only where it beats the incumbent; without a margin a plan above the incumbent is not polished."""
+    problem, plans = _dived_problem()
+    ranked = sorted(plans, key=lambda a: evaluate(problem, a))
+    best, mid = ranked[0], ranked[len(ranked) // 2]
+    polished: list = []
+
+    class FakePolish:  # the polish "finds" ``target``
+        target = best
+
+        def __init__(self, prob, a, moves):
+            polished.append(a)
+            self.best, self.optimal = FakePolish.target, True
+
+        def step(self, n):
+            return None
+
+    monkeypatch.setattr(bb, "Polish", FakePolish)
+    st = bb._State()
+    st.inc, st.inc_obj = mid, evaluate(problem, mid)
+    from haap_milp.solvers.common.hints import canonical
+
+    def kept_form(a):  # what ``offer`` keeps of a polished plan: its canonical form (eqs. D1, S1)
+        return evaluate(problem, canonical(problem, build_tables(problem, a.variant), a))
+
+    worse = next(a for a in ranked if evaluate(problem, a) > st.inc_obj and kept_form(a) > st.inc_obj)
+    margin = evaluate(problem, worse) / st.inc_obj - 1 + 1e-9
+    st.offer(problem, worse, "test")
+    assert not polished and st.inc is mid  # above the incumbent, no margin: not polished
+    FakePolish.target = worse  # a polish that does not beat the incumbent: the incumbent stays
+    st.offer(problem, worse, "test", margin=margin)
+    assert polished == [worse] and st.inc_obj == evaluate(problem, mid)
+    FakePolish.target = best  # a polish that beats it: kept
+    st.offer(problem, worse, "test", margin=margin)
+    assert st.inc_obj == pytest.approx(evaluate(problem, best)) and st.inc_obj < evaluate(problem, mid)
