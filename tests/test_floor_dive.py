@@ -127,16 +127,19 @@ def _dived_problem(seed_range=range(40)):
 
 def test_dive_retries_the_segment_plan_at_growing_slack_below_the_cap_until_one_holds(monkeypatch):
     """Eq. LS4e: where eq. LS4's run at DIVE_SLACK above a variant's floor gives no plan, it runs again at each larger
-    slack of DIVE_SLACKS while that stays below eq. X1's cap, and stops at the first that gives a plan."""
+    slack of DIVE_SLACKS while that stays below eq. X1's cap, and stops at the first that gives a plan (or at once
+    where no DP applies to the variant)."""
     problem, plans = _dived_problem()
     worst = max(plans, key=lambda a: evaluate(problem, a))
     calls: dict = {}
 
-    def run(give_at: int):
+    def run(give_at: int, no_dp: bool = False):
         calls.clear()
 
-        def fake(prob, v, b, island):
+        def fake(prob, v, b, island, ran=None):
             calls.setdefault(v, []).append(b)
+            if ran is not None and not no_dp:
+                ran.append(True)
             return worst if len(calls[v]) == give_at else None
 
         monkeypatch.setattr(bb, "_segment_at", fake)
@@ -158,6 +161,8 @@ def test_dive_retries_the_segment_plan_at_growing_slack_below_the_cap_until_one_
         assert nxt > caps[v], (v, bs, caps[v])  # it stopped only at the cap (or the last slack)
     run(give_at=2)  # a plan at the second slack: no third run
     assert calls and all(len(bs) <= 2 for bs in calls.values()) and any(len(bs) == 2 for bs in calls.values())
+    run(give_at=0, no_dp=True)  # no DP applies to the variant: one run, no retry
+    assert calls and all(len(bs) == 1 for bs in calls.values())
 
 
 def test_offer_with_a_margin_polishes_a_plan_above_the_incumbent_and_keeps_it_only_if_better(monkeypatch):

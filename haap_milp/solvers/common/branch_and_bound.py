@@ -1247,11 +1247,12 @@ def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadli
                                                           and time.perf_counter() + 2 * guess < deadline):
                 break
             t0 = time.perf_counter()
-            plan = _segment_at(problem, v, b, island)
+            ran: list = []
+            plan = _segment_at(problem, v, b, island, ran)
             st.offer(problem, plan, f"{name} floor dive", margin=DIVE_POLISH_MARGIN)
             st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
             dives += 1
-            if plan is not None:
+            if plan is not None or not ran:  # (no DP applies: none will at a larger slack either)
                 break
     if not report:
         return probes, dives
@@ -1265,10 +1266,11 @@ def _holds_no_plan(problem: Problem, v: int, b: float) -> bool:
     return all(resource_ray(PathDP(problem, t, b, t.p_min, t.p_max))[0] for t in _island_tables(problem, v, b))
 
 
-def _segment_at(problem: Problem, v: int, b: float, island) -> Assignment | None:
+def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = None) -> Assignment | None:
     """Eq. LS4's plan of variant v with every stage and link within tau <= b (None: none, or not a valid plan); under
     eq. N9b the best of each island's. Where a GPU type lies on several islands, eq. N25b's crossing plan too (the
-    better of the two)."""
+    better of the two). ``ran``: True is appended for each DP that ran (none: neither applies to the variant's
+    options, e.g. under eq. Q2, whatever b)."""
     best, best_obj = None, math.inf
     types = [island_split.gpu_type(g) for g in problem.groups]
     for t in _island_tables(problem, v, b):
@@ -1277,6 +1279,8 @@ def _segment_at(problem: Problem, v: int, b: float, island) -> Assignment | None
         blocks = island_blocks(problem, dp) if USE_CROSSING_PLAN and len(set(types)) < dp.G else None
         if blocks is not None:  # eq. N25b: a GPU type on several islands, the at-most-once case's plan too
             plans.append(island_crossings.crossing_plan(dp, types, problem.group_island, blocks))
+        if ran is not None:
+            ran += [True] * (int(segment_dp.applies(dp, island)) + int(blocks is not None))
         for plan in plans:
             obj = evaluate(problem, plan) if plan is not None and not violations(problem, plan) else math.inf
             if obj < best_obj:
