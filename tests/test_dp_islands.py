@@ -58,3 +58,49 @@ def test_plans_stay_valid_and_above_the_optimum(monkeypatch):
         assert got.objective_s >= brute.objective_s * (1 - 1e-9)
         checked += 1
     assert checked >= 15, checked
+
+
+def test_cross_trial_stops_after_idle_variants_and_a_win_resets_it(monkeypatch):
+    """Eq. DP8j's count: a variant whose second pass beats its first resets it; CROSS_TRIAL variants in a row whose
+    second pass does not (or gives no plan) turn the second passes off; a variant without one leaves it as it is."""
+    monkeypatch.setattr(dp_mod, "CROSS_TRIAL", 2)
+    tr = dp_mod._CrossTrial()
+    plan = object()
+    for first, second in ((5.0, 6.0), (5.0, 4.0), (5.0, None), (5.0, 5.0)):  # idle 1, reset, (none), idle 1
+        tr.saw(False, (first, plan))
+        if second is not None:
+            tr.saw(True, (second, plan))
+        tr.next_variant()
+        assert tr.on()
+    tr.saw(False, (5.0, plan))
+    tr.saw(True, None)  # no plan at all: no win
+    tr.next_variant()
+    assert not tr.on()
+    monkeypatch.setattr(dp_mod, "CROSS_TRIAL", None)
+    assert tr.on()
+
+
+def test_second_passes_stop_where_they_never_pay_and_stay_where_they_do(monkeypatch):
+    """Eq. DP8j on the DP itself (one thread, no look-ahead): with every second pass made worthless (its runs give no
+    plan) at most CROSS_TRIAL of them run; where crossing pays (the two-island instances above, four micro-batch
+    counts) the plan is the one without the trial, across both islands."""
+    problem = large_problem(1, num_gpus=256, num_types=2, islands=2, num_layers=32, max_stages=16,
+                            cross_island_gbps=(5.0, 12.5), micro_batches=(4, 8, 16, 32), gbs=512)
+    real = dp_mod._variant
+    seconds = []
+
+    def no_crossing(prob, t, r, rest_lb, charge=None):
+        if charge is not None:
+            seconds.append(t.v)
+            return None, 0
+        return real(prob, t, r, rest_lb, charge)
+
+    monkeypatch.setattr(dp_mod, "_variant", no_crossing)
+    get_solver("dp")(problem, OPTS)
+    assert 0 < len(seconds) <= dp_mod.CROSS_TRIAL, seconds
+    monkeypatch.setattr(dp_mod, "_variant", real)
+    kept = get_solver("dp")(problem, OPTS)
+    monkeypatch.setattr(dp_mod, "CROSS_TRIAL", None)
+    always = get_solver("dp")(problem, OPTS)
+    assert kept.objective_s == pytest.approx(always.objective_s)
+    assert len(_islands(problem, kept.assignment)) == 2

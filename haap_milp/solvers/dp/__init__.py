@@ -50,6 +50,12 @@ POLISH_TOP = 3
 # on a several-island cluster (1: no second pass). llama3-70b x 3 types x 1024 GPUs x 2 islands, the DP alone: with
 # the whole link (DP2) every plan stays in one island, 26.085 s; shares 0.5 / 0.25 / 0 give 16.369 / 15.586 / 16.895 s
 CROSS_SHARE = 0.25
+# eq. DP8j: DP8b's second passes stop for the rest of the run after this many variants in a row whose second pass gave
+# no plan better than their first pass (None: never). Measured (the DP alone, 2 threads): where each GPU type lies on
+# both islands (llama3-70b x 3 types x 2 islands, 256 and 768 GPUs) the second pass beat the first on every variant
+# (the crossing plans use both islands' GPUs: 19.42 against 33.55 s); on llama3-70b x 4096 x 4 types x 2 islands on
+# none of 36 (13.51 s at best against the first passes' 8.70 s), at 3.6 of the DP's 5.7 CPU s
+CROSS_TRIAL = 3
 # eq. LS3a: the plans of LS2 are polished in turn, this many candidate plans each (a count, not a clock), so a deadline
 # that cuts LS2 leaves each plan a share. llama3-70b x 3 types x 1024 GPUs: variant 3's polish alone takes its whole
 # 10,000-candidate budget (15.263 -> 15.148 s) before variant 4's (15.463 -> 14.714 s) starts; in turn, 14.714 s is
@@ -82,6 +88,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
     plain = [v for v in range(len(problem.variants)) if problem.variants[v].vpp == 1]
     copies = [v for v in range(len(problem.variants)) if problem.variants[v].vpp != 1]
     polished = None  # the plan polish already returned (not polished twice)
+    cross = _CrossTrial()  # eq. DP8j
     found: dict[int, tuple[float, Assignment]] = {}  # variant -> its best DP plan, this phase (eq. LS2)
     raw: dict[int, tuple[float, Assignment]] = {}  # the same before eq. LS2b's regrading
     for phase in (plain, copies):  # eq. DP7: the vpp = 1 variants, then the interleaved copies
@@ -112,7 +119,8 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                 skipped += 1
                 continue
             # (the lambda reads ``best`` as it is when the second pass comes: late binding is the point)
-            for ri, charge in _passes(problem, look, lambda: best[0] if best is not None else math.inf):  # noqa: B023
+            for ri, charge in _passes(problem, look, lambda: best[0] if best is not None else math.inf,  # noqa: B023
+                                      cross.on):
                 if best is not None and dl.expired():
                     break
                 ahead += look.made(ri, charge)
@@ -121,10 +129,12 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                 if run.regraded and (v not in raw or run.found[0] < raw[v][0]):
                     raw[v] = run.found
                 got = run.graded
+                cross.saw(charge is not None, got)
                 if got is not None and (v not in found or got[0] < found[v][0]):
                     found[v] = got
                 if got is not None and (best is None or got[0] < best[0]):
                     best = got
+            cross.next_variant()
             if phase is plain and _past_the_best(problem, plain, found, v, best):
                 rose = True
                 break
@@ -223,17 +233,43 @@ class _Look:
         return self.runs[key]
 
 
-def _passes(problem: Problem, look: _Look, best: Callable[[], float]) -> Iterator[tuple[int, np.ndarray | None]]:
+def _passes(problem: Problem, look: _Look, best: Callable[[], float],
+            cross: Callable[[], bool] = lambda: True) -> Iterator[tuple[int, np.ndarray | None]]:
     """The runs of a variant in the loop's order: per restriction the first pass (charge None, eq. DP1), then eq.
     DP8b's second pass on several islands at the charge ``best()`` (the best objective so far, read after the first
-    pass) gives, where it gives one."""
+    pass) gives, where it gives one and ``cross()`` (eq. DP8j) allows it."""
     for ri in look.ranked(problem):
         if look.bounds is not None and look.bounds[ri] >= best():
             return  # eq. DP8i: this signature's plans, and those of every later one, are no better than the best
         yield ri, None
-        charge = _cross_charge(problem, look.links, best(), look.vb.rest_lb)
+        charge = _cross_charge(problem, look.links, best(), look.vb.rest_lb) if cross() else None
         if charge is not None:
             yield ri, charge
+
+
+@dataclass
+class _CrossTrial:
+    """Eq. DP8j: whether DP8b's second passes still run: they stop after CROSS_TRIAL variants in a row whose second
+    pass gave no plan better than their first pass (``saw`` each run's plan, ``next_variant`` after each variant)."""
+
+    idle: int = 0
+    first: float = math.inf
+    second: float | None = None  # None: no second pass on this variant
+
+    def on(self) -> bool:
+        return CROSS_TRIAL is None or self.idle < CROSS_TRIAL
+
+    def saw(self, crossing: bool, got: tuple[float, Assignment] | None) -> None:
+        obj = got[0] if got is not None else math.inf
+        if crossing:
+            self.second = min(obj, math.inf if self.second is None else self.second)
+        else:
+            self.first = min(self.first, obj)
+
+    def next_variant(self) -> None:
+        if self.second is not None:
+            self.idle = 0 if self.second < self.first else self.idle + 1
+        self.first, self.second = math.inf, None
 
 
 def _look_ahead(problem: Problem, phase: list[int], best, threads: int) -> dict[int, _Look]:
@@ -248,17 +284,20 @@ def _look_ahead(problem: Problem, phase: list[int], best, threads: int) -> dict[
     dl = current()
 
     def walk(share: list[int]) -> dict[int, _Look]:
-        mine, got = best, {}
+        mine, got, cross = best, {}, _CrossTrial()  # (eq. DP8j over this share's variants)
         for v in share:
             if mine is not None and dl.expired():
                 break
             look = got[v] = _Look.of(problem, v)
             if not math.isfinite(look.vb.total_s) or (mine is not None and look.vb.total_s >= mine[0]):
                 continue
-            for ri, charge in _passes(problem, look, lambda: mine[0] if mine is not None else math.inf):  # noqa: B023
+            for ri, charge in _passes(problem, look, lambda: mine[0] if mine is not None else math.inf,  # noqa: B023
+                                      cross.on):
                 g = look.run(problem, ri, charge).graded
+                cross.saw(charge is not None, g)
                 if g is not None and (mine is None or g[0] < mine[0]):
                     mine = g
+            cross.next_variant()
         for look in got.values():  # (not sent back: the loop rebuilds a variant's tables only for a run it lacks)
             look.tables = None
         return got
