@@ -120,3 +120,49 @@ def test_placements_by_prefix_are_the_permutations_in_the_same_order():
         assert got == want, (capacity, gpus, p)
         checked += bool(want)
     assert checked > 100, checked
+
+
+def test_the_plan_is_the_fastest_feasible_placement_even_where_faster_ones_break_a_limit(monkeypatch):
+    """The baseline prices a placement before it checks it (only a plan that beats the best is checked): its plan is
+    still the least T among the feasible placements (brute force over every signature, stage count and placement),
+    also where an infeasible placement is faster (memory halved: some placements overflow)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from haap_milp.problem import violations
+
+    monkeypatch.setattr(uniform, "USE_FLOOR", False)
+    monkeypatch.setattr(uniform, "USE_COUNT_FLOOR", False)
+    checked = faster_infeasible = 0
+    for seed in range(40):
+        problem = random_problem(seed, num_layers=8 + seed % 5, max_stages=4 + seed % 3)
+        problem = replace(problem, variants=tuple(replace(v, mem_capacity=np.asarray(v.mem_capacity) * 0.5)
+                                                  for v in problem.variants)) if seed % 2 else problem
+        L, best, least_any = problem.num_layers, float("inf"), float("inf")
+        for vi, var in enumerate(problem.variants):
+            if var.vpp > 1:
+                continue
+            by_sig: dict = {}
+            for i in np.flatnonzero(var.allowed):
+                o = problem.options[i]
+                if not o.mix:
+                    by_sig.setdefault((o.tp, o.dp, o.recompute, o.ep, o.zero, o.etp), {}).setdefault(o.group, int(i))
+            for sig_opts in by_sig.values():
+                gpus = problem.options[next(iter(sig_opts.values()))].num_gpus
+                for p in (p for p in range(1, min(problem.max_stages, L) + 1) if L % p == 0):
+                    for chosen in uniform._placements(problem, sig_opts, p, gpus):
+                        a = Assignment(vi, tuple(Stage(o, L // p) for o in chosen))
+                        t = evaluate(problem, a)
+                        least_any = min(least_any, t)
+                        if not violations(problem, a):
+                            best = min(best, t)
+        got = uniform.solve(problem)
+        if got.assignment is None:
+            assert best == float("inf"), seed
+            continue
+        assert not violations(problem, got.assignment)
+        assert got.objective_s == pytest.approx(best, rel=1e-12), seed
+        checked += 1
+        faster_infeasible += least_any < best * (1 - 1e-9)
+    assert checked >= 15 and faster_infeasible >= 2, (checked, faster_infeasible)

@@ -107,10 +107,10 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
                         continue
                     a = Assignment(vi, tuple(Stage(o, L // p) for o in chosen))
                     tried += 1
-                    if violations(problem, a):
-                        continue
+                    # the time first: only a plan that beats the best needs the check (the same plan is kept; measured:
+                    # mixtral-8x7b x 4096 x 3 types x 2 islands, 24,306 placements, the check 1.9 of 3.9 s, profiled)
                     t = evaluate(problem, a)
-                    if t < best_t:
+                    if t < best_t and not violations(problem, a):
                         best, best_t = a, t
     wall = time.perf_counter() - t0
     if best is None:
