@@ -47,6 +47,13 @@ log = logging.getLogger(__name__)
 RESERVE_S = 0.3
 HEURISTIC_SHARE = 0.3
 MIXED_HEURISTIC_SHARE = 0.35
+# the uniform baseline where it is only a warm-start candidate (no run asks for it) and the DP heuristic, run before it
+# in this process, has a plan: at most UNIFORM_SHARE of the DP's own wall time (at least UNIFORM_MIN_S); it stops with
+# its best so far (between signatures). Why: its plan never beat the DP's in 69 solves on record (grids, bench rows,
+# outside instances), and where the DP got faster (eq. DP8j) it ran whole: 0.8-0.9 s of a 10 s solve on llama3-70b x
+# 4096 x 4 types x 2 islands and mixtral-8x7b x 4096 x 3 / 4 types x 2 islands, cut by the heuristics' deadline at
+# 0.005-0.4 s before; with the cap 0.12 s there (a 25 % share still let it run 0.66 s)
+UNIFORM_SHARE, UNIFORM_MIN_S = 0.05, 0.05
 MIN_EXACT_S = 0.2
 # eq. PAR4 (formulations/README.md): with two threads or more, one exact run and the DP heuristic wanted only as its
 # warm start, the DP runs on a worker process beside the exact search, which starts from the uniform baseline's plan and
@@ -176,8 +183,8 @@ def orchestrate(ctx: Context, runs: list[Run], step: Step | None = None,
     left out of the warm start) instead of ending the sequence.
 
     ``deadline`` (default: ``deadline.current()``, none outside the CLI) bounds the whole sequence: the
-    heuristics get HEURISTIC_SHARE of what is left (all of it when no exact method follows) and stop with
-    their best, each exact run its share of the rest less RESERVE_S (never more than its own limit), and
+    heuristics get HEURISTIC_SHARE of what is left (all of it when no exact method follows; the uniform baseline as
+    a warm-start candidate only, after a DP plan, UNIFORM_SHARE of the DP's time) and stop with their best, each exact run its share of the rest less RESERVE_S (never more than its own limit), and
     once it is interrupted (Ctrl-C) every step returns the best it has.
 
     ``hints``: more candidate warm starts (feasible plans of ``ctx``'s problem found by the caller, e.g.
@@ -226,7 +233,7 @@ def _orchestrate(ctx: Context, runs: list[Run], step: Step | None, dl: Deadline,
         for m in HEURISTICS:
             if (m in wanted or hinted) and not (beside is not None and m == "dp"):
                 try:
-                    with use(heur_dl):
+                    with use(_heuristic_deadline(heur_dl, heur, m, wanted)):
                         heur[m] = step(m, None, run_method, ctx, m)[0]
                 except Exception as exc:
                     if not catch:
@@ -260,6 +267,15 @@ def _orchestrate(ctx: Context, runs: list[Run], step: Step | None, dl: Deadline,
     finally:  # (a run that raised: the DP's worker does not outlive it)
         if beside is not None:
             beside.close()
+
+
+def _heuristic_deadline(heur_dl: Deadline, heur: dict, m: str, wanted: set) -> Deadline:
+    """The heuristics' deadline for heuristic ``m``; the uniform baseline as a warm-start candidate only, after a DP
+    plan, capped at UNIFORM_SHARE of the DP's time (UNIFORM_MIN_S at least)."""
+    dp = heur.get("dp")
+    if m != "uniform" or m in wanted or not isinstance(dp, RawResult) or dp.assignment is None:
+        return heur_dl
+    return heur_dl.cap(max(UNIFORM_MIN_S, UNIFORM_SHARE * dp.wall_time_s))
 
 
 @dataclass

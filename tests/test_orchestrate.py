@@ -62,3 +62,35 @@ def test_without_a_step_failures_propagate(ctx, monkeypatch):
         planner.orchestrate(ctx, [("dp", None)])
     step, _ = _failing("none")
     assert isinstance(planner.orchestrate(ctx, [("dp", None)], step).outcomes[0], RuntimeError)
+
+
+def test_the_uniform_baseline_as_a_warm_start_candidate_only_gets_a_share_of_the_dps_time(ctx, monkeypatch):
+    """Only where no run asks for it and the DP, run before it, has a plan: the uniform baseline's deadline is at most
+    UNIFORM_SHARE of the DP's wall time from now (UNIFORM_MIN_S at least); else the heuristics' deadline as it is. In
+    a solve it still runs and is recorded."""
+    import time
+
+    from haap_milp.deadline import Deadline, current
+    from haap_milp.problem import RawResult
+
+    dl = Deadline(60.0)
+    plan = planner.run_method(ctx, "dp")[0]
+    dp = RawResult("FEASIBLE", "dp", assignment=plan.assignment, objective_s=plan.objective_s, wall_time_s=4.0)
+    capped = planner._heuristic_deadline(dl, {"dp": dp}, "uniform", {"cpsat"})
+    left = capped.at - time.monotonic()
+    assert max(planner.UNIFORM_MIN_S, planner.UNIFORM_SHARE * 4.0) - 0.05 < left <= planner.UNIFORM_SHARE * 4.0
+    assert planner._heuristic_deadline(dl, {"dp": dp}, "uniform", {"cpsat", "uniform"}) is dl  # asked for
+    assert planner._heuristic_deadline(dl, {"dp": dp}, "dp", {"cpsat"}) is dl
+    none = RawResult("NO_SOLUTION", "dp", wall_time_s=4.0)
+    assert planner._heuristic_deadline(dl, {"dp": none}, "uniform", {"cpsat"}) is dl  # no DP plan: not capped
+    assert planner._heuristic_deadline(dl, {}, "uniform", {"cpsat"}) is dl
+    seen = {}
+    real = planner.run_method
+
+    def spy(c, method, *a):
+        seen[method] = current().at
+        return real(c, method, *a)
+
+    monkeypatch.setattr(planner, "run_method", spy)
+    out = planner.orchestrate(ctx, [("cpsat", 10.0)], deadline=Deadline(60.0)).outcomes[0].result
+    assert "uniform_objective_s" in out.stats and seen["uniform"] < seen["dp"] - 5  # (the DP: the heuristics' 20 s)
