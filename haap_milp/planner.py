@@ -184,8 +184,9 @@ def orchestrate(ctx: Context, runs: list[Run], step: Step | None = None,
 
     ``deadline`` (default: ``deadline.current()``, none outside the CLI) bounds the whole sequence: the
     heuristics get HEURISTIC_SHARE of what is left (all of it when no exact method follows; the uniform baseline as
-    a warm-start candidate only, after a DP plan, UNIFORM_SHARE of the DP's time) and stop with their best, each exact run its share of the rest less RESERVE_S (never more than its own limit), and
-    once it is interrupted (Ctrl-C) every step returns the best it has.
+    a warm-start candidate only, after a DP plan, UNIFORM_SHARE of the DP's time) and stop with their best, each
+    exact run its share of the rest less RESERVE_S (never more than its own limit), and once it is interrupted
+    (Ctrl-C) every step returns the best it has.
 
     ``hints``: more candidate warm starts (feasible plans of ``ctx``'s problem found by the caller, e.g.
     ``frontier``'s DP plans on capacities within a budget); the best of them and the heuristics' is used.

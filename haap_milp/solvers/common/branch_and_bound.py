@@ -316,8 +316,9 @@ class _State:
                     run.optimal and polish_mod.USE_EXCHANGE_MOVES):
                 a = exchange(problem, a, OFFER_MOVES)
             a = canonical(problem, build_tables(problem, a.variant), a)
-            if evaluate(problem, a) < self.inc_obj:
-                self.inc, self.inc_obj = a, evaluate(problem, a)
+            obj = evaluate(problem, a)
+            if obj < self.inc_obj:  # (below it already, unless ``margin`` let a plan above it in)
+                self.inc, self.inc_obj = a, obj
 
 
 def _steady(problem: Problem, a: Assignment) -> float:
@@ -1243,8 +1244,8 @@ def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadli
         for slack in DIVE_SLACKS:  # eq. LS4e: the least of them at which the segment DP finds a plan
             guess = max(st.cap_dp_s, SEG_GUESS * (time.perf_counter() - t_start) / max(probes, 1))
             b = hi * (1 + slack)
-            if b > cap and slack > DIVE_SLACKS[0] or not (time.perf_counter() < until
-                                                          and time.perf_counter() + 2 * guess < deadline):
+            late = not (time.perf_counter() < until and time.perf_counter() + 2 * guess < deadline)
+            if late or (b > cap and slack > DIVE_SLACKS[0]):  # (the first run as before, a retry only below the cap)
                 break
             t0 = time.perf_counter()
             ran: list = []
@@ -1280,7 +1281,7 @@ def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = N
         if blocks is not None:  # eq. N25b: a GPU type on several islands, the at-most-once case's plan too
             plans.append(island_crossings.crossing_plan(dp, types, problem.group_island, blocks))
         if ran is not None:
-            ran += [True] * (int(segment_dp.applies(dp, island)) + int(blocks is not None))
+            ran.extend([True] * (int(segment_dp.applies(dp, island)) + int(blocks is not None)))
         for plan in plans:
             obj = evaluate(problem, plan) if plan is not None and not violations(problem, plan) else math.inf
             if obj < best_obj:
