@@ -1276,12 +1276,13 @@ def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = N
     types = [island_split.gpu_type(g) for g in problem.groups]
     for t in _island_tables(problem, v, b):
         dp = PathDP(problem, t, b, t.p_min, t.p_max)
-        plans = [segment_dp.segment_plan(dp, island) if segment_dp.applies(dp, island) else None]
+        applies = segment_dp.applies(dp, island)
+        plans = [segment_dp.segment_plan(dp, island) if applies else None]
         blocks = island_blocks(problem, dp) if USE_CROSSING_PLAN and len(set(types)) < dp.G else None
         if blocks is not None:  # eq. N25b: a GPU type on several islands, the at-most-once case's plan too
             plans.append(island_crossings.crossing_plan(dp, types, problem.group_island, blocks))
         if ran is not None:
-            ran.extend([True] * (int(segment_dp.applies(dp, island)) + int(blocks is not None)))
+            ran.extend([True] * (int(applies) + int(blocks is not None)))
         for plan in plans:
             obj = evaluate(problem, plan) if plan is not None and not violations(problem, plan) else math.inf
             if obj < best_obj:
