@@ -354,8 +354,9 @@ def _mixed_options(est, model, training, groups, batches, modes, dims, pairs, pa
     two islands (measured: 1.3 of 1.6 s of presolve on llama3-70b x 256 GPUs x 3 types x 2 islands in one process)."""
     shares = mixed_stages.pair_batches(groups, pairs)
     work = [(b, share) for b in batches for share in shares]  # (fork_map's halves: alternate shares of each b)
+    memo: dict = {}  # (layer times read by the pairs; each process fills its own copy)
     got = fork_map(lambda w: {pr: mixed_stages.pair_options(est, model, training, groups, w[0], modes, dims, pr,
-                                                            pair_index[pr]) for pr in w[1]}, work, threads)
+                                                            pair_index[pr], memo) for pr in w[1]}, work, threads)
     per = {}
     for (b, _share), found in zip(work, got):
         per.setdefault(b, {}).update(found)

@@ -212,3 +212,43 @@ def test_sync_across_types_uses_the_measured_cross_type_link(tmp_path):
         for o, b in zip(own, both):
             assert b.layer.sync_s >= o.layer.sync_s and b.first.sync_s >= o.first.sync_s
         assert (both[0].layer.sync_s > own[0].layer.sync_s * 1.05) == crosses
+
+
+def test_splits_are_every_integer_split_of_the_micro_batch():
+    """The range of m_a (eq. H2) is exactly the m_a that brute force finds, ascending, for every small case; a fixed
+    micro-batch allows only itself."""
+    from haap_milp.mixed_stages import _splits
+    for b in range(1, 97):
+        for na in range(1, 13):
+            for nb in range(1, 13):
+                brute = [ma for ma in range(1, b + 1) if b - na * ma >= nb and (b - na * ma) % nb == 0]
+                assert list(_splits(b, na, nb, None)) == brute, (b, na, nb)
+                for fixed in (1, 2, 3):
+                    assert list(_splits(b, na, nb, fixed)) == ([fixed] if (na + nb) * fixed == b else [])
+
+
+def test_best_split_is_the_fastest_split_by_brute_force():
+    """Eq. H3's bisection gives the split with the least slowest-type layer time among all splits, as pricing every
+    split does (it relies on a type's layer time growing with its samples), with or without the shared memo."""
+    from types import SimpleNamespace
+
+    from haap_milp.mixed_stages import _best_split, _splits
+    cluster, training = CASES["roomy"]
+    est = Estimator(MODEL, cluster, training)
+    A, B = (SimpleNamespace(gpu_type=g.gpu.name, island=g.island) for g in cluster.node_groups)
+    memo: dict = {}
+    checked = 0
+    for b, na, nb, ta, tb in [(b, na, nb, ta, tb) for b in (7, 16, 24, 61) for na in (1, 2, 3) for nb in (1, 2, 5)
+                              for ta in (1, 2) for tb in (1, 2)]:
+        def t(g, tp, m):
+            return est.layer_cost(g.gpu_type, tp, 1, 1, 1, "none", m, island=g.island).time_s
+        splits = [(ma, (b - na * ma) // nb) for ma in _splits(b, na, nb, None)]
+        got = _best_split(est, A, B, ta, tb, na, nb, "none", b, None, memo)
+        if not splits:
+            assert got is None
+            continue
+        best = min(max(t(A, ta, ma), t(B, tb, mb)) for ma, mb in splits)
+        assert got is not None and got[0] == pytest.approx(best, rel=1e-12), (b, na, nb, ta, tb)
+        assert got == _best_split(est, A, B, ta, tb, na, nb, "none", b, None)
+        checked += 1
+    assert checked > 100
