@@ -201,6 +201,12 @@ DP_TRIAL = 8
 # (2-5 nodes a second there) 8 trials took a third of a 10 s search (formulations/README.md, eq. N13c)
 LP_TRIAL = 4
 LP_LIFT = 1e-3
+# eq. N17e: in the full pass on a node the LP has left open, the bound-only DPs N15, N6 and N5 stop for the rest of a
+# search (in this process) after this many such passes in a row in which they neither lifted the node's bound above its
+# LP nor gave a better plan (eqs. N8, N20/N25 and LS4 keep their own trials). Measured, full grid at 10 s: 18 of 195
+# such passes lifted it, and each took 0.5-1 s on the two-island rows of several types, where none did; on deepseek-v3
+# x 512 H200 + 512 H100 every pass closed its node (formulations/README.md)
+POST_LP_TRIAL = 1
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 NO_KEEP = (-1, -1)  # a node's (uniform signature, island): any
 
@@ -279,6 +285,7 @@ class _State:
     joint_wins: int = 0
     split_calls: int = 0  # nodes eq. N15 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     split_wins: int = 0
+    post_idle: int = 0  # eq. N17e: full passes after the LP in a row whose bound-only DPs neither lifted nor found a plan
     probe_fails: int = 0  # eq. N17c: probes the engine did not finish
     probe_s: float = field(default_factory=lambda: PROBE_S)  # eqs. N17b/c: a probe's wall time (eq. PAR2b: more on a worker)
     seg_idle: int = 0  # eq. LS4: nodes in a row on which the segment DP found no better plan
@@ -678,7 +685,7 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
         # the DPs where the LP leaves the node open: in full after eq. N17's light pass, or (eq. N2b) only now
         if light or (use_dp and pol.lp_first):
             bound, mu, cutoff, done = _dps(problem, options, st, heap, t, v, a, b, bound, cutoff, mu, keep, name,
-                                           deadline)
+                                           deadline, floor=bound)
             if done:
                 return
             if (plo, phi) != (t.p_min, t.p_max):  # (the LP above covered the wider range: the engine gets the new one)
@@ -708,9 +715,10 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
 
 
 def _dps(problem, options, st: _State, heap, t: Tables, v, a, b, bound, cutoff, mu, keep, name, deadline,
-         extras: bool = True):
+         extras: bool = True, floor: float | None = None):
     """The stage DPs on the node, then eq. N16 on what they leave open: (bound, multipliers, cut-off, node done)."""
-    bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline, extras)
+    bound, mu, cutoff, done, per_p = _dp_step(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline, extras,
+                                              floor)
     if not done and USE_DP_TAU_CAP and cutoff is not None and st.node_cap < b - RC_SHRINK * (b - a):
         # eq. N26: the part of the tau range above the cap holds no plan under the cut-off; the rest goes back to the
         # heap, to be bounded again on the layer bounds of the cap (eq. X1), which shrink the tables
@@ -893,12 +901,13 @@ def _keep_signature(problem: Problem, t: Tables, sig: int) -> None:
     stage_count_bounds(problem, t)
 
 
-def _dp_step(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline, extras: bool = True):
+def _dp_step(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline, extras: bool = True,
+             floor: float | None = None):
     """The stage DPs on a node (eqs. N4-N6): (bound, multipliers, cut-off after their plans, node closed, eq. N16's
     bounds per stage count or None)."""
     st.dp_calls += extras
     before = st.inc_obj
-    bound, mu, per_p = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline, extras)
+    bound, mu, per_p = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline, extras, floor)
     st.dp_wins += st.inc_obj < before
     cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
     if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
@@ -909,7 +918,7 @@ def _dp_step(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, n
 
 
 def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, name, deadline=math.inf,
-               extras: bool = True):
+               extras: bool = True, floor: float | None = None):
     """The node's bound by the stage DPs: under eq. U1 the least over the uniform signatures (one DP each, the
     paths kept to that signature), else one. Their fitting paths are offered as incumbents. Also eq. N16's bounds
     per stage count (the least over the DPs, P by P; None when a DP gave none)."""
@@ -935,7 +944,7 @@ def _dp_bounds(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu,
         for j, part in enumerate([None] if parts is None else parts):
             one = dp if part is None else PathDP(problem, ts, b, t.p_min, t.p_max, part)
             st.run_cap = math.inf
-            val, mu_s, pp = _dp_bound(problem, st, one, a, b, cutoff, mu, name, deadline, extras, (sig, j))
+            val, mu_s, pp = _dp_bound(problem, st, one, a, b, cutoff, mu, name, deadline, extras, (sig, j), floor)
             st.node_cap = max(st.node_cap, st.run_cap if math.isfinite(val) else -math.inf)
             if val < best:
                 best, best_mu = val, mu_s
@@ -964,11 +973,13 @@ def _sig_floor(problem: Problem, st: _State, t: Tables, sig: int, a: float, b: f
 
 
 def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=math.inf, extras: bool = True,
-              key=None):
+              key=None, floor: float | None = None):
     """Eq. N4 (Lagrangian stage DP), then, while the node survives,
     eq. N5 with each group the Lagrangian path overfills in the DP's state in turn (the most overfilled first).
     ``extras`` False: eq. N4/N11 alone, its result kept under ``key`` for the node's full pass (eq. N17), which then
-    reuses it (a bound of the node's plans at the multipliers found, also when its stage-count range has narrowed)."""
+    reuses it (a bound of the node's plans at the multipliers found, also when its stage-count range has narrowed).
+    ``floor``: the node's bound after its LP (eq. N17e: the bound-only DPs N15, N6 and N5 run while their trial
+    lasts, and count as a win where they lift the bound above it or give a better plan)."""
     t = dp.t
     t0 = time.perf_counter()
     kept = st.lagr.pop(key, None) if extras else None
@@ -1006,13 +1017,16 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     per_p = nb.per_p
     if math.isfinite(bound) and (cutoff is None or bound < cutoff):
         bound, per_p = _joint(problem, st, dp, a, bound, nb.mu, cutoff, per_p, deadline, name)
-    if math.isfinite(bound) and (cutoff is None or bound < cutoff):
+    bounds = floor is None or st.post_idle < POST_LP_TRIAL
+    trial = floor is not None and bounds and math.isfinite(bound) and (cutoff is None or bound < cutoff)
+    pre, had = max(bound, floor if trial else -math.inf), st.inc_obj
+    if math.isfinite(bound) and (cutoff is None or bound < cutoff) and bounds:
         bound = max(bound, _group_split(st, dp, a, warm, nb.mu, cutoff, deadline))
     cap = np.asarray(problem.group_capacity, float)
     over = np.zeros(len(cap))  # GPUs used / capacity per group (not the budget row; a group of none: 0)
     if nb.used is not None:
         np.divide(nb.used[:len(cap)], cap, out=over, where=cap > 0)
-    blocks = island_blocks(problem, dp) if np.any(over > 1) else None
+    blocks = island_blocks(problem, dp) if bounds and np.any(over > 1) else None
     if blocks is not None and math.isfinite(bound) and (cutoff is None or bound < cutoff) and _room(st, deadline):
         t0 = time.perf_counter()
         ib, fits = with_gpu_time(dp, t, a, warm, island_bound, problem, dp, a, blocks, nb.mu)  # eqs. N6, N12
@@ -1021,7 +1035,10 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
         bound = max(bound, _safe(ib))
         plans += fits
         over[:] = 0  # (the per-group DPs below add little once each island's GPUs are in the state)
-    if USE_SLACK_CAP and blocks is None and len(cap) == 1 and nb.used is not None and nb.mu[0] > 0 and over[0] <= 1:
+    if not bounds:
+        over[:] = 0  # (eq. N17e: nor eq. N5 below)
+    if USE_SLACK_CAP and bounds and blocks is None and len(cap) == 1 and nb.used is not None and nb.mu[0] > 0 \
+            and over[0] <= 1:
         over[0] = 1 + 1e-9  # eq. N14c: one group, its multiplier priced yet its least path fits: a duality gap
     for s in np.argsort(-over, kind="stable").tolist():
         if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff) or not _room(st, deadline):
@@ -1035,6 +1052,12 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     for plan in plans:
         if plan is not None and not violations(problem, plan):  # the DPs leave U2 out
             st.offer(problem, plan, f"{name} stage DP")
+    if trial:  # eq. N17e's trial, per DP run (one a node, or one per uniform signature / island part); a better plan
+        # from the run's paths counts (eq. N8's are offered in the same loop)
+        won = bound > pre + LP_LIFT * abs(pre) or st.inc_obj < had
+        st.post_idle = 0 if won else st.post_idle + 1
+        st.stats["post_lp_bounds"] = st.stats.get("post_lp_bounds", 0) + 1
+        st.stats["post_lp_bound_wins"] = st.stats.get("post_lp_bound_wins", 0) + int(won)
     if math.isfinite(bound) and (cutoff is None or bound < cutoff):
         _segments(problem, st, dp, name, deadline)
     return bound, warm, per_p
