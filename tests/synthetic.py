@@ -268,6 +268,33 @@ def assert_exact_solvers_match_brute(problem: Problem, options, rel: float = 1e-
     return brute
 
 
+def solve_against_brute(problem: Problem, name: str, options):
+    """``name``'s result on ``problem`` when brute force proves an optimum there (None otherwise), after asserting the
+    same status, brute force's optimum (within the solver's stated rounding) and a bound no higher than it."""
+    from haap_milp.solvers import get_solver
+
+    brute = get_solver("brute")(problem, options)
+    res = get_solver(name)(problem, options)
+    assert res.status == brute.status, (res.status, brute.status, res.message)
+    if brute.status != "OPTIMAL":
+        return None
+    tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
+    assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol
+    assert res.bound_s <= brute.objective_s * (1 + 1e-9)
+    return res
+
+
+def all_models_large(monkeypatch) -> None:
+    """Every node model of the search counts as large (no direct route to the engine, eq. N17b), so the LP runs on
+    each node and what follows it (eqs. N17, N17c, N17e) decides."""
+    import dataclasses
+
+    from haap_milp.solvers.common import branch_and_bound as bb
+
+    policy = bb.node_policy
+    monkeypatch.setattr(bb, "node_policy", lambda problem: dataclasses.replace(policy(problem), small_model=0))
+
+
 def with_binding_budget(problem, rng, opts):
     """``problem`` with a random per-group price budget (eq. W1) set to 60 % of what its unbudgeted brute-force
     optimum spends, so that the budget binds; None when that optimum is not proven."""

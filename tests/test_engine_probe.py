@@ -5,26 +5,18 @@ bounding time."""
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 import sys
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
+from synthetic import all_models_large, random_problem, solve_against_brute
 
-from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import branch_and_bound as bb
 from haap_milp.specs import SolveOptions
 
 EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=1, seed=0)
-
-
-def _no_small_models(monkeypatch) -> None:
-    """Every node model counts as large (eq. N17b's direct route to the engine off), so eq. N17c decides."""
-    policy = bb.node_policy
-    monkeypatch.setattr(bb, "node_policy", lambda problem: dataclasses.replace(policy(problem), small_model=0))
 
 
 def _agrees(name: str, seeds, most_fails: int | None = None) -> dict:
@@ -33,15 +25,10 @@ def _agrees(name: str, seeds, most_fails: int | None = None) -> dict:
     seen = {"checked": 0, "engine_probes": 0, "probe_fails": 0}
     for seed in seeds:
         problem = random_problem(seed, num_groups=1 + seed % 2, num_layers=6 + seed % 3, max_stages=4, max_options=6)
-        brute = get_solver("brute")(problem, EXACT)
-        res = get_solver(name)(problem, EXACT)
-        assert res.status == brute.status, (seed, res.status, brute.status, res.message)
-        if brute.status != "OPTIMAL":
+        res = solve_against_brute(problem, name, EXACT)
+        if res is None:
             continue
         seen["checked"] += 1
-        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
-        assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol, seed
-        assert res.bound_s <= brute.objective_s * (1 + 1e-9), seed
         for key in ("engine_probes", "probe_fails"):
             seen[key] += res.stats.get(key, 0)
         if most_fails is not None:
@@ -55,7 +42,7 @@ def test_every_node_probed_at_any_width_still_matches_brute_force(name, monkeypa
     treated as large so that eq. N17b does not take it): the engine's answer on a wide node must be exact too."""
     monkeypatch.setattr(bb, "ENGINE_WIDTH", 1e12)
     monkeypatch.setattr(bb, "PROBE_FAILS", 10**9)
-    _no_small_models(monkeypatch)
+    all_models_large(monkeypatch)
     seen = _agrees(name, range(20))
     assert seen["checked"] >= 10 and seen["engine_probes"] >= 5, seen
 
@@ -83,7 +70,7 @@ def test_unfinished_probes_split_the_node_and_stay_exact(name, fails, monkeypatc
     monkeypatch.setattr(bb, "ENGINE_WIDTH", 1e12)
     monkeypatch.setattr(bb, "PROBE_FAILS", fails)
     monkeypatch.setattr(bb, "PROBE_SPENT", 0.0)  # (every probe capped at PROBE_S: ``_probes_time_out`` tells them so)
-    _no_small_models(monkeypatch)
+    all_models_large(monkeypatch)
     _probes_time_out(monkeypatch)
     seen = _agrees(name, range(20), most_fails=fails)
     assert seen["checked"] >= 10 and seen["probe_fails"] >= 5, seen
@@ -109,7 +96,7 @@ def test_a_probe_runs_for_spent_times_the_nodes_bounding(monkeypatch):
     monkeypatch.setattr(bb, "PROBE_FAILS", 10**9)
     monkeypatch.setattr(bb, "PROBE_S", 1e-6)
     monkeypatch.setattr(bb, "PROBE_SPENT", 3.0)
-    _no_small_models(monkeypatch)
+    all_models_large(monkeypatch)
     monkeypatch.setattr(bb, "_engine", watched_engine)
     monkeypatch.setattr(bb, "_call", watched_call)
     seen = _agrees("cpsat", range(20))

@@ -6,42 +6,29 @@ that the LP and the full pass run."""
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 import sys
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
+from synthetic import all_models_large, random_problem, solve_against_brute
 
-from haap_milp.solvers import get_solver
 from haap_milp.solvers.common import branch_and_bound as bb
 from haap_milp.specs import SolveOptions
 
 EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=1, seed=0)
 
 
-def _large_models(monkeypatch) -> None:
-    """Every node model counts as large, so the LP runs and the DPs' full pass follows it (eq. N17)."""
-    policy = bb.node_policy
-    monkeypatch.setattr(bb, "node_policy", lambda problem: dataclasses.replace(policy(problem), small_model=0))
-
-
-def _solve_all(name: str, seeds) -> list[dict]:
-    """Each seed's problem solved by ``name`` and brute force: the same status and optimum, a valid bound; the stats."""
+def _solve_all(seeds) -> list[dict]:
+    """Each seed's problem solved by CP-SAT's search and brute force (the same status and optimum, a valid bound): the
+    stats of those with an optimum."""
     out = []
     for seed in seeds:
         problem = random_problem(seed, num_groups=2 + seed % 2, num_layers=6 + seed % 3, max_stages=4, max_options=6)
-        brute = get_solver("brute")(problem, EXACT)
-        res = get_solver(name)(problem, EXACT)
-        assert res.status == brute.status, (seed, res.status, brute.status, res.message)
-        if brute.status != "OPTIMAL":
-            continue
-        tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
-        assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol, seed
-        assert res.bound_s <= brute.objective_s * (1 + 1e-9), seed
-        out.append(res.stats)
+        res = solve_against_brute(problem, "cpsat", EXACT)
+        if res is not None:
+            out.append(res.stats)
     return out
 
 
@@ -49,8 +36,8 @@ def _solve_all(name: str, seeds) -> list[dict]:
 def test_the_search_matches_brute_force_whatever_the_trial(trial, monkeypatch):
     """Fails if leaving the bound-only DPs out closed a node (e.g. a skipped DP returning a bound it did not prove)."""
     monkeypatch.setattr(bb, "POST_LP_TRIAL", trial)
-    _large_models(monkeypatch)
-    stats = _solve_all("cpsat", range(16))
+    all_models_large(monkeypatch)
+    stats = _solve_all(range(16))
     assert len(stats) >= 8
     passes = sum(s.get("post_lp_bounds", 0) for s in stats)
     if trial == 0:
@@ -62,10 +49,10 @@ def test_the_search_matches_brute_force_whatever_the_trial(trial, monkeypatch):
 def test_the_trial_stops_the_bound_dps_after_a_pass_without_a_win(monkeypatch):
     """With POST_LP_TRIAL = 1 (one process: ``threads`` 1) every pass but the first follows a win, so passes <= wins +
     1 in each search; unbounded, some search runs more passes than that (the rule has something to stop)."""
-    _large_models(monkeypatch)
+    all_models_large(monkeypatch)
     monkeypatch.setattr(bb, "POST_LP_TRIAL", 10**9)
-    free = _solve_all("cpsat", range(16))
+    free = _solve_all(range(16))
     assert any(s.get("post_lp_bounds", 0) > s.get("post_lp_bound_wins", 0) + 1 for s in free), free
     monkeypatch.setattr(bb, "POST_LP_TRIAL", 1)
-    for s in _solve_all("cpsat", range(16)):
+    for s in _solve_all(range(16)):
         assert s.get("post_lp_bounds", 0) <= s.get("post_lp_bound_wins", 0) + 1, s
