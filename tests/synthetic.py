@@ -268,19 +268,20 @@ def assert_exact_solvers_match_brute(problem: Problem, options, rel: float = 1e-
     return brute
 
 
-def solve_against_brute(problem: Problem, name: str, options):
+def solve_against_brute(problem: Problem, name: str, options, tag=None):
     """``name``'s result on ``problem`` when brute force proves an optimum there (None otherwise), after asserting the
-    same status, brute force's optimum (within the solver's stated rounding) and a bound no higher than it."""
+    same status, brute force's optimum (within the solver's stated rounding) and a bound no higher than it (``tag``,
+    e.g. the seed, in the failure messages)."""
     from haap_milp.solvers import get_solver
 
     brute = get_solver("brute")(problem, options)
     res = get_solver(name)(problem, options)
-    assert res.status == brute.status, (res.status, brute.status, res.message)
+    assert res.status == brute.status, (tag, res.status, brute.status, res.message)
     if brute.status != "OPTIMAL":
         return None
     tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * brute.objective_s
-    assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol
-    assert res.bound_s <= brute.objective_s * (1 + 1e-9)
+    assert brute.objective_s * (1 - 1e-9) <= res.objective_s <= brute.objective_s + tol, (tag, res.objective_s)
+    assert res.bound_s <= brute.objective_s * (1 + 1e-9), (tag, res.bound_s)
     return res
 
 

@@ -25,7 +25,7 @@ def _agrees(name: str, seeds, most_fails: int | None = None) -> dict:
     seen = {"checked": 0, "engine_probes": 0, "probe_fails": 0}
     for seed in seeds:
         problem = random_problem(seed, num_groups=1 + seed % 2, num_layers=6 + seed % 3, max_stages=4, max_options=6)
-        res = solve_against_brute(problem, name, EXACT)
+        res = solve_against_brute(problem, name, EXACT, seed)
         if res is None:
             continue
         seen["checked"] += 1

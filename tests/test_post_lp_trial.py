@@ -26,7 +26,7 @@ def _solve_all(seeds) -> list[dict]:
     out = []
     for seed in seeds:
         problem = random_problem(seed, num_groups=2 + seed % 2, num_layers=6 + seed % 3, max_stages=4, max_options=6)
-        res = solve_against_brute(problem, "cpsat", EXACT)
+        res = solve_against_brute(problem, "cpsat", EXACT, seed)
         if res is not None:
             out.append(res.stats)
     return out
