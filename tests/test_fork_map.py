@@ -212,18 +212,23 @@ def test_dp_look_ahead_runs_are_the_loops(two_cpus, monkeypatch):
     assert 0 < got.stats["runs_ahead"] < ahead.stats["runs_ahead"]  # (first passes taken, second ones made again)
 
 
-def test_variant_tables_and_bounds_the_same_on_two_processes(two_cpus):
+def test_variant_tables_and_bounds_the_same_on_two_processes(two_cpus, monkeypatch):
     """The exact search's set-up (``branch_and_bound._variant_tables``): the child's eq. B2 bounds are the loop's, the
     tables are built here for every variant, in order; with the clock already past and a warm start in hand it gives
-    none on two processes as on one."""
+    none on two processes as on one. (SETUP_FORK_S 0: it forks whatever the set-up's size.)"""
     from haap_milp.solvers.common import branch_and_bound as bb
+
+    monkeypatch.setattr(bb, "SETUP_FORK_S", 0.0)
+    forked = []
+    monkeypatch.setattr(bb, "fork_map", lambda fn, items, threads, **kw: forked.append(threads) or
+                        worker.fork_map(fn, items, threads, **kw))
 
     pre, _ = _presolved(1)
     problem = pre.problem
     assert len(problem.variants) >= 3
     t1, b1 = bb._variant_tables(problem, None, float("inf"), 1)
     t2, b2 = bb._variant_tables(problem, None, float("inf"), 2)
-    assert b1 == b2 and [t.v for t in t2] == list(range(len(problem.variants)))
+    assert forked == [1, 2] and b1 == b2 and [t.v for t in t2] == list(range(len(problem.variants)))
     for x, y in zip(t1, t2):
         for f in dataclasses.fields(x):
             a, b = getattr(x, f.name), getattr(y, f.name)
@@ -233,3 +238,7 @@ def test_variant_tables_and_bounds_the_same_on_two_processes(two_cpus):
     assert hint is not None
     assert bb._variant_tables(problem, hint, 0.0, 2) == (None, None)
     assert bb._variant_tables(problem, None, 0.0, 2)[0] is not None  # (no plan in hand: the tables are built)
+    monkeypatch.setattr(bb, "SETUP_FORK_S", 1e9)  # (a set-up this small stays in this process)
+    forked.clear()
+    bb._variant_tables(problem, None, float("inf"), 2)
+    assert forked == [1]

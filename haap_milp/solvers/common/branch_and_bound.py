@@ -207,6 +207,9 @@ LP_LIFT = 1e-3
 # such passes lifted it, and each took 0.5-1 s on the two-island rows of several types, where none did; on deepseek-v3
 # x 512 H200 + 512 H100 every pass closed its node (formulations/README.md)
 POST_LP_TRIAL = 1
+# the search's set-up (tables and eq. B2 bounds) goes on two processes (eq. PAR5) where the first variant's time says the
+# rest takes at least this long (s)
+SETUP_FORK_S = 0.05
 SMALL_MODEL = 400  # models with at most this many variables go to the engine directly
 NO_KEEP = (-1, -1)  # a node's (uniform signature, island): any
 
@@ -477,7 +480,12 @@ def _variant_tables(problem: Problem, hint: Assignment | None, deadline: float, 
         t = built[v] = build_tables(problem, v)
         return variant_bound(problem, t)
 
-    vb = fork_map(bound_of, list(range(len(problem.variants))), threads, stop=lambda: dl.interrupted)
+    t0 = time.perf_counter()
+    vb = [bound_of(0)] if problem.variants else []
+    rest = list(range(1, len(problem.variants)))
+    if (time.perf_counter() - t0) * len(rest) < SETUP_FORK_S:  # (a fork costs ~10 ms: small set-ups stay here)
+        threads = 1
+    vb += fork_map(bound_of, rest, threads, stop=lambda: dl.interrupted)
     if any(b is None for b in vb):
         return None, None
     return [built[v] if v in built else build_tables(problem, v) for v in range(len(vb))], vb
