@@ -226,19 +226,17 @@ def test_variant_tables_and_bounds_the_same_on_two_processes(two_cpus, monkeypat
     pre, _ = _presolved(1)
     problem = pre.problem
     assert len(problem.variants) >= 3
-    t1, b1 = bb._variant_tables(problem, None, float("inf"), 1)
-    t2, b2 = bb._variant_tables(problem, None, float("inf"), 2)
+    t1, b1 = bb._variant_tables(problem, False, float("inf"), 1)
+    t2, b2 = bb._variant_tables(problem, False, float("inf"), 2)
     assert forked == [1, 2] and b1 == b2 and [t.v for t in t2] == list(range(len(problem.variants)))
     for x, y in zip(t1, t2):
         for f in dataclasses.fields(x):
             a, b = getattr(x, f.name), getattr(y, f.name)
             if isinstance(a, np.ndarray):
                 assert a.tobytes() == b.tobytes(), f.name
-    hint = dp.solve(problem, SolveOptions(time_limit_s=10, threads=1)).assignment
-    assert hint is not None
-    assert bb._variant_tables(problem, hint, 0.0, 2) == (None, None)
-    assert bb._variant_tables(problem, None, 0.0, 2)[0] is not None  # (no plan in hand: the tables are built)
+    assert bb._variant_tables(problem, True, 0.0, 2) == (None, None)
+    assert bb._variant_tables(problem, False, 0.0, 2)[0] is not None  # (no plan in hand: the tables are built)
     monkeypatch.setattr(bb, "SETUP_FORK_S", 1e9)  # (a set-up this small stays in this process)
     forked.clear()
-    bb._variant_tables(problem, None, float("inf"), 2)
+    bb._variant_tables(problem, False, float("inf"), 2)
     assert forked == [1]

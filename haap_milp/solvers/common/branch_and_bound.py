@@ -431,10 +431,11 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     r = options.relative_gap
     st = _State(policy=node_policy(problem), several_types=len({island_split.gpu_type(g) for g in problem.groups}) > 1,
                 several_groups=len(problem.groups) > 1)
-    tables, vb = _variant_tables(problem, hint, deadline, options.threads)
+    hint_ok = hint is not None and 0 <= hint.variant < len(problem.variants) and not violations(problem, hint)
+    tables, vb = _variant_tables(problem, hint_ok, deadline, options.threads)
     if tables is None:
         return _unsearched(problem, hint, name, st, time.perf_counter() - t0)
-    if hint is not None and 0 <= hint.variant < len(problem.variants) and not violations(problem, hint):
+    if hint_ok:
         st.offer(problem, canonical(problem, tables[hint.variant], hint), f"{name} hint")
         st.stats["hint_objective_s"] = st.inc_obj
     elif hint is not None:
@@ -464,14 +465,13 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     return _finish(problem, options, st, vb, heap, name, time.perf_counter() - t0)
 
 
-def _variant_tables(problem: Problem, hint: Assignment | None, deadline: float, threads: int) -> tuple:
+def _variant_tables(problem: Problem, hint_ok: bool, deadline: float, threads: int) -> tuple:
     """Each variant's slot tables and eq. B2 bound: (tables, bounds), or (None, None) when the deadline or Ctrl-C comes
-    first and the warm start ``hint`` is a plan. The bounds of every other variant come from a forked child (eq.
+    first and there is a warm start that is a plan (``hint_ok``). The bounds of every other variant come from a forked child (eq.
     PAR5; the same results as the loop): 0.03-0.1 s a variant on 4096 GPUs x 6 groups, one table and bound each, not
     interruptible, 0.9 s in all on mixtral-8x7b x 4096 x 3 types x 2 islands. The child's tables are not sent back
     (tens of MB): they are built again here, a third of a variant's time."""
     dl = current()
-    hint_ok = hint is not None and not violations(problem, hint)
     built: dict[int, Tables] = {}
 
     def bound_of(v: int) -> VariantBound | None:  # (None: the clock or Ctrl-C came first, with a plan in hand)
@@ -1044,38 +1044,10 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     per_p = nb.per_p
     if math.isfinite(bound) and (cutoff is None or bound < cutoff):
         bound, per_p = _joint(problem, st, dp, a, bound, nb.mu, cutoff, per_p, deadline, name)
-    bounds = floor is None or st.post_idle < POST_LP_TRIAL
-    trial = floor is not None and bounds and math.isfinite(bound) and (cutoff is None or bound < cutoff)
-    pre, had = max(bound, floor if trial else -math.inf), st.inc_obj
-    if math.isfinite(bound) and (cutoff is None or bound < cutoff) and bounds:
-        bound = max(bound, _group_split(st, dp, a, warm, nb.mu, cutoff, deadline))
-    cap = np.asarray(problem.group_capacity, float)
-    over = np.zeros(len(cap))  # GPUs used / capacity per group (not the budget row; a group of none: 0)
-    if nb.used is not None:
-        np.divide(nb.used[:len(cap)], cap, out=over, where=cap > 0)
-    blocks = island_blocks(problem, dp) if bounds and np.any(over > 1) else None
-    if blocks is not None and math.isfinite(bound) and (cutoff is None or bound < cutoff) and _room(st, deadline):
-        t0 = time.perf_counter()
-        ib, fits = with_gpu_time(dp, t, a, warm, island_bound, problem, dp, a, blocks, nb.mu)  # eqs. N6, N12
-        st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
-        st.stats["island_dp"] = st.stats.get("island_dp", 0) + 1
-        bound = max(bound, _safe(ib))
-        plans += fits
-        over[:] = 0  # (the per-group DPs below add little once each island's GPUs are in the state)
-    if not bounds:
-        over[:] = 0  # (eq. N17e: nor eq. N5 below)
-    if USE_SLACK_CAP and bounds and blocks is None and len(cap) == 1 and nb.used is not None and nb.mu[0] > 0 \
-            and over[0] <= 1:
-        over[0] = 1 + 1e-9  # eq. N14c: one group, its multiplier priced yet its least path fits: a duality gap
-    for s in np.argsort(-over, kind="stable").tolist():
-        if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff) or not _room(st, deadline):
-            break  # (measured: a group that fits adds little and costs 0.1 s a DP on 1278 MoE options)
-        t0 = time.perf_counter()
-        cb, plan = with_gpu_time(dp, t, a, warm, capacity_bound, problem, dp, a, nb.mu, s)  # eqs. N5, N12
-        st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
-        st.stats["capacity_dp"] = st.stats.get("capacity_dp", 0) + 1
-        bound = max(bound, _safe(cb))
-        plans.append(plan)
+    trial = False  # eq. N17e: after the node's LP (``floor``) the bound-only DPs run while their trial lasts
+    if (floor is None or st.post_idle < POST_LP_TRIAL) and math.isfinite(bound) and (cutoff is None or bound < cutoff):
+        trial, pre, had = floor is not None, max(bound, -math.inf if floor is None else floor), st.inc_obj
+        bound = _bound_only_dps(problem, st, dp, a, warm, nb, bound, cutoff, deadline, plans)
     for plan in plans:
         if plan is not None and not violations(problem, plan):  # the DPs leave U2 out
             st.offer(problem, plan, f"{name} stage DP")
@@ -1088,6 +1060,39 @@ def _dp_bound(problem, st: _State, dp: PathDP, a, b, cutoff, mu, name, deadline=
     if math.isfinite(bound) and (cutoff is None or bound < cutoff):
         _segments(problem, st, dp, name, deadline)
     return bound, warm, per_p
+
+
+def _bound_only_dps(problem, st: _State, dp: PathDP, a, warm, nb, bound: float, cutoff, deadline: float,
+                    plans: list) -> float:
+    """Eqs. N15, N6 and N5 (eq. N12's lam around each; eq. N14c) on a DP run the earlier DPs leave open: the run's
+    bound; their paths are appended to ``plans``."""
+    t = dp.t
+    bound = max(bound, _group_split(st, dp, a, warm, nb.mu, cutoff, deadline))
+    cap = np.asarray(problem.group_capacity, float)
+    over = np.zeros(len(cap))  # GPUs used / capacity per group (not the budget row; a group of none: 0)
+    if nb.used is not None:
+        np.divide(nb.used[:len(cap)], cap, out=over, where=cap > 0)
+    blocks = island_blocks(problem, dp) if np.any(over > 1) else None
+    if blocks is not None and math.isfinite(bound) and (cutoff is None or bound < cutoff) and _room(st, deadline):
+        t0 = time.perf_counter()
+        ib, fits = with_gpu_time(dp, t, a, warm, island_bound, problem, dp, a, blocks, nb.mu)  # eqs. N6, N12
+        st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
+        st.stats["island_dp"] = st.stats.get("island_dp", 0) + 1
+        bound = max(bound, _safe(ib))
+        plans += fits
+        over[:] = 0  # (the per-group DPs below add little once each island's GPUs are in the state)
+    if USE_SLACK_CAP and blocks is None and len(cap) == 1 and nb.used is not None and nb.mu[0] > 0 and over[0] <= 1:
+        over[0] = 1 + 1e-9  # eq. N14c: one group, its multiplier priced yet its least path fits: a duality gap
+    for s in np.argsort(-over, kind="stable").tolist():
+        if over[s] <= 1 or math.isinf(bound) or (cutoff is not None and bound >= cutoff) or not _room(st, deadline):
+            break  # (measured: a group that fits adds little and costs 0.1 s a DP on 1278 MoE options)
+        t0 = time.perf_counter()
+        cb, plan = with_gpu_time(dp, t, a, warm, capacity_bound, problem, dp, a, nb.mu, s)  # eqs. N5, N12
+        st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
+        st.stats["capacity_dp"] = st.stats.get("capacity_dp", 0) + 1
+        bound = max(bound, _safe(cb))
+        plans.append(plan)
+    return bound
 
 
 def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadline: float, name: str):
