@@ -124,25 +124,34 @@ def _step(G: int, island: np.ndarray, mask: int, h: int, g: int) -> int | None:
     return (mask >> G << G) | 1 << (G + int(island[h])) | 1 << g
 
 
-def _later(F, link, w: np.ndarray, R: int, stay: bool, L: int):
-    """The later part a stage of units w needs, [rows-by-w] -> ([L+1] least over r, [L+1] its r) per unit value."""
+def _later(F, link, R: int, stay: bool, L: int):
+    """The later part a stage needs, per its units wv: (rest(wv): [L+1] the least over the units r left, where(wv):
+    [L+1] that r, or None). Off a stay neither depends on wv; on a stay ``where`` is made on first use (only an
+    improving first stage reads it)."""
     if F is None:
         z = np.full(L + 1, INF)
         z[0] = 0.0
-        return lambda wv: (z, np.zeros(L + 1, np.int64))
+        return (lambda wv: z), (lambda wv: np.zeros(L + 1, np.int64))
     if not stay:
         rp = F.argmin(axis=1)
         v = F[np.arange(L + 1), rp] + link
-        return lambda wv: (v, rp)
+        return (lambda wv: v), (lambda wv: rp)
     pre = np.minimum.accumulate(F, axis=1)
-    arg = _prefix_arg(F)
-    return lambda wv: ((pre[:, R - wv] + link, arg[:, R - wv]) if wv <= R else (np.full(L + 1, INF), None))
+    arg: list = []
+
+    def where(wv: int):
+        if wv > R:
+            return None
+        if not arg:
+            arg.append(_prefix_arg(F, pre))
+        return arg[0][:, R - wv]
+
+    return (lambda wv: pre[:, R - wv] + link if wv <= R else np.full(L + 1, INF)), where
 
 
-def _prefix_arg(F: np.ndarray) -> np.ndarray:
-    """[l, r] an r' <= r reaching the prefix minimum of F[l, :r+1] (the last position where the running minimum
-    was reached)."""
-    pre = np.minimum.accumulate(F, axis=1)
+def _prefix_arg(F: np.ndarray, pre: np.ndarray) -> np.ndarray:
+    """[l, r] an r' <= r reaching the prefix minimum of F[l, :r+1] (``pre``, the running minimum along r; the last
+    position where it was reached)."""
     idx = np.where(F <= pre, np.arange(F.shape[1])[None, :], 0)
     return np.maximum.accumulate(idx, axis=1)
 
@@ -159,23 +168,27 @@ def _close_first(dp: PathDP, states: dict, k: int, rows_of, unit, island: np.nda
         rows = rows_of[g]
         if not len(rows):
             continue
+        # per unit value: its rows, their costs and (under the cap) their times without the sync, [rows, n]
+        by_w = [(wv, rows[w == wv]) for wv in np.unique(w).tolist() if wv <= R]
+        by_w = [(wv, sel, cost[sel], None if time_part is None else time_part[sel], cost[sel].min(axis=0))
+                for wv, sel in by_w]
         for prev, F, link, stay, _ in _sources(dp, states, g, k == 1, island):
             if not math.isfinite(link):
                 continue
             if F is None and k != 1:
                 continue
-            later = _later(F, link, w, R, stay, L)
-            for wv in np.unique(w).tolist():
-                if wv > R:
+            rest_of, where = _later(F, link, R, stay, L)
+            for wv, sel, cost_w, time_w, least_w in by_w:
+                rest = rest_of(wv)
+                later_part = rest[::-1][None, :]  # [1, n]: the later slots' part with L - n layers
+                if not (least_w + later_part[0] < best[0]).any():  # (no entry below the best: tot >= this, exactly)
                     continue
-                rest, rp = later(wv)
-                sel = rows[w == wv]
-                later_part = rest[L - np.arange(L + 1)][None, :]
-                tot = cost[sel] + later_part  # [rows, n]
-                if time_part is not None:  # (the time of the row's option, without its sync)
-                    tot = np.where(time_part[sel] + later_part <= cap, tot, INF)
+                tot = cost_w + later_part  # [rows, n]
+                if time_w is not None:
+                    tot = np.where(time_w + later_part <= cap, tot, INF)
                 i, n = np.unravel_index(int(np.argmin(tot)), tot.shape)
                 if tot[i, n] < best[0]:
+                    rp = where(wv)
                     r_prev = None if rp is None else int(rp[L - n])
                     best = (float(tot[i, n]), (k, int(sel[i]), int(n), prev, r_prev))
     return best
@@ -197,18 +210,23 @@ def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: b
         for prev, F, link, stay, key in _sources(dp, states, g, start, island):
             if not math.isfinite(link):
                 continue
-            later = _later(F, link, w, R, stay, L)
             if key not in new:
                 new[key] = np.full((L + 1, R + 1), INF)
                 back[key] = (np.full((L + 1, R + 1), -1), [])
             Fk, (src, cands) = new[key], back[key]
             V = _shifted(F, L) if stay else None
+            if not stay:  # (off a stay the later part does not depend on the stage's units)
+                rest_of, where = _later(F, link, R, stay, L)
+                rest, rp = rest_of(0), where(0)
+                rest_ln = np.where(ok, rest[mm], INF)  # [l, n]: rest[l - n], inf for n > l
             for wv, sel, j, best_n, ns in sizes:
                 if stay:
-                    tot = V[:, : R + 1 - wv, ns] + best_n[ns] + link  # [l, r', n]
+                    cut = slice(ns[0], ns[-1] + 1) if ns[-1] - ns[0] + 1 == len(ns) else ns  # (a view when a run)
+                    tot = V[:, : R + 1 - wv, cut] + best_n[ns]  # [l, r', n]
+                    tot += link
                     at = tot.argmin(axis=2)  # the fewest layers reaching the least
                     jn = ns[at]  # [l, r']: layers of the stage
-                    val = np.take_along_axis(tot, at[:, :, None], axis=2)[:, :, 0]
+                    val = tot.min(axis=2)
                     tgt = Fk[:, wv:]
                     better = val < tgt
                     if better.any():
@@ -216,9 +234,8 @@ def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: b
                         ci = len(cands)
                         cands.append((prev, jn, sel[j[jn]], None, wv))
                         src[:, wv:][better] = ci
-                else:
-                    rest, rp = later(wv)
-                    tot = np.where(ok, best_n[None, :] + rest[mm], INF)  # [l, n]
+                else:  # (inf + best_n is inf: the same values as np.where(ok, best_n + rest[mm], inf))
+                    tot = best_n[None, :] + rest_ln  # [l, n]
                     n = tot.argmin(axis=1)
                     val = tot[lidx, n]
                     better = val < Fk[:, wv]
