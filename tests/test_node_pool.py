@@ -189,11 +189,13 @@ def test_merge_takes_a_workers_node_as_this_process_would():
     st = bb._State()
     st.inc, st.inc_obj = "old plan", 10.0
     heap: list = []
-    node = (1.0, 0, 0.1, 0.2, 0, 0, 9, 5, None, bb.NO_KEEP)
-    children = [(1.5, 0, 0.1, 0.15, 0, 0, 9, 5, None, bb.NO_KEEP), (1.6, 0, 0.15, 0.2, 0, 0, 9, 6, None, bb.NO_KEEP)]
+    node = (1.0, 0, 0.1, 0.2, 0, 0, 9, 5, None, bb.NO_KEEP, None)
+    point = {("tau",): 0.1}  # (eq. N2d: the parent's LP point travels with a child)
+    children = [(1.5, 0, 0.1, 0.15, 0, 0, 9, 5, None, bb.NO_KEEP, point),
+                (1.6, 0, 0.15, 0.2, 0, 0, 9, 6, None, bb.NO_KEEP, None)]
     bb._merge(st, heap, node, (children, [2.0], "new plan", 9.0, ["e"], 1e-4, {}))
     assert sorted(c[0] for c in heap) == [1.5, 1.6] and len({c[7] for c in heap}) == 2
-    assert [c[:7] for c in sorted(heap)] == [c[:7] for c in children]
+    assert [c[:7] + c[8:] for c in sorted(heap)] == [c[:7] + c[8:] for c in children]
     assert st.closed == [2.0] and st.errors == ["e"] and st.tol_s == 1e-4 and st.nodes == 1
     assert (st.inc, st.inc_obj) == ("new plan", 9.0)
     bb._merge(st, heap, node, ([], [], "worse plan", 9.5, [], 0.0, {}))

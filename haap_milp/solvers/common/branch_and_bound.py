@@ -43,6 +43,7 @@ from haap_milp.solvers.common import (
     island_split,
     joint_capacity,
     late_hint,
+    lp_point,
     node_pool,
     segment_dp,
 )
@@ -207,6 +208,8 @@ LP_LIFT = 1e-3
 # such passes lifted it, and each took 0.5-1 s on the two-island rows of several types, where none did; on deepseek-v3
 # x 512 H200 + 512 H100 every pass closed its node (formulations/README.md)
 POST_LP_TRIAL = 1
+# eq. N2d: a child skips its LP where its parent's LP optimum lies in the child's LP below its bound (False: never)
+USE_LP_POINT = True
 # the search's set-up (tables and eq. B2 bounds) goes on two processes (eq. PAR5) where the first variant's time says the
 # rest takes at least this long (s)
 SETUP_FORK_S = 0.05
@@ -258,11 +261,11 @@ SolveNode = Callable[[Problem, LinModel, VariantBound, "float | None", float, "A
 _SEQ = itertools.count()
 
 
-def _push(heap, bound, v, a, b, tries, plo, phi, mu=None, keep=NO_KEEP) -> None:
-    """A node (bound, variant, a, b, tries, P_lo, P_hi, seq, mu, keep): ``seq`` keeps the heap from comparing the
+def _push(heap, bound, v, a, b, tries, plo, phi, mu=None, keep=NO_KEEP, lp=None) -> None:
+    """A node (bound, variant, a, b, tries, P_lo, P_hi, seq, mu, keep, lp): ``seq`` keeps the heap from comparing the
     multipliers ``mu`` of eq. N4 (inherited by the children as their warm start); ``keep``: (sig, island), the one uniform
-    signature (eq. U1) its plans have, -1 for any (eq. N2b)."""
-    heapq.heappush(heap, (bound, v, a, b, tries, plo, phi, next(_SEQ), mu, keep))
+    signature (eq. U1) its plans have, -1 for any (eq. N2b); ``lp``: its parent's LP point (eq. N2d, ``lp_point``)."""
+    heapq.heappush(heap, (bound, v, a, b, tries, plo, phi, next(_SEQ), mu, keep, lp))
 
 
 @dataclass
@@ -413,12 +416,12 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floor
         if st.inc is not None and M > 1:
             hi = min(hi, (st.inc_obj - b.rest_lb) / (M - 1))  # eq. X1
         if M == 1 or hi <= b.tau_lb:
-            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30, next(_SEQ), None, NO_KEEP))
+            heap.append((b.total_s, v, b.tau_lb, max(hi, b.tau_lb), 0, 0, 1 << 30, next(_SEQ), None, NO_KEEP, None))
             continue
         edges = [b.tau_lb + (hi - b.tau_lb) * i / INITIAL_SPLIT for i in range(INITIAL_SPLIT + 1)]
         for lo, up in itertools.pairwise(edges):
             heap.append((max((M - 1) * lo + b.rest_lb, floors.get(v, -math.inf)), v, lo, up, 0, 0, 1 << 30,
-                         next(_SEQ), None, NO_KEEP))
+                         next(_SEQ), None, NO_KEEP, None))
     heapq.heapify(heap)
     return heap
 
@@ -576,7 +579,7 @@ def _merge(st: _State, heap: list, node, reply) -> None:
     children, closed, inc, inc_obj, errors, tol_s, added = reply
     add_stats(st.worker_stats, added)
     for child in children:  # (pushed anew: the worker's tie-breaking counter went on from the fork's)
-        _push(heap, *child[:7], mu=child[8], keep=child[9])
+        _push(heap, *child[:7], mu=child[8], keep=child[9], lp=child[10])
     st.closed += closed
     st.errors += errors
     st.tol_s = max(st.tol_s, tol_s)
@@ -638,7 +641,7 @@ def _unsearched(problem: Problem, hint: Assignment, name: str, st: _State, wall_
 
 def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
     """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
-    bound, v, a, b, tries, plo, phi, _, mu, keep = node
+    bound, v, a, b, tries, plo, phi, _, mu, keep, point = node
     begun = time.perf_counter()
     st.nodes += 1
     st.lagr.clear()
@@ -692,18 +695,24 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     width = _split_width(options, a, M, vb.rest_lb)
     probe = small and tries == 0 and PROBE_S > 0 and M > 1 and b - a > width
     if not small and tries == 0:
-        lpr = lp_relaxation(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
-        before = bound
+        # eq. N2d: a node split on its stage count next whatever its LP gives (the LP's reduced cost only narrows
+        # tau, eq. N19), whose parent's LP optimum lies in its own LP at its bound, skips the LP
+        split_next = t.p_max > t.p_min and not (M > 1 and b - a > _engine_width(st) * width)
+        inherited = USE_LP_POINT and point is not None and split_next and lp_point.holds(lm, point, bound)
+        if inherited:
+            st.stats["lp_inherited"] = st.stats.get("lp_inherited", 0) + 1
+        lpr = None if inherited else lp_relaxation(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
+        solved, before = lm, bound  # (the model the LP was solved on)
         if lpr is not None:
             bound = max(bound, _lp_value(lpr))
         closed = math.isinf(bound) or (cutoff is not None and bound >= cutoff)
         if not closed and lpr is not None and cutoff is not None and M > 1 and USE_RC_TAU:
-            t, lm, b, bound, closed = _rc_narrow(problem, st, t, lm, lpr, v, a, b, bound, cutoff, plo, phi, keep,
-                                                 deadline)
+            t, lm, b, bound, closed, lpr, solved = _rc_narrow(problem, st, t, lm, lpr, v, a, b, bound, cutoff, plo,
+                                                              phi, keep, deadline)
         if (not closed and lpr is not None and cutoff is not None and SIGMA_LIFT_ROUNDS
                 and (st.lift_calls < SIGMA_LIFT_TRIAL or st.lift_wins > 0)):
             bound, closed = _sigma_lift(problem, st, lm, bound, cutoff, deadline)
-        if use_dp and not pol.lp_first:  # eq. N13c's trial: the LP after the DPs
+        if use_dp and not pol.lp_first and not inherited:  # eq. N13c's trial: the LP after the DPs
             st.lp_calls += 1
             st.lp_wins += closed or bound > before + LP_LIFT * abs(before)
         if closed:
@@ -718,23 +727,25 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             if (plo, phi) != (t.p_min, t.p_max):  # (the LP above covered the wider range: the engine gets the new one)
                 plo, phi = t.p_min, t.p_max
                 lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
+        if not inherited:  # (an inherited point is passed on as it came)
+            point = lp_point.keyed(solved, lpr.x) if USE_LP_POINT and lpr is not None and lpr.x is not None else None
         sigs = _signatures(problem, t) if pol.sig_first and keep[0] < 0 else []
         if len(sigs) > 1:  # eq. N2b: one child per uniform signature (eq. U1: every plan has exactly one)
             for s_ in sigs:
-                _push(heap, bound, v, a, b, 0, t.p_min, t.p_max, mu, (s_, keep[1]))
+                _push(heap, bound, v, a, b, 0, t.p_min, t.p_max, mu, (s_, keep[1]), point)
             return
         wide = M > 1 and b - a > _engine_width(st) * width
         probe = M > 1 and b - a > width and PROBE_S > 0  # eq. N17c: the engine first, then the split
         if wide and not (pol.p_first and t.p_max > t.p_min):
-            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, keep)
+            _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, keep, point)
             return
         if t.p_max > t.p_min:  # then (eq. N2b: first) on the number of stages
             mid = (t.p_min + t.p_max) // 2
-            _push(heap, bound, v, a, b, 0, t.p_min, mid, mu, keep)
-            _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, keep)
+            _push(heap, bound, v, a, b, 0, t.p_min, mid, mu, keep, point)
+            _push(heap, bound, v, a, b, 0, mid + 1, t.p_max, mu, keep, point)
             return
     finished = _engine(problem, options, st, heap, lm, VariantBound(a, vb.rest_lb, bound),
-                       (bound, v, a, b, tries, plo, phi, None, mu, keep), cutoff, deadline, name, solve_node,
+                       (bound, v, a, b, tries, plo, phi, None, mu, keep, None), cutoff, deadline, name, solve_node,
                        probe=probe, spent_s=time.perf_counter() - begun)
     if probe and not small:  # eq. N17c's probe (eq. N17b's are not counted)
         st.stats["engine_probes"] = st.stats.get("engine_probes", 0) + 1
@@ -810,7 +821,7 @@ def _islands_apart(problem, st: _State, heap, t: Tables, node, b: float, keep):
     st.stats["island_nodes"] = st.stats.get("island_nodes", 0) + 1
     own, kept = parts
     if len(kept) > 1:
-        bound, v, a, _, tries, plo, phi, _, mu, _ = node
+        bound, v, a, _, tries, plo, phi, _, mu, _, _ = node
         for k in kept:
             _push(heap, bound, v, a, b, tries, t.p_min, t.p_max, mu, (keep[0], k))
         return t, keep, True
@@ -831,8 +842,10 @@ def _rc_narrow(problem, st: _State, t: Tables, lm: LinModel, lpr: LPRelaxation, 
                keep, deadline):
     """Eq. N19 on a node its LP leaves open: tau's reduced cost caps the node's tau at ``tau_cap``; while that cuts
     at least RC_SHRINK of the range, the node is rebuilt on [a, cap] (eq. X1's layer bounds at the cap) and its LP
-    solved again, at most RC_ROUNDS times. The part cut off holds no plan below the cut-off. Returns (tables,
-    model, b, bound, closed)."""
+    solved again, at most RC_ROUNDS times; not again where the last LP's optimum lies in the rebuilt model (eq. N2d:
+    it cannot lift the bound). The part cut off holds no plan below the cut-off. Returns (tables, model, b, bound,
+    closed, the last LP solved and its model)."""
+    solved = lm
     for _ in range(RC_ROUNDS):
         cap = tau_cap(lpr, lm, cutoff)
         if cap >= b - RC_SHRINK * (b - a) or time.perf_counter() > deadline:
@@ -840,20 +853,24 @@ def _rc_narrow(problem, st: _State, t: Tables, lm: LinModel, lpr: LPRelaxation, 
         st.stats["rc_narrowed"] = st.stats.get("rc_narrowed", 0) + 1
         st.closed.append(cutoff)  # the range (cap, b]: every plan there reaches the cut-off
         if cap < a:
-            return t, lm, b, cutoff, True
+            return t, lm, b, cutoff, True, lpr, solved
         b = cap
         nt = _node_tables(problem, v, b, keep, plo, phi)
         if nt is None:
-            return t, lm, b, cutoff, True
+            return t, lm, b, cutoff, True, lpr, solved
         t = nt
         lm = build_model(problem, t, tau_lb=a * (1 - 1e-12))
+        if USE_LP_POINT and lpr.x is not None and lp_point.holds(lm, lp_point.keyed(solved, lpr.x), bound):
+            st.stats["lp_inherited"] = st.stats.get("lp_inherited", 0) + 1
+            break
         lpr = lp_relaxation(lm, cutoff, time_limit_s=max(0.1, deadline - time.perf_counter()))
         if lpr is None:
             break
+        solved = lm
         bound = max(bound, _lp_value(lpr))
         if math.isinf(bound) or bound >= cutoff:
-            return t, lm, b, bound, True
-    return t, lm, b, bound, False
+            return t, lm, b, bound, True, lpr, solved
+    return t, lm, b, bound, False, lpr, solved
 
 
 def _sigma_lift(problem, st: _State, lm: LinModel, bound: float, cutoff: float, deadline: float) -> tuple[float, bool]:
@@ -1386,10 +1403,10 @@ def _split_width(options, a: float, M: float = 2.0, rest_lb: float = 0.0) -> flo
     return max(options.relative_gap, 2e-3) * (a + max(rest_lb, 0.0) / max(M - 1, 1.0)) / 2
 
 
-def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=None, keep=NO_KEEP) -> None:
+def _split(heap, bound, v, a, b, M, vb: VariantBound, plo: int, phi: int, mu=None, keep=NO_KEEP, lp=None) -> None:
     mid = (a + b) / 2 if b <= 4 * a or a <= 0 else math.sqrt(a * b)
-    _push(heap, max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi, mu, keep)
-    _push(heap, max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi, mu, keep)
+    _push(heap, max(bound, (M - 1) * a + vb.rest_lb), v, a, mid, 0, plo, phi, mu, keep, lp)
+    _push(heap, max(bound, (M - 1) * mid + vb.rest_lb), v, mid, b, 0, plo, phi, mu, keep, lp)
 
 
 def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cutoff, deadline, name, solve_node,
@@ -1397,7 +1414,7 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     """The exact engine on the node; unfinished, it is pushed back with more time next (``probe``: split instead,
     after at most the larger of PROBE_S and PROBE_SPENT times ``spent_s``, the node's time before the engine, eqs. N17b,
     N17c, N17d). Returns whether the engine finished the node."""
-    bound, v, a, b, tries, plo, phi, _, mu, keep = node
+    bound, v, a, b, tries, plo, phi, _, mu, keep, _ = node
     left = deadline - time.perf_counter()
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))

@@ -148,11 +148,12 @@ def _option(h, name: str):
 @dataclass(frozen=True)
 class LPRelaxation:
     """The node LP's value (seconds, constant included; +inf: infeasible) and, when solved, tau's value and reduced
-    cost there (eq. N19)."""
+    cost there (eq. N19) and the optimum ``x`` (the model's variables in its column order; eq. N2d)."""
 
     value: float
     tau: float = math.nan
     tau_rc: float = 0.0
+    x: np.ndarray | None = None
 
 
 def lp_relaxation(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 5.0) -> LPRelaxation | None:
@@ -170,9 +171,10 @@ def lp_relaxation(lm: LinModel, cutoff_s: float | None = None, time_limit_s: flo
         return None
     sol = h.getSolution()
     value = float(h.getInfo().objective_function_value) + lm.obj_const
+    x = np.asarray(sol.col_value[: len(lm.names)], float) if sol.value_valid else None
     if not sol.dual_valid:
-        return LPRelaxation(value)
-    return LPRelaxation(value, float(sol.col_value[lm.tau]), float(sol.col_dual[lm.tau]))
+        return LPRelaxation(value, x=x)
+    return LPRelaxation(value, float(sol.col_value[lm.tau]), float(sol.col_dual[lm.tau]), x)
 
 
 def _lp_options(h, time_limit_s: float) -> None:
