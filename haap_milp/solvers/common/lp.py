@@ -114,6 +114,7 @@ def columns(order: np.ndarray) -> np.ndarray:
 # both ways, the same optimum within 1e-13): four of Sailor's OPT-350M rows, 76-2000 columns, 1.25 -> 0.70 s over
 # 312 LPs; from 1000 columns mixed (llama3-70b x 4 types, 27 LPs of 1000-2000: 518 ms with it, 622 ms without)
 PRESOLVE_MIN_COLS = 1000
+UNSCALED = True
 RC_MIN = 1e-6  # eq. N19: a smaller reduced cost of tau gives no useful cap
 DUAL_TOL = 1e-7  # HiGHS' default dual_feasibility_tolerance (eq. N19's slack)
 _pools = threading.local()  # .threads: the "threads" option this thread's pool was last made for (unset: never)
@@ -178,10 +179,13 @@ def lp_relaxation(lm: LinModel, cutoff_s: float | None = None, time_limit_s: flo
 
 
 def _lp_options(h, time_limit_s: float) -> None:
-    """A node LP's run options: its time limit, and (eq. N24) no presolve below PRESOLVE_MIN_COLS columns."""
+    """A node LP's run options: its time limit, and (eq. N24) no presolve below PRESOLVE_MIN_COLS columns, no
+    scaling from there on (UNSCALED)."""
     h.setOptionValue("time_limit", float(time_limit_s))
     if h.getNumCol() < PRESOLVE_MIN_COLS:
         h.setOptionValue("presolve", "off")
+    elif UNSCALED:
+        h.setOptionValue("simplex_scale_strategy", 0)
 
 
 def lp_bound(lm: LinModel, cutoff_s: float | None = None, time_limit_s: float = 5.0) -> float | None:
