@@ -208,7 +208,8 @@ LP_LIFT = 1e-3
 # such passes lifted it, and each took 0.5-1 s on the two-island rows of several types, where none did; on deepseek-v3
 # x 512 H200 + 512 H100 every pass closed its node (formulations/README.md)
 POST_LP_TRIAL = 1
-# eq. N2d: a child skips its LP where its parent's LP optimum lies in the child's LP below its bound (False: never)
+# eq. N2d: a child split on its stage count next skips its LP where its parent's LP optimum lies in its own LP at or
+# below its bound (False: never)
 USE_LP_POINT = True
 # the search's set-up (tables and eq. B2 bounds) goes on two processes (eq. PAR5) where the first variant's time says the
 # rest takes at least this long (s)
