@@ -29,6 +29,7 @@ from haap_milp.problem import Assignment, Stage
 from haap_milp.solvers.common.stage_dp import INF, PathDP, inflight_cap
 
 RMAX = 96  # most units per group in the state
+PRUNE_RTOL = 1e-9  # a later part is dropped once its least end lies this share above the best (float sums' slack)
 MAX_GROUPS = 4  # groups per island: (set, group) states grow as G 2^(G-1) per island
 
 
@@ -63,6 +64,10 @@ def segment_plan(dp: PathDP, island: np.ndarray) -> Assignment | None:
     trace = []  # per non-first slot: (mask, g) -> (src [L+1, R+1], candidates)
     best = (INF, None)
     pure = dp.t.vpp <= 1 and not dp.extra_priced and math.isfinite(dp.b)  # (costs are times and links alone)
+    # times and links: the L - l layers left cost at least L - l times the least layer time (every stage's fixed terms
+    # and links are >= 0)
+    least = float(dp.t.coef["layer_time"].min(initial=INF)) if pure else INF
+    floor = (dp.L - np.arange(dp.L + 1)) * (least if math.isfinite(least) and least > 0 else 0.0)
     for k in range(1, K + 1):
         if k >= dp.p_first and k in dp.first:
             cap = inflight_cap(k, dp.b) if pure and k < dp.t.M else INF  # (the first stage's in-flight row, eq. T2)
@@ -73,6 +78,10 @@ def segment_plan(dp: PathDP, island: np.ndarray) -> Assignment | None:
         if pure and k < dp.t.M:  # eq. N10's in-flight row k of eq. T2: slots 1..k's times and links <= k tau <= k b
             states = {key: F for key, F in states.items() if _cut(F, inflight_cap(k, dp.b))}
             back = {key: back[key] for key in states}
+        if pure and math.isfinite(best[0]):  # the later parts that cannot end below the best found: dropped
+            cap = best[0] * (1 + PRUNE_RTOL) - floor  # [l]: the least the L - l layers still to place cost
+            states = {key: F for key, F in states.items() if _cut(F, cap[:, None])}
+            back = {key: back[key] for key in states}
         trace.append(back)
         if not states:
             break
@@ -81,8 +90,9 @@ def segment_plan(dp: PathDP, island: np.ndarray) -> Assignment | None:
     return _backtrack(dp, best[1], trace, rows_of, unit)
 
 
-def _cut(F: np.ndarray, cap: float) -> bool:
-    """F with every entry past ``cap`` (s, ``inflight_cap``) set to inf, in place; False when none is left."""
+def _cut(F: np.ndarray, cap) -> bool:
+    """F with every entry past ``cap`` (s, ``inflight_cap``; or [L+1, 1] per layer count) set to inf, in place; False
+    when none is left."""
     F[F > cap] = INF
     return bool(np.isfinite(F).any())
 
