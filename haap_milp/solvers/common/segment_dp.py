@@ -224,26 +224,34 @@ def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: b
                 new[key] = np.full((L + 1, R + 1), INF)
                 back[key] = (np.full((L + 1, R + 1), -1), [])
             Fk, (src, cands) = new[key], back[key]
-            V = _shifted(F, L) if stay else None
+            if stay:  # (the band of layer counts and units where F is finite: outside it every sum is inf)
+                V, fin = _shifted(F, L), np.isfinite(F)
+                rows_f, cols_f = np.flatnonzero(fin.any(axis=1)), np.flatnonzero(fin.any(axis=0))
             if not stay:  # (off a stay the later part does not depend on the stage's units)
                 rest_of, where = _later(F, link, R, stay, L)
                 rest, rp = rest_of(0), where(0)
                 rest_ln = np.where(ok, rest[mm], INF)  # [l, n]: rest[l - n], inf for n > l
             for wv, sel, j, best_n, ns in sizes:
                 if stay:
+                    l0, l1 = rows_f[0] + ns[0], min(L, rows_f[-1] + ns[-1]) + 1  # the rows and units a stage of
+                    c1 = min(cols_f[-1], R - wv) + 1  # ns layers and wv units can reach from F's band
+                    if l0 >= l1 or cols_f[0] >= c1:
+                        continue
+                    c0 = cols_f[0]
                     cut = slice(ns[0], ns[-1] + 1) if ns[-1] - ns[0] + 1 == len(ns) else ns  # (a view when a run)
-                    tot = V[:, : R + 1 - wv, cut] + best_n[ns]  # [l, r', n]
+                    tot = V[l0:l1, c0:c1, cut] + best_n[ns]  # [l, r', n]
                     tot += link
                     at = tot.argmin(axis=2)  # the fewest layers reaching the least
-                    jn = ns[at]  # [l, r']: layers of the stage
                     val = tot.min(axis=2)
-                    tgt = Fk[:, wv:]
+                    tgt = Fk[l0:l1, c0 + wv:c1 + wv]
                     better = val < tgt
                     if better.any():
                         tgt[better] = val[better]
+                        jn = np.zeros((L + 1, R + 1 - wv), np.int64)  # [l, r']: layers of the stage (read on the band)
+                        jn[l0:l1, c0:c1] = ns[at]
                         ci = len(cands)
                         cands.append((prev, jn, sel[j[jn]], None, wv))
-                        src[:, wv:][better] = ci
+                        src[l0:l1, c0 + wv:c1 + wv][better] = ci
                 else:  # (inf + best_n is inf: the same values as np.where(ok, best_n + rest[mm], inf))
                     tot = best_n[None, :] + rest_ln  # [l, n]
                     n = tot.argmin(axis=1)
