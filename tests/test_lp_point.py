@@ -115,12 +115,13 @@ def test_the_unscaled_node_lp_gives_the_scaled_lps_status_and_value(monkeypatch)
             if t is None:
                 continue
             lm = build_model(problem, t)
-            for cutoff in (None, 1.5):
+            monkeypatch.setattr(lp_mod, "PRESOLVE_MIN_COLS", 0)
+            value = lp_relaxation(lm).value
+            for cutoff in (None, 1.5 * (value or 1.0)):
                 got = []
                 for unscaled in (False, True):
-                    monkeypatch.setattr(lp_mod, "PRESOLVE_MIN_COLS", 0)
                     monkeypatch.setattr(lp_mod, "UNSCALED", unscaled)
-                    lpr = lp_relaxation(lm, None if cutoff is None else cutoff * (lp_relaxation(lm).value or 1.0))
+                    lpr = lp_relaxation(lm, cutoff)
                     got.append(None if lpr is None else lpr.value)
                 assert (got[0] is None) == (got[1] is None), (seed, v, got)
                 if got[0] is not None and math.isinf(got[0]):  # (infeasible: both)

@@ -579,8 +579,8 @@ def _merge(st: _State, heap: list, node, reply) -> None:
         return
     children, closed, inc, inc_obj, errors, tol_s, added = reply
     add_stats(st.worker_stats, added)
-    for child in children:  # (pushed anew: the worker's tie-breaking counter went on from the fork's)
-        _push(heap, *child[:7], mu=child[8], keep=child[9], lp=child[10])
+    for bound, v, a, b, tries, plo, phi, _, mu, keep, lp in children:  # (pushed anew: the worker's tie-breaking
+        _push(heap, bound, v, a, b, tries, plo, phi, mu, keep, lp)  # counter went on from the fork's)
     st.closed += closed
     st.errors += errors
     st.tol_s = max(st.tol_s, tol_s)
@@ -698,7 +698,7 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     if not small and tries == 0:
         # eq. N2d: a node split on its stage count next whatever its LP gives (the LP's reduced cost only narrows
         # tau, eq. N19), whose parent's LP optimum lies in its own LP at its bound, skips the LP
-        split_next = t.p_max > t.p_min and not (M > 1 and b - a > _engine_width(st) * width)
+        split_next = t.p_max > t.p_min and not _wide(st, M, a, b, width)
         inherited = USE_LP_POINT and point is not None and split_next and lp_point.holds(lm, point, bound)
         if inherited:
             st.stats["lp_inherited"] = st.stats.get("lp_inherited", 0) + 1
@@ -735,7 +735,7 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
             for s_ in sigs:
                 _push(heap, bound, v, a, b, 0, t.p_min, t.p_max, mu, (s_, keep[1]), point)
             return
-        wide = M > 1 and b - a > _engine_width(st) * width
+        wide = _wide(st, M, a, b, width)
         probe = M > 1 and b - a > width and PROBE_S > 0  # eq. N17c: the engine first, then the split
         if wide and not (pol.p_first and t.p_max > t.p_min):
             _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, keep, point)
@@ -913,10 +913,15 @@ def _engine_width(st: _State) -> float:
     return ENGINE_WIDTH if st.probe_fails < PROBE_FAILS and PROBE_S > 0 else 1.0
 
 
+def _wide(st: _State, M, a: float, b: float, width: float) -> bool:
+    """Whether a node's tau range [a, b] is split on tau rather than given to the engine (eq. N17c)."""
+    return M > 1 and b - a > _engine_width(st) * width
+
+
 def _split_only(options, st: _State, heap, vb: VariantBound, bound, v, a, b, M, t: Tables, mu, keep) -> bool:
     """Eq. N13c: the node split as eq. N2 would after its LP (tau while wide, then the stage count); False when it would
     go to the engine instead (the model is then built)."""
-    if M > 1 and b - a > _engine_width(st) * _split_width(options, a, M, vb.rest_lb):
+    if _wide(st, M, a, b, _split_width(options, a, M, vb.rest_lb)):
         _split(heap, bound, v, a, b, M, vb, t.p_min, t.p_max, mu, keep)
         return True
     if t.p_max > t.p_min:

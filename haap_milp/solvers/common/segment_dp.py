@@ -179,9 +179,8 @@ def _close_first(dp: PathDP, states: dict, k: int, rows_of, unit, island: np.nda
         if not len(rows):
             continue
         # per unit value: its rows, their costs and (under the cap) their times without the sync, [rows, n]
-        by_w = [(wv, rows[w == wv]) for wv in np.unique(w).tolist() if wv <= R]
         by_w = [(wv, sel, cost[sel], None if time_part is None else time_part[sel], cost[sel].min(axis=0))
-                for wv, sel in by_w]
+                for wv in np.unique(w).tolist() if wv <= R for sel in (rows[w == wv],)]
         for prev, F, link, stay, _ in _sources(dp, states, g, k == 1, island):
             if not math.isfinite(link):
                 continue
