@@ -103,14 +103,21 @@ def pair_options(est, model, training, groups, b: int, modes, dims, pair: tuple[
     return [o for _, o in cands[:MAX_PER_PAIR]]
 
 
-def pair_batches(groups, pairs: list[tuple[int, int]]) -> list[tuple[tuple[int, int], ...]]:
-    """Eq. PAR5's shares of the pairs: one per island (the layer prices a pair reads are those of its two groups'
-    (GPU type, island), so two islands' pairs share none), or one per pair on one island."""
-    by_island: dict[str, list[tuple[int, int]]] = {}
+def pair_batches(groups, pairs: list[tuple[int, int]], price=None) -> list[tuple[tuple[int, int], ...]]:
+    """Eq. PAR5's shares of the pairs, so that pairs reading the same layer prices stay on one process. ``price(g)``:
+    the prices group ``g`` reads, (GPU type, ``replica_island``) (default: its own island). Pairs of the same two
+    prices are one bundle (on islands that price alike, a pair and its twin: the twin then reads only prices already
+    made); the bundles go one per share where their first pairs lie on one island, else one share per island (two
+    islands' bundles share no price)."""
+    price = price or (lambda g: (groups[g].gpu_type, groups[g].island))
+    bundles: dict[tuple, list[tuple[int, int]]] = {}
     for pr in pairs:
-        by_island.setdefault(groups[pr[0]].island, []).append(pr)
+        bundles.setdefault((price(pr[0]), price(pr[1])), []).append(pr)
+    by_island: dict[str, list[tuple[int, int]]] = {}
+    for prs in bundles.values():
+        by_island.setdefault(groups[prs[0][0]].island, []).extend(prs)
     if len(by_island) == 1:
-        return [(pr,) for pr in pairs]
+        return [tuple(prs) for prs in bundles.values()]
     return [tuple(prs) for prs in by_island.values()]
 
 
@@ -154,14 +161,21 @@ def _layer_time(est, memo: dict, g, tp: int, rc: str, m: int) -> float | None:
     """One replica's layer time (s) on group ``g``'s GPUs at tp and m samples, priced as dp 1 (cached across replica
     counts: it depends on dp only through ZeRO-3's per-micro-batch gathers, which the option's final price, dp = D,
     includes); None where the estimator cannot run it. Kept in ``memo`` by (GPU type, island, tp, recompute, m): the
-    estimator's own cache costs a ten-field key per read, and presolve reads ~200 k of them on 256 GPUs x 3 types."""
+    estimator's own cache costs a ten-field key per read, and presolve reads ~200 k of them on 256 GPUs x 3 types.
+    The island is ``est.replica_island``'s: two islands whose nodes price one replica alike (differing only in their
+    NICs, as ``h100-80g:48@ib,h100-80g:48@roce``) read one price."""
     key = (g.gpu_type, g.island, tp, rc, m)
     t = memo.get(key, memo)
     if t is memo:
-        try:
-            t = est.layer_cost(g.gpu_type, tp, 1, 1, 1, rc, m, island=g.island).time_s
-        except HaapInputError:  # a combination the estimator cannot run
-            t = None
+        island = est.replica_island(g.gpu_type, g.island)  # (islands that price one replica alike share the price)
+        same = (g.gpu_type, island, tp, rc, m)
+        t = memo.get(same, memo)
+        if t is memo:
+            try:
+                t = est.layer_cost(g.gpu_type, tp, 1, 1, 1, rc, m, island=island).time_s
+            except HaapInputError:  # a combination the estimator cannot run
+                t = None
+            memo[same] = t
         memo[key] = t
     return t
 

@@ -351,8 +351,10 @@ def build(
 def _mixed_options(est, model, training, groups, batches, modes, dims, pairs, pair_index, threads: int) -> dict:
     """Eq. H7 per micro-batch (a mixed stage has cp = 1): {b: its mixed options, in ``pairs``' order}, on two processes
     (eq. PAR5) by shares of the pairs (``mixed_stages.pair_batches``) that read disjoint layer prices where there are
-    two islands (measured: 1.3 of 1.6 s of presolve on llama3-70b x 256 GPUs x 3 types x 2 islands in one process)."""
-    shares = mixed_stages.pair_batches(groups, pairs)
+    two islands (measured: 1.3 of 1.6 s of presolve on llama3-70b x 256 GPUs x 3 types x 2 islands in one process),
+    a pair and its twin on an island that prices one replica alike in one share (``Estimator.replica_island``)."""
+    shares = mixed_stages.pair_batches(groups, pairs, lambda g: (groups[g].gpu_type,
+                                                                 est.replica_island(groups[g].gpu_type, groups[g].island)))
     work = [(b, share) for b in batches for share in shares]  # (fork_map's halves: alternate shares of each b)
     memo: dict = {}  # (layer times read by the pairs; each process fills its own copy)
     got = fork_map(lambda w: {pr: mixed_stages.pair_options(est, model, training, groups, w[0], modes, dims, pr,

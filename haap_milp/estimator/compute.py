@@ -63,18 +63,39 @@ def hbm_bytes_per_s(gpu: GPUSpec, p: GpuParams) -> float:
 
 def gemm_time_s(g: Gemm, gpu: GPUSpec, p: GpuParams, precision: str) -> float:
     """One (grouped) GEMM: roofline of compute and HBM traffic, plus one kernel's fixed cost."""
-    in_bytes = 1 if precision == "fp8" else act_bytes(precision)
-    traffic = g.count * (in_bytes * (g.m * g.k + g.k * g.n) + act_bytes(precision) * g.m * g.n)
-    compute = g.flops / gemm_rate(gpu, p, precision)
-    return max(compute, traffic / hbm_bytes_per_s(gpu, p)) + p.kernel_latency_s
+    return _gemm_s(g.m, g.n, g.k, g.count, *_gemm_units(gpu, p, precision))
+
+
+def _gemm_units(gpu: GPUSpec, p: GpuParams, precision: str) -> tuple[float, float, float, float, float]:
+    """(input bytes, output bytes per element, FLOP/s, HBM bytes/s, fixed cost s) of ``gemm_time_s``, read once for
+    the GEMMs of a layer (the presolve of llama3-70b x 256 GPUs x 3 types x 2 islands prices ~100 k GEMMs)."""
+    out_bytes = act_bytes(precision)
+    return (1 if precision == "fp8" else out_bytes), out_bytes, gemm_rate(gpu, p, precision), \
+        hbm_bytes_per_s(gpu, p), p.kernel_latency_s
+
+
+def _gemm_s(m: float, n: float, k: float, count: float, in_bytes: float, out_bytes: float, rate: float,
+            hbm: float, latency: float) -> float:
+    """``gemm_time_s`` of C[m, n] = A[m, k] @ B[k, n] x count at the units ``_gemm_units`` read (s)."""
+    traffic = count * (in_bytes * (m * k + k * n) + out_bytes * m * n)
+    compute = 2.0 * m * n * k * count / rate  # (Gemm.flops / rate)
+    return max(compute, traffic / hbm) + latency
 
 
 def gemm_fwd_bwd_s(g: Gemm, gpu: GPUSpec, p: GpuParams, precision: str) -> tuple[float, float]:
     """Forward GEMM, and backward = input-gradient GEMM [m,n]x[n,k] + weight-gradient GEMM [k,m]x[m,n]."""
-    fwd = gemm_time_s(g, gpu, p, precision)
-    dgrad = gemm_time_s(Gemm(g.m, g.k, g.n, g.count), gpu, p, precision)
-    wgrad = gemm_time_s(Gemm(g.k, g.n, g.m, g.count), gpu, p, precision)
-    return fwd, dgrad + wgrad
+    return gemms_fwd_bwd_s([g], gpu, p, precision)
+
+
+def gemms_fwd_bwd_s(gemms: list[Gemm], gpu: GPUSpec, p: GpuParams, precision: str) -> tuple[float, float]:
+    """``gemm_fwd_bwd_s`` summed over ``gemms`` in order (forward, backward), the units read once."""
+    units = _gemm_units(gpu, p, precision)
+    fwd = bwd = 0.0
+    for g in gemms:
+        m, n, k, c = g.m, g.n, g.k, g.count
+        fwd += _gemm_s(m, n, k, c, *units)
+        bwd += _gemm_s(m, k, n, c, *units) + _gemm_s(k, n, m, c, *units)
+    return fwd, bwd
 
 
 def grouped_gemm_fwd_bwd_s(g: Gemm, gpu: GPUSpec, p: GpuParams, precision: str) -> tuple[float, float]:

@@ -92,6 +92,25 @@ class Estimator:
         return self._memo("hardware", (gpu_type, island),
                           lambda: hardware.resolve(self.cluster, self.calibration, gpu_type, island))
 
+    def replica_island(self, gpu_type: str, island: str) -> str:
+        """The first island (cluster order) whose single-replica layer prices of ``gpu_type`` are this island's: the
+        ``layer_cost`` of dp = cp = ep = etp = 1 (eq. H7's split search reads only these). Such a price reads no NIC
+        (tp stays in a node; one replica has no DP sync; no CP ring, no EP exchange), so islands whose nodes agree
+        inside (GPU, fitted parameters, GPUs a node, NVLink, the measured intra-node links) price it alike. Only
+        for models without MoE layers (an MoE layer's expert gradients sync over tp ranks: kept apart, unproven)."""
+        return self._memo("replica_island", (gpu_type, island), lambda: self._replica_island(gpu_type, island))
+
+    def _replica_island(self, gpu_type: str, island: str) -> str:
+        if self.moe_fraction > 0:
+            return island
+        hw = self.hardware(gpu_type, island)
+        for other in dict.fromkeys(g.island for g in self.cluster.node_groups if g.gpu.name == gpu_type):
+            if other == island:
+                break
+            if hardware.same_inside(hw, self.hardware(gpu_type, other)):
+                return other
+        return island
+
     def _config(self, gpu_type: str, tp: int, dp: int, ep: int, etp: int, recompute: str, samples: int,
                 island: str | None, cp: int, zero: int | None = None) -> tuple[costs.StageConfig, hardware.Hardware]:
         hw = self.hardware(gpu_type, island)
@@ -138,8 +157,11 @@ class Estimator:
             pkey = (moe, c.gpu_type, c.island, c.tp, c.ep, c.etp, c.micro_batch, c.cp)
             passes = self._memo("layer_passes", pkey,
                                 lambda: costs.decoder_passes(self.model, moe, c, hw, self.training, self.impl))  # noqa: B023
+            tokens = c.samples * self.training.seq_len  # (the stage's micro-batch: its FLOPs, cached on it alone)
+            fl = self._memo("layer_flops", (moe, tokens), lambda: costs.layer_flops(self.model, moe, tokens,  # noqa: B023
+                                                                                  self.training.seq_len))
             cost = costs.decoder_cost(self.model, moe, c, hw, self.training, self.calibration, passes, self.impl,
-                                      self._sync("layer", c, hw, moe))
+                                      self._sync("layer", c, hw, moe), fl)
             parts.append(cost if w == 1.0 else cost.scaled(w))
         return parts[0] if len(parts) == 1 else parts[0] + parts[1]
 

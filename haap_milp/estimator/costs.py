@@ -221,17 +221,23 @@ def decoder_sync(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, trai
 
 
 def decoder_cost(model: ModelSpec, moe: bool, c: StageConfig, hw: Hardware, training: TrainingSpec,
-                 cal: Calibration, passes: layers.Passes, impl: Implementation, sync: Sync | None = None) -> StageCost:
+                 cal: Calibration, passes: layers.Passes, impl: Implementation, sync: Sync | None = None,
+                 fl: flops.LayerFlops | None = None) -> StageCost:
     """One decoder layer (dense or MoE) on one GPU of the stage, one micro-batch of B samples (``sync``: its
-    ``decoder_sync`` when the caller has it)."""
+    ``decoder_sync``, ``fl``: its ``layer_flops``, when the caller has them)."""
     seq, b = training.seq_len, c.micro_batch
     sp = training.sequence_parallel and c.tp > 1
     sync = decoder_sync(model, moe, c, hw, training, cal) if sync is None else sync
     act = memory.layer_activation_bytes(model, moe, b, seq, c.tp, sp, c.recompute, c.cp, c.etp, impl,
                                         compute.act_bytes(training.precision),
                                         memory.gemm_input_bytes(training.precision))
-    kind = flops.moe_layer_flops if moe else flops.dense_layer_flops
-    return _assemble(passes, c.recompute, sync, act, kind(model, c.samples * seq, seq), cal, training)
+    fl = layer_flops(model, moe, c.samples * seq, seq) if fl is None else fl
+    return _assemble(passes, c.recompute, sync, act, fl, cal, training)
+
+
+def layer_flops(model: ModelSpec, moe: bool, tokens: float, seq: int) -> flops.LayerFlops:
+    """FLOPs of one decoder layer (dense or MoE) over ``tokens`` (the stage's micro-batch x seq)."""
+    return (flops.moe_layer_flops if moe else flops.dense_layer_flops)(model, tokens, seq)
 
 
 def embedding_sync(model: ModelSpec, c: StageConfig, hw: Hardware, training: TrainingSpec, cal: Calibration) -> Sync:

@@ -84,6 +84,15 @@ class Hardware:
         return pricing.per_gpu_link(links, k, chunk_bytes, self.nic_gpu, kind)
 
 
+def same_inside(a: Hardware, b: Hardware) -> bool:
+    """Whether two (GPU type, island)s agree on everything a node's inside prices read: the GPU, its fitted
+    parameters, GPUs a node, NVLink and the measured intra-node links (not the NICs or inter-node links)."""
+    inside = (pricing.links_of(a.network, "intra_node", (a.gpu.name,), a.group.island)
+              == pricing.links_of(b.network, "intra_node", (b.gpu.name,), b.group.island))
+    return (a.gpu == b.gpu and a.params == b.params and a.gpus_per_node == b.gpus_per_node and a.nvlink == b.nvlink
+            and inside)
+
+
 def node_groups(cluster: ClusterSpec, gpu_type: str, island: str | None) -> list[NodeGroup]:
     groups = [g for g in cluster.node_groups if g.gpu.name == gpu_type and (island is None or g.island == island)]
     if not groups:

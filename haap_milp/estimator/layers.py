@@ -62,11 +62,7 @@ class Passes:
 
 
 def _gemms_time(gemms: list[Gemm], hw: Hardware, precision: str) -> tuple[float, float]:
-    fwd = bwd = 0.0
-    for g in gemms:
-        f, b = compute.gemm_fwd_bwd_s(g, hw.gpu, hw.params, precision)
-        fwd, bwd = fwd + f, bwd + b
-    return fwd, bwd
+    return compute.gemms_fwd_bwd_s(gemms, hw.gpu, hw.params, precision)
 
 
 def _cast_bytes(gemms: list[Gemm], precision: str) -> float:
