@@ -58,13 +58,16 @@ def main(argv: list[str] | None = None) -> None:
 def _raise_lost_interrupts() -> None:
     """A Ctrl-C that lands in a callback Python cannot raise from (during start-up: the import lock's weakref callback)
     is printed by ``sys.unraisablehook`` as "Exception ignored in ... Traceback ... KeyboardInterrupt" and then lost, so
-    the command ran on (seen once in ~4,000 unseeded fuzz cases). Here it is raised again at once where Python can
-    raise it (SIGINT to this process, whatever handles it), so it ends as any Ctrl-C does: one line, exit code 130."""
+    the command ran on (seen once in ~4,000 unseeded fuzz cases). Here it is sent again AGAIN_S later, where Python can
+    raise it (SIGINT to this process, whatever handles it), so it ends as any Ctrl-C does: one line, exit code 130.
+    Installed once per process (``main`` may run many times in one)."""
     import os
     import signal
     import threading
 
     previous = sys.unraisablehook
+    if getattr(previous, "haap_lost_interrupts", False):
+        return
 
     def hook(unraisable) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
@@ -75,6 +78,7 @@ def _raise_lost_interrupts() -> None:
             return
         previous(unraisable)
 
+    hook.haap_lost_interrupts = True
     sys.unraisablehook = hook
 
 
