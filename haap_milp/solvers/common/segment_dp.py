@@ -226,7 +226,7 @@ def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: b
             if stay:  # (the band of layer counts and units where F is finite: outside it every sum is inf)
                 V, fin = _shifted(F, L), np.isfinite(F)
                 rows_f, cols_f = np.flatnonzero(fin.any(axis=1)), np.flatnonzero(fin.any(axis=0))
-            if not stay:  # (off a stay the later part does not depend on the stage's units)
+            else:  # (off a stay the later part does not depend on the stage's units)
                 rest_of, where = _later(F, link, R, stay, L)
                 rest, rp = rest_of(0), where(0)
                 rest_ln = np.where(ok, rest[mm], INF)  # [l, n]: rest[l - n], inf for n > l
