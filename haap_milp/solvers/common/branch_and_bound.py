@@ -109,6 +109,11 @@ USE_SIGMA = True  # eq. N8 after eq. N4 when the node survives
 # its plan, 7.1922 -> 7.2608 s, which LS4 finds on its 5th node)
 USE_SEGMENT_DP = True
 SEG_TRIAL = 12
+# eq. LS4g: under eq. U2, eq. LS4's plans with both ends of one tp, and with a head; its runs start while they are
+# expected to end within SAME_TP_BUDGET_S of the call's start (measured: 17 runs, 0.36 s in all, on gpt3-13b x 64
+# H100@ib + 64 A100-40@roce; one run of LS4 costs 0.2-2.6 s on three types x two islands)
+USE_SAME_TP_PLANS = True
+SAME_TP_BUDGET_S = 0.25
 # eq. LS4b: before branching, where every island holds one group, the segment DP on each variant whose bound beats
 # the incumbent, its tau cap lowered from eq. X1's to just under each better plan's own tau (measured: gpt3-13b on 128
 # H100@ib + 128 A100-80@roce, the DP heuristic's 5.071 s, the scan's 4.660 s, the optimum; on three types x two
@@ -1355,7 +1360,7 @@ def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = N
     for t in _island_tables(problem, v, b):
         dp = PathDP(problem, t, b, t.p_min, t.p_max)
         applies = segment_dp.applies(dp, island)
-        plans = [segment_dp.segment_plan(dp, island) if applies else None]
+        plans = _segment_plans(problem, dp, island) if applies else [None]
         blocks = island_blocks(problem, dp) if USE_CROSSING_PLAN and len(set(types)) < dp.G else None
         if blocks is not None:  # eq. N25b: a GPU type on several islands, the at-most-once case's plan too
             plans.append(island_crossings.crossing_plan(dp, types, problem.group_island, blocks))
@@ -1366,6 +1371,15 @@ def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = N
             if obj < best_obj:
                 best, best_obj = plan, obj
     return best
+
+
+def _segment_plans(problem: Problem, dp: PathDP, island) -> list[Assignment | None]:
+    """Eq. LS4's plan, and under eq. U2 eq. LS4g's too (both ends of one tp, with and without a head), within their
+    time budget (LS4's run first: where the budget cuts LS4g short, LS4's plan may still keep eq. U2)."""
+    plans = [segment_dp.segment_plan(dp, island)]
+    if problem.same_tp_first_last and USE_SAME_TP_PLANS:
+        plans.extend(segment_dp.same_tp_plans(dp, island, SAME_TP_BUDGET_S))
+    return plans
 
 
 def _island_tables(problem: Problem, v: int, b: float) -> list[Tables]:

@@ -19,7 +19,9 @@ bound. Cost: one capacity DP per (set, group) state.
 
 from __future__ import annotations
 
+import copy
 import math
+import time
 from functools import reduce
 
 import numpy as np
@@ -31,6 +33,7 @@ from haap_milp.solvers.common.stage_dp import INF, PathDP, inflight_cap
 RMAX = 96  # most units per group in the state
 PRUNE_RTOL = 1e-9  # a later part is dropped once its least end lies this share above the best (float sums' slack)
 MAX_GROUPS = 4  # groups per island: (set, group) states grow as G 2^(G-1) per island
+HEAD_SIZES = 2  # eq. LS4g: a head of each group's smallest first-stage sizes (in units) only
 
 
 def _own_rows(dp: PathDP) -> list[np.ndarray]:
@@ -48,10 +51,11 @@ def applies(dp: PathDP, island: np.ndarray) -> bool:
     return np.bincount(island, minlength=1).max() <= MAX_GROUPS and sum(len(r) > 0 for r in _own_rows(dp)) >= 2
 
 
-def segment_plan(dp: PathDP, island: np.ndarray) -> Assignment | None:
+def segment_plan(dp: PathDP, island: np.ndarray, head: tuple[int, int] | None = None) -> Assignment | None:
     """The least path of contiguous group segments over the node (None: none), as a plan; the groups of an island
     form one run of segments (the pipeline enters each island once), so the state keeps the groups placed on the
-    current island and the islands left behind: ``_step``."""
+    current island and the islands left behind: ``_step``. ``head`` = (g, wv): eq. LS4g's plans instead, whose first
+    stage alone is a second segment of group g, of wv units (``_close_head``)."""
     G, K = dp.G, dp.k_max
     rows_of = _own_rows(dp)
     unit = []
@@ -60,6 +64,12 @@ def segment_plan(dp: PathDP, island: np.ndarray) -> Assignment | None:
         if len(rows_of[g]):
             w, R = _units_up(dp.row_usage[rows_of[g], g].astype(np.int64), int(dp.cap[g]))
         unit.append((w, R))
+    if head is not None:  # (the head's units are set aside: the later stages of g share the rest)
+        g_head, w_head = head
+        head_w = unit[g_head][0]
+        unit[g_head] = (head_w, unit[g_head][1] - w_head)
+        if unit[g_head][1] < 0:
+            return None
     states: dict = {}  # (mask, g) -> F [L+1, R_g+1]: the least later part with slot k at group g
     trace = []  # per non-first slot: (mask, g) -> (src [L+1, R+1], candidates)
     best = (INF, None)
@@ -71,7 +81,9 @@ def segment_plan(dp: PathDP, island: np.ndarray) -> Assignment | None:
     for k in range(1, K + 1):
         if k >= dp.p_first and k in dp.first:
             cap = inflight_cap(k, dp.b) if pure and k < dp.t.M else INF  # (the first stage's in-flight row, eq. T2)
-            best = min(best, _close_first(dp, states, k, rows_of, unit, island, cap), key=lambda x: x[0])
+            close = _close_first(dp, states, k, rows_of, unit, island, cap) if head is None else \
+                _close_head(dp, states, k, head, rows_of[head[0]][head_w == head[1]], cap)
+            best = min(best, close, key=lambda x: x[0])
         if k >= K or k not in dp.nonfirst:
             break
         states, back = _advance(dp, states, dp.nonfirst[k][0], rows_of, unit, k == 1, island)
@@ -201,6 +213,88 @@ def _close_first(dp: PathDP, states: dict, k: int, rows_of, unit, island: np.nda
                     r_prev = None if rp is None else int(rp[L - n])
                     best = (float(tot[i, n]), (k, int(sel[i]), int(n), prev, r_prev))
     return best
+
+
+def _close_head(dp: PathDP, states: dict, k: int, head: tuple[int, int], sel: np.ndarray, cap: float = INF):
+    """Eq. LS4g: (least total, where) with the pipeline's first stage at slot k one of the rows ``sel`` of group g
+    (``head`` = (g, wv), the rows of wv units), after any state whose slot k - 1 is another group's: the head is a
+    segment of its own, outside the island rule of ``_step`` (a plan may cross islands twice; the caller checks and
+    prices it). ``cap`` as ``_close_first``'s."""
+    g = head[0]
+    if k == 1 or not len(sel):
+        return INF, None
+    L = dp.L
+    cost, opt = dp.first[k]
+    cost_w = cost[sel]  # [rows, n]
+    time_w = None if math.isinf(cap) else np.take_along_axis(dp._first_parts[k][0], opt, axis=0)[sel]
+    least_w = cost_w.min(axis=0)
+    best = (INF, None)
+    for (mask, h), F in states.items():
+        link = dp.link[g, h]
+        if h == g or not math.isfinite(link):
+            continue
+        rp = F.argmin(axis=1)  # (off a stay: the later part does not depend on the head's units)
+        later_part = (F[np.arange(L + 1), rp] + link)[::-1][None, :]  # [1, n]: the later slots with L - n layers
+        if not (least_w + later_part[0] < best[0]).any():
+            continue
+        tot = cost_w + later_part
+        if time_w is not None:
+            tot = np.where(time_w + later_part <= cap, tot, INF)
+        i, n = np.unravel_index(int(np.argmin(tot)), tot.shape)
+        if tot[i, n] < best[0]:
+            best = (float(tot[i, n]), (k, int(sel[i]), int(n), (mask, h), int(rp[L - n])))
+    return best
+
+
+def _ends_of_tp(dp: PathDP, p: int) -> PathDP:
+    """The node's DP with the first stage's tables and slot 1's (the last stage) kept to the options of tp p (inf
+    elsewhere): eq. U2's plans whose two ends are of tp p. A shallow copy; the other slots' tables are shared."""
+    out = copy.copy(dp)
+    other = dp.t.tp != p
+
+    def rows(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return dp._rows(np.where(other[:, None], INF, cost))
+
+    out.first = {k: rows(dp._base(k, True)) for k in dp.first}
+    out.nonfirst = dict(dp.nonfirst)
+    if 1 in dp.nonfirst:
+        out.nonfirst[1] = rows(dp._base(1, False))
+    return out
+
+
+def same_tp_plans(dp: PathDP, island: np.ndarray, budget_s: float = math.inf) -> list[Assignment | None]:
+    """Eq. LS4g: under eq. U2 (first and last stage of one tp), per tp p of the options, the least segment plan with
+    both ends of tp p; then, per tp p and group g, the least with, in addition, the first stage a second segment of g
+    (a head) of each of g's HEAD_SIZES smallest first-stage sizes of tp p. Runs start only while their expected end
+    (the mean run so far) lies within ``budget_s`` of the call's start (each run is not interruptible). Why:
+    FlagScale's tied embeddings (eq. U2) make the last stage's tp the first's; gpt3-13b on 64 H100 @ib + 64 A100-40
+    @roce: the optimum, 4.6519 s, is an A100 stage of tp 4, eight H100 stages, six A100 stages ending at tp 4, which
+    eq. LS4 (one segment per group) cannot make, and half of LS4's plans there break eq. U2."""
+    t0 = time.perf_counter()
+    rows_of = _own_rows(dp)
+    jobs: list = []
+    heads: list = []
+    for p in np.unique(dp.t.tp).tolist():
+        ends = _ends_of_tp(dp, p)
+        if not (any(np.isfinite(c).any() for c, _ in ends.first.values())
+                and (1 not in ends.nonfirst or np.isfinite(ends.nonfirst[1][0]).any())):
+            continue  # (no first stage or no last stage of tp p fits the node)
+        jobs.append((ends, None))
+        for g in range(dp.G):
+            if not len(rows_of[g]):
+                continue
+            w, R = _units_up(dp.row_usage[rows_of[g], g].astype(np.int64), int(dp.cap[g]))
+            usable = np.zeros(len(rows_of[g]), bool)
+            for k in ends.first:
+                usable |= np.isfinite(ends.first[k][0][rows_of[g]]).any(axis=1)
+            heads.extend((ends, (g, int(wv))) for wv in sorted(set(w[usable & (w <= R)].tolist()))[:HEAD_SIZES])
+    out: list = []
+    for ends, head in jobs + heads:
+        spent = time.perf_counter() - t0
+        if out and spent + spent / len(out) > budget_s:
+            break
+        out.append(segment_plan(ends, island, head=head))
+    return out
 
 
 def _advance(dp: PathDP, states: dict, cost: np.ndarray, rows_of, unit, start: bool, island: np.ndarray):
