@@ -113,6 +113,7 @@ SEG_TRIAL = 12
 # expected to end within SAME_TP_BUDGET_S of the call's start (measured: 17 runs, 0.36 s in all, on gpt3-13b x 64
 # H100@ib + 64 A100-40@roce; one run of LS4 costs 0.2-2.6 s on three types x two islands)
 USE_SAME_TP_PLANS = True
+USE_EMPTY_ISLANDS = True  # eq. N6c: islands that cannot hold the node's plans alone add no case to eq. N6
 SAME_TP_BUDGET_S = 0.25
 # eq. LS4b: before branching, where every island holds one group, the segment DP on each variant whose bound beats
 # the incumbent, its tau cap lowered from eq. X1's to just under each better plan's own tau (measured: gpt3-13b on 128
@@ -1103,7 +1104,8 @@ def _bound_only_dps(problem, st: _State, dp: PathDP, a, warm, nb, bound: float, 
     blocks = island_blocks(problem, dp) if np.any(over > 1) else None
     if blocks is not None and math.isfinite(bound) and (cutoff is None or bound < cutoff) and _room(st, deadline):
         t0 = time.perf_counter()
-        ib, fits = with_gpu_time(dp, t, a, warm, island_bound, problem, dp, a, blocks, nb.mu)  # eqs. N6, N12
+        empty = _empty_islands(problem, dp, blocks) if USE_EMPTY_ISLANDS else frozenset()  # eq. N6c
+        ib, fits = with_gpu_time(dp, t, a, warm, island_bound, problem, dp, a, blocks, nb.mu, empty)  # eqs. N6, N12
         st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
         st.stats["island_dp"] = st.stats.get("island_dp", 0) + 1
         bound = max(bound, _safe(ib))
@@ -1121,6 +1123,18 @@ def _bound_only_dps(problem, st: _State, dp: PathDP, a, warm, nb, bound: float, 
         bound = max(bound, _safe(cb))
         plans.append(plan)
     return bound
+
+
+def _empty_islands(problem: Problem, dp: PathDP, blocks: np.ndarray) -> frozenset:
+    """Eq. N6c: the islands (``blocks``) that hold no plan of the node on their own: eq. N11b finds a ray on the stage DP
+    of the node's options of that island alone (its GPUs cannot carry the node's layers within tau <= b)."""
+    own = blocks[dp.t.group]
+    out = set()
+    for blk in np.unique(blocks[blocks >= 0]).tolist():
+        mine = dp.keep & (own == blk)
+        if not mine.any() or resource_ray(PathDP(problem, dp.t, dp.b, dp.t.p_min, dp.t.p_max, mine))[0]:
+            out.add(blk)
+    return frozenset(out)
 
 
 def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadline: float, name: str):

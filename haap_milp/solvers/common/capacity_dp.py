@@ -31,6 +31,7 @@ from haap_milp.solvers.common.stage_dp import INF, PathDP, inflight_cap
 
 USE_INFLIGHT_CUT = True  # eq. N10 in the capacity DPs whose costs are times and links alone
 KEEP_MU = False  # eq. N13b: sound, tested, off by default (it cost the 4096 x 1 type x 2 islands proof; formulations)
+USE_BOTH_PRICES = True  # eq. N6c: with eq. N13b off, each island case also with the multipliers kept (the larger counts)
 RMAX = 64  # most capacity units in the state (cost ~ slots x weights x L x n_max x RMAX)
 
 
@@ -131,28 +132,43 @@ def keep_multipliers(dp: PathDP) -> bool:
     return KEEP_MU and (dp.extra_priced or dp.t.vpp > 1 or not USE_INFLIGHT_CUT)
 
 
-def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray, mu: np.ndarray) -> tuple[float, list]:
+def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray, mu: np.ndarray,
+                 empty: frozenset = frozenset()) -> tuple[float, list]:
     """Eq. N6: a bound by cases on the blocks (islands) a pipeline touches. A plan inside one block B uses only
     B's endpoints and at most B's GPUs (its groups' capacity summed, in the state); a plan touching two blocks
     crosses at least one boundary between them, which costs at least the cheapest cross-block link c_x, so it
     pays at least the least path with cross-block links priced 0 and every group's GPUs pooled, plus c_x. The
-    node's bound is the least of the cases (inf: none has a path). Returns (bound, plans that fit)."""
+    node's bound is the least of the cases (inf: none has a path). Eq. N6c: the blocks of ``empty`` hold no plan (the
+    caller's proof, eq. N11b) and add no case; where the cases price the groups at 0 (eq. N13b off), each case is also
+    run with every group's multiplier kept, and the larger of its two values counts (each bounds the case's plans).
+    Returns (bound, plans that fit)."""
     G, cap = dp.G, dp.cap
     group_block = problem.group_island
     keep = keep_multipliers(dp)  # eq. N13b: every group keeps its multiplier (else only the budget row)
     mu0 = np.maximum(mu, 0.0) if keep else np.where(np.arange(len(cap)) < G, 0.0, np.maximum(mu, 0.0))
-    cases, plans = [], []
+    kept = np.maximum(mu, 0.0)
+    both = USE_BOTH_PRICES and not keep and np.any(kept[:G] > 0)  # eq. N6c
+    cases, lifts, plans = [], [], []
     for blk in np.unique(blocks[blocks >= 0]).tolist():
         S = np.flatnonzero(group_block == blk)
-        if not cap[S].sum():
+        if not cap[S].sum() or blk in empty:
             continue
-        val, plan = capacity_bound(problem, dp, a, mu0, S, rows_ok=blocks[dp.row_group] == blk, keep_mu=keep)
+        rows_ok = blocks[dp.row_group] == blk
+        val, plan = capacity_bound(problem, dp, a, mu0, S, rows_ok=rows_ok, keep_mu=keep)
         cases.append(val)
+        lifts.append(lambda S=S, rows_ok=rows_ok: capacity_bound(problem, dp, a, kept, S, rows_ok=rows_ok,
+                                                                 keep_mu=True)[0])
         plans.append(plan)
     cross = (blocks[:, None] != blocks[None, :]) & (blocks[:, None] >= 0) & (blocks[None, :] >= 0)
     c_x = float(dp.link[cross].min(initial=INF))
     if math.isfinite(c_x):
         cases.append(crossing_bound(dp, a, mu0, cross, keep_mu=keep))
+        lifts.append(lambda: crossing_bound(dp, a, kept, cross, keep_mu=True))
+    while both and cases:  # (lazily: the least case lifted until the least is a lifted one; the same least as all)
+        i = int(np.argmin(cases))
+        if lifts[i] is None or not math.isfinite(cases[i]):
+            break
+        cases[i], lifts[i] = max(cases[i], lifts[i]()), None
     return min(cases, default=INF), [p for p in plans if p is not None]
 
 
