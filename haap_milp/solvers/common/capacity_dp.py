@@ -163,7 +163,7 @@ def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray, mu:
     c_x = float(dp.link[cross].min(initial=INF))
     if math.isfinite(c_x):
         cases.append(crossing_bound(dp, a, mu0, cross, keep_mu=keep))
-        lifts.append(lambda: crossing_bound(dp, a, kept, cross, keep_mu=True))
+        lifts.append(lambda: crossing_bound(dp, a, kept, cross, keep_mu=True, pooled=False))
     while both and cases:  # (lazily: the least case lifted until the least is a lifted one; the same least as all)
         i = int(np.argmin(cases))
         if lifts[i] is None or not math.isfinite(cases[i]):
@@ -172,16 +172,22 @@ def island_bound(problem: Problem, dp: PathDP, a: float, blocks: np.ndarray, mu:
     return min(cases, default=INF), [p for p in plans if p is not None]
 
 
-def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, cross: np.ndarray, keep_mu: bool = False) -> float:
+def crossing_bound(dp: PathDP, a: float, mu: np.ndarray, cross: np.ndarray, keep_mu: bool = False,
+                   pooled: bool = True) -> float:
     """Eq. N6's second case, a plan that crosses between islands: the least path with every group's GPUs pooled in the
     state that takes at least one link of ``cross`` ([E, E]), each link at its own cost (a flag in the state: crossed
     yet or not), so that the in-flight rows of eq. N10 see the crossing's link. At least the former bound (the least
-    pooled path with crossing links at 0, plus the cheapest of them), which every such path pays."""
+    pooled path with crossing links at 0, plus the cheapest of them), which every such path pays. ``pooled`` False
+    (eq. N6c, with ``keep_mu``): no GPUs in the state, every group's row G1 relaxed by its multiplier (weak duality
+    over the crossing paths; a state of endpoint and flag alone)."""
     t, cap = dp.t, dp.cap
     S = np.zeros(len(cap), bool)
     S[:dp.G] = True
-    _, R, q = _units(dp.usage[:, S].sum(axis=1), int(cap[S].sum()))
-    w_row = (dp.row_usage[:, S].sum(axis=1) // q).astype(np.int64)
+    if pooled:
+        _, R, q = _units(dp.usage[:, S].sum(axis=1), int(cap[S].sum()))
+        w_row = (dp.row_usage[:, S].sum(axis=1) // q).astype(np.int64)
+    else:
+        R, w_row = 0, np.zeros(len(dp.row_group), np.int64)
     mu_o = np.maximum(mu, 0.0) if keep_mu else np.where(S, 0.0, np.maximum(mu, 0.0))
     mu_cost = (dp.row_usage @ mu_o)[:, None]
     pure = (USE_INFLIGHT_CUT and t.vpp <= 1 and not dp.extra_priced
