@@ -107,8 +107,8 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
         # eq. PAR5b: the phase's variants looked at ahead on two processes, each from the best known now
         seen = _look_ahead(problem, phase, best, threads)
         for v in phase:  # tables built one variant at a time: 0.5 s each on 1024 x 6 groups
-            if best is not None and dl.expired():
-                stopped = True
+            if best is not None and dl.expired() and not (v in seen and seen[v].runs):
+                stopped = True  # (past the deadline the runs eq. PAR5b's look-ahead made are still taken: free)
                 break
             look = seen.get(v) or _Look.of(problem, v)
             vb = look.vb
@@ -121,7 +121,8 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
             # (the lambda reads ``best`` as it is when the second pass comes: late binding is the point)
             for ri, charge in _passes(problem, look, lambda: best[0] if best is not None else math.inf,  # noqa: B023
                                       cross.on):
-                if best is not None and dl.expired():
+                if best is not None and dl.expired() and not look.made(ri, charge):
+                    stopped = True
                     break
                 ahead += look.made(ri, charge)
                 run = look.run(problem, ri, charge)
