@@ -167,19 +167,12 @@ def _is_head_plan(problem, plan: Assignment) -> bool:
 
 
 def _head_sizes(dp: PathDP, p: int) -> dict:
-    """Per group, the head sizes (units) eq. LS4g tries at tp p: its HEAD_SIZES smallest of a first stage of tp p."""
+    """Per group, (unit weights, rows, the head sizes eq. LS4g tries at tp p)."""
     ends = segment_dp._ends_of_tp(dp, p)
     rows_of = segment_dp._own_rows(dp)
-    out = {}
-    for g in range(dp.G):
-        if not len(rows_of[g]):
-            continue
-        w, R = segment_dp._units_up(dp.row_usage[rows_of[g], g].astype(np.int64), int(dp.cap[g]))
-        usable = np.zeros(len(rows_of[g]), bool)
-        for k in ends.first:
-            usable |= np.isfinite(ends.first[k][0][rows_of[g]]).any(axis=1)
-        out[g] = (w, rows_of[g], sorted(set(w[usable & (w <= R)].tolist()))[:segment_dp.HEAD_SIZES])
-    return out
+    tried = segment_dp.head_sizes(ends, rows_of)
+    return {g: (segment_dp._units_up(dp.row_usage[rows_of[g], g].astype(np.int64), int(dp.cap[g]))[0], rows_of[g],
+                sizes) for g, sizes in tried.items()}
 
 
 def _head_units(dp: PathDP, problem, plan: Assignment, sizes: dict) -> int | None:

@@ -280,20 +280,28 @@ def same_tp_plans(dp: PathDP, island: np.ndarray, budget_s: float = math.inf) ->
                 and (1 not in ends.nonfirst or np.isfinite(ends.nonfirst[1][0]).any())):
             continue  # (no first stage or no last stage of tp p fits the node)
         jobs.append((ends, None))
-        for g in range(dp.G):
-            if not len(rows_of[g]):
-                continue
-            w, R = _units_up(dp.row_usage[rows_of[g], g].astype(np.int64), int(dp.cap[g]))
-            usable = np.zeros(len(rows_of[g]), bool)
-            for k in ends.first:
-                usable |= np.isfinite(ends.first[k][0][rows_of[g]]).any(axis=1)
-            heads.extend((ends, (g, int(wv))) for wv in sorted(set(w[usable & (w <= R)].tolist()))[:HEAD_SIZES])
+        heads.extend((ends, (g, wv)) for g, sizes in head_sizes(ends, rows_of).items() for wv in sizes)
     out: list = []
     for ends, head in jobs + heads:
         spent = time.perf_counter() - t0
         if out and spent + spent / len(out) > budget_s:
             break
         out.append(segment_plan(ends, island, head=head))
+    return out
+
+
+def head_sizes(ends: PathDP, rows_of: list) -> dict[int, list[int]]:
+    """Eq. LS4g: per group with stages of its own, the HEAD_SIZES smallest unit counts (``_units_up``) of its rows that
+    may be a first stage on ``ends``' tables (finite at some slot)."""
+    out = {}
+    for g, rows in enumerate(rows_of):
+        if not len(rows):
+            continue
+        w, R = _units_up(ends.row_usage[rows, g].astype(np.int64), int(ends.cap[g]))
+        usable = np.zeros(len(rows), bool)
+        for cost, _ in ends.first.values():
+            usable |= np.isfinite(cost[rows]).any(axis=1)
+        out[g] = [int(x) for x in sorted(set(w[usable & (w <= R)].tolist()))[:HEAD_SIZES]]
     return out
 
 
