@@ -113,7 +113,6 @@ SEG_TRIAL = 12
 # expected to end within SAME_TP_BUDGET_S of the call's start (measured: 17 runs, 0.36 s in all, on gpt3-13b x 64
 # H100@ib + 64 A100-40@roce; one run of LS4 costs 0.2-2.6 s on three types x two islands)
 USE_SAME_TP_PLANS = True
-USE_EMPTY_ISLANDS = True  # eq. N6c: islands that cannot hold the node's plans alone add no case to eq. N6
 SAME_TP_BUDGET_S = 0.25
 # eq. LS4b: before branching, where every island holds one group, the segment DP on each variant whose bound beats
 # the incumbent, its tau cap lowered from eq. X1's to just under each better plan's own tau (measured: gpt3-13b on 128
@@ -195,6 +194,7 @@ RC_SHRINK = 0.1
 RC_ROUNDS = 3
 USE_ISLAND_PARTS = True  # eq. N9: each island bounded on its own when no link between islands is usable
 USE_ISLAND_SPLIT = True  # eq. N9b: then one node per island, and islands another dominates left out
+USE_EMPTY_ISLANDS = True  # eq. N6c: islands that cannot hold the node's plans alone add no case to eq. N6
 SIGMA_OFFERS = 4  # of eq. N8's paths that fit, the last this many are offered as plans (each checked, maybe polished)
 # the stage DPs stop for the rest of a search after this many nodes without a prune or a better plan from them
 # (measured: llama3-8b on 32 A100-80 + 32 A100-40, 1 thread, 24 nodes: OPTIMAL in 2.5 s without them, 4.2 s with;
