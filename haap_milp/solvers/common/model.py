@@ -99,6 +99,7 @@ class LinModel:
     # eq. N2c: linear expressions ({var: seconds}) that rows name by id, e.g. a slot's time t_k, which eq. T2's
     # in-flight rows and eq. T3's rows each sum over many slots
     exprs: list = field(default_factory=list)
+    _xs: dict = field(default_factory=dict, repr=False)  # (k, i) -> ``x``'s dict, made once (read-only)
 
     def var(self, name: str, lb: float, ub: float, integer: bool = True) -> int:
         self.names.append(name)
@@ -200,8 +201,12 @@ class LinModel:
         return row_of[starts][keep], var[starts][keep], out[keep]
 
     def x(self, k: int, i: int) -> dict:
-        """{var: 1} for x[k,i] = xn[k,i] + xf[k,i]."""
-        return {v: 1 for v in (self.xn.get((k, i)), self.xf.get((k, i))) if v is not None}
+        """{var: 1} for x[k,i] = xn[k,i] + xf[k,i]; one dict per (k, i), shared by every caller, who only reads it
+        (the slot rows read it about 8 times per (k, i); xn and xf are set once, by ``_slot_vars``)."""
+        d = self._xs.get((k, i))
+        if d is None:
+            d = self._xs[k, i] = {v: 1 for v in (self.xn.get((k, i)), self.xf.get((k, i))) if v is not None}
+        return d
 
 
 def _acc(d: dict, terms: dict, scale: float = 1.0) -> None:
@@ -328,18 +333,25 @@ def _cg_cuts(problem: Problem, m: LinModel) -> None:
     """Eq. G2: Chvatal-Gomory rounding of G1 by each stage size q of the group:
     sum floor(d_o / q) x[k,o] <= floor(cap_g / q) (at most 5 stages of 64 GPUs fit in 344)."""
     t = m.t
+    pairs = [(k, i) for k, opts in m.slots.items() for i in opts]  # (slot order, then option order: the rows' order)
+    if not pairs:
+        return
+    at = np.array([i for _, i in pairs])
+    xs: list | None = None
     for g in range(t.use.shape[1]):
         cap = problem.group_capacity[g]
+        use = t.use[at, g]  # [pairs]
         for q in sorted(set(t.use[:, g].tolist()) - {0}):
             if q <= 1 or cap % q == 0:
                 continue
+            sel = np.flatnonzero(use >= q).tolist()
+            if not sel:
+                continue
+            xs = xs if xs is not None else [m.x(k, i) for k, i in pairs]
             row: dict = {}
-            for k, opts in m.slots.items():
-                for i in opts:
-                    if t.use[i, g] >= q:
-                        _acc(row, m.x(k, i), float(t.use[i, g] // q))
-            if row:
-                m.add(row, -INF, cap // q, label="G2 CG cut")
+            for j, c in zip(sel, (use[sel] // q).tolist()):
+                _acc(row, xs[j], float(c))
+            m.add(row, -INF, cap // q, label="G2 CG cut")
 
 
 def _rule_rows(problem: Problem, m: LinModel) -> None:
