@@ -72,34 +72,40 @@ def _shared_islands(problem):
     return replace(problem, groups=names, variants=variants)
 
 
+def _segment_nodes(seeds, islands: str, same_tp: bool):
+    """(seed, problem, variant, node DP) of the small random problems where eq. LS4 applies: ``own``, each group its
+    own island; ``shared``, four groups on two islands (``_shared_islands``). ``same_tp``: eq. U2 on."""
+    for seed in seeds:
+        problem = random_problem(seed, uniform=False, same_tp_first_last=same_tp,
+                                 num_groups=None if islands == "own" else 4)
+        if islands == "shared":
+            problem = _shared_islands(problem)
+        for v, dp, _ in variant_nodes(problem):
+            if segment_dp.applies(dp, problem.group_island):
+                yield seed, problem, v, dp
+
+
 @pytest.mark.parametrize("islands", ["own", "shared"])
 def test_segment_dp_is_feasible_and_least_over_segment_plans(islands):
     """``own``: every group its own island (random_problem's names), so any order of group segments; ``shared``:
     four groups on two islands, so the island runs (``segment_dp._step``) bind."""
     checked = found = 0
-    for seed in range(40):
-        problem = random_problem(seed, uniform=False, same_tp_first_last=False,
-                                 num_groups=None if islands == "own" else 4)
-        if islands == "shared":
-            problem = _shared_islands(problem)
-        for v, dp, _ in variant_nodes(problem):
-            t = dp.t
-            if not segment_dp.applies(dp, problem.group_island):
+    for seed, problem, v, dp in _segment_nodes(range(40), islands, same_tp=False):
+        t = dp.t
+        plan = segment_dp.segment_plan(dp, problem.group_island)
+        best = math.inf
+        for a in _plans(problem, v, min(t.p_max, problem.max_stages)):
+            if len(a.stages) < t.p_min or not _is_segments(problem, a) or violations(problem, a):
                 continue
-            plan = segment_dp.segment_plan(dp, problem.group_island)
-            best = math.inf
-            for a in _plans(problem, v, min(t.p_max, problem.max_stages)):
-                if len(a.stages) < t.p_min or not _is_segments(problem, a) or violations(problem, a):
-                    continue
-                best = min(best, _surrogate(dp, a))
-            checked += 1
-            if plan is None:
-                assert math.isinf(best), (seed, v, best)
-                continue
-            found += 1
-            assert violations(problem, plan) == [], (seed, v, plan)
-            assert _is_segments(problem, plan)
-            assert math.isclose(_surrogate(dp, plan), best, rel_tol=1e-9), (seed, v, _surrogate(dp, plan), best)
+            best = min(best, _surrogate(dp, a))
+        checked += 1
+        if plan is None:
+            assert math.isinf(best), (seed, v, best)
+            continue
+        found += 1
+        assert violations(problem, plan) == [], (seed, v, plan)
+        assert _is_segments(problem, plan)
+        assert math.isclose(_surrogate(dp, plan), best, rel_tol=1e-9), (seed, v, _surrogate(dp, plan), best)
     assert checked >= 20 and found >= 10, (checked, found)
 
 
@@ -197,32 +203,25 @@ def test_same_tp_plans_are_feasible_and_least_over_their_shapes(islands):
     among the winners). ``islands`` as in the first test: with ``shared`` a head may also leave an island and come
     back."""
     checked = heads = 0
-    for seed in range(60):
-        problem = random_problem(seed, uniform=False, same_tp_first_last=True,
-                                 num_groups=None if islands == "own" else 4)
-        if islands == "shared":
-            problem = _shared_islands(problem)
-        for v, dp, _ in variant_nodes(problem):
-            if not segment_dp.applies(dp, problem.group_island):
+    for seed, problem, v, dp in _segment_nodes(range(60), islands, same_tp=True):
+        plans = [a for a in segment_dp.same_tp_plans(dp, problem.group_island) if a is not None]
+        for a in plans:
+            assert violations(problem, a) == [], (seed, v, a)
+        got = min((_surrogate(dp, a) for a in plans), default=math.inf)
+        sizes = {p: _head_sizes(dp, p) for p in np.unique(dp.t.tp).tolist()}
+        best, best_head = math.inf, math.inf
+        for a in _plans(problem, v, min(dp.t.p_max, problem.max_stages)):
+            if len(a.stages) < dp.t.p_min or violations(problem, a):
                 continue
-            plans = [a for a in segment_dp.same_tp_plans(dp, problem.group_island) if a is not None]
-            for a in plans:
-                assert violations(problem, a) == [], (seed, v, a)
-            got = min((_surrogate(dp, a) for a in plans), default=math.inf)
-            sizes = {p: _head_sizes(dp, p) for p in np.unique(dp.t.tp).tolist()}
-            best, best_head = math.inf, math.inf
-            for a in _plans(problem, v, min(dp.t.p_max, problem.max_stages)):
-                if len(a.stages) < dp.t.p_min or violations(problem, a):
-                    continue
-                if _is_segments(problem, a):
-                    best = min(best, _surrogate(dp, a))
-                elif _is_head_plan(problem, a):
-                    p = problem.options[a.stages[0].option].tp
-                    g = problem.options[a.stages[0].option].group
-                    if g in sizes[p] and _head_units(dp, problem, a, sizes[p]) in sizes[p][g][2]:
-                        best_head = min(best_head, _surrogate(dp, a))
-            checked += 1
-            heads += best_head < best * (1 - 1e-9)
-            assert math.isclose(got, min(best, best_head), rel_tol=1e-9) or got == min(best, best_head), \
-                (seed, v, got, best, best_head)
+            if _is_segments(problem, a):
+                best = min(best, _surrogate(dp, a))
+            elif _is_head_plan(problem, a):
+                p = problem.options[a.stages[0].option].tp
+                g = problem.options[a.stages[0].option].group
+                if g in sizes[p] and _head_units(dp, problem, a, sizes[p]) in sizes[p][g][2]:
+                    best_head = min(best_head, _surrogate(dp, a))
+        checked += 1
+        heads += best_head < best * (1 - 1e-9)
+        assert math.isclose(got, min(best, best_head), rel_tol=1e-9) or got == min(best, best_head), \
+            (seed, v, got, best, best_head)
     assert checked >= 20 and heads >= (1 if islands == "own" else 3), (checked, heads)
