@@ -91,14 +91,26 @@ def sync_share(blocking: bool) -> float:
     return 0.0 if blocking else BWD_SHARE
 
 
+def sigma_share(vpp: int, blocking: bool) -> float:
+    """The share of eq. T3 (1F1B, ``sync_share``) or of eq. I1's sigma_v (interleaved: a rank's last backward is one
+    chunk's, so BWD_SHARE / vpp)."""
+    return BWD_SHARE / vpp if vpp > 1 else sync_share(blocking)
+
+
 def exposed_sync(t: Sequence[float], s: Sequence[float], bwd_share: float = BWD_SHARE) -> float:
     """sigma of eq. T3: stage j's DP sync starts when its own last backward ends, which is at least
     the backward time of the stages before it earlier than the first stage's; the iteration ends at
     max_j (s_j - bwd_share * sum_{k<j} t_k) after the first stage's last backward (>= s_0)."""
-    out, before = s[0], 0.0
+    return max(sync_excess(t, s, bwd_share))
+
+
+def sync_excess(t: Sequence[float], s: Sequence[float], bwd_share: float = BWD_SHARE) -> list[float]:
+    """Eq. T3's terms, s_j - bwd_share * sum_{k<j} t_k per stage j (seconds): sigma is their maximum, and the
+    stage reaching it is the one whose sync the iteration waits for."""
+    out, before = [s[0]], 0.0
     for j in range(1, len(s)):
         before += t[j - 1]
-        out = max(out, s[j] - bwd_share * before)
+        out.append(s[j] - bwd_share * before)
     return out
 
 
@@ -143,7 +155,7 @@ def iteration_time(t: Sequence[float], c: Sequence[float], s: Sequence[float], n
     if schedule == "interleaved" and vpp > 1:
         return interleaved_iteration_time(t, c, s, m, vpp, c_wrap)
     tau = steady_period(t, c, m, schedule, blocking)
-    sigma = exposed_sync(t, s, sync_share(blocking)) if len(s) else 0.0
+    sigma = exposed_sync(t, s, sigma_share(1, blocking)) if len(s) else 0.0
     return compose_iteration_time(m, tau, sum(t), sum(c), sigma)
 
 
@@ -227,7 +239,7 @@ def interleaved_iteration_time(t: Sequence[float], c: Sequence[float], s: Sequen
     micro-batch, which reaches rank j earlier than rank 0 by the backward of chunk 0 on ranks 0..j-1."""
     m, v = num_microbatches, vpp
     tau = interleaved_period(t, c, m, v, c_wrap)
-    sigma = exposed_sync(t, s, BWD_SHARE / v) if len(s) else 0.0
+    sigma = exposed_sync(t, s, sigma_share(v, False)) if len(s) else 0.0
     return interleaved_tau_weight(m, v) * tau + sum(t) / v + v * sum(c) + (v - 1) * c_wrap + sigma
 
 

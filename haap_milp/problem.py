@@ -68,7 +68,16 @@ from functools import cached_property
 
 import numpy as np
 
-from haap_milp.pipeline import GIB, TIME_RTOL, fits_memory, inflight, inflight_1f1b, iteration_time
+from haap_milp.pipeline import (
+    GIB,
+    TIME_RTOL,
+    fits_memory,
+    inflight,
+    inflight_1f1b,
+    iteration_time,
+    sigma_share,
+    sync_excess,
+)
 from haap_milp.pipeline import stage_memory as stage_memory_bytes
 
 
@@ -330,6 +339,12 @@ def sync_times(problem: Problem, a: Assignment) -> list[float]:
     if lists is None:
         return _stage_sums(a, v.sync_per_layer, v.sync_first, v.sync_last, v.sync_fixed)
     return _stage_sums(a, lists[4], lists[5], lists[6], lists[3])
+
+
+def sync_terms(problem: Problem, a: Assignment) -> list[float]:
+    """Eq. T3's (I1's) terms s_j - beta * sum_{k<j} t_k per stage (seconds): sigma is their maximum."""
+    v = problem.variants[a.variant]
+    return sync_excess(stage_times(problem, a), sync_times(problem, a), sigma_share(v.vpp, problem.p2p_blocking))
 
 
 def evaluate(problem: Problem, a: Assignment) -> float:

@@ -201,3 +201,28 @@ def test_offer_with_a_margin_polishes_a_plan_above_the_incumbent_and_keeps_it_on
     FakePolish.target = best  # a polish that beats it: kept
     st.offer(problem, worse, "test", margin=margin)
     assert st.inc_obj == pytest.approx(evaluate(problem, best)) and st.inc_obj < evaluate(problem, mid)
+
+
+def test_segment_plans_cap_the_later_stages_syncs_where_they_set_sigma(monkeypatch):
+    """Eq. LS4h on qwen3-235b-a22b x hetero3-1024 (gbs 2048), the variant of M 64, vpp 4, 16 stages at the period of
+    the best plan known (8.1035 s, tau 0.11733 s): eq. LS4 prices the first stage's sync alone, and its plan puts 10
+    layers on 128 A100-80 whose 0.83 s sync sets sigma (8.6525 s); with the later stages' syncs capped the plans
+    reach 8.1394 s, below the DP heuristic's 8.1849 s."""
+    from haap_milp import planner
+    from haap_milp.catalog import load_cluster, load_model
+    from haap_milp.specs import SolveOptions, TrainingSpec
+    from haap_milp.specs.solve import SOLVE_SPACE
+
+    opts = SolveOptions(time_limit_s=10, threads=1, **SOLVE_SPACE)
+    ctx = planner.Context.build(load_model("qwen3-235b-a22b"), load_cluster("hetero3-1024"),
+                                TrainingSpec(global_batch_size=2048, seq_len=4096), opts, None)
+    problem = ctx.presolved.problem
+    v = next(i for i, w in enumerate(problem.variants)
+             if (w.num_microbatches, w.vpp, w.num_stages) == (64, 4, 16))
+    best = {}
+    for on in (False, True):
+        monkeypatch.setattr(bb, "USE_SYNC_CAP", on)
+        plan = bb._segment_at(problem, v, 0.11733 * 1.003, problem.group_island)
+        assert plan is not None and violations(problem, plan) == []
+        best[on] = evaluate(problem, plan)
+    assert best[False] > 8.6 and best[True] < 8.15, best

@@ -225,3 +225,40 @@ def test_same_tp_plans_are_feasible_and_least_over_their_shapes(islands):
         assert math.isclose(got, min(best, best_head), rel_tol=1e-9) or got == min(best, best_head), \
             (seed, v, got, best, best_head)
     assert checked >= 20 and heads >= (1 if islands == "own" else 3), (checked, heads)
+
+
+def _sync_cap(problem, plans) -> float:
+    """A cap between the node's non-first stage syncs over the plans given: halfway between the two middle ones of
+    their distinct values (no sync lies on it, so float noise cannot decide a comparison)."""
+    from haap_milp.problem import sync_times
+
+    vals = sorted({round(x, 12) for a in plans for x in sync_times(problem, a)[1:]})
+    m = len(vals) // 2
+    return (vals[m - 1] + vals[m]) / 2 if len(vals) >= 2 else math.inf
+
+
+@pytest.mark.parametrize("islands", ["own", "shared"])
+def test_sync_capped_is_least_over_segment_plans_within_the_cap(islands):
+    """Eq. LS4h (``segment_dp.sync_capped``): with the non-first stages' syncs capped at c, the segment DP's plan is
+    the least of eq. N4's right side over the segment plans whose every stage after the first syncs within c
+    (``problem.sync_times``, the evaluator's own sums: brute force). The cap binds (the least within it is dearer
+    than the least overall) on some nodes, so a cap left out, or applied to the wrong terms, fails."""
+    from haap_milp.problem import sync_times
+
+    checked = binding = 0
+    for seed, problem, v, dp in _segment_nodes(range(40), islands, same_tp=False):
+        seg = [a for a in _plans(problem, v, min(dp.t.p_max, problem.max_stages))
+               if len(a.stages) >= dp.t.p_min and _is_segments(problem, a) and not violations(problem, a)]
+        cap = _sync_cap(problem, seg)
+        best = min((_surrogate(dp, a) for a in seg if max(sync_times(problem, a)[1:], default=0.0) <= cap),
+                   default=math.inf)
+        plan = segment_dp.segment_plan(segment_dp.sync_capped(dp, cap), problem.group_island)
+        checked += 1
+        binding += best > min((_surrogate(dp, a) for a in seg), default=math.inf) * (1 + 1e-9)
+        if plan is None:
+            assert math.isinf(best), (seed, v, best)
+            continue
+        assert violations(problem, plan) == [], (seed, v, plan)
+        assert max(sync_times(problem, plan)[1:], default=0.0) <= cap * (1 + 1e-12), (seed, v)
+        assert math.isclose(_surrogate(dp, plan), best, rel_tol=1e-9), (seed, v, _surrogate(dp, plan), best)
+    assert checked >= 20 and binding >= 3, (checked, binding)

@@ -33,6 +33,8 @@ from haap_milp.problem import (
     evaluate,
     over_time,
     stage_times,
+    sync_terms,
+    sync_times,
     violations,
     wrap_time,
 )
@@ -114,6 +116,13 @@ SEG_TRIAL = 12
 # H100@ib + 64 A100-40@roce; one run of LS4 costs 0.2-2.6 s on three types x two islands)
 USE_SAME_TP_PLANS = True
 SAME_TP_BUDGET_S = 0.25
+# eq. LS4h: where the exposed sync sigma of an eq. LS4 plan is set by a stage after the first (LS4 prices s_0 alone),
+# LS4 again with the later stages' syncs capped halfway between s_0 and that stage's, up to SYNC_CAP_ROUNDS times
+# (measured: qwen3-235b-a22b x hetero3-1024, variant M 64, vpp 4 at the optimum's tau: LS4's plan 8.6525 s, its sigma
+# 0.72 s from a 10-layer stage of 128 A100-80 syncing 0.83 s; capped 8.2116 s, then 8.1394 s; the optimum 8.1035 s,
+# the warm start 8.1849 s; 0.1 s a run)
+USE_SYNC_CAP = True
+SYNC_CAP_ROUNDS = 3
 # eq. LS4b: before branching, where every island holds one group, the segment DP on each variant whose bound beats
 # the incumbent, its tau cap lowered from eq. X1's to just under each better plan's own tau (measured: gpt3-13b on 128
 # H100@ib + 128 A100-80@roce, the DP heuristic's 5.071 s, the scan's 4.660 s, the optimum; on three types x two
@@ -1391,9 +1400,31 @@ def _segment_plans(problem: Problem, dp: PathDP, island) -> list[Assignment | No
     """Eq. LS4's plan, and under eq. U2 eq. LS4g's too (both ends of one tp, with and without a head), within their
     time budget (LS4's run first: where the budget cuts LS4g short, LS4's plan may still keep eq. U2)."""
     plans = [segment_dp.segment_plan(dp, island)]
+    plans.extend(_sync_capped(problem, dp, island, plans[0]))
     if problem.same_tp_first_last and USE_SAME_TP_PLANS:
         plans.extend(segment_dp.same_tp_plans(dp, island, SAME_TP_BUDGET_S))
     return plans
+
+
+def _sync_capped(problem: Problem, dp: PathDP, island, plan: Assignment | None) -> list[Assignment | None]:
+    """Eq. LS4h: while the plan's sigma (eq. T3, I1) is set by a stage j > 0, eq. LS4's plan with the non-first
+    stages' syncs capped at (s_0 + s_j) / 2 of the last plan (the cap only falls), SYNC_CAP_ROUNDS times at most."""
+    out: list = []
+    cap = math.inf
+    for _ in range(SYNC_CAP_ROUNDS if USE_SYNC_CAP else 0):
+        if plan is None:
+            break
+        terms = sync_terms(problem, plan)
+        j = int(np.argmax(terms))
+        if j == 0 or terms[j] <= terms[0]:
+            break
+        s = sync_times(problem, plan)
+        if (s[0] + s[j]) / 2 >= cap:
+            break
+        cap = (s[0] + s[j]) / 2
+        plan = segment_dp.segment_plan(segment_dp.sync_capped(dp, cap), island)
+        out.append(plan)
+    return out
 
 
 def _island_tables(problem: Problem, v: int, b: float) -> list[Tables]:

@@ -262,6 +262,20 @@ def _ends_of_tp(dp: PathDP, p: int) -> PathDP:
     return out
 
 
+def sync_capped(dp: PathDP, cap_s: float) -> PathDP:
+    """Eq. LS4h: the node's DP with every non-first stage whose DP sync s_j (``sync_fixed`` + ``sync_per_layer`` n,
+    plus ``sync_last`` at slot 1; seconds) exceeds ``cap_s`` left out (inf). A shallow copy; the first stage's
+    tables are shared (its sync s_0 is priced in them already)."""
+    out = copy.copy(dp)
+    c, n = dp.t.coef, np.arange(dp.L + 1, dtype=float)[None, :]
+    base = n * c["sync_per_layer"][:, None] + c["sync_fixed"][:, None]  # [n, L+1]
+    out.nonfirst = {}
+    for k in dp.nonfirst:
+        sync = base + c["sync_last"][:, None] if k == 1 else base
+        out.nonfirst[k] = dp._rows(np.where(sync > cap_s, INF, dp._base(k, False)))
+    return out
+
+
 def same_tp_plans(dp: PathDP, island: np.ndarray, budget_s: float = math.inf) -> list[Assignment | None]:
     """Eq. LS4g: under eq. U2 (first and last stage of one tp), per tp p of the options, the least segment plan with
     both ends of tp p; then, per tp p and group g, the least with, in addition, the first stage a second segment of g
