@@ -14,6 +14,7 @@ from synthetic import random_problem
 from haap_milp.interleave import interleaved_variants
 from haap_milp.problem import Stage, evaluate, violations
 from haap_milp.solvers import dp
+from haap_milp.solvers.common import bounds
 
 
 def _with_copies(seed):
@@ -42,6 +43,8 @@ def test_plain_best_is_polished_before_any_copy_is_searched(monkeypatch):
     monkeypatch.setattr(dp, "polish", polish)
     monkeypatch.setattr(dp, "Polish", Polish)
     monkeypatch.setattr(dp, "build_tables", tables)
+    monkeypatch.setattr(bounds, "build_tables", tables)  # (the variant loop's tables come through ``root_setup``)
+    monkeypatch.setattr(bounds, "_ROOTS", {})
     checked = 0
     for seed in range(8):
         plain, problem = _with_copies(seed)

@@ -215,8 +215,13 @@ def test_dp_look_ahead_runs_are_the_loops(two_cpus, monkeypatch):
 def test_variant_tables_and_bounds_the_same_on_two_processes(two_cpus, monkeypatch):
     """The exact search's set-up (``branch_and_bound._variant_tables``): the child's eq. B2 bounds are the loop's, the
     tables are built here for every variant, in order; with the clock already past and a warm start in hand it gives
-    none on two processes as on one. (SETUP_FORK_S 0: it forks whatever the set-up's size.)"""
+    none on two processes as on one. (SETUP_FORK_S 0: it forks whatever the set-up's size.) Each call starts from an
+    empty ``root_setup`` memo but the last: with every variant memoised it computes none again (the very objects)."""
+    from haap_milp.solvers.common import bounds
     from haap_milp.solvers.common import branch_and_bound as bb
+
+    def fresh():
+        monkeypatch.setattr(bounds, "_ROOTS", {})
 
     monkeypatch.setattr(bb, "SETUP_FORK_S", 0.0)
     forked = []
@@ -226,7 +231,9 @@ def test_variant_tables_and_bounds_the_same_on_two_processes(two_cpus, monkeypat
     pre, _ = _presolved(1)
     problem = pre.problem
     assert len(problem.variants) >= 3
+    fresh()
     t1, b1 = bb._variant_tables(problem, False, float("inf"), 1)
+    fresh()
     t2, b2 = bb._variant_tables(problem, False, float("inf"), 2)
     assert forked == [1, 2] and b1 == b2 and [t.v for t in t2] == list(range(len(problem.variants)))
     for x, y in zip(t1, t2):
@@ -234,9 +241,44 @@ def test_variant_tables_and_bounds_the_same_on_two_processes(two_cpus, monkeypat
             a, b = getattr(x, f.name), getattr(y, f.name)
             if isinstance(a, np.ndarray):
                 assert a.tobytes() == b.tobytes(), f.name
+    fresh()
     assert bb._variant_tables(problem, True, 0.0, 2) == (None, None)
+    fresh()
     assert bb._variant_tables(problem, False, 0.0, 2)[0] is not None  # (no plan in hand: the tables are built)
+    fresh()
     monkeypatch.setattr(bb, "SETUP_FORK_S", 1e9)  # (a set-up this small stays in this process)
     forked.clear()
-    bb._variant_tables(problem, False, float("inf"), 2)
-    assert forked == [1]
+    t3, b3 = bb._variant_tables(problem, False, float("inf"), 2)
+    assert forked == [1] and b3 == b1
+    forked.clear()
+    t4, b4 = bb._variant_tables(problem, False, float("inf"), 2)  # (all memoised: nothing to compute or fork)
+    assert all(x is y for x, y in zip(t3, t4)) and b4 == b3 and all(n == 1 for n in forked)
+
+
+def test_dp_heuristic_variant_set_up_is_the_exact_search_s(monkeypatch):
+    """``bounds.root_setup``: the DP heuristic's variant loop memoises each variant's root tables and eq. B2 bound,
+    and the exact search's set-up takes them (the very objects) instead of building them again; after the DP has run
+    they are still what a fresh build gives (no caller wrote into the shared tables)."""
+    from haap_milp.solvers.common import bounds
+    from haap_milp.solvers.common import branch_and_bound as bb
+    from haap_milp.solvers.common.slot_bounds import build_tables
+
+    monkeypatch.setattr(bounds, "_ROOTS", {})
+    pre, opts = _presolved(1)
+    problem = pre.problem
+    with use(Deadline(None)):
+        dp.solve(problem, opts)
+    known = [v for v in range(len(problem.variants)) if bounds.root_known(problem, v)]
+    assert len(known) >= 3, known
+    memo = {v: bounds.root_setup(problem, v) for v in known}
+    tables, vb = bb._variant_tables(problem, False, float("inf"), 1)
+    for v in known:
+        assert tables[v] is memo[v][0] and vb[v] == memo[v][1]
+        fresh = build_tables(problem, v)
+        for f in dataclasses.fields(fresh):
+            a, b = getattr(fresh, f.name), getattr(tables[v], f.name)
+            if isinstance(a, np.ndarray):
+                assert a.tobytes() == b.tobytes(), (v, f.name)
+            elif not isinstance(a, dict):
+                assert a == b, (v, f.name)
+        assert bounds.variant_bound(problem, fresh) == vb[v]

@@ -50,7 +50,13 @@ from haap_milp.solvers.common import (
     segment_dp,
 )
 from haap_milp.solvers.common import polish as polish_mod
-from haap_milp.solvers.common.bounds import VariantBound, infeasibility_reason, signature_bounds, variant_bound
+from haap_milp.solvers.common.bounds import (
+    VariantBound,
+    infeasibility_reason,
+    root_known,
+    root_setup,
+    signature_bounds,
+)
 from haap_milp.solvers.common.capacity_dp import capacity_bound, island_blocks, island_bound, island_parts
 from haap_milp.solvers.common.dual_bundle import bundle_bound, resource_ray, with_gpu_time
 from haap_milp.solvers.common.hints import canonical
@@ -491,23 +497,23 @@ def _variant_tables(problem: Problem, hint_ok: bool, deadline: float, threads: i
     interruptible, 0.9 s in all on mixtral-8x7b x 4096 x 3 types x 2 islands. The child's tables are not sent back
     (tens of MB): they are built again here, a third of a variant's time."""
     dl = current()
-    built: dict[int, Tables] = {}
 
     def bound_of(v: int) -> VariantBound | None:  # (None: the clock or Ctrl-C came first, with a plan in hand)
         if v and hint_ok and (time.perf_counter() > deadline or dl.interrupted):
             return None
-        t = built[v] = build_tables(problem, v)
-        return variant_bound(problem, t)
+        return root_setup(problem, v)[1]
 
     t0 = time.perf_counter()
     vb = [bound_of(0)] if problem.variants else []
-    rest = list(range(1, len(problem.variants)))
+    # (the variants the DP heuristic set up in this process are memoised: only the others are computed)
+    rest = [v for v in range(1, len(problem.variants)) if not root_known(problem, v)]
     if (time.perf_counter() - t0) * len(rest) < SETUP_FORK_S:  # (a fork costs ~10 ms: small set-ups stay here)
         threads = 1
-    vb += fork_map(bound_of, rest, threads, stop=lambda: dl.interrupted)
-    if any(b is None for b in vb):
+    got = dict(zip(rest, fork_map(bound_of, rest, threads, stop=lambda: dl.interrupted)))
+    if any(b is None for b in got.values()) or (vb and vb[0] is None):
         return None, None
-    return [built[v] if v in built else build_tables(problem, v) for v in range(len(vb))], vb
+    setups = [root_setup(problem, v, got.get(v)) for v in range(len(problem.variants))]
+    return [t for t, _ in setups], [b for _, b in setups]
 
 
 def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadline: float, name: str,

@@ -31,8 +31,8 @@ import numpy as np
 
 from haap_milp.deadline import current
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
-from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, island_split, variant_bound
-from haap_milp.solvers.common.bounds import signature_bounds
+from haap_milp.solvers.common import Tables, build_tables, canonical, infeasibility_reason, island_split
+from haap_milp.solvers.common.bounds import root_seed, root_setup, signature_bounds
 from haap_milp.solvers.common.polish import Polish, polish, regrade
 from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, group_links, option_classes, owners, split
 from haap_milp.solvers.dp.fallback import TIME_LIMIT_S, beam_search
@@ -112,6 +112,7 @@ def solve(problem: Problem, options=None, hint: Assignment | None = None) -> Raw
                 break
             look = seen.get(v) or _Look.of(problem, v)
             vb = look.vb
+            root_seed(problem, v, vb)  # (a look-ahead child's bound: the exact search's set-up takes it)
             bounds.append(vb)
             if not math.isfinite(vb.total_s):
                 continue
@@ -198,16 +199,15 @@ class _Look:
 
     @classmethod
     def of(cls, problem: Problem, v: int) -> _Look:
-        t = build_tables(problem, v)
-        return cls(v, variant_bound(problem, t), SimpleNamespace(p2p=t.p2p, vpp=t.vpp, M=t.M),
-                   len(_restrictions(problem, t)), tables=t)
+        t, vb = root_setup(problem, v)  # (memoised: the exact search's set-up takes them from here)
+        return cls(v, vb, SimpleNamespace(p2p=t.p2p, vpp=t.vpp, M=t.M), len(_restrictions(problem, t)), tables=t)
 
     def ranked(self, problem: Problem) -> list[int]:
         """The restrictions in the order the loop runs them: eq. DP8i's under eq. U1 (``bounds`` and ``order`` set
         on first use, only for a variant the loop searches), else index order."""
         if self.order is None and problem.uniform and self.restrictions > 1 and USE_SIGNATURE_BOUND:
             if self.tables is None:
-                self.tables = build_tables(problem, self.v)
+                self.tables = root_setup(problem, self.v)[0]
             # (a signature's bound over all its options bounds each restriction of it, eq. U1's one per signature)
             by_sig = signature_bounds(problem, self.tables)
             self.bounds = [by_sig[int(s)].total_s for s in np.unique(self.tables.sig)]
@@ -223,7 +223,7 @@ class _Look:
         key = (ri, None if charge is None else charge.tobytes())
         if key not in self.runs:
             if self.tables is None:
-                self.tables = build_tables(problem, self.v)
+                self.tables = root_setup(problem, self.v)[0]
             t = self.tables
             r = _restrictions(problem, t)[ri]
             got, n = _variant(problem, t, r if charge is not None else _kept(problem, t, r), self.vb.rest_lb, charge)
