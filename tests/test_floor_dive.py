@@ -136,7 +136,7 @@ def test_dive_retries_the_segment_plan_at_growing_slack_below_the_cap_until_one_
     def run(give_at: int, no_dp: bool = False):
         calls.clear()
 
-        def fake(prob, v, b, island, ran=None):
+        def fake(prob, v, b, island, ran=None, inc_obj=math.inf):
             calls.setdefault(v, []).append(b)
             if ran is not None and not no_dp:
                 ran.append(True)
@@ -206,8 +206,9 @@ def test_offer_with_a_margin_polishes_a_plan_above_the_incumbent_and_keeps_it_on
 def test_segment_plans_cap_the_later_stages_syncs_where_they_set_sigma(monkeypatch):
     """Eq. LS4h on qwen3-235b-a22b x hetero3-1024 (gbs 2048), the variant of M 64, vpp 4, 16 stages at the period of
     the best plan known (8.1035 s, tau 0.11733 s): eq. LS4 prices the first stage's sync alone, and its plan puts 10
-    layers on 128 A100-80 whose 0.83 s sync sets sigma (8.6525 s); with the later stages' syncs capped the plans
-    reach 8.1394 s, below the DP heuristic's 8.1849 s."""
+    layers on 128 A100-80 whose 0.83 s sync sets sigma (8.6525 s); with sigma capped (the later stages' syncs, eq.
+    T3's offset by the stages before them, the first stage's sync free up to the cap) the plans reach 8.1124 s, 0.11 %
+    above that plan and below the DP heuristic's 8.1849 s."""
     from haap_milp import planner
     from haap_milp.catalog import load_cluster, load_model
     from haap_milp.specs import SolveOptions, TrainingSpec
@@ -225,4 +226,4 @@ def test_segment_plans_cap_the_later_stages_syncs_where_they_set_sigma(monkeypat
         plan = bb._segment_at(problem, v, 0.11733 * 1.003, problem.group_island)
         assert plan is not None and violations(problem, plan) == []
         best[on] = evaluate(problem, plan)
-    assert best[False] > 8.6 and best[True] < 8.15, best
+    assert best[False] > 8.6 and best[True] < 8.12, best

@@ -237,12 +237,31 @@ def _sync_cap(problem, plans) -> float:
     return (vals[m - 1] + vals[m]) / 2 if len(vals) >= 2 else math.inf
 
 
+def _capped_surrogate(dp: PathDP, problem, plan: Assignment, cap: float) -> float:
+    """``_surrogate`` with the first stage's sync priced as max(s_0, cap) (eq. LS4h)."""
+    local = {int(o): i for i, o in enumerate(dp.t.opts)}
+    first = plan.stages[0]
+    s0 = float(dp._base(len(plan.stages), True, parts=True)[1][local[first.option], first.num_layers])
+    return _surrogate(dp, plan) - s0 + max(s0, cap)
+
+
+def _within(problem, dp: PathDP, a: Assignment, cap: float, per: float) -> bool:
+    """Every stage j > 0 of ``a`` syncs within cap + per (P - k), k its slot from the end, P the node's least count."""
+    from haap_milp.problem import sync_times
+
+    s, n = sync_times(problem, a), len(a.stages)
+    return all(s[j] <= cap + per * max(dp.p_first - (n - j), 0) for j in range(1, n))
+
+
 @pytest.mark.parametrize("islands", ["own", "shared"])
-def test_sync_capped_is_least_over_segment_plans_within_the_cap(islands):
-    """Eq. LS4h (``segment_dp.sync_capped``): with the non-first stages' syncs capped at c, the segment DP's plan is
-    the least of eq. N4's right side over the segment plans whose every stage after the first syncs within c
-    (``problem.sync_times``, the evaluator's own sums: brute force). The cap binds (the least within it is dearer
-    than the least overall) on some nodes, so a cap left out, or applied to the wrong terms, fails."""
+@pytest.mark.parametrize("per_stage", [0.0, 0.3])
+def test_sync_capped_is_least_over_segment_plans_within_the_cap(islands, per_stage):
+    """Eq. LS4h (``segment_dp.sync_capped``): with the cap c and the allowance a per earlier stage, the segment DP's
+    plan is the least over the segment plans whose stage j > 0 syncs within c + a (P - k) (k = P_j's slot from the
+    end, P the node's least stage count; ``problem.sync_times``, the evaluator's own sums: brute force) of eq. N4's
+    right side with the first stage's sync priced as max(s_0, c). The cap binds on some nodes (the least within it is
+    dearer than the least overall), so a cap left out, or applied to the wrong terms, fails. ``per_stage``: a, in
+    units of the node's least non-zero sync."""
     from haap_milp.problem import sync_times
 
     checked = binding = 0
@@ -250,15 +269,18 @@ def test_sync_capped_is_least_over_segment_plans_within_the_cap(islands):
         seg = [a for a in _plans(problem, v, min(dp.t.p_max, problem.max_stages))
                if len(a.stages) >= dp.t.p_min and _is_segments(problem, a) and not violations(problem, a)]
         cap = _sync_cap(problem, seg)
-        best = min((_surrogate(dp, a) for a in seg if max(sync_times(problem, a)[1:], default=0.0) <= cap),
+        syncs = [x for a in seg for x in sync_times(problem, a) if x > 0]
+        per = per_stage * min(syncs, default=0.0)
+        best = min((_capped_surrogate(dp, problem, a, cap) for a in seg if _within(problem, dp, a, cap, per)),
                    default=math.inf)
-        plan = segment_dp.segment_plan(segment_dp.sync_capped(dp, cap), problem.group_island)
+        plan = segment_dp.segment_plan(segment_dp.sync_capped(dp, cap, per), problem.group_island)
         checked += 1
-        binding += best > min((_surrogate(dp, a) for a in seg), default=math.inf) * (1 + 1e-9)
+        binding += best > min((_capped_surrogate(dp, problem, a, cap) for a in seg), default=math.inf) * (1 + 1e-9)
         if plan is None:
             assert math.isinf(best), (seed, v, best)
             continue
         assert violations(problem, plan) == [], (seed, v, plan)
-        assert max(sync_times(problem, plan)[1:], default=0.0) <= cap * (1 + 1e-12), (seed, v)
-        assert math.isclose(_surrogate(dp, plan), best, rel_tol=1e-9), (seed, v, _surrogate(dp, plan), best)
+        assert _within(problem, dp, plan, cap, per), (seed, v)
+        got = _capped_surrogate(dp, problem, plan, cap)
+        assert math.isclose(got, best, rel_tol=1e-9), (seed, v, got, best)
     assert checked >= 20 and binding >= 3, (checked, binding)

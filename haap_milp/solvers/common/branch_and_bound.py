@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from haap_milp.deadline import current
-from haap_milp.pipeline import TIME_RTOL, interleaved_period, steady_period, sync_share, within_gap
+from haap_milp.pipeline import TIME_RTOL, interleaved_period, sigma_share, steady_period, sync_share, within_gap
 from haap_milp.problem import (
     Assignment,
     Problem,
@@ -34,7 +34,6 @@ from haap_milp.problem import (
     over_time,
     stage_times,
     sync_terms,
-    sync_times,
     violations,
     wrap_time,
 )
@@ -87,6 +86,7 @@ POOL_GRACE_S = 0.0
 # 11 and 12 of 19 before (the probe on the node that finds its 1.0327 s plan ran out of time in the others)
 POOL_PROBE_SCALE = 2.0
 POOL_POLL_S = 0.05  # s between looks at Ctrl-C while waiting for a worker
+ASPIRE, ASPIRE_RTOL = False, 1e-6
 MIN_ENGINE_S = 1.0  # least time given to an exact engine on a node (doubles on each retry)
 INITIAL_SPLIT = 4  # intervals per variant before the search starts
 # share of the time limit for the engine on the warm start's variant (eq. N3). Off: measured on the
@@ -128,7 +128,9 @@ SAME_TP_BUDGET_S = 0.25
 # 0.72 s from a 10-layer stage of 128 A100-80 syncing 0.83 s; capped 8.2116 s, then 8.1394 s; the optimum 8.1035 s,
 # the warm start 8.1849 s; 0.1 s a run)
 USE_SYNC_CAP = True
-SYNC_CAP_ROUNDS = 3
+SYNC_CAP_ROUNDS = 4
+SYNC_PREFIX_SHARE = 0.5  # a stage before a capped one counted at this share of the node's tau cap (eq. T3's offset)
+SYNC_CAP_MIN = 0.01  # no capped runs where the plan's exposed sync above e_0 is under this share of its time
 # eq. LS4b: before branching, where every island holds one group, the segment DP on each variant whose bound beats
 # the incumbent, its tau cap lowered from eq. X1's to just under each better plan's own tau (measured: gpt3-13b on 128
 # H100@ib + 128 A100-80@roce, the DP heuristic's 5.071 s, the scan's 4.660 s, the optimum; on three types x two
@@ -1251,7 +1253,7 @@ def _segment_scan(problem: Problem, st: _State, vb: list, tables: list, r: float
         while (b >= vb[v].tau_lb and calls < SCAN_CALLS and time.perf_counter() + st.cap_dp_s <= until
                and not current().interrupted):
             t0 = time.perf_counter()
-            plan = _segment_at(problem, v, b, island)
+            plan = _segment_at(problem, v, b, island, inc_obj=st.inc_obj)
             st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
             calls += 1
             obj = evaluate(problem, plan) if plan is not None else math.inf
@@ -1361,7 +1363,7 @@ def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadli
                 break
             t0 = time.perf_counter()
             ran: list = []
-            plan = _segment_at(problem, v, b, island, ran)
+            plan = _segment_at(problem, v, b, island, ran, st.inc_obj)
             st.offer(problem, plan, f"{name} floor dive", margin=DIVE_POLISH_MARGIN)
             st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
             dives += 1
@@ -1379,7 +1381,8 @@ def _holds_no_plan(problem: Problem, v: int, b: float) -> bool:
     return all(resource_ray(PathDP(problem, t, b, t.p_min, t.p_max))[0] for t in _island_tables(problem, v, b))
 
 
-def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = None) -> Assignment | None:
+def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = None,
+                inc_obj: float = math.inf) -> Assignment | None:
     """Eq. LS4's plan of variant v with every stage and link within tau <= b (None: none, or not a valid plan); under
     eq. N9b the best of each island's. Where a GPU type lies on several islands, eq. N25b's crossing plan too (the
     better of the two). ``ran``: True is appended for each DP that ran (none: neither applies to the variant's
@@ -1389,7 +1392,7 @@ def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = N
     for t in _island_tables(problem, v, b):
         dp = PathDP(problem, t, b, t.p_min, t.p_max)
         applies = segment_dp.applies(dp, island)
-        plans = _segment_plans(problem, dp, island) if applies else [None]
+        plans = _segment_plans(problem, dp, island, inc_obj) if applies else [None]
         blocks = island_blocks(problem, dp) if USE_CROSSING_PLAN and len(set(types)) < dp.G else None
         if blocks is not None:  # eq. N25b: a GPU type on several islands, the at-most-once case's plan too
             plans.append(island_crossings.crossing_plan(dp, types, problem.group_island, blocks))
@@ -1402,33 +1405,39 @@ def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = N
     return best
 
 
-def _segment_plans(problem: Problem, dp: PathDP, island) -> list[Assignment | None]:
+def _segment_plans(problem: Problem, dp: PathDP, island, inc_obj: float = math.inf) -> list[Assignment | None]:
     """Eq. LS4's plan, and under eq. U2 eq. LS4g's too (both ends of one tp, with and without a head), within their
     time budget (LS4's run first: where the budget cuts LS4g short, LS4's plan may still keep eq. U2)."""
     plans = [segment_dp.segment_plan(dp, island)]
-    plans.extend(_sync_capped(problem, dp, island, plans[0]))
+    plans.extend(_sync_capped(problem, dp, island, plans[0], inc_obj))
     if problem.same_tp_first_last and USE_SAME_TP_PLANS:
         plans.extend(segment_dp.same_tp_plans(dp, island, SAME_TP_BUDGET_S))
     return plans
 
 
-def _sync_capped(problem: Problem, dp: PathDP, island, plan: Assignment | None) -> list[Assignment | None]:
-    """Eq. LS4h: while the plan's sigma (eq. T3, I1) is set by a stage j > 0, eq. LS4's plan with the non-first
-    stages' syncs capped at (s_0 + s_j) / 2 of the last plan (the cap only falls), SYNC_CAP_ROUNDS times at most."""
+def _sync_capped(problem: Problem, dp: PathDP, island, plan: Assignment | None,
+                 inc_obj: float = math.inf) -> list[Assignment | None]:
+    """Eq. LS4h: while the plan's sigma (eq. T3, I1) is set by a stage j > 0, eq. LS4's plan with sigma capped at
+    (e_0 + e_j) / 2 of the last plan (e_j = s_j - beta sum_{k<j} t_k, its terms; the cap only falls), the stages
+    before each taken at SYNC_PREFIX_SHARE of the node's tau cap each; SYNC_CAP_ROUNDS times at most, and not where
+    LS4's plan, its sigma down to e_0, would still not beat ``inc_obj`` (the capped plans trade time for sync) or
+    where that would gain less than SYNC_CAP_MIN of its time."""
     out: list = []
     cap = math.inf
+    if plan is not None:
+        terms, obj = sync_terms(problem, plan), evaluate(problem, plan)
+        if obj - (max(terms) - terms[0]) >= inc_obj or max(terms) - terms[0] < SYNC_CAP_MIN * obj:
+            return out
+    per_stage = sigma_share(problem.variants[dp.t.v].vpp, problem.p2p_blocking) * SYNC_PREFIX_SHARE * dp.b
     for _ in range(SYNC_CAP_ROUNDS if USE_SYNC_CAP else 0):
         if plan is None:
             break
         terms = sync_terms(problem, plan)
         j = int(np.argmax(terms))
-        if j == 0 or terms[j] <= terms[0]:
+        if j == 0 or terms[j] <= terms[0] or (terms[0] + terms[j]) / 2 >= cap:
             break
-        s = sync_times(problem, plan)
-        if (s[0] + s[j]) / 2 >= cap:
-            break
-        cap = (s[0] + s[j]) / 2
-        plan = segment_dp.segment_plan(segment_dp.sync_capped(dp, cap), island)
+        cap = (terms[0] + terms[j]) / 2
+        plan = segment_dp.segment_plan(segment_dp.sync_capped(dp, cap, per_stage), island)
         out.append(plan)
     return out
 
@@ -1502,7 +1511,8 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     h = inc if inc is not None and inc.variant == v and a <= _steady(problem, inc) <= b * (1 + TIME_RTOL) else None
     if h is not None and keep[1] >= 0 and not island_split.inside(problem, h, keep[1]):
         h = None  # (a node of another island, eq. N9b)
-    res = _call(problem, options, st, lm, nb, cutoff, share, h, name, solve_node, v)
+    aim = st.inc_obj * (1 - ASPIRE_RTOL) if ASPIRE and cutoff is not None and st.inc is not None else cutoff
+    res = _call(problem, options, st, lm, nb, aim, share, h, name, solve_node, v)
     if res.status == "INFEASIBLE":
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return True

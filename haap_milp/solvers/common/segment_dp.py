@@ -262,17 +262,26 @@ def _ends_of_tp(dp: PathDP, p: int) -> PathDP:
     return out
 
 
-def sync_capped(dp: PathDP, cap_s: float) -> PathDP:
-    """Eq. LS4h: the node's DP with every non-first stage whose DP sync s_j (``sync_fixed`` + ``sync_per_layer`` n,
-    plus ``sync_last`` at slot 1; seconds) exceeds ``cap_s`` left out (inf). A shallow copy; the first stage's
-    tables are shared (its sync s_0 is priced in them already)."""
+def sync_capped(dp: PathDP, cap_s: float, per_stage_s: float = 0.0) -> PathDP:
+    """Eq. LS4h: the node's DP with the plans whose exposed sync sigma stays within ``cap_s`` (s) by the stages after
+    the first: the non-first stage at slot k (its DP sync s_j: ``sync_fixed`` + ``sync_per_layer`` n, plus
+    ``sync_last`` at slot 1) is left out (inf) where s_j exceeds cap_s + ``per_stage_s`` (P - k), P the least stage
+    count the node allows (the variant's under interleaving): eq. T3 offsets s_j by beta times the j = P - k stages
+    before it, which the caller estimates per stage. The first stage's sync is priced as max(s_0, cap_s): below the
+    cap it costs nothing more, sigma being at the later stages' level anyway. A shallow copy."""
     out = copy.copy(dp)
     c, n = dp.t.coef, np.arange(dp.L + 1, dtype=float)[None, :]
     base = n * c["sync_per_layer"][:, None] + c["sync_fixed"][:, None]  # [n, L+1]
+    P = dp.t.num_stages if dp.t.vpp > 1 else dp.p_first
     out.nonfirst = {}
     for k in dp.nonfirst:
         sync = base + c["sync_last"][:, None] if k == 1 else base
-        out.nonfirst[k] = dp._rows(np.where(sync > cap_s, INF, dp._base(k, False)))
+        room = cap_s + per_stage_s * max(P - k, 0)
+        out.nonfirst[k] = dp._rows(np.where(sync > room, INF, dp._base(k, False)))
+    out.first = {}
+    for k in dp.first:
+        tm, sy = dp._base(k, True, parts=True)
+        out.first[k] = dp._rows(tm + np.maximum(sy, cap_s))
     return out
 
 
