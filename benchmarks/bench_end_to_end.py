@@ -57,7 +57,13 @@ def run(spec: BenchSpec, task: TaskInputs, limit: float, threads: int, tmp: Path
     doc = tmp / "plan.json"
     doc.unlink(missing_ok=True)
     t0 = time.perf_counter()
-    proc = subprocess.run(command(spec, task, limit, threads, doc, settings), capture_output=True, text=True, check=False)
+    try:  # (a solve that outlives its limit by two minutes is a hang: reported, not waited for)
+        proc = subprocess.run(command(spec, task, limit, threads, doc, settings), capture_output=True, text=True,
+                              check=False, timeout=limit + 120)
+    except subprocess.TimeoutExpired:
+        return {"model": task.model, "cluster": task.cluster, "gbs": task.gbs, "seq": task.seq,
+                "status": "HUNG", "wall_s": round(time.perf_counter() - t0, 3), "proven": 0,
+                "load1": round(os.getloadavg()[0], 2)}
     wall = time.perf_counter() - t0
     row = {"model": task.model, "cluster": task.cluster, "gbs": task.gbs, "seq": task.seq, "wall_s": round(wall, 3),
            "load1": round(os.getloadavg()[0], 2)}

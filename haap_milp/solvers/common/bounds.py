@@ -145,14 +145,14 @@ def _components(half: np.ndarray, groups: list[int], tau: float, joined: list[tu
 # root_setup's memo: id(variant) -> [a weak reference to the variant, the problem's other fields, tables, bound]; an
 # entry leaves with its variant. Keyed by the variant object, not the problem: the planner gives each method its own
 # Problem (``planner._restrict``: the same option, group and variant objects, the variants kept renumbered)
-_ROOTS: dict[int, tuple] = {}
+_ROOTS: dict[int, list] = {}
 
 
 def _others(problem: Problem) -> tuple:
     return tuple(getattr(problem, f.name) for f in dataclasses.fields(problem) if f.name != "variants")
 
 
-def _memo(problem: Problem, v: int) -> tuple | None:
+def _memo(problem: Problem, v: int) -> list | None:
     var = problem.variants[v]
     e = _ROOTS.get(id(var))
     if e is None or e[0]() is not var or any(a is not b for a, b in zip(e[1], _others(problem))):

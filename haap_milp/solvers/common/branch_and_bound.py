@@ -86,6 +86,9 @@ POOL_GRACE_S = 0.0
 # 11 and 12 of 19 before (the probe on the node that finds its 1.0327 s plan ran out of time in the others)
 POOL_PROBE_SCALE = 2.0
 POOL_POLL_S = 0.05  # s between looks at Ctrl-C while waiting for a worker
+# eq. N28: the engine's cut-off on a node the incumbent's time (less ASPIRE_RTOL) instead of the search's cut-off, so it
+# returns plans better by less than the gap (measured: fixes gpt3-13b x hetero3-4096's gap trap, costs llama3-70b x
+# hetero3-4096 and x 4096 x 4 types their proofs at 10 s: off)
 ASPIRE, ASPIRE_RTOL = False, 1e-6
 MIN_ENGINE_S = 1.0  # least time given to an exact engine on a node (doubles on each retry)
 INITIAL_SPLIT = 4  # intervals per variant before the search starts
@@ -123,10 +126,9 @@ SEG_TRIAL = 12
 USE_SAME_TP_PLANS = True
 SAME_TP_BUDGET_S = 0.25
 # eq. LS4h: where the exposed sync sigma of an eq. LS4 plan is set by a stage after the first (LS4 prices s_0 alone),
-# LS4 again with the later stages' syncs capped halfway between s_0 and that stage's, up to SYNC_CAP_ROUNDS times
-# (measured: qwen3-235b-a22b x hetero3-1024, variant M 64, vpp 4 at the optimum's tau: LS4's plan 8.6525 s, its sigma
-# 0.72 s from a 10-layer stage of 128 A100-80 syncing 0.83 s; capped 8.2116 s, then 8.1394 s; the optimum 8.1035 s,
-# the warm start 8.1849 s; 0.1 s a run)
+# LS4 again with sigma capped, up to SYNC_CAP_ROUNDS times (measured: qwen3-235b-a22b x hetero3-1024, gbs 2048, variant
+# M 64, vpp 4 at the best plan's tau: LS4's plan 8.6525 s, its sigma 0.72 s from a 10-layer stage of 128 A100-80
+# syncing 0.83 s; capped 8.1124 s; the best known 8.1035 s, the warm start 8.1849 s; 0.1 s a run)
 USE_SYNC_CAP = True
 SYNC_CAP_ROUNDS = 4
 SYNC_PREFIX_SHARE = 0.5  # a stage before a capped one counted at this share of the node's tau cap (eq. T3's offset)
@@ -1424,12 +1426,14 @@ def _sync_capped(problem: Problem, dp: PathDP, island, plan: Assignment | None,
     where that would gain less than SYNC_CAP_MIN of its time."""
     out: list = []
     cap = math.inf
+    if not USE_SYNC_CAP:
+        return out
     if plan is not None:
         terms, obj = sync_terms(problem, plan), evaluate(problem, plan)
         if obj - (max(terms) - terms[0]) >= inc_obj or max(terms) - terms[0] < SYNC_CAP_MIN * obj:
             return out
     per_stage = sigma_share(problem.variants[dp.t.v].vpp, problem.p2p_blocking) * SYNC_PREFIX_SHARE * dp.b
-    for _ in range(SYNC_CAP_ROUNDS if USE_SYNC_CAP else 0):
+    for _ in range(SYNC_CAP_ROUNDS):
         if plan is None:
             break
         terms = sync_terms(problem, plan)
