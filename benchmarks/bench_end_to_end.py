@@ -61,12 +61,12 @@ def run(spec: BenchSpec, task: TaskInputs, limit: float, threads: int, tmp: Path
         proc = subprocess.run(command(spec, task, limit, threads, doc, settings), capture_output=True, text=True,
                               check=False, timeout=limit + 120)
     except subprocess.TimeoutExpired:
-        return {"model": task.model, "cluster": task.cluster, "gbs": task.gbs, "seq": task.seq,
-                "status": "HUNG", "wall_s": round(time.perf_counter() - t0, 3), "proven": 0,
-                "load1": round(os.getloadavg()[0], 2)}
+        proc = None
     wall = time.perf_counter() - t0
     row = {"model": task.model, "cluster": task.cluster, "gbs": task.gbs, "seq": task.seq, "wall_s": round(wall, 3),
            "load1": round(os.getloadavg()[0], 2)}
+    if proc is None:
+        return {**row, "status": "HUNG", "proven": 0}
     if proc.returncode != 0 or not doc.exists():
         return {**row, "status": f"ERROR rc={proc.returncode}", "proven": 0}
     d = json.loads(doc.read_text())

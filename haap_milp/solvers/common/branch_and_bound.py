@@ -1425,24 +1425,23 @@ def _sync_capped(problem: Problem, dp: PathDP, island, plan: Assignment | None,
     LS4's plan, its sigma down to e_0, would still not beat ``inc_obj`` (the capped plans trade time for sync) or
     where that would gain less than SYNC_CAP_MIN of its time."""
     out: list = []
-    cap = math.inf
-    if not USE_SYNC_CAP:
+    if not USE_SYNC_CAP or plan is None:
         return out
-    if plan is not None:
-        terms, obj = sync_terms(problem, plan), evaluate(problem, plan)
-        if obj - (max(terms) - terms[0]) >= inc_obj or max(terms) - terms[0] < SYNC_CAP_MIN * obj:
-            return out
+    terms, obj = sync_terms(problem, plan), evaluate(problem, plan)
+    if obj - (max(terms) - terms[0]) >= inc_obj or max(terms) - terms[0] < SYNC_CAP_MIN * obj:
+        return out
     per_stage = sigma_share(problem.variants[dp.t.v].vpp, problem.p2p_blocking) * SYNC_PREFIX_SHARE * dp.b
+    cap = math.inf
     for _ in range(SYNC_CAP_ROUNDS):
-        if plan is None:
-            break
-        terms = sync_terms(problem, plan)
         j = int(np.argmax(terms))
         if j == 0 or terms[j] <= terms[0] or (terms[0] + terms[j]) / 2 >= cap:
             break
         cap = (terms[0] + terms[j]) / 2
         plan = segment_dp.segment_plan(segment_dp.sync_capped(dp, cap, per_stage), island)
         out.append(plan)
+        if plan is None:
+            break
+        terms = sync_terms(problem, plan)
     return out
 
 

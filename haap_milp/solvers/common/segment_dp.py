@@ -28,7 +28,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from haap_milp.problem import Assignment, Stage
-from haap_milp.solvers.common.stage_dp import INF, PathDP, inflight_cap
+from haap_milp.solvers.common.stage_dp import INF, PathDP, inflight_cap, sync_parts
 
 RMAX = 96  # most units per group in the state
 PRUNE_RTOL = 1e-9  # a later part is dropped once its least end lies this share above the best (float sums' slack)
@@ -270,12 +270,12 @@ def sync_capped(dp: PathDP, cap_s: float, per_stage_s: float = 0.0) -> PathDP:
     before it, which the caller estimates per stage. The first stage's sync is priced as max(s_0, cap_s): below the
     cap it costs nothing more, sigma being at the later stages' level anyway. A shallow copy."""
     out = copy.copy(dp)
-    c, n = dp.t.coef, np.arange(dp.L + 1, dtype=float)[None, :]
-    base = n * c["sync_per_layer"][:, None] + c["sync_fixed"][:, None]  # [n, L+1]
+    n = np.arange(dp.L + 1, dtype=float)[None, :]
     P = dp.t.num_stages if dp.t.vpp > 1 else dp.p_first
     out.nonfirst = {}
     for k in dp.nonfirst:
-        sync = base + c["sync_last"][:, None] if k == 1 else base
+        per, const = sync_parts(dp.t.coef, False, k == 1)
+        sync = n * per[:, None] + const[:, None]  # [n_opts, L+1]
         room = cap_s + per_stage_s * max(P - k, 0)
         out.nonfirst[k] = dp._rows(np.where(sync > room, INF, dp._base(k, False)))
     out.first = {}

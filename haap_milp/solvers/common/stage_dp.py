@@ -58,6 +58,14 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def sync_parts(coef: dict, first: bool, last) -> tuple[np.ndarray, np.ndarray]:
+    """A stage's DP sync s_j = per * n + const at n layers, from the slot tables' coefficients (``Tables.coef``): (per
+    [n_opts], const) with ``sync_first`` on the first stage and ``sync_last`` where ``last`` (a bool, or a [slots, 1]
+    mask, which makes const [slots, n_opts])."""
+    const = coef["sync_fixed"] + coef["sync_first"] if first else coef["sync_fixed"]
+    return coef["sync_per_layer"], np.where(last, const + coef["sync_last"], const)
+
+
 def inflight_cap(k: int, b: float) -> float:
     """Eq. N10: the most slots 1..k's times and links may add up to under eq. T2's in-flight row k (<= k tau) at
     tau <= b, s, within float noise (every in-flight cut of the DPs compares against this)."""
@@ -196,14 +204,13 @@ class PathDP:
         k = np.asarray(ks)[:, None]  # [slots, 1]
         n = np.arange(L + 1, dtype=float)[None, None, :]
         ts = 1.0 / t.vpp if t.vpp > 1 else 1.0  # eq. I1: an interleaved variant pays sum t / vpp
-        per_t, per_s = c["layer_time"] * ts, (c["sync_per_layer"] if first else np.zeros(t.n))
-        const_t, const_s = np.zeros(t.n), np.zeros(t.n)
+        per_t, const_t = c["layer_time"] * ts, np.zeros(t.n)
         if first:
             const_t += c["first_time"] * ts
-            const_s += c["sync_fixed"] + c["sync_first"]
         last = k == 1  # [slots, 1]: slot 1 also pays the last stage's terms
         const_t = np.where(last, const_t + c["last_time"] * ts, const_t)  # [slots, n]
-        const_s = np.where(last, const_s + c["sync_last"], const_s) if first else np.broadcast_to(const_s, const_t.shape)
+        # (a non-first stage's sync is not priced here: zero)
+        per_s, const_s = sync_parts(c, True, last) if first else (np.zeros(t.n), np.zeros(const_t.shape))
         lo, up = (t.lof, t.Uf) if first else (t.lo, t.U)
         others = (k - 1 if first else k) * self._dmin  # [slots, 1]
         fits = t.gpus + np.maximum(0.0, others - self._other) <= self._cap  # [slots, n]
