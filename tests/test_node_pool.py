@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+import types
+from multiprocessing.sharedctypes import RawValue
 
 import pytest
 
@@ -202,6 +204,52 @@ def test_merge_takes_a_workers_node_as_this_process_would():
     assert (st.inc, st.inc_obj) == ("new plan", 9.0)
     bb._merge(st, heap, node, RuntimeError("worker failed"))
     assert node in heap and st.nodes == 2
+
+
+def _publish_nine(shared):
+    st = bb._State(shared=shared)
+    st.inc, st.inc_obj = "plan", 9.0
+    st.publish()
+    st.inc_obj = 9.5  # (a worse plan published later never raises the shared time)
+    st.publish()
+    return shared.value
+
+
+def test_a_workers_better_plan_sets_every_workers_cut_off():
+    """Eq. PAR2c: a plan time one worker publishes is the cut-off of this process and of any worker at once (shared
+    memory mapped before the fork), before the plan itself comes back; never raised by a worse one."""
+    shared = RawValue("d", 10.0)
+    st = bb._State(shared=shared)
+    assert st.cut(0.01) is None  # (no plan held here: no cut-off)
+    st.inc, st.inc_obj = "plan", 10.0
+    w = worker.Worker(lambda _: _publish_nine(shared))
+    w.submit(0)
+    assert w.reply(10.0) == (True, 9.0)
+    w.close()
+    assert st.best_known() == 9.0 and st.cut(0.01) == pytest.approx(9.0 * 0.99)
+    assert bb._State(inc="plan", inc_obj=10.0).cut(0.01) == pytest.approx(9.9)  # (no pool: its own plan's)
+
+
+class _EngineRan(BaseException):  # (not an Exception: ``_call`` would take it for the engine's failure)
+    pass
+
+
+def _engine_ran(*_args, **_kw):
+    raise _EngineRan
+
+
+def test_the_engine_is_not_run_on_a_node_the_shared_cut_off_closes():
+    """Eq. PAR2c: a node whose bound reaches the cut-off of a plan found elsewhere since it began is closed at that
+    cut-off without the engine; below it, the engine runs."""
+    options, lm = SolveOptions(relative_gap=0.01), types.SimpleNamespace(names=[])
+    node = (8.95, 0, 0.1, 0.2, 0, 0, 9, 5, None, bb.NO_KEEP, None)
+    plan = types.SimpleNamespace(variant=1)  # (another variant: no hint to check)
+    st = bb._State(inc=plan, inc_obj=10.0, shared=RawValue("d", 9.0))
+    done = bb._engine(None, options, st, [], lm, None, node, 9.9, time.perf_counter() + 5, "t", _engine_ran)
+    assert done and st.closed == [pytest.approx(8.91)] and st.stats["shared_cuts"] == 1
+    st = bb._State(inc=plan, inc_obj=10.0, shared=RawValue("d", 10.0))
+    with pytest.raises(_EngineRan):
+        bb._engine(None, options, st, [], lm, None, node, 9.9, time.perf_counter() + 5, "t", _engine_ran)
 
 
 def test_the_workers_statistics_reach_the_result():

@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.sharedctypes import RawValue
 
 import numpy as np
 
@@ -90,6 +91,9 @@ POOL_POLL_S = 0.05  # s between looks at Ctrl-C while waiting for a worker
 # returns plans better by less than the gap (measured: fixes gpt3-13b x hetero3-4096's gap trap, costs llama3-70b x
 # hetero3-4096 and x 4096 x 4 types their proofs at 10 s: off)
 ASPIRE, ASPIRE_RTOL = False, 1e-6
+# eq. PAR2c: the node workers share the least plan time any of them holds (a double in shared memory), so that a
+# worker's cut-off is the best plan's, not the one its node was handed out with
+SHARE_CUTOFF = True
 MIN_ENGINE_S = 1.0  # least time given to an exact engine on a node (doubles on each retry)
 INITIAL_SPLIT = 4  # intervals per variant before the search starts
 # share of the time limit for the engine on the warm start's variant (eq. N3). Off: measured on the
@@ -331,6 +335,20 @@ class _State:
     lagr: dict = field(default_factory=dict)  # eq. N17: the node's Lagrangian results by (signature, island part)
     run_cap: float = math.inf  # eq. N26: the tau cap of the DP run in progress (inf: none)
     node_cap: float = math.inf  # eq. N26: the node's tau cap after its DPs (the largest of its runs')
+    shared: object = None  # eq. PAR2c: the least plan time any process of the search holds (a double in shared memory)
+
+    def best_known(self) -> float:
+        """Eq. PAR2c: the least plan time found so far by this process or any node worker (s)."""
+        return self.inc_obj if self.shared is None else min(self.inc_obj, self.shared.value)
+
+    def cut(self, r: float) -> float | None:
+        """The cut-off: the best known plan time less the gap ``r`` (None before this process holds a plan)."""
+        return self.best_known() * (1 - r) if self.inc is not None else None
+
+    def publish(self) -> None:
+        """Eq. PAR2c: this process's incumbent time made known to the other workers."""
+        if self.shared is not None and self.inc_obj < self.shared.value:
+            self.shared.value = self.inc_obj
 
     def offer(self, problem: Problem, a: Assignment | None, who: str, engine: bool = False, margin: float = 0.0) -> None:
         """``a`` becomes the incumbent if it beats it, polished (eq. LS1; an engine's plan on an interleaved copy eq.
@@ -358,6 +376,7 @@ class _State:
             obj = evaluate(problem, a)
             if obj < self.inc_obj:  # (below it already, unless ``margin`` let a plan above it in)
                 self.inc, self.inc_obj = a, obj
+                self.publish()
 
 
 def _steady(problem: Problem, a: Assignment) -> float:
@@ -537,7 +556,7 @@ def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadli
             _wait(pool, st, heap, deadline)
             continue
         node = heap[0]
-        cutoff = st.inc_obj * (1 - r) if st.inc is not None else None
+        cutoff = st.cut(r)
         if cutoff is not None and node[0] >= cutoff:
             if pool.busy:  # (their nodes' children may lie below the cut-off)
                 _wait(pool, st, heap, deadline)
@@ -573,6 +592,8 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
 
     size = min(options.threads, POOL_SIZE, node_pool.cpus())
     scale = probe_scale(size, options.threads, node_pool.cpus())
+    if size >= 2 and SHARE_CUTOFF:  # eq. PAR2c: made before the workers fork, so that they all map it
+        st.shared = RawValue("d", st.inc_obj)
 
     def serve(request):
         st.probe_s = PROBE_S * scale  # (this worker's copy of the state)
@@ -581,7 +602,9 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
             st.inc, st.inc_obj = inc, inc_obj
         marks, before, heap, was = (len(st.closed), len(st.errors)), st.inc_obj, [], dict(st.stats)
         was["probe_fails"] = st.probe_fails  # (a _State count: sent back as if a statistic)
-        cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
+        cutoff = st.cut(options.relative_gap)
+        if st.best_known() < st.inc_obj:  # eq. PAR2c: a plan another worker holds, not yet handed out
+            st.stats["shared_starts"] = st.stats.get("shared_starts", 0) + 1
         _node(problem, options, st, heap, vb[node[1]], node, cutoff, deadline, name, solve_node)
         return (heap, st.closed[marks[0]:], st.inc if st.inc_obj < before else None, st.inc_obj,
                 st.errors[marks[1]:], st.tol_s, stats_added(was, {**st.stats, "probe_fails": st.probe_fails}))
@@ -611,6 +634,7 @@ def _merge(st: _State, heap: list, node, reply) -> None:
     st.tol_s = max(st.tol_s, tol_s)
     if inc is not None and inc_obj < st.inc_obj:
         st.inc, st.inc_obj = inc, inc_obj
+        st.publish()
     st.nodes += 1
     st.stats["worker_nodes"] = st.stats.get("worker_nodes", 0) + 1
 
@@ -984,7 +1008,7 @@ def _dp_step(problem, options, st: _State, t: Tables, a, b, bound, cutoff, mu, n
     before = st.inc_obj
     bound, mu, per_p = _dp_bounds(problem, options, st, t, a, b, bound, cutoff, mu, name, deadline, extras, floor)
     st.dp_wins += st.inc_obj < before
-    cutoff = st.inc_obj * (1 - options.relative_gap) if st.inc is not None else None
+    cutoff = st.cut(options.relative_gap)
     if math.isinf(bound) or (cutoff is not None and bound >= cutoff):
         st.dp_wins += 1
         st.closed.append(min(bound, cutoff) if cutoff is not None else bound)
@@ -1498,6 +1522,12 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     after at most the larger of PROBE_S and PROBE_SPENT times ``spent_s``, the node's time before the engine, eqs. N17b,
     N17c, N17d). Returns whether the engine finished the node."""
     bound, v, a, b, tries, plo, phi, _, mu, keep, _ = node
+    if cutoff is not None:  # eq. PAR2c: a plan another worker found since the node began
+        cutoff = min(cutoff, st.cut(options.relative_gap))
+        if bound >= cutoff:
+            st.closed.append(cutoff)
+            st.stats["shared_cuts"] = st.stats.get("shared_cuts", 0) + 1
+            return True
     left = deadline - time.perf_counter()
     # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
     share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
