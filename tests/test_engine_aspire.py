@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pathlib
 import sys
+import time
+import types
 
 import pytest
 
@@ -88,3 +90,26 @@ def test_engine_aims_at_the_incumbent_and_the_search_stays_within_the_gap(monkey
     else:
         assert all(at_cutoff), seen["aims"][:5]
         assert seen["within_gap_finds"] == 0, seen
+
+
+class _Aimed(BaseException):  # (not an Exception: ``_call`` would take it for the engine's failure)
+    pass
+
+
+@pytest.mark.parametrize(("gap", "probe", "aim"), [(0.0, True, 10.0), (0.05, True, 10.0 * (1 - 1e-6)),
+                                                   (0.05, False, 9.5)])
+def test_the_engine_never_aims_under_the_cut_off(monkeypatch, gap, probe, aim):
+    """Eq. N28b: a probe aims at the incumbent less ASPIRE_RTOL, but never under the search's cut-off (a gap under
+    ASPIRE_RTOL, e.g. 0: a node proven empty under the aim is closed at the cut-off, so the aim must not lie below it);
+    a run that finishes its node aims at the cut-off."""
+
+    def engine(problem, lm, nb, cutoff, *_args, **_kw):
+        raise _Aimed(cutoff)
+
+    monkeypatch.setattr(bb, "ASPIRE", "probe")
+    st = bb._State(inc=types.SimpleNamespace(variant=1), inc_obj=10.0)
+    node = (8.0, 0, 0.1, 0.2, 0, 0, 9, 5, None, bb.NO_KEEP, None)
+    with pytest.raises(_Aimed) as got:
+        bb._engine(None, SolveOptions(relative_gap=gap), st, [], types.SimpleNamespace(names=[]), None, node,
+                   10.0 * (1 - gap), time.perf_counter() + 5, "t", engine, probe=probe)
+    assert got.value.args[0] == pytest.approx(aim, rel=1e-12)

@@ -1547,8 +1547,11 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     h = inc if inc is not None and inc.variant == v and a <= _steady(problem, inc) <= b * (1 + TIME_RTOL) else None
     if h is not None and keep[1] >= 0 and not island_split.inside(problem, h, keep[1]):
         h = None  # (a node of another island, eq. N9b)
-    aspire = ASPIRE is True or (ASPIRE == "probe" and probe)  # eqs. N28, N28b
-    aim = st.inc_obj * (1 - ASPIRE_RTOL) if aspire and cutoff is not None and st.inc is not None else cutoff
+    # eqs. N28, N28b: never under the cut-off (a gap under ASPIRE_RTOL), so a node the engine proves empty under ``aim``
+    # is empty under the cut-off it is closed at
+    aspire = ASPIRE is True or (ASPIRE == "probe" and probe)
+    aim = max(cutoff, st.best_known() * (1 - ASPIRE_RTOL)) if aspire and cutoff is not None and st.inc is not None \
+        else cutoff
     res = _call(problem, options, st, lm, nb, aim, share, h, name, solve_node, v)
     if res.status == "INFEASIBLE":
         st.closed.append(cutoff if cutoff is not None else math.inf)
