@@ -605,8 +605,8 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
             st.inc, st.inc_obj = inc, inc_obj
         marks, before, heap, was = (len(st.closed), len(st.errors)), st.inc_obj, [], dict(st.stats)
         was["probe_fails"] = st.probe_fails  # (a _State count: sent back as if a statistic)
-        cutoff = st.cut(options.relative_gap)
-        if st.best_known() < st.inc_obj:  # eq. PAR2c: a plan another worker holds, not yet handed out
+        cutoff = st.cut(options.relative_gap)  # (eq. PAR2c: the best plan any worker holds, even if not handed out)
+        if st.best_known() < st.inc_obj:
             st.stats["shared_starts"] = st.stats.get("shared_starts", 0) + 1
         _node(problem, options, st, heap, vb[node[1]], node, cutoff, deadline, name, solve_node)
         return (heap, st.closed[marks[0]:], st.inc if st.inc_obj < before else None, st.inc_obj,
@@ -1549,9 +1549,8 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
         h = None  # (a node of another island, eq. N9b)
     # eqs. N28, N28b: never under the cut-off (a gap under ASPIRE_RTOL), so a node the engine proves empty under ``aim``
     # is empty under the cut-off it is closed at
-    aspire = ASPIRE is True or (ASPIRE == "probe" and probe)
-    aim = max(cutoff, st.best_known() * (1 - ASPIRE_RTOL)) if aspire and cutoff is not None and st.inc is not None \
-        else cutoff
+    aspire = cutoff is not None and st.inc is not None and (ASPIRE is True or (ASPIRE == "probe" and probe))
+    aim = max(cutoff, st.best_known() * (1 - ASPIRE_RTOL)) if aspire else cutoff
     res = _call(problem, options, st, lm, nb, aim, share, h, name, solve_node, v)
     if res.status == "INFEASIBLE":
         st.closed.append(cutoff if cutoff is not None else math.inf)
