@@ -23,8 +23,8 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
-from multiprocessing import Pipe
+from collections.abc import Callable, Iterator
+from multiprocessing import Pipe, Value
 from multiprocessing.connection import Connection
 
 CLOSE_WAIT_S = 1.0  # s an idle child asked to leave gets before it is killed
@@ -232,6 +232,27 @@ def fork_map(fn: Callable[[object], object], items: list, threads: int, stop: Ca
     finally:
         child.close()
     return [out[i] if i in out else fn(items[i]) if rerun else None for i in range(len(items))]
+
+
+def shared_queue():
+    """Eq. PAR5d: an index in shared memory (made before a fork, so that both processes map it) from which ``taken``
+    hands out a list's items."""
+    return Value("i", 0)
+
+
+def taken(items: list, queue) -> Iterator:
+    """The items in turn; with ``queue`` (``shared_queue``) only those this process takes, one at a time, so that the
+    processes that share it split the list as each becomes free (eq. PAR5d) rather than in fixed halves."""
+    if queue is None:
+        yield from items
+        return
+    while True:
+        with queue.get_lock():
+            i = queue.value
+            queue.value = i + 1
+        if i >= len(items):
+            return
+        yield items[i]
 
 
 def wait(child: Worker, end: float, stop: Callable[[], bool] | None = None) -> tuple[bool, object]:

@@ -169,7 +169,10 @@ def test_presolve_the_same_problem_on_two_processes(two_cpus):
     assert one.lower_bounds_s == two.lower_bounds_s
 
 
-def test_dp_heuristic_the_same_plan_on_two_processes(two_cpus, monkeypatch):
+@pytest.mark.parametrize("share", [True, False])
+def test_dp_heuristic_the_same_plan_on_two_processes(two_cpus, monkeypatch, share):
+    """``share``: eq. PAR5d, the look-ahead's variants taken from one shared list (else eq. PAR5b's fixed halves)."""
+    monkeypatch.setattr(dp, "SHARE_LOOK_AHEAD", share)
     pre, _ = _presolved(1)
     calls = []
     real = worker.fork_map
@@ -282,3 +285,27 @@ def test_dp_heuristic_variant_set_up_is_the_exact_search_s(monkeypatch):
             elif not isinstance(a, dict):
                 assert a == b, (v, f.name)
         assert bounds.variant_bound(problem, fresh) == vb[v]
+
+
+@pytest.mark.parametrize("slow", ["here", "there"])
+def test_taken_shares_a_list_between_two_processes(two_cpus, slow):
+    """Eq. PAR5d: two processes that take a list's items from one shared queue (made before the fork) take each item
+    once between them, every item, in the list's order each; the one whose items are slow takes fewer (the other takes
+    what it would have waited on). Caught when the queue is not shared (each process takes the whole list) or
+    ``taken`` skips or repeats an item."""
+    items = list(range(12))
+    parent = os.getpid()
+    queue = worker.shared_queue()
+
+    def take(_share):
+        got = []
+        for x in worker.taken(items, queue):
+            got.append(x)
+            if (os.getpid() == parent) == (slow == "here"):
+                time.sleep(0.05)
+        return got
+
+    here, there = worker.fork_map(take, [0, 1], 2)
+    assert sorted(here + there) == items and here == sorted(here) and there == sorted(there)
+    assert len(here) < len(there) if slow == "here" else len(there) < len(here)
+    assert list(worker.taken(items, None)) == items  # (no queue: the whole list, as one process walks it)

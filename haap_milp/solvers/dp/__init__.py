@@ -36,7 +36,7 @@ from haap_milp.solvers.common.bounds import root_seed, root_setup, signature_bou
 from haap_milp.solvers.common.polish import Polish, polish, regrade
 from haap_milp.solvers.dp.core import CapCache, Restriction, coverage, group_links, option_classes, owners, split
 from haap_milp.solvers.dp.fallback import TIME_LIMIT_S, beam_search
-from haap_milp.worker import fork_map, forks
+from haap_milp.worker import fork_map, forks, shared_queue, taken
 
 log = logging.getLogger(__name__)
 EXTRA_TAUS = 4  # candidate stage times tried above the smallest feasible one
@@ -73,6 +73,9 @@ USE_REGRADE = True
 STOP_RISE = 0.10
 # eq. DP8i: under eq. U1 the signatures in ascending order of their own eq. B2 bound, none past the best plan
 USE_SIGNATURE_BOUND = True
+# eq. PAR5d: eq. PAR5b's look-ahead processes take the variants from one shared list as each becomes free (False: the
+# even and the odd positions, fixed)
+SHARE_LOOK_AHEAD = True
 
 
 def solve(problem: Problem, options=None, hint: Assignment | None = None) -> RawResult:
@@ -279,14 +282,17 @@ def _look_ahead(problem: Problem, phase: list[int], best, threads: int) -> dict[
     as the loop would, but with only its own plans: eq. DP8f's skips and eq. DP8b's charges follow its own best. The
     loop takes a run from it only where it is the run the loop makes (the same variant, restriction and charge) and
     makes any other itself, so it makes the same runs in the same order and keeps the same plans as without the
-    look-ahead. Nothing where ``fork_map`` would not fork (one thread, one CPU, in a forked child)."""
+    look-ahead. Nothing where ``fork_map`` would not fork (one thread, one CPU, in a forked child). Eq. PAR5d
+    (``SHARE_LOOK_AHEAD``): the two processes take the variants in turn from one shared list as each becomes free,
+    not in fixed halves (the loop's runs and plans stay the same either way)."""
     if not forks(threads, len(phase)):
         return {}
     dl = current()
+    queue = shared_queue() if SHARE_LOOK_AHEAD else None
 
     def walk(share: list[int]) -> dict[int, _Look]:
         mine, got, cross = best, {}, _CrossTrial()  # (eq. DP8j over this share's variants)
-        for v in share:
+        for v in taken(phase if queue is not None else share, queue):
             if mine is not None and dl.expired():
                 break
             look = got[v] = _Look.of(problem, v)
