@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import pathlib
 import sys
+import time
 
 import pytest
 
@@ -21,11 +22,13 @@ from haap_milp.solvers.common.bounds import variant_bound
 from haap_milp.solvers.common.slot_bounds import build_tables
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_floor_dive_bounds_hold_for_every_plan_and_lift_some(monkeypatch, threads):
-    """``threads`` 2: eq. PAR5c, the variants past the incumbent's dived on a forked child, its floors and plan taken
-    back here."""
+@pytest.mark.parametrize(("threads", "share"), [(1, False), (2, False), (2, True)])
+def test_floor_dive_bounds_hold_for_every_plan_and_lift_some(monkeypatch, threads, share):
+    """``threads`` 2: eq. PAR5c, the variants dived here and on a forked child, its floors and plan taken back here;
+    ``share``: eq. PAR5d, the two take the variants from one shared list and read each other's best plan time (a cap
+    from the other process's plan still gives floors that hold for every plan)."""
     monkeypatch.setattr(bb, "DIVE_VARIANTS", 99)
+    monkeypatch.setattr(bb, "SHARE_DIVE", share)
     monkeypatch.setattr(worker, "cpus", lambda: 2)
     checked = lifted = 0
     for seed in range(30):
@@ -136,7 +139,7 @@ def test_dive_retries_the_segment_plan_at_growing_slack_below_the_cap_until_one_
     def run(give_at: int, no_dp: bool = False):
         calls.clear()
 
-        def fake(prob, v, b, island, ran=None, inc_obj=math.inf):
+        def fake(prob, v, b, island, ran=None, inc_obj=math.inf, stop=math.inf):
             calls.setdefault(v, []).append(b)
             if ran is not None and not no_dp:
                 ran.append(True)
@@ -163,6 +166,72 @@ def test_dive_retries_the_segment_plan_at_growing_slack_below_the_cap_until_one_
     assert calls and all(len(bs) <= 2 for bs in calls.values()) and any(len(bs) == 2 for bs in calls.values())
     run(give_at=0, no_dp=True)  # no DP applies to the variant: one run, no retry
     assert calls and all(len(bs) == 1 for bs in calls.values())
+
+
+@pytest.mark.parametrize("first_plan", [True, False])
+def test_dive_runs_its_first_plan_after_its_clock_ended_the_bisection(monkeypatch, first_plan):
+    """Eq. LS4i: where the dive's clock (``until``) ends a variant's bisection before the segment plan, the process's
+    first plan still runs, at the bracket's top, stopped after one more dive's time (``stop``); no later variant is
+    begun, and without FIRST_PLAN no plan runs at all."""
+    problem, plans = _dived_problem()
+    worst = max(plans, key=lambda a: evaluate(problem, a))
+    calls: list = []
+
+    def fake(prob, v, b, island, ran=None, inc_obj=math.inf, stop=math.inf):
+        calls.append((v, b, stop, time.perf_counter()))
+        if ran is not None:
+            ran.append(True)
+        return None
+
+    real = bb._holds_no_plan
+
+    def slow(prob, v, b):  # every probe takes 30 ms: the 50 ms clock ends the first variant's bisection
+        time.sleep(0.03)
+        return real(prob, v, b)
+
+    monkeypatch.setattr(bb, "_segment_at", fake)
+    monkeypatch.setattr(bb, "_holds_no_plan", slow)
+    monkeypatch.setattr(bb, "FIRST_PLAN", first_plan)
+    st = bb._State()
+    st.inc, st.inc_obj = worst, evaluate(problem, worst)
+    vb = [variant_bound(problem, build_tables(problem, v)) for v in range(len(problem.variants))]
+    order = [worst.variant] + [v for v in range(len(problem.variants)) if v != worst.variant]
+    start = time.perf_counter()
+    until = start + 0.05
+    bb._dive(problem, st, vb, 0.0, until, math.inf, "test", order)
+    if not first_plan:
+        assert calls == []
+        return
+    assert len(calls) == 1, calls  # the first plan only: no later slack, no later variant
+    v, b, stop, at = calls[0]
+    assert v == worst.variant and at >= until  # begun after the clock
+    assert stop <= at + (until - start) + 1e-3  # one more dive's time at most
+
+
+def test_segment_plan_past_its_stop_gives_no_plan():
+    """Eq. LS4i's ``stop``: a segment DP run whose stop has passed ends with no plan; with no stop it is the plan of a
+    run without one."""
+    from haap_milp.solvers.common import segment_dp
+    from haap_milp.solvers.common.stage_dp import PathDP
+
+    found = 0
+    for seed in range(40):
+        problem = random_problem(seed, num_groups=3, uniform=False, same_tp_first_last=False)
+        island = problem.group_island
+        for v in range(len(problem.variants)):
+            t = build_tables(problem, v)
+            if t.p_min == 0:
+                continue
+            dp = PathDP(problem, t, math.inf, t.p_min, t.p_max)
+            if not segment_dp.applies(dp, island):
+                continue
+            plan = segment_dp.segment_plan(dp, island)
+            if plan is None:
+                continue
+            assert segment_dp.segment_plan(dp, island, stop=math.inf) == plan
+            assert segment_dp.segment_plan(dp, island, stop=time.perf_counter() - 1.0) is None
+            found += 1
+    assert found >= 5, found
 
 
 def test_offer_with_a_margin_polishes_a_plan_above_the_incumbent_and_keeps_it_only_if_better(monkeypatch):

@@ -243,7 +243,7 @@ def test_dive_offers_the_crossing_plan_beside_the_segment_plan(monkeypatch):
             obj = [math.inf if a is None or violations(p, a) else evaluate(p, a) for a in (both, alone, plan)]
             assert obj[0] <= min(obj[1], obj[2]) * (1 + 1e-12), (seed, v, obj)
             with monkeypatch.context() as m:  # (eq. LS4 without a plan: the dive's is the crossing plan's)
-                m.setattr(bb.segment_dp, "segment_plan", lambda *args: None)
+                m.setattr(bb.segment_dp, "segment_plan", lambda *args, **kw: None)
                 only = bb._segment_at(p, v, b, p.group_island)
             if math.isfinite(obj[2]):
                 assert only is not None and evaluate(p, only) == obj[2], (seed, v)

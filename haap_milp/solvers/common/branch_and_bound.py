@@ -68,7 +68,7 @@ from haap_milp.solvers.common.polish import Polish, exchange
 from haap_milp.solvers.common.sigma_dp import sigma_bound
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables, stage_count_bounds, subset
 from haap_milp.solvers.common.stage_dp import PathDP, node_bound
-from haap_milp.worker import fork_map, forks
+from haap_milp.worker import fork_map, forks, shared_queue, taken
 
 log = logging.getLogger(__name__)
 MIN_NODE_S = 0.05  # stop when less time than this is left
@@ -97,6 +97,9 @@ ASPIRE, ASPIRE_RTOL = "probe", 1e-6
 # eq. PAR2c: the node workers share the least plan time any of them holds (a double in shared memory), so that a
 # worker's cut-off is the best plan's, not the one its node was handed out with
 SHARE_CUTOFF = True
+# eq. PAR5d: the floor dive's two processes take its variants from one shared list as each becomes free, and read each
+# other's best plan time; False: eq. PAR5c's fixed shares
+SHARE_DIVE = True
 MIN_ENGINE_S = 1.0  # least time given to an exact engine on a node (doubles on each retry)
 INITIAL_SPLIT = 4  # intervals per variant before the search starts
 # share of the time limit for the engine on the warm start's variant (eq. N3). Off: measured on the
@@ -170,6 +173,12 @@ DIVE_SLACKS = (DIVE_SLACK, 3 * DIVE_SLACK, 9 * DIVE_SLACK, 27 * DIVE_SLACK)
 # (measured: mixtral-8x7b x 4096 x 3 types x 2 islands, the dive's plan of M 32, vpp 4, P 16 at 1.6003 s, 2.2 % above
 # the incumbent, polishes to 1.5053 s, the best known)
 DIVE_POLISH_MARGIN = 0.05
+# eq. LS4i: each dive process's first segment plan (its first slack) runs even when the dive's clock ended its bisection
+# first or the guess of its time (SEG_GUESS) does not fit before the deadline: at the bracket's top then, stopped with
+# no plan after one more dive's time (``segment_dp.segment_plan``'s ``stop``). Measured: llama3-70b x 256 x 3 types x 2
+# islands at 10 s, the warm start's variant's plan did not run in 4 of 6 runs (the guess, 2.4 s, twice over the 4.5 s
+# left; the run takes 0.5-0.9 s): 10.65 % gap at 49.585 s; where it ran, 46.206 s, 1.95-2.36 %
+FIRST_PLAN = True
 # eq. LS4's first run, before any has been timed, guessed at this many bisection probes (measured 15-16: 0.5 s against
 # 0.03 s on llama3-70b x 1024 x 3 types, 1.5 s against 0.1 s on two islands)
 SEG_GUESS = 20
@@ -1309,8 +1318,9 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
     SEG_GUESS probes' time), end before ``deadline`` (it is not interruptible). Where there are several groups (also
     one GPU type on several islands: mixtral-8x7b on 32 H100 @ib + 32 @roce, the warm start 23.634 s, the dive's plan
     22.537 s, proven at 4.0 s end to end against 5.3 % gap at 10 s without it), until ``until`` or Ctrl-C.
-    Eq. PAR5c: with two threads and two CPUs the incumbent's variant is dived here and the others on a forked child
-    (``fork_map``), each until ``until``; the child's floors and plan are taken when it is back."""
+    Eq. PAR5c: with two threads and two CPUs the variants are dived here and on a forked child, each until ``until``;
+    the child's floors and plan are taken when it is back. Eq. PAR5d: the two take the list's variants in turn as they
+    go (a shared index), and each one's caps read the best plan time either holds (``_State.shared``)."""
     if not (USE_FLOOR_DIVE and USE_SEGMENT_DP and st.several_groups and st.inc is not None):
         return
     order = _dive_order(problem, st.inc.variant)
@@ -1318,10 +1328,21 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
         st.stats["dive_probes"], st.stats["dives"] = _dive(problem, st, vb, r, until, deadline, name, order)
         return
     dl = current()
-    # (eq. LS4d's longer list: every second variant after the incumbent's is dived here too)
-    shares = [order[:1], order[1:]] if len(order) <= DIVE_VARIANTS else [order[:1] + order[2::2], order[1::2]]
-    here, there = fork_map(lambda share: _dive(problem, st, vb, r, until, deadline, name, share, share is shares[1]),
-                           shares, threads, stop=lambda: dl.interrupted, interrupt=dl.interrupt, rerun=False)
+    made = SHARE_DIVE and st.shared is None  # (the dive's own: the node workers make theirs, eq. PAR2c)
+    if SHARE_DIVE:  # eq. PAR5d: made before the fork, so that both processes map them
+        queue, shares = shared_queue(), [False, True]
+        if made:
+            st.shared = RawValue("d", st.inc_obj)
+        dive = lambda report: _dive(problem, st, vb, r, until, deadline, name, order, report, queue)
+    else:  # eq. PAR5c: the incumbent's variant here (and under eq. LS4d every second variant after it), the rest there
+        queue = None
+        shares = [order[:1], order[1:]] if len(order) <= DIVE_VARIANTS else [order[:1] + order[2::2], order[1::2]]
+        dive = lambda share: _dive(problem, st, vb, r, until, deadline, name, share, share is shares[1])
+    try:
+        here, there = fork_map(dive, shares, threads, stop=lambda: dl.interrupted, interrupt=dl.interrupt, rerun=False)
+    finally:
+        if made:
+            st.shared = None
     probes, dives, floors, plan, cap_s = there if isinstance(there, tuple) and len(there) == 5 else (0, 0, {}, None, 0.0)
     for v, b in floors.items():
         vb[v] = VariantBound(max(vb[v].tau_lb, b.tau_lb), vb[v].rest_lb, max(vb[v].total_s, b.total_s))
@@ -1355,17 +1376,18 @@ def _dive_order(problem: Problem, home: int) -> list[int]:
 
 
 def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadline: float, name: str, order: list,
-          report: bool = False):
+          report: bool = False, queue=None):
     """Eq. LS4c on the variants of ``order`` in turn (``_floor_dive``): (probes, dives), and with ``report`` (the
     child's share, eq. PAR5c) also the floors it set ({variant: VariantBound}), the best plan it offered (or None) and
-    its longest segment run (s)."""
+    its longest segment run (s). ``queue``: eq. PAR5d's shared index (only the variants this process takes)."""
     island = problem.group_island
     probes = dives = 0
     t_start = time.perf_counter()
     first = st.inc
-    for v in order:
+    for v in taken(order, queue):
         W = _m_eff(problem.variants[v]) - 1  # tau's weight: M - 1, or M - 1/vpp interleaved (eq. I1)
-        cap = (st.inc_obj * (1 - r) - vb[v].rest_lb) / W  # eq. X1
+        # eq. X1 at the best plan time known (eq. PAR5d: the other dive's too); a floor set below it is proven either way
+        cap = (st.best_known() * (1 - r) - vb[v].rest_lb) / W
         if not math.isfinite(vb[v].total_s) or vb[v].tau_lb >= cap:
             continue
         if time.perf_counter() >= until or current().interrupted:
@@ -1387,12 +1409,18 @@ def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadli
         for slack in DIVE_SLACKS:  # eq. LS4e: the least of them at which the segment DP finds a plan
             guess = max(st.cap_dp_s, SEG_GUESS * (time.perf_counter() - t_start) / max(probes, 1))
             b = hi * (1 + slack)
-            late = not (time.perf_counter() < until and time.perf_counter() + 2 * guess < deadline)
-            if late or (b > cap and slack > DIVE_SLACKS[0]):  # (the first run as before, a retry only below the cap)
+            now = time.perf_counter()
+            if now < until and now + 2 * guess < deadline:
+                stop = deadline
+            elif FIRST_PLAN and dives == 0 and slack == DIVE_SLACKS[0] and now < deadline:
+                stop = min(deadline, now + (until - t_start))  # eq. LS4i: one more dive's time at most
+            else:
                 break
-            t0 = time.perf_counter()
+            if b > cap and slack > DIVE_SLACKS[0]:  # (the first run as before, a retry only below the cap)
+                break
+            t0 = now
             ran: list = []
-            plan = _segment_at(problem, v, b, island, ran, st.inc_obj)
+            plan = _segment_at(problem, v, b, island, ran, st.inc_obj, stop)
             st.offer(problem, plan, f"{name} floor dive", margin=DIVE_POLISH_MARGIN)
             st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
             dives += 1
@@ -1411,17 +1439,17 @@ def _holds_no_plan(problem: Problem, v: int, b: float) -> bool:
 
 
 def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = None,
-                inc_obj: float = math.inf) -> Assignment | None:
+                inc_obj: float = math.inf, stop: float = math.inf) -> Assignment | None:
     """Eq. LS4's plan of variant v with every stage and link within tau <= b (None: none, or not a valid plan); under
     eq. N9b the best of each island's. Where a GPU type lies on several islands, eq. N25b's crossing plan too (the
     better of the two). ``ran``: True is appended for each DP that ran (none: neither applies to the variant's
-    options, e.g. under eq. Q2, whatever b)."""
+    options, e.g. under eq. Q2, whatever b). ``stop``: the segment DPs' runs end there with no plan (eq. LS4i)."""
     best, best_obj = None, math.inf
     types = [island_split.gpu_type(g) for g in problem.groups]
     for t in _island_tables(problem, v, b):
         dp = PathDP(problem, t, b, t.p_min, t.p_max)
         applies = segment_dp.applies(dp, island)
-        plans = _segment_plans(problem, dp, island, inc_obj) if applies else [None]
+        plans = _segment_plans(problem, dp, island, inc_obj, stop) if applies else [None]
         blocks = island_blocks(problem, dp) if USE_CROSSING_PLAN and len(set(types)) < dp.G else None
         if blocks is not None:  # eq. N25b: a GPU type on several islands, the at-most-once case's plan too
             plans.append(island_crossings.crossing_plan(dp, types, problem.group_island, blocks))
@@ -1434,18 +1462,19 @@ def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = N
     return best
 
 
-def _segment_plans(problem: Problem, dp: PathDP, island, inc_obj: float = math.inf) -> list[Assignment | None]:
+def _segment_plans(problem: Problem, dp: PathDP, island, inc_obj: float = math.inf,
+                   stop: float = math.inf) -> list[Assignment | None]:
     """Eq. LS4's plan, and under eq. U2 eq. LS4g's too (both ends of one tp, with and without a head), within their
     time budget (LS4's run first: where the budget cuts LS4g short, LS4's plan may still keep eq. U2)."""
-    plans = [segment_dp.segment_plan(dp, island)]
-    plans.extend(_sync_capped(problem, dp, island, plans[0], inc_obj))
+    plans = [segment_dp.segment_plan(dp, island, stop=stop)]
+    plans.extend(_sync_capped(problem, dp, island, plans[0], inc_obj, stop))
     if problem.same_tp_first_last and USE_SAME_TP_PLANS:
-        plans.extend(segment_dp.same_tp_plans(dp, island, SAME_TP_BUDGET_S))
+        plans.extend(segment_dp.same_tp_plans(dp, island, SAME_TP_BUDGET_S, stop))
     return plans
 
 
 def _sync_capped(problem: Problem, dp: PathDP, island, plan: Assignment | None,
-                 inc_obj: float = math.inf) -> list[Assignment | None]:
+                 inc_obj: float = math.inf, stop: float = math.inf) -> list[Assignment | None]:
     """Eq. LS4h: while the plan's sigma (eq. T3, I1) is set by a stage j > 0, eq. LS4's plan with sigma capped at
     (e_0 + e_j) / 2 of the last plan (e_j = s_j - beta sum_{k<j} t_k, its terms; the cap only falls), the stages
     before each taken at SYNC_PREFIX_SHARE of the node's tau cap each; SYNC_CAP_ROUNDS times at most, and not where
@@ -1464,7 +1493,7 @@ def _sync_capped(problem: Problem, dp: PathDP, island, plan: Assignment | None,
         if j == 0 or terms[j] <= terms[0] or (terms[0] + terms[j]) / 2 >= cap:
             break
         cap = (terms[0] + terms[j]) / 2
-        plan = segment_dp.segment_plan(segment_dp.sync_capped(dp, cap, per_stage), island)
+        plan = segment_dp.segment_plan(segment_dp.sync_capped(dp, cap, per_stage), island, stop=stop)
         out.append(plan)
         if plan is None:
             break

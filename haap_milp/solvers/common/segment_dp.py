@@ -51,11 +51,13 @@ def applies(dp: PathDP, island: np.ndarray) -> bool:
     return np.bincount(island, minlength=1).max() <= MAX_GROUPS and sum(len(r) > 0 for r in _own_rows(dp)) >= 2
 
 
-def segment_plan(dp: PathDP, island: np.ndarray, head: tuple[int, int] | None = None) -> Assignment | None:
+def segment_plan(dp: PathDP, island: np.ndarray, head: tuple[int, int] | None = None,
+                 stop: float = math.inf) -> Assignment | None:
     """The least path of contiguous group segments over the node (None: none), as a plan; the groups of an island
     form one run of segments (the pipeline enters each island once), so the state keeps the groups placed on the
     current island and the islands left behind: ``_step``. ``head`` = (g, wv): eq. LS4g's plans instead, whose first
-    stage alone is a second segment of group g, of wv units (``_close_head``)."""
+    stage alone is a second segment of group g, of wv units (``_close_head``). ``stop`` (``time.perf_counter``): past
+    it, between slots, the run ends with no plan (eq. LS4i; a heuristic: None proves nothing)."""
     G, K = dp.G, dp.k_max
     rows_of = _own_rows(dp)
     unit = []
@@ -79,6 +81,8 @@ def segment_plan(dp: PathDP, island: np.ndarray, head: tuple[int, int] | None = 
     least = float(dp.t.coef["layer_time"].min(initial=INF)) if pure else INF
     floor = (dp.L - np.arange(dp.L + 1)) * (least if math.isfinite(least) and least > 0 else 0.0)
     for k in range(1, K + 1):
+        if time.perf_counter() > stop:
+            return None
         if k >= dp.p_first and k in dp.first:
             cap = inflight_cap(k, dp.b) if pure and k < dp.t.M else INF  # (the first stage's in-flight row, eq. T2)
             close = _close_first(dp, states, k, rows_of, unit, island, cap) if head is None else \
@@ -285,7 +289,8 @@ def sync_capped(dp: PathDP, cap_s: float, per_stage_s: float = 0.0) -> PathDP:
     return out
 
 
-def same_tp_plans(dp: PathDP, island: np.ndarray, budget_s: float = math.inf) -> list[Assignment | None]:
+def same_tp_plans(dp: PathDP, island: np.ndarray, budget_s: float = math.inf,
+                  stop: float = math.inf) -> list[Assignment | None]:
     """Eq. LS4g: under eq. U2 (first and last stage of one tp), per tp p of the options, the least segment plan with
     both ends of tp p; then, per tp p and group g, the least with, in addition, the first stage a second segment of g
     (a head) of each of g's HEAD_SIZES smallest first-stage sizes of tp p. Runs start only while their expected end
@@ -309,7 +314,7 @@ def same_tp_plans(dp: PathDP, island: np.ndarray, budget_s: float = math.inf) ->
         spent = time.perf_counter() - t0
         if out and spent + spent / len(out) > budget_s:
             break
-        out.append(segment_plan(ends, island, head=head))
+        out.append(segment_plan(ends, island, head=head, stop=stop))
     return out
 
 
