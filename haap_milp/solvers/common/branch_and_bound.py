@@ -175,10 +175,13 @@ DIVE_SLACKS = (DIVE_SLACK, 3 * DIVE_SLACK, 9 * DIVE_SLACK, 27 * DIVE_SLACK)
 DIVE_POLISH_MARGIN = 0.05
 # eq. LS4i: each dive process's first segment plan (its first slack) runs even when the dive's clock ended its bisection
 # first or the guess of its time (SEG_GUESS) does not fit before the deadline: at the bracket's top then, stopped with
-# no plan after one more dive's time (``segment_dp.segment_plan``'s ``stop``). Measured: llama3-70b x 256 x 3 types x 2
-# islands at 10 s, the warm start's variant's plan did not run in 4 of 6 runs (the guess, 2.4 s, twice over the 4.5 s
-# left; the run takes 0.5-0.9 s): 10.65 % gap at 49.585 s; where it ran, 46.206 s, 1.95-2.36 %
-FIRST_PLAN = True
+# no plan after FIRST_PLAN_DIVES times the dive's own time (``segment_dp.segment_plan``'s ``stop``). Measured:
+# llama3-70b x 256 x 3 types x 2 islands at 10 s, the warm start's variant's bisection takes the dive's 0.7-0.8 s and its
+# plan run 0.6-0.75 s (eq. N25b's crossing plan: 46.206 s against the warm start's 49.585 s). Without the rule the plan
+# ran only where the bisection ended just before the clock; with one more dive's time it was cut at 0.73 s in one run of
+# three; with two, paired runs at 10 s (solve_scaling rows): that row 46.206 s in 3 of 3 (2 of 3 without), llama3-70b x
+# 256 x 2 types x 2 islands 40.652 s proven once in 3 (40.981 s in 3 of 3 without)
+FIRST_PLAN, FIRST_PLAN_DIVES = True, 2.0
 # eq. LS4's first run, before any has been timed, guessed at this many bisection probes (measured 15-16: 0.5 s against
 # 0.03 s on llama3-70b x 1024 x 3 types, 1.5 s against 0.1 s on two islands)
 SEG_GUESS = 20
@@ -1413,7 +1416,7 @@ def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadli
             if now < until and now + 2 * guess < deadline:
                 stop = deadline
             elif FIRST_PLAN and dives == 0 and slack == DIVE_SLACKS[0] and now < deadline:
-                stop = min(deadline, now + (until - t_start))  # eq. LS4i: one more dive's time at most
+                stop = min(deadline, now + FIRST_PLAN_DIVES * (until - t_start))  # eq. LS4i
             else:
                 break
             if b > cap and slack > DIVE_SLACKS[0]:  # (the first run as before, a retry only below the cap)
