@@ -235,14 +235,14 @@ def fork_map(fn: Callable[[object], object], items: list, threads: int, stop: Ca
 
 
 def shared_queue():
-    """Eq. PAR5d: an index in shared memory (made before a fork, so that both processes map it) from which ``taken``
+    """Eq. PAR5e: an index in shared memory (made before a fork, so that both processes map it) from which ``taken``
     hands out a list's items."""
     return Value("i", 0)
 
 
 def taken(items: list, queue) -> Iterator:
     """The items in turn; with ``queue`` (``shared_queue``) only those this process takes, one at a time, so that the
-    processes that share it split the list as each becomes free (eq. PAR5d) rather than in fixed halves."""
+    processes that share it split the list as each becomes free (eq. PAR5e) rather than in fixed halves."""
     if queue is None:
         yield from items
         return

@@ -25,7 +25,7 @@ from haap_milp.solvers.common.slot_bounds import build_tables
 @pytest.mark.parametrize(("threads", "share"), [(1, False), (2, False), (2, True)])
 def test_floor_dive_bounds_hold_for_every_plan_and_lift_some(monkeypatch, threads, share):
     """``threads`` 2: eq. PAR5c, the variants dived here and on a forked child, its floors and plan taken back here;
-    ``share``: eq. PAR5d, the two take the variants from one shared list and read each other's best plan time (a cap
+    ``share``: eq. PAR5e, the two take the variants from one shared list and read each other's best plan time (a cap
     from the other process's plan still gives floors that hold for every plan)."""
     monkeypatch.setattr(bb, "DIVE_VARIANTS", 99)
     monkeypatch.setattr(bb, "SHARE_DIVE", share)

@@ -171,7 +171,7 @@ def test_presolve_the_same_problem_on_two_processes(two_cpus):
 
 @pytest.mark.parametrize("share", [True, False])
 def test_dp_heuristic_the_same_plan_on_two_processes(two_cpus, monkeypatch, share):
-    """``share``: eq. PAR5d, the look-ahead's variants taken from one shared list (else eq. PAR5b's fixed halves)."""
+    """``share``: eq. PAR5e, the look-ahead's variants taken from one shared list (else eq. PAR5b's fixed halves)."""
     monkeypatch.setattr(dp, "SHARE_LOOK_AHEAD", share)
     pre, _ = _presolved(1)
     calls = []
@@ -289,7 +289,7 @@ def test_dp_heuristic_variant_set_up_is_the_exact_search_s(monkeypatch):
 
 @pytest.mark.parametrize("slow", ["here", "there"])
 def test_taken_shares_a_list_between_two_processes(two_cpus, slow):
-    """Eq. PAR5d: two processes that take a list's items from one shared queue (made before the fork) take each item
+    """Eq. PAR5e: two processes that take a list's items from one shared queue (made before the fork) take each item
     once between them, every item, in the list's order each; the one whose items are slow takes fewer (the other takes
     what it would have waited on). Caught when the queue is not shared (each process takes the whole list) or
     ``taken`` skips or repeats an item."""

@@ -97,7 +97,7 @@ ASPIRE, ASPIRE_RTOL = "probe", 1e-6
 # eq. PAR2c: the node workers share the least plan time any of them holds (a double in shared memory), so that a
 # worker's cut-off is the best plan's, not the one its node was handed out with
 SHARE_CUTOFF = True
-# eq. PAR5d: the floor dive's two processes take its variants from one shared list as each becomes free, and read each
+# eq. PAR5e: the floor dive's two processes take its variants from one shared list as each becomes free, and read each
 # other's best plan time; False: eq. PAR5c's fixed shares
 SHARE_DIVE = True
 MIN_ENGINE_S = 1.0  # least time given to an exact engine on a node (doubles on each retry)
@@ -1322,7 +1322,7 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
     one GPU type on several islands: mixtral-8x7b on 32 H100 @ib + 32 @roce, the warm start 23.634 s, the dive's plan
     22.537 s, proven at 4.0 s end to end against 5.3 % gap at 10 s without it), until ``until`` or Ctrl-C.
     Eq. PAR5c: with two threads and two CPUs the variants are dived here and on a forked child, each until ``until``;
-    the child's floors and plan are taken when it is back. Eq. PAR5d: the two take the list's variants in turn as they
+    the child's floors and plan are taken when it is back. Eq. PAR5e: the two take the list's variants in turn as they
     go (a shared index), and each one's caps read the best plan time either holds (``_State.shared``)."""
     if not (USE_FLOOR_DIVE and USE_SEGMENT_DP and st.several_groups and st.inc is not None):
         return
@@ -1332,7 +1332,7 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
         return
     dl = current()
     made = SHARE_DIVE and st.shared is None  # (the dive's own: the node workers make theirs, eq. PAR2c)
-    if SHARE_DIVE:  # eq. PAR5d: made before the fork, so that both processes map them
+    if SHARE_DIVE:  # eq. PAR5e: made before the fork, so that both processes map them
         queue, shares = shared_queue(), [False, True]
         if made:
             st.shared = RawValue("d", st.inc_obj)
@@ -1382,14 +1382,14 @@ def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadli
           report: bool = False, queue=None):
     """Eq. LS4c on the variants of ``order`` in turn (``_floor_dive``): (probes, dives), and with ``report`` (the
     child's share, eq. PAR5c) also the floors it set ({variant: VariantBound}), the best plan it offered (or None) and
-    its longest segment run (s). ``queue``: eq. PAR5d's shared index (only the variants this process takes)."""
+    its longest segment run (s). ``queue``: eq. PAR5e's shared index (only the variants this process takes)."""
     island = problem.group_island
     probes = dives = 0
     t_start = time.perf_counter()
     first = st.inc
     for v in taken(order, queue):
         W = _m_eff(problem.variants[v]) - 1  # tau's weight: M - 1, or M - 1/vpp interleaved (eq. I1)
-        # eq. X1 at the best plan time known (eq. PAR5d: the other dive's too); a floor set below it is proven either way
+        # eq. X1 at the best plan time known (eq. PAR5e: the other dive's too); a floor set below it is proven either way
         cap = (st.best_known() * (1 - r) - vb[v].rest_lb) / W
         if not math.isfinite(vb[v].total_s) or vb[v].tau_lb >= cap:
             continue

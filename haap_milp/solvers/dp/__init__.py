@@ -73,7 +73,7 @@ USE_REGRADE = True
 STOP_RISE = 0.10
 # eq. DP8i: under eq. U1 the signatures in ascending order of their own eq. B2 bound, none past the best plan
 USE_SIGNATURE_BOUND = True
-# eq. PAR5d: eq. PAR5b's look-ahead processes take the variants from one shared list as each becomes free (False: the
+# eq. PAR5e: eq. PAR5b's look-ahead processes take the variants from one shared list as each becomes free (False: the
 # even and the odd positions, fixed)
 SHARE_LOOK_AHEAD = True
 
@@ -282,7 +282,7 @@ def _look_ahead(problem: Problem, phase: list[int], best, threads: int) -> dict[
     as the loop would, but with only its own plans: eq. DP8f's skips and eq. DP8b's charges follow its own best. The
     loop takes a run from it only where it is the run the loop makes (the same variant, restriction and charge) and
     makes any other itself, so it makes the same runs in the same order and keeps the same plans as without the
-    look-ahead. Nothing where ``fork_map`` would not fork (one thread, one CPU, in a forked child). Eq. PAR5d
+    look-ahead. Nothing where ``fork_map`` would not fork (one thread, one CPU, in a forked child). Eq. PAR5e
     (``SHARE_LOOK_AHEAD``): the two processes take the variants in turn from one shared list as each becomes free,
     not in fixed halves (the loop's runs and plans stay the same either way)."""
     if not forks(threads, len(phase)):
