@@ -171,8 +171,8 @@ def test_dive_retries_the_segment_plan_at_growing_slack_below_the_cap_until_one_
 @pytest.mark.parametrize("first_plan", [True, False])
 def test_dive_runs_its_first_plan_after_its_clock_ended_the_bisection(monkeypatch, first_plan):
     """Eq. LS4i: where the dive's clock (``until``) ends a variant's bisection before the segment plan, the process's
-    first plan still runs, at the bracket's top, stopped after FIRST_PLAN_DIVES more dives' time (``stop``); no later variant is
-    begun, and without FIRST_PLAN no plan runs at all."""
+    first plan still runs, at the bracket's top, stopped after FIRST_PLAN_DIVES more dives' time (``stop``); no later
+    variant is begun, and without FIRST_PLAN no plan runs at all."""
     problem, plans = _dived_problem()
     worst = max(plans, key=lambda a: evaluate(problem, a))
     calls: list = []

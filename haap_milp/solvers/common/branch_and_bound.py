@@ -176,9 +176,9 @@ DIVE_POLISH_MARGIN = 0.05
 # eq. LS4i: each dive process's first segment plan (its first slack) runs even when the dive's clock ended its bisection
 # first or the guess of its time (SEG_GUESS) does not fit before the deadline: at the bracket's top then, stopped with
 # no plan after FIRST_PLAN_DIVES times the dive's own time (``segment_dp.segment_plan``'s ``stop``). Measured:
-# llama3-70b x 256 x 3 types x 2 islands at 10 s, the warm start's variant's bisection takes the dive's 0.7-0.8 s and its
-# plan run 0.6-0.75 s (eq. N25b's crossing plan: 46.206 s against the warm start's 49.585 s). Without the rule the plan
-# ran only where the bisection ended just before the clock; with one more dive's time it was cut at 0.73 s in one run of
+# llama3-70b x 256 x 3 types x 2 islands at 10 s, the warm start's variant's bisection takes the dive's 0.7-0.8 s and
+# its segment plans 0.6-0.75 s (eqs. LS4, LS4h: 46.206 s against the warm start's 49.585 s). Without the rule they ran
+# only where the bisection ended just before the clock; with one more dive's time they were cut at 0.73 s in one run of
 # three; with two, paired runs at 10 s (solve_scaling rows): that row 46.206 s in 3 of 3 (2 of 3 without), llama3-70b x
 # 256 x 2 types x 2 islands 40.652 s proven once in 3 (40.981 s in 3 of 3 without)
 FIRST_PLAN, FIRST_PLAN_DIVES = True, 2.0
@@ -1318,7 +1318,9 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
     (M - 1) b + rest_lb ((M - 1/vpp) b interleaved, eq. I1; ``vb``
     updated in place; past the cap: the variant cannot beat the incumbent). Then eq. LS4's plan at DIVE_SLACK above
     the floor is offered when it may start before ``until`` and, at twice the longest such run so far (or, before any,
-    SEG_GUESS probes' time), end before ``deadline`` (it is not interruptible). Where there are several groups (also
+    SEG_GUESS probes' time), end before ``deadline`` (its segment DPs stop at ``deadline``, with no plan). Eq. LS4i:
+    a process's first plan runs past ``until`` too, stopped after FIRST_PLAN_DIVES dives' time. Where there are several
+    groups (also
     one GPU type on several islands: mixtral-8x7b on 32 H100 @ib + 32 @roce, the warm start 23.634 s, the dive's plan
     22.537 s, proven at 4.0 s end to end against 5.3 % gap at 10 s without it), until ``until`` or Ctrl-C.
     Eq. PAR5c: with two threads and two CPUs the variants are dived here and on a forked child, each until ``until``;
@@ -1389,7 +1391,7 @@ def _dive(problem: Problem, st: _State, vb: list, r: float, until: float, deadli
     first = st.inc
     for v in taken(order, queue):
         W = _m_eff(problem.variants[v]) - 1  # tau's weight: M - 1, or M - 1/vpp interleaved (eq. I1)
-        # eq. X1 at the best plan time known (eq. PAR5e: the other dive's too); a floor set below it is proven either way
+        # eq. X1 at the best plan time known (eq. PAR5e: the other dive's too); a floor set below it is proven anyway
         cap = (st.best_known() * (1 - r) - vb[v].rest_lb) / W
         if not math.isfinite(vb[v].total_s) or vb[v].tau_lb >= cap:
             continue
