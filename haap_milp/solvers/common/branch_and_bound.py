@@ -97,6 +97,9 @@ ASPIRE, ASPIRE_RTOL = "probe", 1e-6
 # eq. PAR2c: the node workers share the least plan time any of them holds (a double in shared memory), so that a
 # worker's cut-off is the best plan's, not the one its node was handed out with
 SHARE_CUTOFF = True
+# eq. PAR2d: a node worker's engine run gets the time left shared with the search's open nodes, as in one process (False:
+# with its own heap's, empty on a worker, so half the time left)
+SHARE_OPEN = True
 # eq. PAR5e: the floor dive's two processes take its variants from one shared list as each becomes free, and read each
 # other's best plan time; False: eq. PAR5c's fixed shares
 SHARE_DIVE = True
@@ -351,6 +354,7 @@ class _State:
     run_cap: float = math.inf  # eq. N26: the tau cap of the DP run in progress (inf: none)
     node_cap: float = math.inf  # eq. N26: the node's tau cap after its DPs (the largest of its runs')
     shared: object = None  # eq. PAR2c: the least plan time any process of the search holds (a double in shared memory)
+    open_elsewhere: int = 0  # eq. PAR2d: on a node worker, the open nodes the search held when it handed this one out
 
     def best_known(self) -> float:
         """Eq. PAR2c: the least plan time found so far by this process or any node worker (s)."""
@@ -592,7 +596,7 @@ def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadli
                 _wait(pool, st, heap, deadline)
             else:
                 heapq.heappop(heap)
-                pool.submit(i, node, (node, st.inc, st.inc_obj))
+                pool.submit(i, node, (node, st.inc, st.inc_obj, len(heap)))
             continue
         heapq.heappop(heap)
         _node(problem, options, st, heap, vb[node[1]], node, cutoff, deadline, name, solve_node)
@@ -612,7 +616,7 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
 
     def serve(request):
         st.probe_s = PROBE_S * scale  # (this worker's copy of the state)
-        node, inc, inc_obj = request
+        node, inc, inc_obj, st.open_elsewhere = request
         if inc is not None and inc_obj < st.inc_obj:
             st.inc, st.inc_obj = inc, inc_obj
         marks, before, heap, was = (len(st.closed), len(st.errors)), st.inc_obj, [], dict(st.stats)
@@ -1566,8 +1570,10 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
             st.stats["shared_cuts"] = st.stats.get("shared_cuts", 0) + 1
             return True
     left = deadline - time.perf_counter()
-    # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node
-    share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, len(heap) + 1)))
+    # doubling per retry, capped: 2**tries overflowed a float after ~1000 retries of a failing HiGHS node; the time left
+    # shared with the open nodes (eq. PAR2d: on a node worker those of the search, not of its own empty heap)
+    n_open = max(len(heap), st.open_elsewhere) if SHARE_OPEN else len(heap)
+    share = min(left, max(MIN_ENGINE_S * 2 ** min(tries, 20), left / max(2, n_open + 1)))
     if probe:  # eq. N17d: at least PROBE_SPENT times the node's bounding (``spent_s``), which a split pays twice over
         share = min(share, max(st.probe_s, PROBE_SPENT * spent_s))
     if cutoff is not None and USE_SIGMA_CAP and len(lm.names) > SIGMA_CAP_MIN_VARS:  # eq. N22
