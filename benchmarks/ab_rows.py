@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import math
 import statistics
 import sys
@@ -31,6 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_end_to_end import run
 
 from haap_milp.bench.spec import load_spec
+from haap_milp.outputs import write_atomic
 
 # the bench rows that were open or near the 10 s bar on 2026-12-06 (solve_scaling.md)
 HARD = ("mixtral-8x7b@3types-1024", "mixtral-8x7b@3types-4096", "llama3-70b@3types-4096", "qwen3-235b-a22b@3types-1024",
@@ -92,13 +94,12 @@ def main(argv=None) -> int:
                     rows.append(r)
                     print(f"{r['row']:32s} {arm} {r['status']:10s} gap {r.get('gap_pct')}% "
                           f"T {r.get('iteration_time_s')} wall {r['wall_s']:.2f} s load {r['load1']}", flush=True)
+    text = io.StringIO()
+    w = csv.DictWriter(text, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+    w.writeheader()
+    w.writerows(rows)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = a.out.with_suffix(".tmp")
-    with tmp_out.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        w.writeheader()
-        w.writerows(rows)
-    tmp_out.replace(a.out)
+    write_atomic(a.out, text.getvalue(), flag="--out")  # (whole or not at all)
     print(f"A: {' '.join(a.a) or '(as it is)'}; B: {' '.join(a.b) or '(as it is)'}; limit {a.limit:g} s")
     for line in summary(rows):
         print(line)
