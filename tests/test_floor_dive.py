@@ -184,8 +184,8 @@ def test_dive_runs_its_first_plan_after_its_clock_ended_the_bisection(monkeypatc
 
     real = bb._holds_no_plan
 
-    def slow(prob, v, b):  # every probe takes 30 ms: the 50 ms clock ends the first variant's bisection
-        time.sleep(0.03)
+    def slow(prob, v, b):  # every probe takes 60 ms: the 100 ms clock ends the first variant's bisection
+        time.sleep(0.06)
         return real(prob, v, b)
 
     monkeypatch.setattr(bb, "_segment_at", fake)
@@ -196,7 +196,7 @@ def test_dive_runs_its_first_plan_after_its_clock_ended_the_bisection(monkeypatc
     vb = [variant_bound(problem, build_tables(problem, v)) for v in range(len(problem.variants))]
     order = [worst.variant] + [v for v in range(len(problem.variants)) if v != worst.variant]
     start = time.perf_counter()
-    until = start + 0.05
+    until = start + 0.1
     bb._dive(problem, st, vb, 0.0, until, math.inf, "test", order)
     if not first_plan:
         assert calls == []

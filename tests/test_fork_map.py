@@ -302,7 +302,7 @@ def test_taken_shares_a_list_between_two_processes(two_cpus, slow):
         for x in worker.taken(items, queue):
             got.append(x)
             if (os.getpid() == parent) == (slow == "here"):
-                time.sleep(0.05)
+                time.sleep(0.2)  # (long beside a fork's start, even on a loaded machine)
         return got
 
     here, there = worker.fork_map(take, [0, 1], 2)
