@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import types
+from multiprocessing.connection import wait
 from multiprocessing.sharedctypes import RawValue
 
 import pytest
@@ -378,3 +379,24 @@ def test_a_worker_engine_run_shares_the_time_with_the_searchs_open_nodes(monkeyp
         bb._engine(None, SolveOptions(), st, [()] * heap_size, types.SimpleNamespace(names=[]), None, node, None,
                    time.perf_counter() + 20.0, "t", engine)
     assert got.value.args[0] == pytest.approx(want, rel=0.01)
+
+
+def test_a_search_whose_last_reply_is_back_before_it_looks_ends_at_once(monkeypatch):
+    """The last node a worker runs may be back before the search looks again (a loaded machine: this process is
+    descheduled after the hand-out). The search then has no open node and no busy worker: it ends there, and does not
+    wait out the time limit for a reply that already came (measured before: the tiny problem below took the whole
+    limit, spinning)."""
+    _pooled(monkeypatch)
+    submit = node_pool.NodePool.submit
+
+    def submit_and_let_it_finish(self, i, node, request):  # (the node done before this process goes on)
+        submit(self, i, node, request)
+        wait([self.workers[i].conn], timeout=10.0)
+
+    monkeypatch.setattr(node_pool.NodePool, "submit", submit_and_let_it_finish)
+    problem = random_problem(308, num_layers=8, max_stages=4, max_options=6)  # (its last reply has no children)
+    limit = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=2, seed=0)
+    t0 = time.perf_counter()
+    res = get_solver("cpsat")(problem, limit)
+    assert res.status == "OPTIMAL" and res.stats.get("worker_nodes", 0) > 0
+    assert time.perf_counter() - t0 < 10.0
