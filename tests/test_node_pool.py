@@ -381,6 +381,23 @@ def test_a_worker_engine_run_shares_the_time_with_the_searchs_open_nodes(monkeyp
     assert got.value.args[0] == pytest.approx(want, rel=0.01)
 
 
+@pytest.mark.parametrize(("restart", "tries", "want"), [(True, 0, 7), (True, 1, 8), (True, 3, 10), (False, 3, 7)])
+def test_a_retried_node_runs_its_engines_from_another_seed(monkeypatch, restart, tries, want):
+    """Eq. PAR2e: a node's first engine run uses the command's seed, its retries the seed + the tries (the same input
+    still gives the same seeds); switched off, every run the command's."""
+
+    def engine(problem, lm, nb, cutoff, share, hint, options, *_args, **_kw):
+        raise _Given(options.seed)
+
+    monkeypatch.setattr(bb, "RESTART_SEED", restart)
+    st = bb._State(inc=None, inc_obj=float("inf"))
+    node = (8.0, 0, 0.1, 0.2, tries, 0, 9, 5, None, bb.NO_KEEP, None)
+    with pytest.raises(_Given) as got:
+        bb._engine(None, SolveOptions(seed=7), st, [], types.SimpleNamespace(names=[]), None, node, None,
+                   time.perf_counter() + 20.0, "t", engine)
+    assert got.value.args[0] == want
+
+
 def test_a_search_whose_last_reply_is_back_before_it_looks_ends_at_once(monkeypatch):
     """The last node a worker runs may be back before the search looks again (a loaded machine: this process is
     descheduled after the hand-out). The search then has no open node and no busy worker: it ends there, and does not

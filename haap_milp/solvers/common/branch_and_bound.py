@@ -100,6 +100,11 @@ SHARE_CUTOFF = True
 # eq. PAR2d: a node worker's engine run gets the time left shared with the search's open nodes, as in one process (False:
 # with its own heap's, empty on a worker, so half the time left)
 SHARE_OPEN = True
+# eq. PAR2e: an unfinished node's next engine run (twice the time, eq. N17) starts the engines from another seed (the
+# command's seed + the node's tries): with the same seed CP-SAT replays its first run's search before going on, and a
+# run's time on one node varies by 50x with the seed (measured: one node of mixtral-8x7b x hetero3-4096 took 1.1, 2.1,
+# 4.1 and 7.8 s on its four runs from one seed). False: every run from the command's seed
+RESTART_SEED = True
 # eq. PAR5e: the floor dive's two processes take its variants from one shared list as each becomes free, and read each
 # other's best plan time; False: eq. PAR5c's fixed shares
 SHARE_DIVE = True
@@ -1592,6 +1597,8 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     # is empty under the cut-off it is closed at
     aspire = cutoff is not None and st.inc is not None and (ASPIRE is True or (ASPIRE == "probe" and probe))
     aim = max(cutoff, st.best_known() * (1 - ASPIRE_RTOL)) if aspire else cutoff
+    if RESTART_SEED and tries:  # eq. PAR2e: the same input, the same seeds: still one plan per run where time allows
+        options = options.model_copy(update={"seed": options.seed + min(tries, 20)})
     res = _call(problem, options, st, lm, nb, aim, share, h, name, solve_node, v)
     if res.status == "INFEASIBLE":
         st.closed.append(cutoff if cutoff is not None else math.inf)
