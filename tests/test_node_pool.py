@@ -417,3 +417,12 @@ def test_a_search_whose_last_reply_is_back_before_it_looks_ends_at_once(monkeypa
     res = get_solver("cpsat")(problem, limit)
     assert res.status == "OPTIMAL" and res.stats.get("worker_nodes", 0) > 0
     assert time.perf_counter() - t0 < 10.0
+
+
+def test_waiting_on_no_busy_worker_returns_at_once():
+    """``_wait`` with nothing handed out returns False at once (no reply can come), stops no worker, and does not spin
+    to the deadline."""
+    pool = node_pool.NodePool(lambda request: request, 2)
+    t0 = time.perf_counter()
+    assert bb._wait(pool, bb._State(), [], time.perf_counter() + 30.0) is False
+    assert time.perf_counter() - t0 < 1.0 and not pool.dead

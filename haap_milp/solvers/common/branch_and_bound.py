@@ -688,7 +688,10 @@ def add_stats(into: dict, added: dict) -> None:
 
 def _wait(pool: NodePool, st: _State, heap: list, deadline: float) -> bool:
     """Until a worker's node is back (merged: True), POOL_GRACE_S past the deadline or Ctrl-C: then every worker is
-    stopped and their nodes go back open (False; a worker that hangs never holds the search)."""
+    stopped and their nodes go back open (False; a worker that hangs never holds the search). With no worker busy,
+    False at once, none stopped: no reply can come, and ``replies`` returns at once, so the loop would spin."""
+    if not pool.busy:
+        return False
     dl = current()
     while not dl.interrupted:
         left = deadline + POOL_GRACE_S - time.perf_counter()
