@@ -1600,7 +1600,7 @@ def _engine(problem, options, st: _State, heap, lm, nb: VariantBound, node, cuto
     # is empty under the cut-off it is closed at
     aspire = cutoff is not None and st.inc is not None and (ASPIRE is True or (ASPIRE == "probe" and probe))
     aim = max(cutoff, st.best_known() * (1 - ASPIRE_RTOL)) if aspire else cutoff
-    if RESTART_SEED and tries:  # eq. PAR2e: the same input, the same seeds: still one plan per run where time allows
+    if RESTART_SEED and tries:  # eq. PAR2e: a retry from another seed (the same input still gives the same seeds)
         options = options.model_copy(update={"seed": options.seed + min(tries, 20)})
     res = _call(problem, options, st, lm, nb, aim, share, h, name, solve_node, v)
     if res.status == "INFEASIBLE":
