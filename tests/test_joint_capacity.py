@@ -159,3 +159,27 @@ def test_no_joint_state_when_too_large_or_one_group(monkeypatch):
     assert joint_units(dp) is None
     one = random_problem(2, uniform=False, same_tp_first_last=False, num_groups=1)
     assert joint_units(PathDP(one, build_tables(one, 0), 1.0, 1, 1)) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("seed", range(6))
+def test_sparse_slot_step_gives_the_dense_steps_floats(monkeypatch, dtype, seed):
+    """``_slot`` on a later part with few finite cells adds those alone (SPARSE_BELOW); the result is the dense step's,
+    float for float, for random later parts (2-60 % finite), row offsets, fit masks and stage costs, in float64 and in
+    eq. N27b's float32."""
+    import types
+
+    rng = np.random.default_rng(seed)
+    L, E, N, rows = 40, 3, 97, 9
+    dp = types.SimpleNamespace(L=L, E=E, row_group=rng.integers(0, E, rows))
+    masks = rng.random((rows, N)) < 0.8
+    u = types.SimpleNamespace(size=N, off=rng.integers(-1, 30, rows), valid=lambda r: masks[r])
+    cost = np.where(rng.random((rows, L + 1)) < 0.3, rng.random((rows, L + 1)), np.inf).astype(dtype)
+    H = np.where(rng.random((E, L + 1, N)) < rng.uniform(0.02, 0.6), rng.random((E, L + 1, N)), np.inf).astype(dtype)
+    H[:, :5] = np.inf  # (a box that starts past the first layers)
+    monkeypatch.setattr(joint_capacity, "SPARSE_BELOW", 0.0)  # every step dense
+    dense = joint_capacity._slot(dp, u, cost, H, np.empty((E, L + 1, N), dtype))
+    monkeypatch.setattr(joint_capacity, "SPARSE_BELOW", 2.0)  # every step sparse
+    sparse = joint_capacity._slot(dp, u, cost, H, np.empty((E, L + 1, N), dtype))
+    assert np.isfinite(dense).any()
+    assert np.array_equal(dense, sparse)
