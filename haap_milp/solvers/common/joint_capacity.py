@@ -37,9 +37,9 @@ SIGMA_RUNS = 40  # eq. N20b: most DP runs per node for sigma's cases (a stage co
 LIFT = 1e-3  # eq. N20b: a stage count's cases are run only when the lowest one lifts its bound by this much (relative)
 # ``_slot``: where fewer than this share of the later part's box is finite, only its finite cells are added (the same
 # floats: an INF cell changes nothing). Measured per step: dense ~1.3 ns a cell of the box, sparse ~15 ns a finite
-# cell + ~4 us, so it pays below ~8 %. On llama3-70b x 256 GPUs x 2 types x 2 islands (gbs 2048) boxes of ~35,000
-# cells are 2-10 % finite: a slot 4.7 -> 2.2 ms, the workers' slots 3.5 -> 2.0 s of a solve; the MoE rows' boxes
-# (~10,000 cells, 20-40 % finite) stay dense
+# cell + ~4 us, so it pays below ~8 %. Measured on the same slots both ways (gbs 2048, 10 s solves): llama3-70b x 256
+# GPUs x 2 types x 2 islands (boxes of ~35,000 cells, 2-10 % finite) a node worker's slots 2.22 -> 1.40 s, mixtral-8x7b
+# there 0.89 -> 0.78 s, mixtral-8x7b x 4096 x 3 types (a fifth of its boxes sparse) 0.36 -> 0.36 s
 SPARSE_BELOW = 0.05
 
 
