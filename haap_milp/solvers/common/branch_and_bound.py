@@ -576,9 +576,8 @@ def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadli
         came = time.perf_counter() - begun >= POOL_AFTER_S and arrive()
         for node, reply in pool.replies(0.0):
             _merge(st, heap, node, reply)
-        if not heap:  # (the replies just merged may have been the last: then nothing is open and none is busy, and
-            if pool.busy:  # waiting would spin to the deadline, as it did on loaded machines before)
-                _wait(pool, st, heap, deadline)
+        if not heap:  # (the replies just merged may have been the last: ``_wait`` then returns at once)
+            _wait(pool, st, heap, deadline)
             continue
         node = heap[0]
         cutoff = st.cut(r)
