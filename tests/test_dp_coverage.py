@@ -88,3 +88,50 @@ def test_coverage_is_the_most_layers_per_stage_count():
                     checked += 1
                     reached += bool(want)
     assert checked >= 100 and reached >= 30, (checked, reached)
+
+
+def test_least_tau_is_the_bisections_whatever_the_hints(monkeypatch):
+    """Eq. DP3b: ``_least_tau`` ends at the least candidate whose structures hold L layers, the one a plain bisection
+    finds, with no hint, the right one, its neighbours or unrelated values first; with the right hint first it tests
+    two candidates (the hint and the one below), or one at the list's start."""
+    from haap_milp.solvers import dp
+
+    checked = hinted = 0
+    for seed in range(6):
+        problem = random_problem(seed, max_stages=int(seed % 3) + 2, max_options=5)
+        for v in range(len(problem.variants)):
+            t = build_tables(problem, v)
+            for r in _restrictions(problem, t):
+                cls = option_classes(t, r)
+                if not len(cls.members):
+                    continue
+                charge = group_links(t, r.every, t.p2p)
+                cand = _candidates(t, r)
+                # every candidate up to the first that fits and a few above it (eq. DP3's monotonicity, which the
+                # search relies on, on the candidates around the boundary)
+                fits = []
+                for x in cand:
+                    fits.append(bool(dp._feasible(problem, t, r, cls, float(x), charge)[0]))
+                    if fits[-4:] == [True] * 4:
+                        break
+                assert fits == sorted(fits), (seed, v)
+                want = fits.index(True) if any(fits) else None
+                others = [float(cand[i]) for i in {0, len(cand) // 2, len(cand) - 1}] + [-1.0, 1e9]
+                right = [] if want is None else [float(cand[want])] + [float(cand[i]) for i in (want - 1, want + 1)
+                                                                       if 0 <= i < len(cand)]
+                for hints in ([], *([h] for h in others + right), others[:2], right[::-1]):
+                    monkeypatch.setattr(dp, "_recent", list(hints))
+                    tests = []
+                    real = dp._feasible
+                    monkeypatch.setattr(dp, "_feasible", lambda *a, real=real, tests=tests: tests.append(a[4]) or real(*a))
+                    got = dp._least_tau(problem, t, r, cls, cand, charge)
+                    monkeypatch.setattr(dp, "_feasible", real)
+                    assert (got is None and want is None) or got[0] == want, (seed, v, hints)
+                    if got is not None:
+                        assert bool(got[1][0]) and got[1][0] == dp._feasible(problem, t, r, cls, float(cand[want]),
+                                                                          charge)[0]
+                    if want is not None and hints[-1:] == [float(cand[want])]:
+                        assert len(tests) <= 2, (seed, v, tests)
+                        hinted += 1
+                    checked += 1
+    assert checked >= 120 and hinted >= 12, (checked, hinted)

@@ -466,8 +466,58 @@ def _candidates(t: Tables, r: Restriction) -> np.ndarray:
     return np.unique(np.concatenate([(base[None, :] + links[:, None]).ravel(), t.p2p.ravel() / 2]))
 
 
-def _feasible(problem: Problem, t: Tables, r: Restriction, cls, tau: float, charge: np.ndarray) -> dict:
-    return coverage(t, cls, CapCache(t, r, cls), problem.group_capacity, tau, MAX_SEGMENTS, charge)
+def _feasible(problem: Problem, t: Tables, r: Restriction, cls, tau: float, charge: np.ndarray) -> tuple:
+    """(eq. DP3's structures at ``tau``, the CapCache they were built on): empty structures where L layers do not fit."""
+    caps_at = CapCache(t, r, cls)
+    return coverage(t, cls, caps_at, problem.group_capacity, tau, MAX_SEGMENTS, charge), caps_at
+
+
+# eq. DP3b: the least feasible tau of the variants' runs last found in this process (at most HINTS). A test point
+# only: the search tries the candidate equal to a hint and its neighbour below first, then bisects what is left, and
+# by eq. DP3's monotonicity ends at the same least tau whatever the hints (so the same plans on every run and process)
+HINTS = 2
+_recent: list[float] = []
+
+
+def _least_tau(problem: Problem, t: Tables, r: Restriction, cls, cand: np.ndarray, charge: np.ndarray):
+    """Eq. DP3b: (index of the least candidate tau whose structures hold L layers, (structures, CapCache) there), or
+    None when none does. Bisection over ``cand`` (ascending), each test one ``coverage`` call, after the recent least
+    taus: variants that differ in their micro-batch count only often share it (measured: mixtral-8x7b x hetero3-4096,
+    35 runs in triples of one least tau; 15-16 bisection tests a run, 2 where the hint holds)."""
+    known: dict[int, tuple] = {}
+
+    def test(i: int) -> bool:
+        if i not in known:
+            known[i] = _feasible(problem, t, r, cls, float(cand[i]), charge)
+        return bool(known[i][0])
+
+    lo, hi = 0, len(cand) - 1
+    for h in reversed(_recent):
+        i = int(np.searchsorted(cand, h))
+        if not lo <= i <= hi or cand[i] != h:
+            continue
+        if not test(i):
+            lo = i + 1
+        elif i == lo or not test(i - 1):
+            lo = hi = i
+            break
+        else:
+            hi = i - 1
+    if lo > hi or (hi == len(cand) - 1 and not test(hi)):
+        return None
+    while lo < hi:  # (eq. DP3 is monotone in tau)
+        mid = (lo + hi) // 2
+        if test(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    tau = float(cand[lo])
+    if HINTS:  # (0: no hints, plain bisection)
+        if tau in _recent:
+            _recent.remove(tau)
+        _recent.append(tau)
+        del _recent[:-HINTS]
+    return lo, (known[lo] if lo in known else _feasible(problem, t, r, cls, tau, charge))
 
 
 def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float, charge=None):
@@ -478,16 +528,11 @@ def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float, charge
         return None, 0
     charge = group_links(t, r.every, t.p2p if charge is None else charge)
     cand = _candidates(t, r)
-    if not cand.size or not _feasible(problem, t, r, cls, float(cand[-1]), charge):
+    least = _least_tau(problem, t, r, cls, cand, charge) if cand.size else None
+    if least is None:
         return None, 0
-    lo, hi = 0, len(cand) - 1
-    while lo < hi:  # smallest tau with a structure holding L layers (eq. DP3 is monotone in tau)
-        mid = (lo + hi) // 2
-        if _feasible(problem, t, r, cls, float(cand[mid]), charge):
-            hi = mid
-        else:
-            lo = mid + 1
-    best, splits = _try_tau(problem, t, r, cls, float(cand[lo]), None, charge)
+    lo, made = least  # smallest tau with a structure holding L layers (eq. DP3b)
+    best, splits = _try_tau(problem, t, r, cls, float(cand[lo]), None, charge, made)
     splits_total = splits
     if best is not None and t.M > 1:  # eq. DP5: larger tau only pays while (M-1)*tau < best - rest_lb
         window = (best[0] - rest_lb) / (t.M - 1)
@@ -500,9 +545,9 @@ def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float, charge
     return best, splits_total
 
 
-def _try_tau(problem: Problem, t: Tables, r: Restriction, cls, tau: float, best, charge: np.ndarray):
-    caps_at = CapCache(t, r, cls)
-    structures = coverage(t, cls, caps_at, problem.group_capacity, tau, MAX_SEGMENTS, charge)
+def _try_tau(problem: Problem, t: Tables, r: Restriction, cls, tau: float, best, charge: np.ndarray, made=None):
+    """``made``: ``_feasible``'s (structures, CapCache) at ``tau`` when the caller has them."""
+    structures, caps_at = made or _feasible(problem, t, r, cls, tau, charge)
     ps = sorted(structures)
     pick = sorted({ps[int(i)] for i in np.linspace(0, len(ps) - 1, min(MAX_P_PER_TAU, len(ps)))}) if ps else []
     for p in pick:
