@@ -281,6 +281,7 @@ def test_polish_screen_never_rejects_a_better_candidate_and_keeps_the_plans(monk
     and polish returns the same plans with the screen off; large problems of 2-3 types."""
     screened = asked = 0
     real = polish_mod._no_better
+    monkeypatch.setattr(polish_mod, "FAST_SCREEN", False)  # (eq. LS1g would take most of its candidates first)
 
     def count(problem, a, limit):
         nonlocal screened, asked
@@ -311,6 +312,44 @@ def test_polish_screen_never_rejects_a_better_candidate_and_keeps_the_plans(monk
         per_vpp[vpp][1] += asked - before[1]
     for vpp, (scr, ask) in per_vpp.items():
         assert ask >= 500 and scr >= ask // 4, (vpp, scr, ask)
+
+
+def test_fast_screen_claims_only_what_the_screen_rules_out_and_keeps_plans_and_counts(monkeypatch):
+    """Eq. LS1g (``polish._Screen``): every option or layer move it claims, ``_no_better`` rules out at the walk's
+    limit, plain and interleaved; it claims a good share of them; and polish with it off gives the same plan, the same
+    count of candidates tried and the same local-optimum flag, at several budgets (large problems of 2-3 types)."""
+    claimed = asked = 0
+    for seed, types, vpp, start in ((0, 2, 1, "uniform"), (1, 3, 1, "uniform"), (0, 2, 1, "dp"), (1, 3, 1, "dp"),
+                                    (0, 2, 4, "dp"), (1, 3, 4, "dp")):
+        problem = large_problem(seed, num_gpus=256, num_types=types, num_layers=32)
+        if vpp > 1:  # interleaved copies only (eq. I1's screen), P = 8
+            copies = [v for v in interleaved_variants(problem.variants, (vpp,), problem.max_stages, 32)
+                      if v.num_stages == 8]
+            problem = replace(problem, variants=tuple(copies))
+        a = get_solver(start)(problem, SolveOptions(time_limit_s=10)).assignment  # (dp: stages of unequal times)
+        limit = evaluate(problem, a) * (1 - 1e-12)
+        monkeypatch.setattr(polish_mod, "FAST_SCREEN", True)
+        screen = polish_mod._Screen(problem, a, limit)
+        assert screen.on
+        opts = np.flatnonzero(problem.variants[a.variant].allowed)
+        plain = list(polish_mod._layer_moves(a)) + list(polish_mod._option_moves(a, opts))
+        screened = list(polish_mod._layer_moves(a, screen)) + list(polish_mod._option_moves(a, opts, screen))
+        assert len(plain) == len(screened)
+        for c, s_ in zip(plain, screened):
+            assert s_ is None or s_ == c
+            if s_ is None:
+                assert polish_mod._no_better(problem, c, limit), (seed, vpp, c)
+            claimed += s_ is None
+            asked += 1
+        for budget in (50, 400, 3000):
+            runs = []
+            for on in (True, False):
+                monkeypatch.setattr(polish_mod, "FAST_SCREEN", on)
+                run = polish_mod.Polish(problem, a, budget)
+                run.step(budget)
+                runs.append((run.best, run.tried, run.optimal))
+            assert runs[0] == runs[1], (seed, vpp, budget)
+    assert asked >= 1000 and claimed >= asked // 4, (claimed, asked)
 
 
 # --- MILP backends: HiGHS (highspy) and the CBC fallback (milp.py) ----------------------------------
