@@ -426,3 +426,37 @@ def test_waiting_on_no_busy_worker_returns_at_once():
     t0 = time.perf_counter()
     assert bb._wait(pool, bb._State(), [], time.perf_counter() + 30.0) is False
     assert time.perf_counter() - t0 < 1.0 and not pool.dead
+
+
+def test_workers_count_the_whole_searchs_unfinished_probes(monkeypatch):
+    """Eq. N17f: a worker stops probing once the search's unfinished probes (every worker's, as the search merged them
+    when it handed the node out) reach PROBE_FAILS, so a solve ends with at most PROBE_FAILS + workers - 1 of them (the
+    others' probes still running when the count was reached); with each worker counting only its own it ran up to
+    twice PROBE_FAILS. Every probe ends unfinished (as CP-SAT's on a large node); the optimum stays brute force's."""
+    from synthetic import all_models_large, solve_against_brute
+
+    _pooled(monkeypatch)
+    monkeypatch.setattr(bb, "ENGINE_WIDTH", 1e12)
+    monkeypatch.setattr(bb, "PROBE_FAILS", 3)
+    monkeypatch.setattr(bb, "PROBE_SPENT", 0.0)
+    all_models_large(monkeypatch)
+    call = bb._call
+
+    def timed_out(problem, options, st, lm, nb, cutoff, share, *args, **kw):  # (a probe: share capped at the worker's)
+        if share <= st.probe_s:
+            st.engine_calls += 1
+            return bb.VariantResult("NO_SOLUTION")
+        return call(problem, options, st, lm, nb, cutoff, share, *args, **kw)
+
+    monkeypatch.setattr(bb, "_call", timed_out)
+    pooled = EXACT.model_copy(update={"threads": 2})
+    most = total = checked = 0
+    for seed in range(16):
+        problem = random_problem(seed, num_groups=1 + seed % 2, num_layers=6 + seed % 3, max_stages=4, max_options=6)
+        res = solve_against_brute(problem, "cpsat", pooled, seed)
+        if res is None:
+            continue
+        fails = res.stats.get("probe_fails", 0)
+        assert fails <= bb.PROBE_FAILS + 1, (seed, res.stats)
+        most, total, checked = max(most, fails), total + fails, checked + 1
+    assert checked >= 8 and most >= bb.PROBE_FAILS, (checked, most, total)  # (the probes did run out)

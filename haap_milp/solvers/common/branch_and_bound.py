@@ -205,6 +205,7 @@ PROBE_SPENT = 2.0  # eq. N17d: a probe runs at least this many times what the no
 # unfinished probes the search goes back to one split width (ENGINE_WIDTH 1: off)
 ENGINE_WIDTH = 16.0
 PROBE_FAILS = 2
+SHARE_PROBE_FAILS = True  # eq. N17f: a node worker counts the whole search's unfinished probes, not only its own
 # eq. N20: where every group's GPUs fit in one capacity state (joint_capacity.JOINT_MAX), the stage DP with all of them
 # exact, and sigma's cases on it (eq. N20b), before eqs. N15, N5 and N6 (measured: formulations/README.md, N20)
 USE_JOINT = True
@@ -601,7 +602,8 @@ def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadli
                 _wait(pool, st, heap, deadline)
             else:
                 heapq.heappop(heap)
-                pool.submit(i, node, (node, st.inc, st.inc_obj, len(heap)))
+                fails = st.probe_fails + st.worker_stats.get("probe_fails", 0)  # (eq. N17f: this process's and theirs)
+                pool.submit(i, node, (node, st.inc, st.inc_obj, len(heap), fails))
             continue
         heapq.heappop(heap)
         _node(problem, options, st, heap, vb[node[1]], node, cutoff, deadline, name, solve_node)
@@ -621,9 +623,12 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
 
     def serve(request):
         st.probe_s = PROBE_S * scale  # (this worker's copy of the state)
-        node, inc, inc_obj, st.open_elsewhere = request
+        node, inc, inc_obj, st.open_elsewhere, fails = request
         if inc is not None and inc_obj < st.inc_obj:
             st.inc, st.inc_obj = inc, inc_obj
+        # eq. N17f: the search's unfinished probes so far, every worker's merged (before, each worker counted its own
+        # from its fork, so two workers ran up to twice PROBE_FAILS unfinished probes)
+        st.probe_fails = max(st.probe_fails, fails) if SHARE_PROBE_FAILS else st.probe_fails
         marks, before, heap, was = (len(st.closed), len(st.errors)), st.inc_obj, [], dict(st.stats)
         was["probe_fails"] = st.probe_fails  # (a _State count: sent back as if a statistic)
         cutoff = st.cut(options.relative_gap)  # (eq. PAR2c: the best plan any worker holds, even if not handed out)
