@@ -60,33 +60,37 @@ def _brute(t, r, cls, caps, tau, charge, max_segments):
     return best
 
 
-def test_coverage_is_the_most_layers_per_stage_count():
-    checked = reached = 0
-    for seed in range(40):
+def _runs(seeds, *, holding: bool = True):
+    """(seed, problem, v, tables, restriction, classes, charge, candidates) of each DP run of small random problems
+    (``holding``: only variants whose GPUs can hold a plan, p_min > 0)."""
+    for seed in seeds:
         problem = random_problem(seed, max_stages=int(seed % 3) + 2, max_options=5)
         for v in range(len(problem.variants)):
             t = build_tables(problem, v)
-            if t.p_min == 0:
+            if holding and t.p_min == 0:
                 continue
             for r in _restrictions(problem, t):
                 cls = option_classes(t, r)
-                if not len(cls.members):
-                    continue
-                charge = group_links(t, r.every, t.p2p)
-                cand = _candidates(t, r)
-                for tau in cand[np.linspace(0, len(cand) - 1, 5).astype(int)].tolist():
-                    got = coverage(t, cls, CapCache(t, r, cls), problem.group_capacity, tau, 6, charge)
-                    want = _brute(t, r, cls, problem.group_capacity, tau, charge, 6)
-                    assert {p: v_ for p, (v_, _) in got.items()} == want, (seed, v, tau)
-                    for p, (layers, structure) in got.items():  # the structure returned holds what it claims
-                        total = 0
-                        for i, (g, c, s, e) in enumerate(structure):
-                            below = 0.0 if i == 0 else float(charge[g, structure[i - 1][0]])
-                            total += _segment_layers(t, r, cls, c, s, e, tau, below, float(charge[g, g]),
-                                                     i == len(structure) - 1)
-                        assert total == layers and structure[-1][3] == p, (seed, v, tau, p)
-                    checked += 1
-                    reached += bool(want)
+                if len(cls.members):
+                    yield seed, problem, v, t, r, cls, group_links(t, r.every, t.p2p), _candidates(t, r)
+
+
+def test_coverage_is_the_most_layers_per_stage_count():
+    checked = reached = 0
+    for seed, problem, v, t, r, cls, charge, cand in _runs(range(40)):
+        for tau in cand[np.linspace(0, len(cand) - 1, 5).astype(int)].tolist():
+            got = coverage(t, cls, CapCache(t, r, cls), problem.group_capacity, tau, 6, charge)
+            want = _brute(t, r, cls, problem.group_capacity, tau, charge, 6)
+            assert {p: v_ for p, (v_, _) in got.items()} == want, (seed, v, tau)
+            for p, (layers, structure) in got.items():  # the structure returned holds what it claims
+                total = 0
+                for i, (g, c, s, e) in enumerate(structure):
+                    below = 0.0 if i == 0 else float(charge[g, structure[i - 1][0]])
+                    total += _segment_layers(t, r, cls, c, s, e, tau, below, float(charge[g, g]),
+                                             i == len(structure) - 1)
+                assert total == layers and structure[-1][3] == p, (seed, v, tau, p)
+            checked += 1
+            reached += bool(want)
     assert checked >= 100 and reached >= 30, (checked, reached)
 
 
@@ -97,41 +101,32 @@ def test_least_tau_is_the_bisections_whatever_the_hints(monkeypatch):
     from haap_milp.solvers import dp
 
     checked = hinted = 0
-    for seed in range(6):
-        problem = random_problem(seed, max_stages=int(seed % 3) + 2, max_options=5)
-        for v in range(len(problem.variants)):
-            t = build_tables(problem, v)
-            for r in _restrictions(problem, t):
-                cls = option_classes(t, r)
-                if not len(cls.members):
-                    continue
-                charge = group_links(t, r.every, t.p2p)
-                cand = _candidates(t, r)
-                # every candidate up to the first that fits and a few above it (eq. DP3's monotonicity, which the
-                # search relies on, on the candidates around the boundary)
-                fits = []
-                for x in cand:
-                    fits.append(bool(dp._feasible(problem, t, r, cls, float(x), charge)[0]))
-                    if fits[-4:] == [True] * 4:
-                        break
-                assert fits == sorted(fits), (seed, v)
-                want = fits.index(True) if any(fits) else None
-                others = [float(cand[i]) for i in {0, len(cand) // 2, len(cand) - 1}] + [-1.0, 1e9]
-                right = [] if want is None else [float(cand[want])] + [float(cand[i]) for i in (want - 1, want + 1)
-                                                                       if 0 <= i < len(cand)]
-                for hints in ([], *([h] for h in others + right), others[:2], right[::-1]):
-                    monkeypatch.setattr(dp, "_recent", list(hints))
-                    tests = []
-                    real = dp._feasible
-                    monkeypatch.setattr(dp, "_feasible", lambda *a, real=real, tests=tests: tests.append(a[4]) or real(*a))
-                    got = dp._least_tau(problem, t, r, cls, cand, charge)
-                    monkeypatch.setattr(dp, "_feasible", real)
-                    assert (got is None and want is None) or got[0] == want, (seed, v, hints)
-                    if got is not None:
-                        assert bool(got[1][0]) and got[1][0] == dp._feasible(problem, t, r, cls, float(cand[want]),
-                                                                          charge)[0]
-                    if want is not None and hints[-1:] == [float(cand[want])]:
-                        assert len(tests) <= 2, (seed, v, tests)
-                        hinted += 1
-                    checked += 1
+    for seed, problem, v, t, r, cls, charge, cand in _runs(range(6), holding=False):
+        # every candidate up to the first that fits and a few above it (eq. DP3's monotonicity, which the
+        # search relies on, on the candidates around the boundary)
+        fits = []
+        for x in cand:
+            fits.append(bool(dp._feasible(problem, t, r, cls, float(x), charge)[0]))
+            if fits[-4:] == [True] * 4:
+                break
+        assert fits == sorted(fits), (seed, v)
+        want = fits.index(True) if any(fits) else None
+        others = [float(cand[i]) for i in {0, len(cand) // 2, len(cand) - 1}] + [-1.0, 1e9]
+        right = [] if want is None else [float(cand[want])] + [float(cand[i]) for i in (want - 1, want + 1)
+                                                               if 0 <= i < len(cand)]
+        for hints in ([], *([h] for h in others + right), others[:2], right[::-1]):
+            monkeypatch.setattr(dp, "_recent", list(hints))
+            tests = []
+            real = dp._feasible
+            monkeypatch.setattr(dp, "_feasible", lambda *a, real=real, tests=tests: tests.append(a[4]) or real(*a))
+            got = dp._least_tau(problem, t, r, cls, cand, charge)
+            monkeypatch.setattr(dp, "_feasible", real)
+            assert (got is None and want is None) or got[0] == want, (seed, v, hints)
+            if got is not None:
+                assert bool(got[1][0]) and got[1][0] == dp._feasible(problem, t, r, cls, float(cand[want]),
+                                                                  charge)[0]
+            if want is not None and hints[-1:] == [float(cand[want])]:
+                assert len(tests) <= 2, (seed, v, tests)
+                hinted += 1
+            checked += 1
     assert checked >= 120 and hinted >= 12, (checked, hinted)
