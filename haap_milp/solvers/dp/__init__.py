@@ -512,11 +512,8 @@ def _least_tau(problem: Problem, t: Tables, r: Restriction, cls, cand: np.ndarra
         else:
             lo = mid + 1
     tau = float(cand[lo])
-    if HINTS:  # (0: no hints, plain bisection)
-        if tau in _recent:
-            _recent.remove(tau)
-        _recent.append(tau)
-        del _recent[:-HINTS]
+    if HINTS:  # (0: no hints, plain bisection; one slice assignment, so two solves on two threads cannot trip on it)
+        _recent[:] = ([x for x in _recent if x != tau] + [tau])[-HINTS:]
     return lo, (known[lo] if lo in known else _feasible(problem, t, r, cls, tau, charge))
 
 
