@@ -155,7 +155,8 @@ class _Screen:
 
     def __init__(self, problem: Problem, a: Assignment, limit: float):
         v = problem.variants[a.variant]
-        self.on = FAST_SCREEN and v.extra is None
+        # (float64 costs only, ``Variant.cost_lists``: in float32 ``stage_times`` rounds far more than SCREEN_MARGIN)
+        self.on = FAST_SCREEN and v.extra is None and v.cost_lists is not None
         if not self.on:
             return
         self.t = stage_times(problem, a)
@@ -163,8 +164,7 @@ class _Screen:
         self.w, self.div = ((interleaved_tau_weight(v.num_microbatches, v.vpp), v.vpp) if v.vpp > 1
                             else (v.num_microbatches - 1, 1))
         self.limit = limit * (1 + SCREEN_MARGIN)
-        lists = v.cost_lists
-        self.per, self.first, self.last = (v.layer_time, v.first_time, v.last_time) if lists is None else lists[:3]
+        self.per, self.first, self.last = v.cost_lists[:3]
         self.arrays = tuple(np.asarray(x, float) for x in (v.layer_time, v.first_time, v.last_time))
         self.top = sorted(range(len(self.t)), key=lambda j: -self.t[j])[:3]  # the three slowest stages
 
