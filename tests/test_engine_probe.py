@@ -48,12 +48,13 @@ def test_every_node_probed_at_any_width_still_matches_brute_force(name, monkeypa
 
 
 def _probes_time_out(monkeypatch) -> None:
-    """Every probe (an engine run capped at PROBE_S) ends unfinished, as CP-SAT does on a large node: NO_SOLUTION
-    without a bound. The engine runs of narrow nodes (no cap) are real."""
+    """Every probe (an engine run capped at its process's probe time, ``st.probe_s``: PROBE_S here, more on a node
+    worker, eq. PAR2b) ends unfinished, as CP-SAT does on a large node: NO_SOLUTION without a bound. The engine runs
+    of narrow nodes (no cap) are real."""
     call = bb._call
 
     def timed_out(problem, options, st, lm, nb, cutoff, share, hint, name, solve_node, v, **kw):
-        if share <= bb.PROBE_S:
+        if share <= st.probe_s:
             st.engine_calls += 1
             return bb.VariantResult("NO_SOLUTION")
         return call(problem, options, st, lm, nb, cutoff, share, hint, name, solve_node, v, **kw)

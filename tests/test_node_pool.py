@@ -434,21 +434,14 @@ def test_workers_count_the_whole_searchs_unfinished_probes(monkeypatch):
     others' probes still running when the count was reached); with each worker counting only its own it ran up to
     twice PROBE_FAILS. Every probe ends unfinished (as CP-SAT's on a large node); the optimum stays brute force's."""
     from synthetic import all_models_large, solve_against_brute
+    from test_engine_probe import _probes_time_out
 
     _pooled(monkeypatch)
     monkeypatch.setattr(bb, "ENGINE_WIDTH", 1e12)
     monkeypatch.setattr(bb, "PROBE_FAILS", 3)
     monkeypatch.setattr(bb, "PROBE_SPENT", 0.0)
     all_models_large(monkeypatch)
-    call = bb._call
-
-    def timed_out(problem, options, st, lm, nb, cutoff, share, *args, **kw):  # (a probe: share capped at the worker's)
-        if share <= st.probe_s:
-            st.engine_calls += 1
-            return bb.VariantResult("NO_SOLUTION")
-        return call(problem, options, st, lm, nb, cutoff, share, *args, **kw)
-
-    monkeypatch.setattr(bb, "_call", timed_out)
+    _probes_time_out(monkeypatch)
     pooled = EXACT.model_copy(update={"threads": 2})
     most = total = checked = 0
     for seed in range(16):

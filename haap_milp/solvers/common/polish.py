@@ -20,7 +20,7 @@ import numpy as np
 
 from haap_milp.deadline import current
 from haap_milp.pipeline import interleaved_tau_weight, sync_share
-from haap_milp.problem import Assignment, Problem, Stage, evaluate, stage_times, sync_times, violations
+from haap_milp.problem import Assignment, Problem, Stage, evaluate, stage_sum, stage_times, sync_times, violations
 from haap_milp.solvers.common.exchange_moves import exchange_moves
 
 # candidate plans per call. Measured (synthetic instances of tests/synthetic.py, 40 small and six of
@@ -172,20 +172,19 @@ class _Screen:
         return next((self.t[k] for k in self.top if k not in js), 0.0)
 
     def options(self, a: Assignment, j: int, opts: np.ndarray) -> np.ndarray:
-        """[len(opts)] True where stage j with that option (its layers kept) is ruled out."""
+        """[len(opts)] True where stage j with that option (its layers kept) is ruled out (t_j' as ``stage_sum`` forms
+        it, over all the options at once)."""
         per, first, last = self.arrays
         n, p = a.stages[j].num_layers, len(a.stages)
         tj = n * per[opts] + (first[opts] if j == 0 else 0.0) + (last[opts] if j == p - 1 else 0.0)
         bound = self.w * np.maximum(self._max_without(j), tj) + (self.total - self.t[j] + tj) / self.div
         return bound >= self.limit
 
-    def _time(self, o: int, n: int, j: int, p: int) -> float:
-        return n * self.per[o] + (self.first[o] if j == 0 else 0.0) + (self.last[o] if j == p - 1 else 0.0)
-
     def layer(self, a: Assignment, j: int, q: int) -> bool:
         """True where one layer moved from stage j to stage q is ruled out."""
         st, p = a.stages, len(a.stages)
-        tj, tq = self._time(st[j].option, st[j].num_layers - 1, j, p), self._time(st[q].option, st[q].num_layers + 1, q, p)
+        tj = stage_sum(st[j].option, st[j].num_layers - 1, j == 0, j == p - 1, self.per, self.first, self.last)
+        tq = stage_sum(st[q].option, st[q].num_layers + 1, q == 0, q == p - 1, self.per, self.first, self.last)
         bound = self.w * max(self._max_without(j, q), tj, tq) + (self.total - self.t[j] - self.t[q] + tj + tq) / self.div
         return bound >= self.limit
 

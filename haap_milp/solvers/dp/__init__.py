@@ -514,7 +514,7 @@ def _least_tau(problem: Problem, t: Tables, r: Restriction, cls, cand: np.ndarra
     tau = float(cand[lo])
     if HINTS:  # (0: no hints, plain bisection; one slice assignment, so two solves on two threads cannot trip on it)
         _recent[:] = ([x for x in _recent if x != tau] + [tau])[-HINTS:]
-    return lo, (known[lo] if lo in known else _feasible(problem, t, r, cls, tau, charge))
+    return lo, known[lo]  # (every bracket end the search kept was tested)
 
 
 def _variant(problem: Problem, t: Tables, r: Restriction, rest_lb: float, charge=None):
