@@ -20,6 +20,7 @@ from synthetic import any_interleaved_copies, random_problem, with_blocking_send
 from haap_milp import pipeline
 from haap_milp.problem import Option, Problem, Replicas, Variant, boundary_times, stage_times
 from haap_milp.solvers import get_solver
+from haap_milp.solvers.common import bounds
 from haap_milp.solvers.common.bounds import coverage_at, variant_bound
 from haap_milp.solvers.common.slot_bounds import build_tables, send_floor
 
@@ -35,30 +36,87 @@ def _variant(n_opts: int, layer_time, p2p, **over) -> Variant:
                    p2p_time=np.asarray(p2p, float), allowed=np.ones(n_opts, bool), **zero)
 
 
-def test_mixed_option_counts_its_layers_once_across_its_groups():
+def test_mixed_option_counts_its_layers_once_across_its_groups(monkeypatch):
     """One mixed option of 1 GPU of group a + 3 of group b (capacities 4 and 3), 1 s a layer, 4 layers: only one
     such stage fits, so the optimum is one stage of 4 layers, tau = 4. Split by GPU share a stage of h layers is
     worth h/4 in a's knapsack (4 fit) and 3h/4 in b's (1 fits): 1.75 h in all; split by the share of each group's
     capacity it takes (1/4 and 3/3: weights 0.2 and 0.8), 4 x 0.2 h + 0.8 h = 1.6 h. The lesser counts, so tau >= 3
-    (h = 3 covers 4 layers). Counting the stage whole in both groups gave 5 h, tau >= 1."""
+    (h = 3 covers 4 layers). Counting the stage whole in both groups gave 5 h, tau >= 1. Eq. B2g (checked last)
+    counts the one stage that fits: h, so tau >= 4, the optimum's."""
     mixed = Option(group=0, tp=1, dp=4, ep=1, recompute="none", mix=(Replicas(0, 1, 1, 1), Replicas(1, 1, 3, 1)),
                    link=2)
     prob = Problem(num_layers=4, max_stages=4, groups=("a", "b"), group_capacity=(4, 3), options=(mixed,),
                    variants=(_variant(1, [1.0], np.zeros((3, 3))),))
     t = build_tables(prob, 0)
     hmax = t.U_mem[: t.p_max].max(axis=0)
+    monkeypatch.setattr(bounds, "USE_STAGE_CAP", False)  # eq. B2b alone
     assert coverage_at(prob, t, 1.0, hmax) == pytest.approx(1.6)
     assert coverage_at(prob, t, 3.0, hmax) == pytest.approx(4.8)
-    b = variant_bound(prob, t)
-    assert b.tau_lb == pytest.approx(3.0)
+    assert variant_bound(prob, t).tau_lb == pytest.approx(3.0)
     # a third group with no GPU (an emptied pool) changes nothing: its load weight stays finite
     empty = replace(prob, groups=("a", "b", "c"), group_capacity=(4, 3, 0),
                     variants=(_variant(1, [1.0], np.zeros((4, 4))),))
     te = build_tables(empty, 0)
     assert coverage_at(empty, te, 1.0, te.U_mem[: te.p_max].max(axis=0)) == pytest.approx(1.6)
+    monkeypatch.setattr(bounds, "USE_STAGE_CAP", True)
+    assert coverage_at(prob, t, 3.0, hmax) == pytest.approx(3.0)
+    b = variant_bound(prob, t)
+    assert b.tau_lb == pytest.approx(4.0)
     brute = get_solver("brute")(prob)
     assert brute.status == "OPTIMAL" and len(brute.assignment.stages) == 1
     assert b.total_s <= brute.objective_s * (1 + 1e-12)
+
+
+def test_stage_cap_by_hand():
+    """Eq. B2g: one option of 1 GPU (1 s a layer) of a group of 8 GPUs, 4 layers, at most 2 stages. The knapsack
+    alone takes 8 stages of it, 1 layer each: tau >= 1 s. Two stages hold 2 h: tau >= 2 s, the best plan's (2 + 2)."""
+    opts = (Option(0, 1, 1, 1, "none"),)
+    prob = Problem(num_layers=4, max_stages=2, groups=("a",), group_capacity=(8,), options=opts,
+                   variants=(_variant(1, [1.0], np.zeros((1, 1))),))
+    t = build_tables(prob, 0)
+    b = variant_bound(prob, t)
+    assert b.tau_lb == pytest.approx(2.0)
+    brute = get_solver("brute")(prob)
+    assert brute.status == "OPTIMAL" and max(stage_times(prob, brute.assignment)) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_stage_cap_is_below_every_plan(seed):
+    """Eq. B2 with eq. B2g on plain variants of one to three stages and on interleaved copies (a fixed stage count)
+    never exceeds the best plan of the variant, nor its tau the best plan's slowest stage (brute force per variant)."""
+    problem = random_problem(seed, num_layers=int(seed % 4) + 4, max_stages=int(seed % 3) + 1, max_options=6)
+    copies = any_interleaved_copies(problem.variants, (2,), 5, problem.num_layers) if seed % 2 else []
+    problem = replace(problem, variants=problem.variants + tuple(copies), max_stages=max(problem.max_stages,
+                                                                                          5 if copies else 0))
+    for v in range(len(problem.variants)):
+        sub = replace(problem, variants=(problem.variants[v],))
+        brute = get_solver("brute")(sub)
+        b = variant_bound(sub, build_tables(sub, 0))
+        if brute.status == "OPTIMAL":
+            assert b.total_s <= brute.objective_s * (1 + 1e-9), (seed, v)
+            assert b.tau_lb <= max(stage_times(sub, brute.assignment)) * (1 + 1e-9) or sub.variants[0].vpp > 1
+        else:
+            assert not math.isfinite(b.total_s) or brute.status == "INFEASIBLE"
+
+
+def test_stage_cap_binds(monkeypatch):
+    """Not vacuous: on random few-stage problems eq. B2g raises some variants' tau bound."""
+    raised = seen = 0
+    for seed in range(30):
+        problem = random_problem(seed, num_layers=8, max_stages=2, max_options=6)
+        for v in range(len(problem.variants)):
+            sub = replace(problem, variants=(problem.variants[v],))
+            t = build_tables(sub, 0)
+            if t.p_min == 0:
+                continue
+            seen += 1
+            on = variant_bound(sub, t).tau_lb
+            monkeypatch.setattr(bounds, "USE_STAGE_CAP", False)
+            off = variant_bound(sub, t).tau_lb
+            monkeypatch.setattr(bounds, "USE_STAGE_CAP", True)
+            assert on >= off
+            raised += on > off * (1 + 1e-6)
+    assert raised >= 10, (raised, seen)
 
 
 def test_blocking_sends_raise_tau_when_one_stage_cannot_hold_the_model():

@@ -19,6 +19,7 @@ from haap_milp.solvers.common.slot_bounds import Tables, build_tables, link_half
 
 COVER_TOL = 1e-6  # layers: eq. B2b's real-valued coverage against the integer layer count
 USE_FILL_LP = True  # eq. B2e
+USE_STAGE_CAP = True  # eq. B2g
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class _Cover:
     mixed: np.ndarray  # [n] bool: options on several groups (eq. H1)
     joined: list  # the groups each mixed option joins
     weights: list  # eq. B2b's weightings, [n, G] each
+    copies: np.ndarray  # [n] eq. B2g: the most stages of each option the GPUs hold at once (at most p_max)
 
 
 def _cover(problem: Problem, t: Tables) -> _Cover:
@@ -70,8 +72,24 @@ def _cover(problem: Problem, t: Tables) -> _Cover:
     if mixed.any():  # and by the share of each group's capacity a stage takes (a group of 0 GPUs: no load)
         load = t.use / np.maximum(np.asarray(problem.group_capacity, float), 1.0)[None, :]
         weights.append(load / load.sum(axis=1, keepdims=True))
+    cap = np.asarray(problem.group_capacity, np.int64)[None, :]
+    copies = np.where(t.use > 0, cap // np.maximum(t.use, 1), t.p_max).min(axis=1, initial=t.p_max)
     return _Cover(send_floor(problem, t) if problem.p2p_blocking and t.vpp <= 1 else None, mixed,
-                  [tuple(np.flatnonzero(t.use[i]).tolist()) for i in np.flatnonzero(mixed)], weights)
+                  [tuple(np.flatnonzero(t.use[i]).tolist()) for i in np.flatnonzero(mixed)], weights, copies)
+
+
+def _stage_cap(t: Tables, h: np.ndarray, copies: np.ndarray) -> float:
+    """Eq. B2g: at most p_max stages, stage o holding at most h_o layers and option o in at most ``copies[o]`` stages
+    at once, hold at most the p_max largest h_o counted ``copies[o]`` times each (only the p_max largest options can
+    be among them: each is counted once at least)."""
+    k = t.p_max
+    if k <= 0 or len(h) == 0:
+        return 0.0
+    top = np.argpartition(h, -k)[-k:] if len(h) > k else np.arange(len(h))
+    top = top[np.argsort(-h[top], kind="stable")]
+    n = np.minimum(copies[top], k)
+    used = np.minimum(np.cumsum(n), k)  # stages taken up to and including each option
+    return float((np.diff(used, prepend=0) * h[top]).sum())
 
 
 def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover: _Cover | None = None) -> float:
@@ -101,11 +119,12 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover
     lt = t.coef["layer_time"]
     h = np.minimum(hmax, np.floor(tau / lt + TIME_RTOL)).astype(np.int64)
     alone = float(h.max(initial=0)) if t.p_min <= 1 else 0.0  # a one-stage plan: no link, no send
+    cap = _stage_cap(t, h, c.copies) if USE_STAGE_CAP else math.inf  # (eq. B2g: h before sends, larger)
     if c.sends is not None:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
         h = np.minimum(hmax, np.floor(np.maximum(tau - c.sends, 0.0) / lt + TIME_RTOL)).astype(np.int64)
     half = link_half(t.p2p, t.vpp)
     comps = _components(half, np.flatnonzero(t.use.any(axis=0)).tolist(), tau, c.joined)
-    return max(alone, min(_split_coverage(problem, t, tau, h, c.mixed, comps, w, half) for w in c.weights))
+    return min(cap, max(alone, min(_split_coverage(problem, t, tau, h, c.mixed, comps, w, half) for w in c.weights)))
 
 
 def _split_coverage(problem: Problem, t: Tables, tau: float, h: np.ndarray, mixed: np.ndarray, comps: list,
