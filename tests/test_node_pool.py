@@ -453,3 +453,50 @@ def test_workers_count_the_whole_searchs_unfinished_probes(monkeypatch):
         assert fails <= bb.PROBE_FAILS + 1, (seed, res.stats)
         most, total, checked = max(most, fails), total + fails, checked + 1
     assert checked >= 8 and most >= bb.PROBE_FAILS, (checked, most, total)  # (the probes did run out)
+
+
+def test_joint_trial_stays_on_while_the_search_closes_nodes_with_it(monkeypatch):
+    """Eq. N20d: a process whose own JOINT_TRIAL nodes eq. N20 did not close keeps it while another process of the
+    search has closed one (``joint_elsewhere``, from the request); with no close anywhere it stops as before."""
+    calls = []
+    monkeypatch.setattr(bb, "joint_units", lambda dp, types: calls.append(1))  # (None: nothing more runs)
+    problem = types.SimpleNamespace(groups=("h100-80g@a", "a100-80g@a"))
+    far = time.perf_counter() + 60.0
+    for elsewhere, runs in ((0, False), (1, True)):
+        st = bb._State(joint_calls=bb.JOINT_TRIAL, joint_wins=0, joint_elsewhere=elsewhere)
+        calls.clear()
+        assert bb._joint(problem, st, None, 0.0, 1.0, None, 2.0, None, far, "t") == (1.0, None)
+        assert bool(calls) is runs
+    st = bb._State(joint_calls=bb.JOINT_TRIAL - 1)
+    bb._joint(problem, st, None, 0.0, 1.0, None, 2.0, None, far, "t")
+    assert calls  # (its own trial not over yet)
+
+
+@needs_fork
+@pytest.mark.parametrize("share", [True, False])
+def test_workers_learn_the_searchs_joint_closes(monkeypatch, tmp_path, share):
+    """Eq. N20d's plumbing: each request carries the search's eq. N20 closes so far (this process's and the workers'
+    merged from their replies), which the worker holds as ``joint_elsewhere`` while it runs the node; with the switch
+    off, never. Every node here counts as one close (only eq. N20's gate reads the count, so the plans stay brute
+    force's)."""
+    _pooled(monkeypatch)
+    monkeypatch.setattr(bb, "SHARE_JOINT_WINS", share)
+    log = tmp_path / "seen"
+    real = bb._node
+
+    def counted(problem, options, st, *a, **kw):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {st.joint_elsewhere}\n")
+        st.joint_wins += 1
+        st.stats["joint_wins"] = st.joint_wins
+        return real(problem, options, st, *a, **kw)
+
+    monkeypatch.setattr(bb, "_node", counted)
+    pooled = EXACT.model_copy(update={"threads": 2})
+    for seed in range(4):
+        problem = random_problem(300 + seed, num_layers=8, max_stages=4, max_options=6)
+        assert_exact_solvers_match_brute(problem, pooled)
+    seen = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
+    workers = [e for pid, e in seen if pid != os.getpid()]
+    assert workers, seen  # (the workers ran nodes)
+    assert any(e > 0 for e in workers) if share else not any(e > 0 for e in workers)

@@ -210,6 +210,7 @@ SHARE_PROBE_FAILS = True  # eq. N17f: a node worker counts the whole search's un
 # exact, and sigma's cases on it (eq. N20b), before eqs. N15, N5 and N6 (measured: formulations/README.md, N20)
 USE_JOINT = True
 JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes without closing one
+SHARE_JOINT_WINS = True  # eq. N20d: ... in the whole search: a node worker keeps it while another process's closed one
 JOINT_PLANS = True  # eq. N20's least paths offered as plans
 JOINT_S = 0.15  # eq. N20b: sigma's cases stop after this long on a node (the count then keeps its N20 bound)
 USE_CROSSINGS = True  # eq. N25: where eq. N20 pools a GPU type over islands, its cases on the crossings between them
@@ -343,6 +344,7 @@ class _State:
     sigma_wins: int = 0
     joint_calls: int = 0  # nodes eq. N20 ran on, and those it closed (it stops after JOINT_TRIAL without)
     joint_wins: int = 0
+    joint_elsewhere: int = 0  # eq. N20d: on a node worker, the nodes eq. N20 closed in the whole search when it got this one
     split_calls: int = 0  # nodes eq. N15 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     split_wins: int = 0
     post_idle: int = 0  # eq. N17e: full passes after the LP in a row whose bound-only DPs neither lifted nor found a plan
@@ -603,7 +605,8 @@ def _search(problem, options, st: _State, vb, heap: list, pool: NodePool, deadli
             else:
                 heapq.heappop(heap)
                 fails = st.probe_fails + st.worker_stats.get("probe_fails", 0)  # (eq. N17f: this process's and theirs)
-                pool.submit(i, node, (node, st.inc, st.inc_obj, len(heap), fails))
+                joint = st.joint_wins + st.worker_stats.get("joint_wins", 0)  # (eq. N20d: the same for eq. N20's closes)
+                pool.submit(i, node, (node, st.inc, st.inc_obj, len(heap), fails, joint))
             continue
         heapq.heappop(heap)
         _node(problem, options, st, heap, vb[node[1]], node, cutoff, deadline, name, solve_node)
@@ -623,12 +626,16 @@ def _pool(problem, options, st: _State, vb, deadline: float, name: str, solve_no
 
     def serve(request):
         st.probe_s = PROBE_S * scale  # (this worker's copy of the state)
-        node, inc, inc_obj, st.open_elsewhere, fails = request
+        node, inc, inc_obj, st.open_elsewhere, fails, joint = request
         if inc is not None and inc_obj < st.inc_obj:
             st.inc, st.inc_obj = inc, inc_obj
         # eq. N17f: the search's unfinished probes so far, every worker's merged (before, each worker counted its own
         # from its fork, so two workers ran up to twice PROBE_FAILS unfinished probes)
         st.probe_fails = max(st.probe_fails, fails) if SHARE_PROBE_FAILS else st.probe_fails
+        # eq. N20d: likewise eq. N20 stays on in a worker whose own first JOINT_TRIAL nodes it did not close (wide nodes
+        # that went on to probes) while it closes nodes elsewhere (each worker judged its trial alone: mixtral-8x7b x
+        # hetero3-4096 then left one worker without it, its nodes open to the engine, 10.5 % at 30 s in ~1 run of 4)
+        st.joint_elsewhere = joint if SHARE_JOINT_WINS else 0
         marks, before, heap, was = (len(st.closed), len(st.errors)), st.inc_obj, [], dict(st.stats)
         was["probe_fails"] = st.probe_fails  # (a _State count: sent back as if a statistic)
         cutoff = st.cut(options.relative_gap)  # (eq. PAR2c: the best plan any worker holds, even if not handed out)
@@ -1216,8 +1223,9 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     """Eqs. N20, N20b on a node the DPs leave open, where every group's GPUs fit in one state (``joint_units``): (bound,
     per stage count bounds); its paths that pass the check are offered as plans. Where it leaves the node open eqs.
     N15, N5 and N6 still run (for their plans too). It stops for the rest of a search after JOINT_TRIAL nodes without
-    closing one."""
-    if not (USE_JOINT and (st.joint_calls < JOINT_TRIAL or st.joint_wins > 0) and _room(st, deadline)):
+    closing one while no other process of the search has closed one (eq. N20d)."""
+    if not (USE_JOINT and (st.joint_calls < JOINT_TRIAL or st.joint_wins > 0 or st.joint_elsewhere > 0)
+            and _room(st, deadline)):
         return bound, per_p
     types = [island_split.gpu_type(g) for g in problem.groups]
     u = joint_units(dp, types)
