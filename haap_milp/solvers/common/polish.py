@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from haap_milp.deadline import current
-from haap_milp.pipeline import interleaved_tau_weight, sync_share
+from haap_milp.pipeline import exposed_sync, interleaved_tau_weight, sigma_share, sync_share
 from haap_milp.problem import Assignment, Problem, Stage, evaluate, stage_sum, stage_times, sync_times, violations
 from haap_milp.solvers.common.exchange_moves import exchange_moves
 
@@ -44,6 +44,8 @@ EXCHANGE_FIXED_P_ONLY = True
 # SCREEN_MARGIN (relative) is counted as tried and never built, any other goes through ``_feasible_better`` as before
 FAST_SCREEN = True
 SCREEN_MARGIN = 1e-9
+# eq. LS1h: ``_no_better`` adds the candidate's exposed sync (sigma of eqs. T3 / I1) to its bound before ``evaluate``
+SCREEN_SIGMA = True
 
 
 def _feasible_better(problem: Problem, a: Assignment, best: float) -> float | None:
@@ -59,19 +61,29 @@ def _feasible_better(problem: Problem, a: Assignment, best: float) -> float | No
 
 def _no_better(problem: Problem, a: Assignment, limit: float) -> bool:
     """True when the candidate's T cannot be below ``limit``: under 1F1B without eq. EX1's terms, T = (M - 1) tau +
-    sum t + sum c + sigma with tau >= max t and sum c, sigma >= 0 (eqs. T1-T3), so (M - 1) max t + sum t, formed
-    from the same stage times and added in the same order, is at most ``evaluate``'s value in floating point too;
-    interleaved (eq. I1), T_v = (M - 1/vpp) tau_v + sum t / vpp + (links, sigma_v >= 0) with tau_v >= max t, so
-    (M - 1/vpp) max t + sum t / vpp likewise. A screen only (the candidate counts as tried either way): it skips
-    ``evaluate`` (~30 us; ~45 us interleaved) for the many option and layer moves whose slowest stage alone rules
-    them out, at the price of ``stage_times`` (~5 us)."""
+    sum t + sum c + sigma with tau >= max t and sum c >= 0 (eqs. T1-T3), so (M - 1) max t + sum t (+ sigma, eq. LS1h),
+    formed from the same stage times and sync times and added in the same order, is at most ``evaluate``'s value in
+    floating point too (rounding is monotone, and sigma is the same ``exposed_sync`` of the same lists); interleaved
+    (eq. I1), T_v = (M - 1/vpp) tau_v + sum t / vpp + (links >= 0) + sigma_v with tau_v >= max t, so
+    (M - 1/vpp) max t + sum t / vpp (+ sigma_v) likewise. A screen only (the candidate counts as tried either way): it
+    skips ``evaluate`` (~30 us; ~45 us interleaved) and ``violations`` for the many option and layer moves whose slowest
+    stage, or whose slowest stage and exposed sync, rule them out, at the price of ``stage_times`` and ``sync_times``
+    (~5 us each)."""
     v = problem.variants[a.variant]
     if v.extra is not None:
         return False
     t = stage_times(problem, a)
     if v.vpp > 1:
-        return interleaved_tau_weight(v.num_microbatches, v.vpp) * max(t) + sum(t) / v.vpp >= limit
-    return (v.num_microbatches - 1) * max(t) + sum(t) >= limit
+        bound = interleaved_tau_weight(v.num_microbatches, v.vpp) * max(t) + sum(t) / v.vpp
+    else:
+        bound = (v.num_microbatches - 1) * max(t) + sum(t)
+    if bound >= limit:
+        return True
+    if not SCREEN_SIGMA:
+        return False
+    # eq. LS1h: sigma as eqs. T3 / I1 form it (blocking applies to 1F1B only, as in ``time_of``)
+    sigma = exposed_sync(t, sync_times(problem, a), sigma_share(v.vpp, problem.p2p_blocking and v.vpp <= 1))
+    return bound + sigma >= limit
 
 
 def _order_moves(problem: Problem, a: Assignment):
