@@ -249,6 +249,15 @@ class Problem:
             by_use.setdefault(opt.usage, []).append(o)
         return tuple(tuple(by_use[opt.usage]) for opt in self.options)
 
+    @cached_property  # read per local-search plan (eq. LS1i): built once per problem
+    def usage_matrix(self) -> np.ndarray:
+        """[O, G] int64: the GPUs each option takes of each group (eq. G1, ``Option.usage``)."""
+        out = np.zeros((len(self.options), len(self.groups)), np.int64)
+        for o, opt in enumerate(self.options):
+            for g, n in opt.usage:
+                out[o, g] += n
+        return out
+
     @cached_property  # read per search node (eqs. N6, LS4): the names parsed once per problem
     def group_island(self) -> np.ndarray:
         """[G] the island index of each group, from the names ``type@island`` (one home for that parse)."""

@@ -46,6 +46,8 @@ FAST_SCREEN = True
 SCREEN_MARGIN = 1e-9
 # eq. LS1h: ``_no_better`` adds the candidate's exposed sync (sigma of eqs. T3 / I1) to its bound before ``evaluate``
 SCREEN_SIGMA = True
+# eq. LS1i: eq. LS1g's screen also claims the option moves whose GPUs, with the other stages', exceed a group (eq. G1)
+SCREEN_GPUS = True
 
 
 def _feasible_better(problem: Problem, a: Assignment, best: float) -> float | None:
@@ -163,10 +165,17 @@ class _Screen:
     another order, so ``out`` claims a candidate only where its bound passes ``limit`` by SCREEN_MARGIN (relative),
     far above that rounding (about p ulps): every candidate it claims, ``_no_better`` rules out too, and the walk
     tries the same plans in the same order (tested: the same plans and counts with it off). ``on`` is False where
-    ``_no_better`` screens nothing (eq. EX1's terms) or FAST_SCREEN is off."""
+    ``_no_better`` screens nothing (eq. EX1's terms) or FAST_SCREEN is off. Eq. LS1i (``gpus``): an option move is
+    also claimed where the plan's other stages and the new option take more GPUs of a group than it has, which
+    ``violations`` would refuse (eq. G1; integers, so exact on any costs)."""
 
     def __init__(self, problem: Problem, a: Assignment, limit: float):
         v = problem.variants[a.variant]
+        # eq. LS1i: GPUs per group of the plan and of each option (integers: exact whatever the costs' type)
+        self.gpus = FAST_SCREEN and SCREEN_GPUS
+        if self.gpus:
+            self.use, self.cap = problem.usage_matrix, np.asarray(problem.group_capacity, np.int64)
+            self.used = self.use[[st.option for st in a.stages]].sum(axis=0)
         # (float64 costs only, ``Variant.cost_lists``: in float32 ``stage_times`` rounds far more than SCREEN_MARGIN)
         self.on = FAST_SCREEN and v.extra is None and v.cost_lists is not None
         if not self.on:
@@ -184,13 +193,20 @@ class _Screen:
         return next((self.t[k] for k in self.top if k not in js), 0.0)
 
     def options(self, a: Assignment, j: int, opts: np.ndarray) -> np.ndarray:
-        """[len(opts)] True where stage j with that option (its layers kept) is ruled out (t_j' as ``stage_sum`` forms
-        it, over all the options at once)."""
+        """[len(opts)] True where stage j with that option (its layers kept) is ruled out: by the bound (t_j' as
+        ``stage_sum`` forms it, over all the options at once), or (eq. LS1i) by a group's GPUs, which ``violations``
+        (eq. G1) would refuse after ``evaluate``."""
+        over = np.zeros(len(opts), bool)
+        if self.gpus:
+            others = self.used - self.use[a.stages[j].option]
+            over = ((others[None, :] + self.use[opts]) > self.cap[None, :]).any(axis=1)
+        if not self.on:
+            return over
         per, first, last = self.arrays
         n, p = a.stages[j].num_layers, len(a.stages)
         tj = n * per[opts] + (first[opts] if j == 0 else 0.0) + (last[opts] if j == p - 1 else 0.0)
         bound = self.w * np.maximum(self._max_without(j), tj) + (self.total - self.t[j] + tj) / self.div
-        return bound >= self.limit
+        return (bound >= self.limit) | over
 
     def layer(self, a: Assignment, j: int, q: int) -> bool:
         """True where one layer moved from stage j to stage q is ruled out."""
@@ -205,7 +221,8 @@ def _option_moves(a: Assignment, opts: np.ndarray, screen: _Screen | None = None
     """Stage j's option replaced by each other allowed option, stage by stage; None for a candidate ``screen`` rules
     out (eq. LS1g: counted, not built)."""
     for j, st in enumerate(a.stages):
-        out = screen.options(a, j, opts).tolist() if screen is not None and screen.on else [False] * len(opts)
+        use = screen is not None and (screen.on or screen.gpus)
+        out = screen.options(a, j, opts).tolist() if use else [False] * len(opts)
         for o, ruled_out in zip(opts.tolist(), out):
             if o != st.option:
                 yield None if ruled_out else Assignment(a.variant, a.stages[:j] + (Stage(o, st.num_layers),) +
