@@ -249,9 +249,9 @@ class Problem:
             by_use.setdefault(opt.usage, []).append(o)
         return tuple(tuple(by_use[opt.usage]) for opt in self.options)
 
-    @cached_property  # read per local-search plan (eq. LS1i): built once per problem
+    @cached_property  # read per variant's tables (``slot_bounds``) and per local-search plan (eq. LS1i): built once
     def usage_matrix(self) -> np.ndarray:
-        """[O, G] int64: the GPUs each option takes of each group (eq. G1, ``Option.usage``)."""
+        """[O, G] int64: the GPUs each option takes of each group (eq. G1, ``Option.usage``); read-only to callers."""
         out = np.zeros((len(self.options), len(self.groups)), np.int64)
         for o, opt in enumerate(self.options):
             for g, n in opt.usage:

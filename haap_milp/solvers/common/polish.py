@@ -171,6 +171,7 @@ class _Screen:
 
     def __init__(self, problem: Problem, a: Assignment, limit: float):
         v = problem.variants[a.variant]
+        self._gathered: tuple = (None,)
         # eq. LS1i: GPUs per group of the plan and of each option (integers: exact whatever the costs' type)
         self.gpus = FAST_SCREEN and SCREEN_GPUS
         if self.gpus:
@@ -192,19 +193,27 @@ class _Screen:
     def _max_without(self, *js: int) -> float:
         return next((self.t[k] for k in self.top if k not in js), 0.0)
 
+    def _of(self, opts: np.ndarray) -> tuple:
+        """(GPUs per group, layer, first and last times) of ``opts``, gathered once for all of a plan's stages."""
+        if self._gathered[0] is not opts:
+            arrays = tuple(x[opts] for x in self.arrays) if self.on else ()
+            self._gathered = (opts, self.use[opts] if self.gpus else None, *arrays)
+        return self._gathered[1:]
+
     def options(self, a: Assignment, j: int, opts: np.ndarray) -> np.ndarray:
         """[len(opts)] True where stage j with that option (its layers kept) is ruled out: by the bound (t_j' as
         ``stage_sum`` forms it, over all the options at once), or (eq. LS1i) by a group's GPUs, which ``violations``
         (eq. G1) would refuse after ``evaluate``."""
+        use, *times = self._of(opts)
         over = np.zeros(len(opts), bool)
         if self.gpus:
             others = self.used - self.use[a.stages[j].option]
-            over = ((others[None, :] + self.use[opts]) > self.cap[None, :]).any(axis=1)
+            over = ((others[None, :] + use) > self.cap[None, :]).any(axis=1)
         if not self.on:
             return over
-        per, first, last = self.arrays
+        per, first, last = times
         n, p = a.stages[j].num_layers, len(a.stages)
-        tj = n * per[opts] + (first[opts] if j == 0 else 0.0) + (last[opts] if j == p - 1 else 0.0)
+        tj = n * per + (first if j == 0 else 0.0) + (last if j == p - 1 else 0.0)
         bound = self.w * np.maximum(self._max_without(j), tj) + (self.total - self.t[j] + tj) / self.div
         return (bound >= self.limit) | over
 
@@ -220,8 +229,8 @@ class _Screen:
 def _option_moves(a: Assignment, opts: np.ndarray, screen: _Screen | None = None):
     """Stage j's option replaced by each other allowed option, stage by stage; None for a candidate ``screen`` rules
     out (eq. LS1g: counted, not built)."""
+    use = screen is not None and (screen.on or screen.gpus)
     for j, st in enumerate(a.stages):
-        use = screen is not None and (screen.on or screen.gpus)
         out = screen.options(a, j, opts).tolist() if use else [False] * len(opts)
         for o, ruled_out in zip(opts.tolist(), out):
             if o != st.option:

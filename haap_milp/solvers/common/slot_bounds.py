@@ -139,7 +139,7 @@ def time_dominance(problem: Problem, opts: np.ndarray, coef: dict) -> np.ndarray
     bounds). Not presolve's ``_drop_outclassed``, which removes options outright."""
     op = [problem.options[i] for i in opts]
     grp = np.array([o.endpoint for o in op])
-    use = usage_matrix(problem, op)
+    use = problem.usage_matrix[opts]
     tp = np.array([o.tp for o in op])
     le = (grp[:, None] == grp[None, :]) & (use[:, None, :] <= use[None, :, :]).all(axis=2)
     strict = (use[:, None, :] < use[None, :, :]).any(axis=2)
@@ -154,15 +154,6 @@ def time_dominance(problem: Problem, opts: np.ndarray, coef: dict) -> np.ndarray
         le &= tp[:, None] == tp[None, :]
     idx = np.arange(len(op))
     return le & (strict | (idx[:, None] < idx[None, :]))
-
-
-def usage_matrix(problem: Problem, op: list) -> np.ndarray:
-    """[n, G] GPUs each option uses of each group (eq. G1)."""
-    use = np.zeros((len(op), len(problem.group_capacity)), np.int64)
-    for i, o in enumerate(op):
-        for g, n in o.usage:
-            use[i, g] += n
-    return use
 
 
 # The tables' memory part (usable options, coefficients, U_mem, time dominance and its lo bounds) does not
@@ -213,7 +204,7 @@ def _memory_part(problem: Problem, v: int) -> dict:
         lof = np.maximum(1, masked_f.max(axis=1) + 1)
     out = {"v": v, "M": var.num_microbatches, "L": L, "K": K, "opts": opts,
            "group": np.array([o.endpoint for o in op], np.int64), "gpus": np.array([o.num_gpus for o in op], np.int64),
-           "use": usage_matrix(problem, op),
+           "use": problem.usage_matrix[opts],
            "tp": np.array([o.tp for o in op], np.int64), "sig": np.array([sigs.index(o.signature) for o in op], np.int64),
            "coef": coef, "p2p": np.asarray(var.p2p_time, float), "U_mem": U_mem, "Uf_mem": Uf_mem, "lo": lo, "lof": lof,
            "dom": D, "vpp": var.vpp, "num_stages": var.num_stages}
