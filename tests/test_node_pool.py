@@ -18,6 +18,7 @@ import types
 from multiprocessing.connection import wait
 from multiprocessing.sharedctypes import RawValue
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -470,6 +471,32 @@ def test_joint_trial_stays_on_while_the_search_closes_nodes_with_it(monkeypatch)
     st = bb._State(joint_calls=bb.JOINT_TRIAL - 1)
     bb._joint(problem, st, None, 0.0, 1.0, None, 2.0, None, far, "t")
     assert calls  # (its own trial not over yet)
+
+
+@pytest.mark.parametrize("drop_wins", [True, False])
+def test_a_stage_count_dropped_by_the_joint_dp_wins_its_trial(monkeypatch, drop_wins):
+    """Eq. N20f: a node where eq. N20 lifts a stage count the other bounds left under the cut-off to it (eq. N16 then
+    drops that count) counts as a win of eq. N20's trial, like a close; a count already at the cut-off, or a lift that
+    stays under it, does not. With the switch off only a close counts."""
+    monkeypatch.setattr(bb, "JOINT_DROP_WINS", drop_wins)
+    monkeypatch.setattr(bb, "USE_CROSSINGS", False)
+    monkeypatch.setattr(bb, "USE_DP_TAU_CAP", False)
+    monkeypatch.setattr(bb, "joint_units", lambda dp, types_: types.SimpleNamespace(R=np.array([1])))
+    per_stage_count = {}
+    monkeypatch.setattr(bb.joint_capacity, "joint_bound", lambda *a, **k: (float(per_stage_count["jp"].min()), per_stage_count["jp"]))
+    problem = types.SimpleNamespace(groups=("h100-80g@a", "a100-80g@a"), p2p_blocking=False)
+    far, cutoff = time.perf_counter() + 60.0, 2.0
+    others = np.array([1.0, 1.5, 3.0])  # the other bounds per stage count: the third already at the cut-off
+    for jp, drops in (([1.5, 2.5, 3.0], True), ([1.5, 1.9, 9.0], False), ([1.5, 2.0, 3.0], True)):
+        per_stage_count["jp"] = np.array(jp)
+        st = bb._State()
+        bound, per_p = bb._joint(problem, st, None, 0.0, 1.0, None, cutoff, others.copy(), far, "t")
+        assert bound == pytest.approx(1.5) and per_p == pytest.approx(np.maximum(others, jp))  # (_safe: a hair under)
+        assert (st.joint_calls, st.joint_wins) == (1, int(drops and drop_wins)), jp
+    per_stage_count["jp"] = np.array([2.5, 2.5, 3.0])  # a close counts either way
+    st = bb._State()
+    assert bb._joint(problem, st, None, 0.0, 1.0, None, cutoff, others.copy(), far, "t")[0] == pytest.approx(2.5)
+    assert st.joint_wins == 1
 
 
 @needs_fork

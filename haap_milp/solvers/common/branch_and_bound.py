@@ -210,6 +210,7 @@ SHARE_PROBE_FAILS = True  # eq. N17f: a node worker counts the whole search's un
 # exact, and sigma's cases on it (eq. N20b), before eqs. N15, N5 and N6 (measured: formulations/README.md, N20)
 USE_JOINT = True
 JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes without closing one
+JOINT_DROP_WINS = True  # eq. N20f: ... or dropping one of its stage counts (eq. N16) that the other bounds kept
 SHARE_JOINT_WINS = True  # eq. N20d: ... in the whole search: a node worker keeps it while another process's closed one
 JOINT_PLANS = True  # eq. N20's least paths offered as plans
 # eq. N20b: sigma's cases stop after this long on a node (the count then keeps its N20 bound). Eq. N20e: 0.6 s, not
@@ -1255,13 +1256,21 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
     st.joint_calls += 1
     bound = max(bound, _safe(jb))
-    st.joint_wins += cutoff is not None and bound >= cutoff
+    st.joint_wins += cutoff is not None and (bound >= cutoff or (JOINT_DROP_WINS and _drops(per_p, jp, cutoff)))
     st.stats["joint_dp"] = st.joint_calls
     st.stats["joint_wins"] = st.joint_wins
     st.stats["joint_dp_s"] = st.stats.get("joint_dp_s", 0.0) + time.perf_counter() - t0
     if per_p is not None and len(per_p) == len(jp):
         per_p = np.maximum(per_p, _safe_all(jp))
     return bound, per_p
+
+
+def _drops(before, after, cutoff: float) -> bool:
+    """Eq. N20f: whether ``after``'s per stage count bounds reach the cut-off at a count ``before``'s left under it
+    (False where the two do not line up)."""
+    if before is None or after is None or len(before) != len(after):
+        return False
+    return bool(np.any((np.asarray(after) >= cutoff) & (np.asarray(before) < cutoff)))
 
 
 def _group_split(st: _State, dp: PathDP, a, warm, mu, cutoff, deadline: float) -> float:
