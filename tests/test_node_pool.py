@@ -473,30 +473,45 @@ def test_joint_trial_stays_on_while_the_search_closes_nodes_with_it(monkeypatch)
     assert calls  # (its own trial not over yet)
 
 
-@pytest.mark.parametrize("drop_wins", [True, False])
-def test_a_stage_count_dropped_by_the_joint_dp_wins_its_trial(monkeypatch, drop_wins):
+def test_the_joint_dp_counts_the_stage_counts_it_drops(monkeypatch):
     """Eq. N20f: a node where eq. N20 lifts a stage count the other bounds left under the cut-off to it (eq. N16 then
-    drops that count) counts as a win of eq. N20's trial, like a close; a count already at the cut-off, or a lift that
-    stays under it, does not. With the switch off only a close counts."""
-    monkeypatch.setattr(bb, "JOINT_DROP_WINS", drop_wins)
+    drops that count) counts as a drop; a count already at the cut-off, or a lift that stays under it, does not. Only
+    a close counts as a win (eq. N20d shares those)."""
     monkeypatch.setattr(bb, "USE_CROSSINGS", False)
     monkeypatch.setattr(bb, "USE_DP_TAU_CAP", False)
     monkeypatch.setattr(bb, "joint_units", lambda dp, types_: types.SimpleNamespace(R=np.array([1])))
     per_stage_count = {}
-    monkeypatch.setattr(bb.joint_capacity, "joint_bound", lambda *a, **k: (float(per_stage_count["jp"].min()), per_stage_count["jp"]))
+    monkeypatch.setattr(bb.joint_capacity, "joint_bound",
+                        lambda *a, **k: (float(per_stage_count["jp"].min()), per_stage_count["jp"]))
     problem = types.SimpleNamespace(groups=("h100-80g@a", "a100-80g@a"), p2p_blocking=False)
     far, cutoff = time.perf_counter() + 60.0, 2.0
     others = np.array([1.0, 1.5, 3.0])  # the other bounds per stage count: the third already at the cut-off
-    for jp, drops in (([1.5, 2.5, 3.0], True), ([1.5, 1.9, 9.0], False), ([1.5, 2.0, 3.0], True)):
+    for jp, drops, closes in (([1.5, 2.5, 3.0], 1, 0), ([1.5, 1.9, 9.0], 0, 0), ([1.5, 2.0, 3.0], 1, 0),
+                              ([2.5, 2.5, 3.0], 1, 1)):
         per_stage_count["jp"] = np.array(jp)
         st = bb._State()
         bound, per_p = bb._joint(problem, st, None, 0.0, 1.0, None, cutoff, others.copy(), far, "t")
-        assert bound == pytest.approx(1.5) and per_p == pytest.approx(np.maximum(others, jp))  # (_safe: a hair under)
-        assert (st.joint_calls, st.joint_wins) == (1, int(drops and drop_wins)), jp
-    per_stage_count["jp"] = np.array([2.5, 2.5, 3.0])  # a close counts either way
-    st = bb._State()
-    assert bb._joint(problem, st, None, 0.0, 1.0, None, cutoff, others.copy(), far, "t")[0] == pytest.approx(2.5)
-    assert st.joint_wins == 1
+        assert bound == pytest.approx(min(jp)) and per_p == pytest.approx(np.maximum(others, jp))  # (_safe: a hair under)
+        assert (st.joint_calls, st.joint_drops, st.joint_wins) == (1, drops, closes), jp
+        assert st.joint_s > 0
+
+
+@pytest.mark.parametrize("drop_wins", [True, False])
+def test_the_joint_dp_goes_on_after_its_trial_where_it_drops_counts_and_the_engine_costs_more(monkeypatch, drop_wins):
+    """Eq. N20f's gate: after JOINT_TRIAL runs without a close, eq. N20 goes on only where it has dropped a stage count
+    and an engine run has cost more than JOINT_DROP_RATIO times a run of it (on average); off with the switch."""
+    monkeypatch.setattr(bb, "JOINT_DROP_WINS", drop_wins)
+    ratio = bb.JOINT_DROP_RATIO
+    trial = {"joint_calls": bb.JOINT_TRIAL, "joint_s": bb.JOINT_TRIAL * 0.01, "engine_calls": 2}
+    for drops, engine_s, on in ((1, 2 * 0.011 * ratio, True), (1, 2 * 0.009 * ratio, False), (0, 2 * 0.1, False)):
+        assert bb._joint_on(bb._State(joint_drops=drops, engine_s=engine_s, **trial)) is (on and drop_wins)
+    assert not bb._joint_on(bb._State(joint_drops=1, joint_calls=bb.JOINT_TRIAL, joint_s=0.04))  # (no engine run yet)
+    assert bb._joint_on(bb._State(joint_calls=bb.JOINT_TRIAL - 1))
+    assert bb._joint_on(bb._State(joint_wins=1, **trial)) and bb._joint_on(bb._State(joint_elsewhere=1, **trial))
+    st = bb._State()  # (the engine's time that the gate reads)
+    bb._call(None, EXACT, st, None, None, None, 1.0, None, "t", lambda *a, **k: time.sleep(0.02) or
+             bb.VariantResult("INFEASIBLE"), 0)
+    assert st.engine_calls == 1 and st.engine_s >= 0.02
 
 
 @needs_fork

@@ -210,7 +210,11 @@ SHARE_PROBE_FAILS = True  # eq. N17f: a node worker counts the whole search's un
 # exact, and sigma's cases on it (eq. N20b), before eqs. N15, N5 and N6 (measured: formulations/README.md, N20)
 USE_JOINT = True
 JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes without closing one
-JOINT_DROP_WINS = True  # eq. N20f: ... or dropping one of its stage counts (eq. N16) that the other bounds kept
+# eq. N20f: ... but it goes on after the trial where it has dropped a stage count (eq. N16) the other bounds kept while
+# an engine run costs JOINT_DROP_RATIO times a run of it (between the rows measured: Sailor's 32+96, where it cost
+# 0.3-0.7 s, 1.0-1.3; large_problem(1) in one process, where it gained 3x, 3.3-5.9)
+JOINT_DROP_WINS = True
+JOINT_DROP_RATIO = 2.0
 SHARE_JOINT_WINS = True  # eq. N20d: ... in the whole search: a node worker keeps it while another process's closed one
 JOINT_PLANS = True  # eq. N20's least paths offered as plans
 # eq. N20b: sigma's cases stop after this long on a node (the count then keeps its N20 bound). Eq. N20e: 0.6 s, not
@@ -349,6 +353,9 @@ class _State:
     joint_calls: int = 0  # nodes eq. N20 ran on, and those it closed (it stops after JOINT_TRIAL without)
     joint_wins: int = 0
     joint_elsewhere: int = 0  # eq. N20d: on a node worker, the nodes eq. N20 closed in the whole search when it got this one
+    joint_drops: int = 0  # eq. N20f: nodes where eq. N20 dropped a stage count the other bounds kept, and its time (s)
+    joint_s: float = 0.0
+    engine_s: float = 0.0  # the engine runs' time so far (s; ``engine_calls`` of them)
     split_calls: int = 0  # nodes eq. N15 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     split_wins: int = 0
     post_idle: int = 0  # eq. N17e: full passes after the LP in a row whose bound-only DPs neither lifted nor found a plan
@@ -461,8 +468,10 @@ def _call(problem, options, st: _State, lm, nb, cutoff, share, hint, name, solve
     except Exception as exc:  # a solver failure is a result, not a crash
         log.exception("%s failed on variant %d", name, v)
         res = VariantResult("ERROR", message=f"{type(exc).__name__}: {exc}")
+    took = time.perf_counter() - t1
     st.engine_calls += 1
-    st.stats[f"engine{st.engine_calls}"] = f"v{v} {res.status} {time.perf_counter() - t1:.2f}s"
+    st.engine_s += took
+    st.stats[f"engine{st.engine_calls}"] = f"v{v} {res.status} {took:.2f}s"
     st.tol_s = max(st.tol_s, float(res.stats.get("tolerance_s", 0.0)))
     for key in ("vars", "rows"):
         if key in res.stats:
@@ -1228,8 +1237,7 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     per stage count bounds); its paths that pass the check are offered as plans. Where it leaves the node open eqs.
     N15, N5 and N6 still run (for their plans too). It stops for the rest of a search after JOINT_TRIAL nodes without
     closing one while no other process of the search has closed one (eq. N20d)."""
-    if not (USE_JOINT and (st.joint_calls < JOINT_TRIAL or st.joint_wins > 0 or st.joint_elsewhere > 0)
-            and _room(st, deadline)):
+    if not (USE_JOINT and _joint_on(st) and _room(st, deadline)):
         return bound, per_p
     types = [island_split.gpu_type(g) for g in problem.groups]
     u = joint_units(dp, types)
@@ -1256,13 +1264,26 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)
     st.joint_calls += 1
     bound = max(bound, _safe(jb))
-    st.joint_wins += cutoff is not None and (bound >= cutoff or (JOINT_DROP_WINS and _drops(per_p, jp, cutoff)))
+    st.joint_wins += cutoff is not None and bound >= cutoff
+    st.joint_drops += cutoff is not None and _drops(per_p, jp, cutoff)
+    st.joint_s += time.perf_counter() - t0
     st.stats["joint_dp"] = st.joint_calls
     st.stats["joint_wins"] = st.joint_wins
     st.stats["joint_dp_s"] = st.stats.get("joint_dp_s", 0.0) + time.perf_counter() - t0
     if per_p is not None and len(per_p) == len(jp):
         per_p = np.maximum(per_p, _safe_all(jp))
     return bound, per_p
+
+
+def _joint_on(st: _State) -> bool:
+    """Whether eq. N20 runs on the node: during its trial (the first JOINT_TRIAL nodes it runs on), after a close in
+    this process or (eq. N20d) elsewhere in the search, or (eq. N20f) after a dropped stage count while an engine run
+    has cost JOINT_DROP_RATIO times a run of eq. N20 on average (a dropped count is engine work saved only where that
+    work costs more than the DP: on Sailor's 32+96 row, engine runs of ~0.03 s, eq. N20 cost 0.3-0.7 s more)."""
+    if st.joint_calls < JOINT_TRIAL or st.joint_wins > 0 or st.joint_elsewhere > 0:
+        return True
+    return (JOINT_DROP_WINS and st.joint_drops > 0 and st.engine_calls > 0
+            and st.engine_s / st.engine_calls > JOINT_DROP_RATIO * st.joint_s / st.joint_calls)
 
 
 def _drops(before, after, cutoff: float) -> bool:
