@@ -156,9 +156,41 @@ def test_no_joint_state_when_too_large_or_one_group(monkeypatch):
     dp = PathDP(problem, build_tables(problem, 0), 1.0, 1, 1)
     assert joint_units(dp) is not None or np.prod(np.asarray(problem.group_capacity) + 1) > joint_capacity.JOINT_MAX
     monkeypatch.setattr(joint_capacity, "JOINT_MAX", 1)
+    monkeypatch.setattr(joint_capacity, "WIDE_MAX", 1)  # (eq. N20g's wider state too)
     assert joint_units(dp) is None
     one = random_problem(2, uniform=False, same_tp_first_last=False, num_groups=1)
     assert joint_units(PathDP(one, build_tables(one, 0), 1.0, 1, 1)) is None
+
+
+def test_wide_state_only_where_neither_fits_and_the_run_is_cheap(monkeypatch):
+    """Eq. N20g: where neither every group its own digit nor the groups pooled by type fit in JOINT_MAX, every group its
+    own digit (the same state as with a large JOINT_MAX) while it holds at most WIDE_MAX states and a run at most
+    WIDE_STEPS steps; else none. Its bounds hold against the node-level oracle."""
+    rng = np.random.default_rng(5)
+    wide = checked = 0
+    for seed in range(30):
+        problem = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
+                                 max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1,
+                                 num_groups=int(rng.integers(2, 4)))
+        dp = PathDP(problem, build_tables(problem, 0), 1.0, 1, 1)
+        monkeypatch.setattr(joint_capacity, "JOINT_MAX", 10**9)
+        full = joint_units(dp)
+        monkeypatch.setattr(joint_capacity, "JOINT_MAX", 1)  # (neither fits)
+        u = joint_units(dp)
+        assert u is not None and full is not None and u.size == full.size
+        assert np.array_equal(u.R, full.R) and np.array_equal(u.off, full.off) and np.array_equal(u.q, full.q)
+        steps = joint_capacity.run_steps(dp, u.size)
+        monkeypatch.setattr(joint_capacity, "WIDE_STEPS", steps * 0.999)
+        assert joint_units(dp) is None
+        monkeypatch.setattr(joint_capacity, "WIDE_STEPS", steps)
+        monkeypatch.setattr(joint_capacity, "WIDE_MAX", u.size - 1)
+        assert joint_units(dp) is None
+        monkeypatch.setattr(joint_capacity, "WIDE_MAX", 10**9)
+        monkeypatch.setattr(joint_capacity, "WIDE_STEPS", 1e18)
+        wide += 1
+        checked += _check_problem(problem, rng, None)[0]  # (every node on the wide state)
+        monkeypatch.undo()
+    assert wide == 30 and checked >= 20, (wide, checked)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -32,7 +32,12 @@ from haap_milp.solvers.common.stage_dp import INF, PathDP, inflight_cap
 
 PATH_MAX = 4_000_000  # most floats of a run's states kept (E x (L+1) x states x slots, twice): to trace its path
 LINK_TRACE_MAX = 24_000_000  # eq. N25b: most values of a crossing case's F kept over its slots (float32: 96 MB)
-JOINT_MAX = 4096  # most states of the capacity vector (product of R_g + 1); more: eq. N20 does not run
+JOINT_MAX = 4096  # most states of the capacity vector (product of R_g + 1); more: eq. N20 does not run (but eq. N20g)
+# eq. N20g: where neither every group its own digit nor the groups pooled by type fit in JOINT_MAX, every group its own
+# digit up to WIDE_MAX states where a run's steps (states x endpoints x (L + 1) x footprint rows x slots) stay within
+# WIDE_STEPS (~0.4-1 ns a step on the 2-core VM: a run of at most ~1 s; formulations/README.md, N20g)
+WIDE_MAX = 16384
+WIDE_STEPS = 5e8
 SIGMA_RUNS = 40  # eq. N20b: most DP runs per node for sigma's cases (a stage count left unfinished keeps its N20 bound)
 LIFT = 1e-3  # eq. N20b: a stage count's cases are run only when the lowest one lifts its bound by this much (relative)
 # ``_slot``: where fewer than this share of the later part's box is finite, only its finite cells are added (the same
@@ -95,7 +100,24 @@ def joint_units(dp: PathDP, types: list[str] | None = None) -> JointUnits | None
             u = _units(dp, blocks)
             if u is not None:
                 return u
-    return None
+    return _wide_units(dp) if G >= 2 else None
+
+
+def run_steps(dp: PathDP, states: int) -> float:
+    """Eq. N20g: the steps of one run of eq. N20 on ``states`` capacity states (each slot adds every footprint row's
+    stage to every (endpoint, layers held, state) cell)."""
+    return float(states) * dp.E * (dp.L + 1) * len(dp.row_usage) * max(dp.k_max, 1)
+
+
+def _wide_units(dp: PathDP) -> JointUnits | None:
+    """Eq. N20g: every group its own digit past JOINT_MAX, up to WIDE_MAX states and WIDE_STEPS steps a run."""
+    blocks = [[g] for g in range(dp.G)]
+    q = unit_sizes(dp, blocks)
+    R = (np.array([float(dp.cap[b].sum()) for b in blocks]) // q).astype(np.int64)
+    states = float(np.prod(R + 1.0))
+    if states > WIDE_MAX or run_steps(dp, int(states)) > WIDE_STEPS:
+        return None
+    return unit_state(dp, blocks, q, R, share=WIDE_MAX / JOINT_MAX)
 
 
 def unit_sizes(dp: PathDP, blocks: list[list[int]]) -> np.ndarray:
