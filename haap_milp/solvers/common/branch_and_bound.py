@@ -211,8 +211,8 @@ SHARE_PROBE_FAILS = True  # eq. N17f: a node worker counts the whole search's un
 USE_JOINT = True
 JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes without closing one
 # eq. N20f: ... but it goes on after the trial where it has dropped a stage count (eq. N16) the other bounds kept while
-# an engine run costs JOINT_DROP_RATIO times a run of it (between the rows measured: Sailor's 32+96, where it cost
-# 0.3-0.7 s, 1.0-1.3; large_problem(1) in one process, where it gained 3x, 3.3-5.9)
+# an engine run costs JOINT_DROP_RATIO times a run of it. Between the ratios measured: 1.0-1.3 on Sailor's 32+96 row
+# (going on there cost 0.15-0.7 s), 3.3-5.9 on large_problem(1) in one process (going on there gained 2-4x)
 JOINT_DROP_WINS = True
 JOINT_DROP_RATIO = 2.0
 SHARE_JOINT_WINS = True  # eq. N20d: ... in the whole search: a node worker keeps it while another process's closed one
@@ -353,8 +353,8 @@ class _State:
     joint_calls: int = 0  # nodes eq. N20 ran on, and those it closed (it stops after JOINT_TRIAL without)
     joint_wins: int = 0
     joint_elsewhere: int = 0  # eq. N20d: on a node worker, the nodes eq. N20 closed in the whole search when it got this one
-    joint_drops: int = 0  # eq. N20f: nodes where eq. N20 dropped a stage count the other bounds kept, and its time (s)
-    joint_s: float = 0.0
+    joint_drops: int = 0  # eq. N20f: nodes where eq. N20 dropped a stage count the other bounds kept
+    joint_s: float = 0.0  # eq. N20f: eq. N20's runs' time so far (s; ``joint_calls`` of them)
     engine_s: float = 0.0  # the engine runs' time so far (s; ``engine_calls`` of them)
     split_calls: int = 0  # nodes eq. N15 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     split_wins: int = 0
@@ -1235,8 +1235,8 @@ def _empty_islands(problem: Problem, dp: PathDP, blocks: np.ndarray) -> frozense
 def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadline: float, name: str):
     """Eqs. N20, N20b on a node the DPs leave open, where every group's GPUs fit in one state (``joint_units``): (bound,
     per stage count bounds); its paths that pass the check are offered as plans. Where it leaves the node open eqs.
-    N15, N5 and N6 still run (for their plans too). It stops for the rest of a search after JOINT_TRIAL nodes without
-    closing one while no other process of the search has closed one (eq. N20d)."""
+    N15, N5 and N6 still run (for their plans too). It runs only where ``_joint_on`` says so (its trial, eqs. N20d,
+    N20f)."""
     if not (USE_JOINT and _joint_on(st) and _room(st, deadline)):
         return bound, per_p
     types = [island_split.gpu_type(g) for g in problem.groups]

@@ -35,7 +35,7 @@ LINK_TRACE_MAX = 24_000_000  # eq. N25b: most values of a crossing case's F kept
 JOINT_MAX = 4096  # most states of the capacity vector (product of R_g + 1); more: eq. N20 does not run (but eq. N20g)
 # eq. N20g: where neither every group its own digit nor the groups pooled by type fit in JOINT_MAX, every group its own
 # digit up to WIDE_MAX states where a run's steps (states x endpoints x (L + 1) x footprint rows x slots) stay within
-# WIDE_STEPS (~0.4-1 ns a step on the 2-core VM: a run of at most ~1 s; formulations/README.md, N20g)
+# WIDE_STEPS (0.4-1 ns a step measured on the 2-core VM: a run of at most ~0.5 s; formulations/README.md, N20g)
 WIDE_MAX = 16384
 WIDE_STEPS = 5e8
 SIGMA_RUNS = 40  # eq. N20b: most DP runs per node for sigma's cases (a stage count left unfinished keeps its N20 bound)
@@ -90,7 +90,8 @@ def joint_units(dp: PathDP, types: list[str] | None = None) -> JointUnits | None
     """The state of eq. N20 for the node of ``dp``: every group its own digit, or, when that holds more than JOINT_MAX
     states, the groups of one GPU type (``types``, by group: one type on several islands) pooled into one digit against
     their summed capacity (eq. N6's relaxation: the sum of their G1 rows; the links stay exact, the endpoint is in the
-    state); None when that too is over JOINT_MAX (or there is a single digit: eq. N5 is the same DP there)."""
+    state); when that too is over JOINT_MAX, every group its own digit where the run is cheap (eq. N20g,
+    ``_wide_units``); else None (and with a single digit: eq. N5 is the same DP there)."""
     G = dp.G
     parts = [[[g] for g in range(G)]]
     if types is not None and len(set(types)) < G:
@@ -112,8 +113,7 @@ def run_steps(dp: PathDP, states: int) -> float:
 def _wide_units(dp: PathDP) -> JointUnits | None:
     """Eq. N20g: every group its own digit past JOINT_MAX, up to WIDE_MAX states and WIDE_STEPS steps a run."""
     blocks = [[g] for g in range(dp.G)]
-    q = unit_sizes(dp, blocks)
-    R = (np.array([float(dp.cap[b].sum()) for b in blocks]) // q).astype(np.int64)
+    q, R = _digits(dp, blocks)
     states = float(np.prod(R + 1.0))
     if states > WIDE_MAX or run_steps(dp, int(states)) > WIDE_STEPS:
         return None
@@ -128,10 +128,15 @@ def unit_sizes(dp: PathDP, blocks: list[list[int]]) -> np.ndarray:
     return np.array([reduce(math.gcd, use[usable, j].tolist(), 0) or 1 for j in range(len(blocks))], np.int64)
 
 
-def _units(dp: PathDP, blocks: list[list[int]]) -> JointUnits | None:
+def _digits(dp: PathDP, blocks: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per digit (a block of groups) its unit q (GPUs) and its most units R = floor(the block's GPUs / q)."""
     q = unit_sizes(dp, blocks)
     cap = np.array([float(dp.cap[b].sum()) for b in blocks])
-    return unit_state(dp, blocks, q, (cap // q).astype(np.int64))
+    return q, (cap // q).astype(np.int64)
+
+
+def _units(dp: PathDP, blocks: list[list[int]]) -> JointUnits | None:
+    return unit_state(dp, blocks, *_digits(dp, blocks))
 
 
 def unit_state(dp: PathDP, blocks: list[list[int]], q: np.ndarray, R: np.ndarray, share: float = 1.0,
