@@ -1269,7 +1269,7 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     st.joint_s += time.perf_counter() - t0
     st.stats["joint_dp"] = st.joint_calls
     st.stats["joint_wins"] = st.joint_wins
-    st.stats["joint_dp_s"] = st.stats.get("joint_dp_s", 0.0) + time.perf_counter() - t0
+    st.stats["joint_dp_s"] = st.joint_s  # (this process's, as the other statistics: the workers' added in _merge)
     if per_p is not None and len(per_p) == len(jp):
         per_p = np.maximum(per_p, _safe_all(jp))
     return bound, per_p

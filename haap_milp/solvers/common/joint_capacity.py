@@ -93,15 +93,15 @@ def joint_units(dp: PathDP, types: list[str] | None = None) -> JointUnits | None
     state); when that too is over JOINT_MAX, every group its own digit where the run is cheap (eq. N20g,
     ``_wide_units``); else None (and with a single digit: eq. N5 is the same DP there)."""
     G = dp.G
-    parts = [[[g] for g in range(G)]]
-    if types is not None and len(set(types)) < G:
-        parts.append(type_blocks(types))
-    for blocks in parts:
-        if len(blocks) >= 2:
-            u = _units(dp, blocks)
-            if u is not None:
-                return u
-    return _wide_units(dp) if G >= 2 else None
+    if G < 2:
+        return None
+    own = [[g] for g in range(G)]
+    q, R = _digits(dp, own)  # (once: eq. N20g's wide state is the same digits)
+    u = unit_state(dp, own, q, R)
+    if u is None and types is not None and len(set(types)) < G:
+        pooled = type_blocks(types)
+        u = _units(dp, pooled) if len(pooled) >= 2 else None
+    return u if u is not None else _wide_units(dp, own, q, R)
 
 
 def run_steps(dp: PathDP, states: int) -> float:
@@ -110,10 +110,13 @@ def run_steps(dp: PathDP, states: int) -> float:
     return float(states) * dp.E * (dp.L + 1) * len(dp.row_usage) * max(dp.k_max, 1)
 
 
-def _wide_units(dp: PathDP) -> JointUnits | None:
-    """Eq. N20g: every group its own digit past JOINT_MAX, up to WIDE_MAX states and WIDE_STEPS steps a run."""
-    blocks = [[g] for g in range(dp.G)]
-    q, R = _digits(dp, blocks)
+def _units(dp: PathDP, blocks: list[list[int]]) -> JointUnits | None:
+    return unit_state(dp, blocks, *_digits(dp, blocks))
+
+
+def _wide_units(dp: PathDP, blocks: list[list[int]], q: np.ndarray, R: np.ndarray) -> JointUnits | None:
+    """Eq. N20g: every group its own digit (``blocks``, units ``q``, most units ``R``) past JOINT_MAX, up to WIDE_MAX
+    states and WIDE_STEPS steps a run."""
     states = float(np.prod(R + 1.0))
     if states > WIDE_MAX or run_steps(dp, int(states)) > WIDE_STEPS:
         return None
@@ -134,9 +137,6 @@ def _digits(dp: PathDP, blocks: list[list[int]]) -> tuple[np.ndarray, np.ndarray
     cap = np.array([float(dp.cap[b].sum()) for b in blocks])
     return q, (cap // q).astype(np.int64)
 
-
-def _units(dp: PathDP, blocks: list[list[int]]) -> JointUnits | None:
-    return unit_state(dp, blocks, *_digits(dp, blocks))
 
 
 def unit_state(dp: PathDP, blocks: list[list[int]], q: np.ndarray, R: np.ndarray, share: float = 1.0,
