@@ -90,7 +90,13 @@ def _check_problem(problem, rng, types) -> tuple[int, int, int]:
             free = min(per.values())
             lifted += free > nb.bound_s * (1 + 1e-6)
             mid = free + 0.5 * (opt - free)  # not vacuous: sigma's cases proven above eq. N20 alone
-            sig_lifted += opt > free * (1 + 1e-4) and joint_bound(dp, a, nb.mu, mid, beta, u)[0] >= mid * (1 - 1e-9)
+            info: dict = {}
+            cased = joint_bound(dp, a, nb.mu, mid, beta, u, info=info)[0]
+            sig_lifted += opt > free * (1 + 1e-4) and cased >= mid * (1 - 1e-9)
+            # eq. N20h: ``cases`` False is eq. N20 alone, the ``plain`` value the cases start from; a lift needs a run
+            alone = joint_bound(dp, a, nb.mu, mid, beta, u, cases=False)[0]
+            assert alone == info["plain"] == free and cased >= alone, (v, a, b, alone, info, free, cased)
+            assert cased == alone or info["case_runs"] > 0 and info["case_s"] > 0, (v, a, b, cased, alone, info)
     assert traced >= checked, (traced, checked)
     return checked, lifted, sig_lifted
 

@@ -8,6 +8,7 @@ process; Ctrl-C (the deadline's interrupt) ends a long pooled search at once and
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 import subprocess
@@ -481,8 +482,12 @@ def test_the_joint_dp_counts_the_stage_counts_it_drops(monkeypatch):
     monkeypatch.setattr(bb, "USE_DP_TAU_CAP", False)
     monkeypatch.setattr(bb, "joint_units", lambda dp, types_: types.SimpleNamespace(R=np.array([1])))
     per_stage_count = {}
-    monkeypatch.setattr(bb.joint_capacity, "joint_bound",
-                        lambda *a, **k: (float(per_stage_count["jp"].min()), per_stage_count["jp"]))
+
+    def fake(*a):  # (the last argument: eq. N20h's record, no case run here)
+        a[-1].update(plain=float(per_stage_count["jp"].min()), case_runs=0, case_s=0.0)
+        return float(per_stage_count["jp"].min()), per_stage_count["jp"]
+
+    monkeypatch.setattr(bb.joint_capacity, "joint_bound", fake)
     problem = types.SimpleNamespace(groups=("h100-80g@a", "a100-80g@a"), p2p_blocking=False)
     far, cutoff = time.perf_counter() + 60.0, 2.0
     others = np.array([1.0, 1.5, 3.0])  # the other bounds per stage count: the third already at the cut-off
@@ -512,6 +517,45 @@ def test_the_joint_dp_goes_on_after_its_trial_where_it_drops_counts_and_the_engi
     bb._call(None, EXACT, st, None, None, None, 1.0, None, "t", lambda *a, **k: time.sleep(0.02) or
              bb.VariantResult("INFEASIBLE"), 0)
     assert st.engine_calls == 1 and st.engine_s >= 0.02
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_sigma_cases_go_on_after_their_trial_only_where_their_closes_pay(monkeypatch, gate):
+    """Eq. N20h's gate: sigma's cases run during their trial (CASE_TRIAL nodes), then only after a close of theirs,
+    and once an engine has run, while their closes times an engine run's mean time reach CASE_RATIO times their own
+    time; always with the switch off."""
+    monkeypatch.setattr(bb, "USE_CASE_GATE", gate)
+    ratio, trial = bb.CASE_RATIO, bb.CASE_TRIAL
+    assert bb._cases_on(bb._State(case_calls=trial - 1, case_s=9.0, engine_calls=5, engine_s=0.01))
+    assert bb._cases_on(bb._State(case_calls=trial, case_s=1.0)) is not gate  # (no close of theirs)
+    assert bb._cases_on(bb._State(case_calls=trial, case_wins=1, case_s=1.0))  # (no engine run to price a close)
+    for engine_s, on in ((1.01 * ratio, True), (0.99 * ratio, False)):  # two closes, two engine runs, 2 s of cases
+        st = bb._State(case_calls=trial + 3, case_wins=2, case_s=2.0, engine_calls=2, engine_s=2 * engine_s)
+        assert bb._cases_on(st) is (on or not gate), engine_s
+
+
+def test_the_joint_dp_records_its_sigma_cases(monkeypatch):
+    """Eq. N20h's record in ``_joint``: a node whose cases ran counts once, a close only where eq. N20 alone was below
+    the cut-off and the cases reached it, and their time; the gate's answer reaches ``joint_bound``."""
+    seen, types_ns = [], types.SimpleNamespace
+
+    def fake(dp, a, mu, cutoff, beta, u, deadline, found, inc, cases, info):
+        seen.append(cases)
+        info.update(plain=1.0, case_runs=3 if cases else 0, case_s=0.25 if cases else 0.0)
+        return (2.0 if cases else 1.0), np.array([np.inf, 2.0 if cases else 1.0])
+
+    monkeypatch.setattr(bb.joint_capacity, "joint_bound", fake)
+    monkeypatch.setattr(bb, "joint_units", lambda dp, types: types_ns(R=[1]))
+    monkeypatch.setattr(bb, "USE_DP_TAU_CAP", False)
+    problem, dp = random_problem(1, num_layers=4, max_stages=2, max_options=3), types_ns(G=1)
+    st = bb._State()
+    for cutoff, wins in ((1.5, 1), (2.5, 1), (0.5, 1)):  # (closed by the cases; open; closed by eq. N20 alone)
+        bb._joint(problem, st, dp, 0.0, -math.inf, None, cutoff, None, math.inf, "t")
+        assert st.case_wins == wins, (cutoff, st)
+    assert st.case_calls == 3 and st.case_s == pytest.approx(0.75) and seen == [True] * 3
+    monkeypatch.setattr(bb, "_cases_on", lambda st: False)
+    bb._joint(problem, st, dp, 0.0, -math.inf, None, 1.5, None, math.inf, "t")
+    assert seen[-1] is False and st.case_calls == 3  # (no run of the cases: nothing recorded)
 
 
 @needs_fork

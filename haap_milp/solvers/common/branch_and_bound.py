@@ -215,6 +215,14 @@ JOINT_TRIAL = 4  # eq. N20 stops for the rest of a search after this many nodes 
 # (going on there cost 0.15-0.7 s), 3.3-5.9 on large_problem(1) in one process (going on there gained 2-4x)
 JOINT_DROP_WINS = True
 JOINT_DROP_RATIO = 2.0
+# eq. N20h: sigma's cases (eq. N20b) run during their trial (the first CASE_TRIAL nodes they run on) and after it only
+# where they have closed a node eq. N20 alone left open and, once this process has run an engine, where their closes
+# times an engine run's mean time reach CASE_RATIO times their own time (a close saves about an engine run). Measured
+# (formulations/README.md, N20h): Sailor's 80+240 row, cases closed 2 of 27 nodes for 2.2 s against engine runs of
+# 0.01-0.3 s; mixtral-8x7b x hetero3-4096, 5 of 7 for 0.8 s against engine runs of seconds
+USE_CASE_GATE = True
+CASE_TRIAL = 4
+CASE_RATIO = 1.0
 SHARE_JOINT_WINS = True  # eq. N20d: ... in the whole search: a node worker keeps it while another process's closed one
 JOINT_PLANS = True  # eq. N20's least paths offered as plans
 # eq. N20b: sigma's cases stop after this long on a node (the count then keeps its N20 bound). Eq. N20e: 0.6 s, not
@@ -356,6 +364,9 @@ class _State:
     joint_drops: int = 0  # eq. N20f: nodes where eq. N20 dropped a stage count the other bounds kept
     joint_s: float = 0.0  # eq. N20f: eq. N20's runs' time so far (s; ``joint_calls`` of them)
     engine_s: float = 0.0  # the engine runs' time so far (s; ``engine_calls`` of them)
+    case_calls: int = 0  # eq. N20h: nodes eq. N20b's cases ran on, those where they closed a node eq. N20 left open,
+    case_wins: int = 0  # and their time so far (s)
+    case_s: float = 0.0
     split_calls: int = 0  # nodes eq. N15 ran on, and those it pruned (it stops after DP_TRIAL without a prune)
     split_wins: int = 0
     post_idle: int = 0  # eq. N17e: full passes after the LP in a row whose bound-only DPs neither lifted nor found a plan
@@ -1246,8 +1257,14 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     t0 = time.perf_counter()
     found: list | None = [] if JOINT_PLANS else None
     inc = st.inc_obj if USE_PRUNE and st.inc is not None else None  # eq. N27
+    info: dict = {}
     jb, jp = joint_capacity.joint_bound(dp, a, mu, cutoff, sync_share(problem.p2p_blocking), u,
-                                        min(deadline, t0 + JOINT_S), found, inc)
+                                        min(deadline, t0 + JOINT_S), found, inc, _cases_on(st), info)
+    if info["case_runs"]:  # eq. N20h's record
+        st.case_calls += 1
+        st.case_wins += cutoff is not None and info["plain"] < cutoff <= jb
+        st.case_s += info["case_s"]
+        st.stats["joint_cases"], st.stats["joint_case_wins"] = st.case_calls, st.case_wins
     blocks = island_blocks(problem, dp) if USE_CROSSINGS and len(u.R) < dp.G else None  # (eq. N20 pooled by type)
     if blocks is not None and (cutoff is None or jb < cutoff):  # eq. N25
         cb = island_crossings.crossing_bound(dp, a, mu, u, types, problem.group_island, blocks, jp, found,
@@ -1284,6 +1301,18 @@ def _joint_on(st: _State) -> bool:
         return True
     return (JOINT_DROP_WINS and st.joint_drops > 0 and st.engine_calls > 0
             and st.engine_s / st.engine_calls > JOINT_DROP_RATIO * st.joint_s / st.joint_calls)
+
+
+def _cases_on(st: _State) -> bool:
+    """Eq. N20h: whether eq. N20b's sigma cases run on the node: during their trial (the first CASE_TRIAL nodes they
+    run on), then only after a close of theirs, and once an engine has run, while their closes times an engine run's
+    mean time stay at least CASE_RATIO times their time (where an engine finishes a node in 0.01-0.3 s, as on Sailor's
+    rows, 0.05-0.25 s of cases a node for one close in ten does not pay)."""
+    if not USE_CASE_GATE or st.case_calls < CASE_TRIAL:
+        return True
+    if st.case_wins == 0:
+        return False
+    return st.engine_calls == 0 or st.case_wins * st.engine_s / st.engine_calls >= CASE_RATIO * st.case_s
 
 
 def _drops(before, after, cutoff: float) -> bool:

@@ -507,7 +507,8 @@ def _close(dp: PathDP, u: JointUnits, cost: np.ndarray, H) -> tuple[float, tuple
 
 def joint_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float | None, beta: float, u: JointUnits,
                 deadline: float = math.inf, plans: list | None = None,
-                incumbent: float | None = None) -> tuple[float, np.ndarray]:
+                incumbent: float | None = None, cases: bool = True,
+                info: dict | None = None) -> tuple[float, np.ndarray]:
     """Eqs. N20, N20b on the node: (bound, [k_max + 1] per stage count P its bound, inf outside the node's range).
     Sigma's cases run per stage count whose N20 bound is below ``cutoff``, the least first, until one is not lifted (the
     node's bound, their least, cannot rise past it), SIGMA_RUNS DP runs in all; each case (e0, e1] bounds the plans
@@ -518,13 +519,27 @@ def joint_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float | None, beta
     when it lifts a count's bound by less than LIFT, the count's cases are not run (measured: mixtral-8x7b x 64 GPUs x
     3 types x 2 islands, where sigma does not bind, 40 runs cost 0.9-1.1 s a node for nothing). ``plans``: each run's
     least path is appended (``least_paths``). ``incumbent``: eq. N27 drops the partial paths that cannot finish below
-    it, in every run (a path of DP value v is a plan of T >= v, a case's too: none above it is wanted)."""
+    it, in every run (a path of DP value v is a plan of T >= v, a case's too: none above it is wanted). ``cases``
+    False: eq. N20 alone (eq. N20h's gate). ``info``: filled with the bound before the cases (``plain``), their DP
+    runs (``case_runs``) and their time (``case_s``, s)."""
     per = least_paths(dp, a, mu, u, plans=plans, prune=incumbent)
     out = np.full(dp.k_max + 1, INF)
     for P, val in per.items():
         out[P] = val
-    if cutoff is None:
+    if info is not None:
+        info.update(plain=float(out.min()), case_runs=0, case_s=0.0)
+    if cutoff is None or not cases:
         return float(out.min()), out
+    t0 = time.perf_counter()
+    runs = _cases(dp, a, mu, cutoff, beta, u, per, out, deadline, plans, incumbent)
+    if info is not None:
+        info.update(case_runs=runs, case_s=time.perf_counter() - t0)
+    return float(out.min()), out
+
+
+def _cases(dp: PathDP, a: float, mu: np.ndarray, cutoff: float, beta: float, u: JointUnits, per: dict,
+           out: np.ndarray, deadline: float, plans: list | None, incumbent: float | None) -> int:
+    """Eq. N20b's sigma cases (``joint_bound``'s rules), lifting ``out`` [k_max + 1] in place; returns the DP runs."""
     nonfirst, sync, tmax = sigma_dp.later_rows(dp)
     # the most sigma can be (no credit): a path of time-and-links cost c pays at most c + sig_hi, so a count whose least
     # such path is below cutoff - sig_hi cannot be pruned by the cases (its N20 bound, with s_0 >= 0, bounds that cost)
@@ -570,4 +585,4 @@ def joint_bound(dp: PathDP, a: float, mu: np.ndarray, cutoff: float | None, beta
         if todo:
             break
         out[P] = max(out[P], min(cases))
-    return float(out.min()), out
+    return runs
