@@ -1307,7 +1307,7 @@ def _cases_on(st: _State) -> bool:
     """Eq. N20h: whether eq. N20b's sigma cases run on the node: during their trial (the first CASE_TRIAL nodes they
     run on), then only after a close of theirs, and once an engine has run, while their closes times an engine run's
     mean time stay at least CASE_RATIO times their time (where an engine finishes a node in 0.01-0.3 s, as on Sailor's
-    rows, 0.05-0.25 s of cases a node for one close in ten does not pay)."""
+    rows, 0.05-0.6 s of cases a node for one close in ten does not pay)."""
     if not USE_CASE_GATE or st.case_calls < CASE_TRIAL:
         return True
     if st.case_wins == 0:
