@@ -225,3 +225,22 @@ def test_parent_watch_alone_ends_an_orphaned_worker():
         if _alive(orphan):
             os.kill(orphan, signal.SIGKILL)
     print(f"parent watch: orphan gone {gone:.2f} s after its parent")
+
+
+def test_stopping_the_pool_joins_its_manager_thread():
+    """``_stop_pool`` ends the workers and waits for the pool's manager thread, which closes its wake-up pipe as it
+    ends: CPython 3.11's exit hook writes to that pipe while it looks open, and a close in between printed "Bad file
+    descriptor" with a traceback after "interrupted by SIGTERM" (CI, twice). The thread is taken before ``shutdown``,
+    which drops the pool's reference to it (read after, it was None and the join never ran)."""
+    import multiprocessing
+
+    from haap_milp.bench.run import _pool, _stop_pool
+
+    pool = _pool(1, multiprocessing.get_context("spawn"))
+    pool.submit(time.sleep, 30)
+    manager = pool._executor_manager_thread
+    assert manager is not None and manager.is_alive()
+    procs = list(pool._processes.values())
+    _stop_pool(pool)
+    assert not manager.is_alive()
+    assert not any(p.is_alive() for p in procs)

@@ -472,6 +472,7 @@ def _pool(workers: int, ctx) -> ProcessPoolExecutor:
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
     """End every worker of the pool now (SIGTERM, then SIGKILL after 2 s) and reap them."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)  # (read now: ``shutdown`` sets it to None)
     for p in procs:
         if p.is_alive():
             p.terminate()
@@ -485,8 +486,9 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     # the pool's manager thread closes its wake-up pipe as it ends; CPython 3.11's exit hook (concurrent.futures.process.
     # _python_exit) writes to that pipe if it still looks open, and a close in between printed "OSError: [Errno 9] Bad
     # file descriptor" with a traceback after "interrupted by SIGTERM" (seen once in CI). Joined here, the thread has
-    # closed it before the hook runs (the workers are gone, so it ends at once)
-    manager = getattr(pool, "_executor_manager_thread", None)
+    # closed it before the hook runs (the workers are gone, so it ends at once). The thread must be taken before
+    # ``shutdown``, which drops the pool's reference to it: read after, as until 2026-12-06, it was always None, the
+    # join never ran, and the traceback came back in CI (test_bench_signals, SIGTERM)
     if manager is not None:
         manager.join(2.0)
 
