@@ -1299,8 +1299,9 @@ def _joint_on(st: _State) -> bool:
     work costs more than the DP: on Sailor's 32+96 row, engine runs of ~0.03 s, eq. N20 cost 0.3-0.7 s more)."""
     if st.joint_calls < JOINT_TRIAL or st.joint_wins > 0 or st.joint_elsewhere > 0:
         return True
-    return (JOINT_DROP_WINS and st.joint_drops > 0 and st.engine_calls > 0
-            and st.engine_s / st.engine_calls > JOINT_DROP_RATIO * st.joint_s / st.joint_calls)
+    engine = _engine_mean(st)
+    return JOINT_DROP_WINS and st.joint_drops > 0 and engine is not None and \
+        engine > JOINT_DROP_RATIO * st.joint_s / st.joint_calls
 
 
 def _cases_on(st: _State) -> bool:
@@ -1312,7 +1313,14 @@ def _cases_on(st: _State) -> bool:
         return True
     if st.case_wins == 0:
         return False
-    return st.engine_calls == 0 or st.case_wins * st.engine_s / st.engine_calls >= CASE_RATIO * st.case_s
+    engine = _engine_mean(st)
+    return engine is None or st.case_wins * engine >= CASE_RATIO * st.case_s
+
+
+def _engine_mean(st: _State) -> float | None:
+    """The mean time of this process's engine runs (s; None before the first): what eqs. N20f and N20h price a bound's
+    runs against."""
+    return st.engine_s / st.engine_calls if st.engine_calls else None
 
 
 def _drops(before, after, cutoff: float) -> bool:

@@ -138,7 +138,6 @@ def _digits(dp: PathDP, blocks: list[list[int]]) -> tuple[np.ndarray, np.ndarray
     return q, (cap // q).astype(np.int64)
 
 
-
 def unit_state(dp: PathDP, blocks: list[list[int]], q: np.ndarray, R: np.ndarray, share: float = 1.0,
                limit: np.ndarray | None = None) -> JointUnits | None:
     """The flattened state of digits ``R`` (units ``q``, one per block of groups); a row enters where it is a whole
