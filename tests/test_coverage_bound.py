@@ -50,6 +50,7 @@ def test_mixed_option_counts_its_layers_once_across_its_groups(monkeypatch):
     t = build_tables(prob, 0)
     hmax = t.U_mem[: t.p_max].max(axis=0)
     monkeypatch.setattr(bounds, "USE_STAGE_CAP", False)  # eq. B2b alone
+    monkeypatch.setattr(bounds, "USE_JOINT_COVER", False)  # (eq. B2h's LP: tests/test_joint_cover.py)
     assert coverage_at(prob, t, 1.0, hmax) == pytest.approx(1.6)
     assert coverage_at(prob, t, 3.0, hmax) == pytest.approx(4.8)
     assert variant_bound(prob, t).tau_lb == pytest.approx(3.0)
@@ -92,7 +93,9 @@ def test_stage_cap_is_below_every_plan(seed):
 
 
 def test_stage_cap_binds(monkeypatch):
-    """Not vacuous: on random few-stage problems eq. B2g raises some variants' tau bound."""
+    """Not vacuous: on random few-stage problems eq. B2g raises some variants' tau bound (over eq. B2 without eq.
+    B2h's LP, which counts the stages too)."""
+    monkeypatch.setattr(bounds, "USE_JOINT_COVER", False)
     raised = seen = 0
     for seed in range(30):
         problem = random_problem(seed, num_layers=8, max_stages=2, max_options=6)

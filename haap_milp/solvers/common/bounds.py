@@ -14,12 +14,14 @@ import numpy as np
 
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Problem
+from haap_milp.solvers.common import joint_cover
 from haap_milp.solvers.common.fill_lp import fixed_count_fill
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables, link_half, send_floor, subset
 
 COVER_TOL = 1e-6  # layers: eq. B2b's real-valued coverage against the integer layer count
 USE_FILL_LP = True  # eq. B2e
 USE_STAGE_CAP = True  # eq. B2g
+USE_JOINT_COVER = True  # eq. B2h
 
 
 @dataclass(frozen=True)
@@ -116,15 +118,23 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover
     which the bound missed (M - 1 = 63 times). ``cover``: its tau-independent parts (``_cover``), when the caller
     probes many tau."""
     c = cover or _cover(problem, t)
-    lt = t.coef["layer_time"]
-    h = np.minimum(hmax, np.floor(tau / lt + TIME_RTOL)).astype(np.int64)
-    alone = float(h.max(initial=0)) if t.p_min <= 1 else 0.0  # a one-stage plan: no link, no send
-    cap = _stage_cap(t, h, c.copies) if USE_STAGE_CAP else math.inf  # (eq. B2g: h before sends, larger)
-    if c.sends is not None:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
-        h = np.minimum(hmax, np.floor(np.maximum(tau - c.sends, 0.0) / lt + TIME_RTOL)).astype(np.int64)
+    h0, h, alone = _layers_at(t, tau, hmax, c)
+    cap = _stage_cap(t, h0, c.copies) if USE_STAGE_CAP else math.inf  # (eq. B2g: h before sends, larger)
     half = link_half(t.p2p, t.vpp)
     comps = _components(half, np.flatnonzero(t.use.any(axis=0)).tolist(), tau, c.joined)
     return min(cap, max(alone, min(_split_coverage(problem, t, tau, h, c.mixed, comps, w, half) for w in c.weights)))
+
+
+def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per option the most layers a stage holds in tau: alone (h0) and in a pipeline of two stages or more (h: less
+    eq. B2c's sends), and eq. B2's one-stage plan (``alone``: the most layers of one stage, 0 unless p_min <= 1)."""
+    lt = t.coef["layer_time"]
+    h0 = np.minimum(hmax, np.floor(tau / lt + TIME_RTOL)).astype(np.int64)
+    alone = float(h0.max(initial=0)) if t.p_min <= 1 else 0.0  # a one-stage plan: no link, no send
+    h = h0
+    if c.sends is not None:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
+        h = np.minimum(hmax, np.floor(np.maximum(tau - c.sends, 0.0) / lt + TIME_RTOL)).astype(np.int64)
+    return h0, h, alone
 
 
 def _split_coverage(problem: Problem, t: Tables, tau: float, h: np.ndarray, mixed: np.ndarray, comps: list,
@@ -241,7 +251,15 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
             hi_i = mid
         else:
             lo_i = mid + 1
-    tau_lb = max(float(cand[lo_i]), _budget_tau(problem, t))
+    tau_lb = float(cand[lo_i])
+    if USE_JOINT_COVER and joint_cover.usable(t.use):  # eq. B2h: the groups' GPUs counted once, in one LP
+        lp = joint_cover.JointCover(problem, t.use, cover.copies, t.p_max)
+        tau_lb = joint_cover.lifted_tau(lp, t.L - COVER_TOL, lambda tau: _layers_at(t, tau, hmax, cover)[1:],
+                                        cand[lo_i:])
+        if not math.isfinite(tau_lb):
+            return VariantBound(math.inf, math.inf, math.inf, "the GPUs cannot hold all "
+                                f"{t.L} layers in memory at once (eq. B2h: each GPU counted once over its stages)")
+    tau_lb = max(tau_lb, _budget_tau(problem, t))
     rest = _rest_bound(problem, t)
     return VariantBound(tau_lb, rest, t.tau_weight * tau_lb + rest)
 
