@@ -86,21 +86,44 @@ def test_time_limit_bounds_the_whole_sequence():
     assert wall < 2.0 + 8.0, wall
 
 
+# ``python -m haap_milp.cli`` (runpy sets argv[0] as -m does) that says on stderr when the exact search begins
+SAYS_EXACT = ("import runpy, sys\n"
+              "import haap_milp.planner as planner\n"
+              "exact = planner._exact\n"
+              "def said(*args, **kwargs):\n"
+              "    sys.stderr.write('exact search\\n'); sys.stderr.flush()\n"
+              "    return exact(*args, **kwargs)\n"
+              "planner._exact = said\n"
+              "runpy.run_module('haap_milp.cli', run_name='__main__', alter_sys=True)\n")
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="POSIX signals")
 def test_ctrl_c_prints_and_writes_the_best_plan(tmp_path):
-    """SIGINT to `haap-solve solve` mid-search: exit 130, the message with the gap, the JSON with the plan."""
+    """SIGINT to `haap-solve solve` mid-search: exit 130, the message with the gap, the JSON with the plan.
+
+    The signal follows the child's word that the exact search began by 0.5 s (it was a fixed 8 s sleep after the
+    start, which at load 6 on 2 cores still landed in hetero3-4096's heuristics: its exact search began at 8.6 s,
+    and the JSON said "interrupted before the exact search"). On one GPU type the search begins after imports and
+    presolve (1.1-2 s at load 5; the DP runs beside it, eq. PAR4) and at gap 0 runs its 60 s (2.1 % left after 28 s;
+    at the default 1 % hetero3-4096 was proven in 4.5-7 s by 2026-12-05, before the signal came)."""
     out = tmp_path / "plan.json"
-    cmd = [sys.executable, "-m", "haap_milp.cli", "solve", "-m", "llama3-70b", "-c", "hetero3-4096",
+    cmd = [sys.executable, "-c", SAYS_EXACT, "solve", "-m", "llama3-70b", "-c", "h100-80g:1024",
            "--time-limit", "60", "--gap", "0", "--json", str(out)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    guard = threading.Timer(90.0, p.kill)  # a child that hangs before the exact search: EOF, and the assert says so
+    guard.start()
     try:
-        # past imports, presolve and the heuristics (1-5 s, idle to loaded); at gap 0 it runs its 60 s (at the default
-        # 1 % it was proven in 4.5-7 s by 2026-12-05, before the signal came)
-        time.sleep(8.0)
+        before = []
+        while (line := p.stderr.readline()) and line != "exact search\n":
+            before.append(line)
+        guard.cancel()
+        assert line == "exact search\n", "".join(before)[-800:]
+        time.sleep(0.5)
         sent = time.monotonic()
         p.send_signal(signal.SIGINT)
         stdout, stderr = p.communicate(timeout=30)
     finally:
+        guard.cancel()
         if p.poll() is None:
             p.kill()
     assert time.monotonic() - sent < 15

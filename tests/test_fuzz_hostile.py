@@ -7,6 +7,10 @@ numbers, wrong types, files where folders are expected and the reverse, FIFOs an
 Every case runs in-process through the real entry point (``conftest.invoke_cli``) and is time-bounded
 (``CASE_SECONDS``); a handful of hang checks run ``haap-solve`` in a subprocess under a timeout. Hypothesis
 adds derandomised strategies for the shorthand, numeric flags and YAML documents.
+
+Typer builds the app's click command anew on every in-process call (``typer.main.get_command``: about 90 ms, 95 % of
+a refused input's cost, over the ~1,000 calls here); ``conftest._click_command_built_once`` builds it once per
+test process.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import any_interleaved_copies, assert_exact_solvers_match_brute, feasible_assignments
+from synthetic import any_interleaved_copies, assert_exact_solvers_match_brute
+from test_floor_dive import feasible_plans
 from test_island_split import mirrored
 
 from haap_milp.problem import Problem, evaluate
@@ -114,7 +115,7 @@ def test_node_models_and_stage_dps_at_tau_caps_between_the_plans_periods():
     of eq. X1's tolerance; the plans that cross the islands have periods set by their links, which the caps cut."""
     checked = binding = 0
     for seed, cross, p in instances(4):
-        plans = list(feasible_assignments(p))
+        plans = list(feasible_plans(p))
         for v in range(len(p.variants)):
             pts = sorted((bb._steady(p, a), evaluate(p, a)) for a in plans if a.variant == v)
             if not pts:

@@ -3,25 +3,32 @@ right side over every plan of the node whose groups form contiguous segments (br
 
 from __future__ import annotations
 
-import itertools
 import math
 import pathlib
 import sys
+from functools import cache
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from synthetic import random_problem, variant_nodes
+from test_floor_dive import feasible_plans
 
-from haap_milp.problem import Assignment, Stage, violations
+from haap_milp.problem import Assignment, violations
 from haap_milp.solvers.common import segment_dp
 from haap_milp.solvers.common.stage_dp import PathDP
 
 
-def _surrogate(dp: PathDP, plan: Assignment) -> float:
-    """sum of the node's stage costs at their slots (inf where the tables forbid the stage) plus the links."""
-    local = {int(o): i for i, o in enumerate(dp.t.opts)}
+def _local(dp: PathDP) -> dict:
+    """The node's table row of each option it holds."""
+    return {int(o): i for i, o in enumerate(dp.t.opts)}
+
+
+def _surrogate(dp: PathDP, plan: Assignment, local: dict | None = None) -> float:
+    """sum of the node's stage costs at their slots (inf where the tables forbid the stage) plus the links
+    (``local``: ``_local(dp)``, passed by the loops over every plan of a node)."""
+    local = _local(dp) if local is None else local
     P = len(plan.stages)
     total, prev = 0.0, None
     for j, st in enumerate(plan.stages):  # pipeline order: slot P - j
@@ -50,14 +57,13 @@ def _is_segments(problem, plan: Assignment) -> bool:
     return True
 
 
-def _plans(problem, v: int, P_max: int):
-    L = problem.num_layers
-    opts = np.flatnonzero(problem.variants[v].allowed).tolist()
-    for P in range(1, P_max + 1):
-        for cuts in itertools.combinations(range(1, L), P - 1):
-            sizes = np.diff([0, *cuts, L]).tolist()
-            for combo in itertools.product(opts, repeat=P):
-                yield Assignment(v, tuple(Stage(int(o), int(n)) for o, n in zip(combo, sizes)))
+@cache
+def _feasible(seed: int, islands: str, same_tp: bool, v: int, P_max: int) -> tuple[tuple[Assignment, bool], ...]:
+    """Every feasible plan of variant v of ``_problem(seed, islands, same_tp)`` with up to P_max stages (brute force,
+    ``feasible_plans``) and whether it is a segment plan (``_is_segments``), built once for the tests (and
+    parametrizations) that share the problem."""
+    problem = _problem(seed, islands, same_tp)
+    return tuple((a, _is_segments(problem, a)) for a in feasible_plans(problem, [v], P_max))
 
 
 def _shared_islands(problem):
@@ -72,14 +78,18 @@ def _shared_islands(problem):
     return replace(problem, groups=names, variants=variants)
 
 
+@cache
+def _problem(seed: int, islands: str, same_tp: bool):
+    """The small random problem of ``seed``: ``own``, each group its own island; ``shared``, four groups on two
+    islands (``_shared_islands``). ``same_tp``: eq. U2 on."""
+    problem = random_problem(seed, uniform=False, same_tp_first_last=same_tp, num_groups=None if islands == "own" else 4)
+    return _shared_islands(problem) if islands == "shared" else problem
+
+
 def _segment_nodes(seeds, islands: str, same_tp: bool):
-    """(seed, problem, variant, node DP) of the small random problems where eq. LS4 applies: ``own``, each group its
-    own island; ``shared``, four groups on two islands (``_shared_islands``). ``same_tp``: eq. U2 on."""
+    """(seed, problem, variant, node DP) of ``_problem``'s problems where eq. LS4 applies."""
     for seed in seeds:
-        problem = random_problem(seed, uniform=False, same_tp_first_last=same_tp,
-                                 num_groups=None if islands == "own" else 4)
-        if islands == "shared":
-            problem = _shared_islands(problem)
+        problem = _problem(seed, islands, same_tp)
         for v, dp, _ in variant_nodes(problem):
             if segment_dp.applies(dp, problem.group_island):
                 yield seed, problem, v, dp
@@ -93,11 +103,11 @@ def test_segment_dp_is_feasible_and_least_over_segment_plans(islands):
     for seed, problem, v, dp in _segment_nodes(range(40), islands, same_tp=False):
         t = dp.t
         plan = segment_dp.segment_plan(dp, problem.group_island)
-        best = math.inf
-        for a in _plans(problem, v, min(t.p_max, problem.max_stages)):
-            if len(a.stages) < t.p_min or not _is_segments(problem, a) or violations(problem, a):
+        best, local = math.inf, _local(dp)
+        for a, segments in _feasible(seed, islands, False, v, t.p_max):
+            if len(a.stages) < t.p_min or not segments:
                 continue
-            best = min(best, _surrogate(dp, a))
+            best = min(best, _surrogate(dp, a, local))
         checked += 1
         if plan is None:
             assert math.isinf(best), (seed, v, best)
@@ -145,11 +155,11 @@ def test_segment_dp_keeps_the_in_flight_rows_under_a_tight_tau_cap():
             if not segment_dp.applies(dp, problem.group_island):
                 continue
             plan = segment_dp.segment_plan(dp, problem.group_island)
-            best, loose = math.inf, math.inf
-            for a in _plans(problem, v, min(t.p_max, problem.max_stages)):
-                if len(a.stages) < t.p_min or not _is_segments(problem, a) or violations(problem, a):
+            best, loose, local = math.inf, math.inf, _local(dp)
+            for a in feasible_plans(problem, [v], t.p_max):
+                if len(a.stages) < t.p_min or not _is_segments(problem, a):
                     continue
-                cost = _surrogate(dp, a)
+                cost = _surrogate(dp, a, local)
                 loose = min(loose, cost)
                 if _steady(problem, a) <= b * (1 + 1e-9):
                     best = min(best, cost)
@@ -209,17 +219,17 @@ def test_same_tp_plans_are_feasible_and_least_over_their_shapes(islands):
             assert violations(problem, a) == [], (seed, v, a)
         got = min((_surrogate(dp, a) for a in plans), default=math.inf)
         sizes = {p: _head_sizes(dp, p) for p in np.unique(dp.t.tp).tolist()}
-        best, best_head = math.inf, math.inf
-        for a in _plans(problem, v, min(dp.t.p_max, problem.max_stages)):
-            if len(a.stages) < dp.t.p_min or violations(problem, a):
+        best, best_head, local = math.inf, math.inf, _local(dp)
+        for a, segments in _feasible(seed, islands, True, v, dp.t.p_max):
+            if len(a.stages) < dp.t.p_min:
                 continue
-            if _is_segments(problem, a):
-                best = min(best, _surrogate(dp, a))
+            if segments:
+                best = min(best, _surrogate(dp, a, local))
             elif _is_head_plan(problem, a):
                 p = problem.options[a.stages[0].option].tp
                 g = problem.options[a.stages[0].option].group
                 if g in sizes[p] and _head_units(dp, problem, a, sizes[p]) in sizes[p][g][2]:
-                    best_head = min(best_head, _surrogate(dp, a))
+                    best_head = min(best_head, _surrogate(dp, a, local))
         checked += 1
         heads += best_head < best * (1 - 1e-9)
         assert math.isclose(got, min(best, best_head), rel_tol=1e-9) or got == min(best, best_head), \
@@ -237,12 +247,12 @@ def _sync_cap(problem, plans) -> float:
     return (vals[m - 1] + vals[m]) / 2 if len(vals) >= 2 else math.inf
 
 
-def _capped_surrogate(dp: PathDP, problem, plan: Assignment, cap: float) -> float:
+def _capped_surrogate(dp: PathDP, problem, plan: Assignment, cap: float, local: dict | None = None) -> float:
     """``_surrogate`` with the first stage's sync priced as max(s_0, cap) (eq. LS4h)."""
-    local = {int(o): i for i, o in enumerate(dp.t.opts)}
+    local = _local(dp) if local is None else local
     first = plan.stages[0]
     s0 = float(dp._base(len(plan.stages), True, parts=True)[1][local[first.option], first.num_layers])
-    return _surrogate(dp, plan) - s0 + max(s0, cap)
+    return _surrogate(dp, plan, local) - s0 + max(s0, cap)
 
 
 def _within(problem, dp: PathDP, a: Assignment, cap: float, per: float) -> bool:
@@ -266,16 +276,17 @@ def test_sync_capped_is_least_over_segment_plans_within_the_cap(islands, per_sta
 
     checked = binding = 0
     for seed, problem, v, dp in _segment_nodes(range(40), islands, same_tp=False):
-        seg = [a for a in _plans(problem, v, min(dp.t.p_max, problem.max_stages))
-               if len(a.stages) >= dp.t.p_min and _is_segments(problem, a) and not violations(problem, a)]
+        seg = [a for a, segments in _feasible(seed, islands, False, v, dp.t.p_max)
+               if len(a.stages) >= dp.t.p_min and segments]
         cap = _sync_cap(problem, seg)
         syncs = [x for a in seg for x in sync_times(problem, a) if x > 0]
         per = per_stage * min(syncs, default=0.0)
-        best = min((_capped_surrogate(dp, problem, a, cap) for a in seg if _within(problem, dp, a, cap, per)),
-                   default=math.inf)
+        local = _local(dp)
+        cost = [_capped_surrogate(dp, problem, a, cap, local) for a in seg]
+        best = min((c for a, c in zip(seg, cost) if _within(problem, dp, a, cap, per)), default=math.inf)
         plan = segment_dp.segment_plan(segment_dp.sync_capped(dp, cap, per), problem.group_island)
         checked += 1
-        binding += best > min((_capped_surrogate(dp, problem, a, cap) for a in seg), default=math.inf) * (1 + 1e-9)
+        binding += best > min(cost, default=math.inf) * (1 + 1e-9)
         if plan is None:
             assert math.isinf(best), (seed, v, best)
             continue

@@ -46,25 +46,16 @@ def _agree(problem, brute, res, tol_s: float):
     assert res.bound_s is not None and res.bound_s <= brute.objective_s * (1 + 1e-9)
 
 
-SHARDS = 4  # the 220 problems in four tests of 55, so that the two test processes stay even to the end
-
-
-@pytest.mark.parametrize("shard", range(SHARDS))
-@settings(max_examples=220 // SHARDS, **SETTINGS)
-@given(seed=st.integers(0, 2**29 - 1))
-def test_exact_solvers_match_brute_force(shard, seed):
-    problem = random_problem(seed * SHARDS + shard)  # (a shard's own problems: derandomized, each draws the same seeds)
-    brute = get_solver("brute")(problem, EXACT)
+def _match_brute(problem, brute, cp, mi, dp):
+    """The oracle's checks of one problem's cold solves: CP-SAT and the MILP return brute force's status and optimum,
+    the DP heuristic a valid plan no better than it (or none where brute force finds none)."""
     assert brute.status in ("OPTIMAL", "INFEASIBLE")
-    cp = get_solver("cpsat")(problem, EXACT)
     # CP-SAT: within its stated rounding error of the optimum (formulations/cpsat.md, eq. CP3)
     _agree(problem, brute, cp, tol_s=cp.stats["tolerance_s"] + 1e-12)
-    mi = get_solver("milp")(problem, EXACT)
     if brute.status == "OPTIMAL":
         _agree(problem, brute, mi, tol_s=1e-6 * brute.objective_s)
     else:
         _agree(problem, brute, mi, tol_s=0.0)
-    dp = get_solver("dp")(problem, EXACT)
     assert dp.bound_s is None
     if brute.status == "OPTIMAL":
         assert dp.status == "FEASIBLE", dp.message  # feasible whenever a plan exists
@@ -75,12 +66,37 @@ def test_exact_solvers_match_brute_force(shard, seed):
         assert dp.assignment is None
 
 
-@settings(max_examples=40, **SETTINGS)
+# The oracle's random problems: 4 x 49 here (four tests, so that the two test processes stay even to the end) and the
+# 26 of test_same_input_same_plan (problems with a plan), whose first solves get the same checks (before: 4 x 55 here,
+# and the 30 there solved without them); 222 in all, of which hypothesis may draw a few in both (its simplest seeds
+# first). The cost is the solves: brute force ~1 % of it; CP-SAT, the MILP and the DP 0.05-1 s each, of which on these
+# small problems about a third is the forked children of two threads (measured on 80 of them).
+SHARDS = 4
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+@settings(max_examples=49, **SETTINGS)
+@given(seed=st.integers(0, 2**29 - 1))
+def test_exact_solvers_match_brute_force(shard, seed):
+    problem = random_problem(seed * SHARDS + shard)  # (a shard's own problems: derandomized, each draws the same seeds)
+    brute = get_solver("brute")(problem, EXACT)
+    _match_brute(problem, brute, *(get_solver(name)(problem, EXACT) for name in ("cpsat", "milp", "dp")))
+
+
+@settings(max_examples=24, **SETTINGS)
 @given(seed=st.integers(0, 2**31 - 1), rule=st.sampled_from(["uniform", "same_tp_first_last", "both"]))
 def test_engine_rules_are_constraints(seed, rule):
+    """Eqs. U1 (one option signature on every stage) and U2 (the first and last stages' tp equal) are constraints of
+    every solver. Only problems where the rule binds are kept: brute force's optimum without it is faster than with it
+    (or the rule leaves no plan), so a solver that left the rule out would return a faster plan than brute force's, one
+    that breaks the rule (``_check_plan``), or a plan where brute force finds none; 24 such problems (the 40 draws
+    before kept problems where the rule did not bind too: 21 bound). The brute-force runs that pick them take ms."""
     kw = {"uniform": rule in ("uniform", "both"), "same_tp_first_last": rule in ("same_tp_first_last", "both")}
     problem = random_problem(seed, max_stages=3, **kw)
+    free = get_solver("brute")(replace(problem, uniform=False, same_tp_first_last=False), EXACT)
     brute = get_solver("brute")(problem, EXACT)
+    assume(free.status == "OPTIMAL" and (brute.status == "INFEASIBLE"
+                                         or free.objective_s < brute.objective_s * (1 - 1e-9)))
     for name in ("cpsat", "milp"):
         res = get_solver(name)(problem, EXACT)
         tol = res.stats.get("tolerance_s", 0.0) + 1e-6 * (brute.objective_s or 0.0)
@@ -90,26 +106,42 @@ def test_engine_rules_are_constraints(seed, rule):
         _check_plan(problem, dp)
 
 
-@settings(max_examples=30, **SETTINGS)
+@settings(max_examples=26, **SETTINGS)  # 26 problems with a plan: as many as its 30 draws gave before
 @given(seed=st.integers(0, 2**31 - 1))
 def test_same_input_same_plan(seed):
+    """Each solver twice on one problem that has a plan (two threads: forked children and node workers included): the
+    same status and plan. The first solves are oracle problems too (``_match_brute``, as in
+    test_exact_solvers_match_brute_force)."""
     problem = random_problem(seed)
+    brute = get_solver("brute")(problem, EXACT)
+    assume(brute.status == "OPTIMAL")  # (an infeasible problem has no plan to compare; brute force tells in ms)
+    first = {}
     for name in ("cpsat", "milp", "dp"):
-        first = get_solver(name)(problem, EXACT)
+        first[name] = get_solver(name)(problem, EXACT)
         again = get_solver(name)(problem, EXACT)
-        assert first.status == again.status
-        assert first.assignment == again.assignment, name
+        assert first[name].status == again.status, name
+        assert first[name].assignment == again.assignment, name
+    _match_brute(problem, brute, first["cpsat"], first["milp"], first["dp"])
 
 
 @settings(max_examples=24, **SETTINGS)  # 24 feasible instances: as many as the 30 draws used to give
 @given(seed=st.integers(0, 2**31 - 1))
 def test_warm_start_from_dp(seed):
+    """CP-SAT and the MILP warm-started from the DP heuristic's plan take it as their first incumbent (its objective,
+    after the polish every offered plan gets, in ``hint_objective_s``: the key is there only for a hint that is a
+    plan) and still prove brute force's optimum. Where the DP plan is optimal already the search has the optimum as its
+    cut-off from the start; in the others it must improve on the warm start."""
+    # (measured on these 24: the DP plan optimal in 21, 2.4-5.5 % above the optimum in the other 3)
     problem = random_problem(seed)
+    brute = get_solver("brute")(problem, EXACT)
+    assume(brute.status == "OPTIMAL")  # an infeasible instance has no warm start to test (found in ms, no DP run)
     dp = get_solver("dp")(problem, EXACT)
-    assume(dp.assignment is not None)  # an infeasible instance has no warm start to test
+    assert dp.assignment is not None, dp.message
     for name in ("cpsat", "milp"):
         res = get_solver(name)(problem, EXACT, hint=dp.assignment)
-        assert res.status == "OPTIMAL"
+        assert res.stats.get("hint_objective_s", math.inf) <= dp.objective_s * (1 + 1e-9), (name, res.stats)
+        tol = res.stats["tolerance_s"] + 1e-6 * brute.objective_s
+        _agree(problem, brute, res, tol_s=tol)  # OPTIMAL, brute force's optimum, a bound no higher
         assert res.objective_s <= dp.objective_s + res.stats["tolerance_s"] + 1e-12
         assert not math.isinf(res.bound_s)
 

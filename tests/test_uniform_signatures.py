@@ -8,9 +8,11 @@ import math
 import pathlib
 import sys
 from dataclasses import replace
+from functools import cache
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import feasible_assignments, random_problem
+from synthetic import random_problem
+from test_floor_dive import feasible_plans
 
 from haap_milp.problem import evaluate
 from haap_milp.solvers import dp as dp_heuristic
@@ -22,9 +24,12 @@ from haap_milp.specs import SolveOptions
 EXACT = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=1, seed=0)
 
 
+@cache
 def _uniform(seed: int):
-    p = random_problem(seed, num_groups=3, uniform=True, same_tp_first_last=False)
-    return replace(p, uniform=True)
+    """The random three-group problem of ``seed`` under eq. U1 and its feasible plans (brute force), built once for
+    the three tests."""
+    p = replace(random_problem(seed, num_groups=3, uniform=True, same_tp_first_last=False), uniform=True)
+    return p, tuple(feasible_plans(p))
 
 
 def test_node_bound_per_signature_holds_for_every_plan_and_is_the_least_over_signatures():
@@ -33,8 +38,7 @@ def test_node_bound_per_signature_holds_for_every_plan_and_is_the_least_over_sig
     on sub-tables: a signature's plans use its options only)."""
     checked = several = 0
     for seed in range(40):
-        p = _uniform(seed)
-        plans = list(feasible_assignments(p))
+        p, plans = _uniform(seed)
         for v in range(len(p.variants)):
             mine = [a for a in plans if a.variant == v]
             if not mine:
@@ -56,8 +60,7 @@ def test_signature_bound_is_below_each_of_its_plans_and_the_dp_keeps_its_plan(mo
     order can still change which plans the later steps start from, so this is a measurement, not a theorem)."""
     checked = same = 0
     for seed in range(40):
-        p = _uniform(seed)
-        plans = list(feasible_assignments(p))
+        p, plans = _uniform(seed)
         if not plans:
             continue
         for v in range(len(p.variants)):
@@ -89,8 +92,7 @@ def test_signatures_past_the_cut_off_are_skipped_soundly():
     checked = 0
     skipped = 0
     for seed in range(40):
-        p = _uniform(seed)
-        plans = list(feasible_assignments(p))
+        p, plans = _uniform(seed)
         for v in range(len(p.variants)):
             mine = [evaluate(p, a) for a in plans if a.variant == v]
             if not mine:
