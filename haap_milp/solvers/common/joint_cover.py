@@ -44,7 +44,6 @@ class JointCover:
         self.rows = np.flatnonzero(self.use.any(axis=0))  # groups some option uses
         self.y = np.zeros(len(self.rows) + 1)  # the last certifying duals: groups, then the stage count
         self.h = None
-        self.solves = 0
 
     def upper(self, h: np.ndarray, y: np.ndarray) -> float:
         """The Lagrangian dual at y >= 0: an upper bound on the LP's value with layer capacities h (any y)."""
@@ -71,7 +70,6 @@ class JointCover:
             self._build(n)
         self.h.changeColsCost(n, np.arange(n, dtype=np.int32), -np.asarray(h, float))
         self.h.run()
-        self.solves += 1
         if self.h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             return None
         return -np.asarray(self.h.getSolution().row_dual, float)  # (a minimisation: <= rows have duals <= 0)
