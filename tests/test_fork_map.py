@@ -151,8 +151,32 @@ def _presolved(threads: int):
     return pre, opts
 
 
-def test_presolve_the_same_problem_on_two_processes(two_cpus):
-    one, _ = _presolved(1)
+@pytest.fixture(scope="module")
+def presolved_one():
+    """``_presolved(1)``, built once for the module's tests (each reads it; none writes into it)."""
+    return _presolved(1)
+
+
+@pytest.fixture(scope="module")
+def dp_one(presolved_one):
+    """The DP heuristic on ``presolved_one`` in one process, from an empty ``root_setup`` memo (as on a fresh problem):
+    (its result, the memo it left). With one thread nothing forks, so eq. PAR5e's switch plays no part in it."""
+    from haap_milp.solvers.common import bounds
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bounds, "_ROOTS", {})
+        with use(Deadline(None)):
+            one = dp.solve(presolved_one[0].problem, SolveOptions(time_limit_s=30, threads=1))
+        return one, bounds._ROOTS
+
+
+def _memo_after(dp_one) -> dict:
+    """A copy of the ``root_setup`` memo ``dp_one``'s run left (its entries copied: a test's runs fill in their own)."""
+    return {k: list(e) for k, e in dp_one[1].items()}
+
+
+def test_presolve_the_same_problem_on_two_processes(two_cpus, presolved_one):
+    one, _ = presolved_one
     two, _ = _presolved(2)
     p, q = one.problem, two.problem
     assert sum(1 for o in p.options if o.mix) > 0  # (the instance has mixed options to enumerate, on both islands)
@@ -170,15 +194,19 @@ def test_presolve_the_same_problem_on_two_processes(two_cpus):
 
 
 @pytest.mark.parametrize("share", [True, False])
-def test_dp_heuristic_the_same_plan_on_two_processes(two_cpus, monkeypatch, share):
-    """``share``: eq. PAR5e, the look-ahead's variants taken from one shared list (else eq. PAR5b's fixed halves)."""
+def test_dp_heuristic_the_same_plan_on_two_processes(two_cpus, monkeypatch, presolved_one, dp_one, share):
+    """``share``: eq. PAR5e, the look-ahead's variants taken from one shared list (else eq. PAR5b's fixed halves). The
+    one-process run is ``dp_one``'s (the same for both); the two-process run follows it, from the memo it left."""
+    from haap_milp.solvers.common import bounds
+
     monkeypatch.setattr(dp, "SHARE_LOOK_AHEAD", share)
-    pre, _ = _presolved(1)
+    monkeypatch.setattr(bounds, "_ROOTS", _memo_after(dp_one))
+    pre, _ = presolved_one
+    one, _ = dp_one
     calls = []
     real = worker.fork_map
     monkeypatch.setattr(dp, "fork_map", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
     with use(Deadline(None)):
-        one = dp.solve(pre.problem, SolveOptions(time_limit_s=30, threads=1))
         two = dp.solve(pre.problem, SolveOptions(time_limit_s=30, threads=2))
     assert calls and max(calls) == 2  # the look-ahead's and LS2's shares went to two processes
     assert one.assignment == two.assignment and one.objective_s == two.objective_s
@@ -215,7 +243,7 @@ def test_dp_look_ahead_runs_are_the_loops(two_cpus, monkeypatch):
     assert 0 < got.stats["runs_ahead"] < ahead.stats["runs_ahead"]  # (first passes taken, second ones made again)
 
 
-def test_variant_tables_and_bounds_the_same_on_two_processes(two_cpus, monkeypatch):
+def test_variant_tables_and_bounds_the_same_on_two_processes(two_cpus, monkeypatch, presolved_one):
     """The exact search's set-up (``branch_and_bound._variant_tables``): the child's eq. B2 bounds are the loop's, the
     tables are built here for every variant, in order; with the clock already past and a warm start in hand it gives
     none on two processes as on one. (SETUP_FORK_S 0: it forks whatever the set-up's size.) Each call starts from an
@@ -231,7 +259,7 @@ def test_variant_tables_and_bounds_the_same_on_two_processes(two_cpus, monkeypat
     monkeypatch.setattr(bb, "fork_map", lambda fn, items, threads, **kw: forked.append(threads) or
                         worker.fork_map(fn, items, threads, **kw))
 
-    pre, _ = _presolved(1)
+    pre, _ = presolved_one
     problem = pre.problem
     assert len(problem.variants) >= 3
     fresh()
@@ -258,19 +286,18 @@ def test_variant_tables_and_bounds_the_same_on_two_processes(two_cpus, monkeypat
     assert all(x is y for x, y in zip(t3, t4)) and b4 == b3 and all(n == 1 for n in forked)
 
 
-def test_dp_heuristic_variant_set_up_is_the_exact_search_s(monkeypatch):
+def test_dp_heuristic_variant_set_up_is_the_exact_search_s(monkeypatch, presolved_one, dp_one):
     """``bounds.root_setup``: the DP heuristic's variant loop memoises each variant's root tables and eq. B2 bound,
     and the exact search's set-up takes them (the very objects) instead of building them again; after the DP has run
-    they are still what a fresh build gives (no caller wrote into the shared tables)."""
+    they are still what a fresh build gives (no caller wrote into the shared tables). The DP's run is ``dp_one``'s
+    (from an empty memo, as this test's own run was); the memo here is a copy of the one it left."""
     from haap_milp.solvers.common import bounds
     from haap_milp.solvers.common import branch_and_bound as bb
     from haap_milp.solvers.common.slot_bounds import build_tables
 
-    monkeypatch.setattr(bounds, "_ROOTS", {})
-    pre, opts = _presolved(1)
+    pre, _ = presolved_one
+    monkeypatch.setattr(bounds, "_ROOTS", _memo_after(dp_one))
     problem = pre.problem
-    with use(Deadline(None)):
-        dp.solve(problem, opts)
     known = [v for v in range(len(problem.variants)) if bounds.root_known(problem, v)]
     assert len(known) >= 3, known
     memo = {v: bounds.root_setup(problem, v) for v in known}

@@ -139,10 +139,11 @@ def test_a_plan_arriving_mid_search_is_taken_and_the_optimum_stays_brute_forces(
 
 
 def test_workers_wait_for_the_late_plan(monkeypatch):
-    """While the DP's plan is still to come the search runs its nodes here (two processes on two cores, not three)."""
+    """While the DP's plan is still to come the search runs its nodes here (two processes on two cores, not three).
+    (The problem: eight open nodes from the start, each solve 0.2-1 CPU s; test_node_pool.py's ``_split_problem``.)"""
     monkeypatch.setattr(bb, "POOL_AFTER_S", 0.0)
     monkeypatch.setattr(worker, "cpus", lambda: 2)
-    problem = large_problem(2, num_gpus=64, num_types=2, num_layers=16, max_stages=6, micro_batches=(8, 16))
+    problem = large_problem(1, num_gpus=256, num_types=3, num_layers=8, max_stages=4, micro_batches=(8, 16))
     with late_hint.feeding(_Fixed(None, after=10**9)):
         res = get_solver("cpsat")(problem, EXACT)
     assert res.status == "OPTIMAL" and "node_workers" not in res.stats
