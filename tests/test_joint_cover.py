@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from synthetic import any_interleaved_copies, random_problem
-from test_coverage_bound import _variant, tau_raised
+from test_coverage_bound import _below_brute_per_variant, _variant, tau_raised
 from test_stage_dp import _with_mixed
 
 from haap_milp.problem import Option, Problem, Replicas, stage_times
@@ -111,16 +111,7 @@ def test_bounds_with_the_lp_stay_below_every_plan(part):
     for seed, problem in _mixed_problems(16):
         if seed % 2 != part:
             continue
-        for v in range(len(problem.variants)):
-            sub = replace(problem, variants=(problem.variants[v],))
-            brute = get_solver("brute")(sub)
-            b = variant_bound(sub, build_tables(sub, 0))
-            if brute.status == "OPTIMAL":
-                assert b.total_s <= brute.objective_s * (1 + 1e-9), (seed, v)
-                if sub.variants[0].vpp == 1:
-                    assert b.tau_lb <= max(stage_times(sub, brute.assignment)) * (1 + 1e-9), (seed, v)
-            else:
-                assert not math.isfinite(b.total_s) or brute.status == "INFEASIBLE"
+        _below_brute_per_variant(problem, seed, tau=True)
 
 
 def test_the_lp_binds(monkeypatch):
