@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import any_interleaved_copies, assert_exact_solvers_match_brute
-from test_floor_dive import feasible_plans
+from synthetic import any_interleaved_copies, assert_exact_solvers_match_brute, feasible_plans
 from test_island_split import mirrored
 
 from haap_milp.problem import Problem, evaluate

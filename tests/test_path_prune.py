@@ -24,8 +24,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
-from test_floor_dive import feasible_plans
+from synthetic import feasible_plans, random_problem
 from test_island_crossings import _instance
 
 from haap_milp.pipeline import sync_share

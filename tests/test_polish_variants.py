@@ -10,8 +10,7 @@ import sys
 from dataclasses import replace
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
-from test_floor_dive import feasible_plans
+from synthetic import feasible_plans, random_problem
 
 from haap_milp.interleave import interleaved_variants
 from haap_milp.problem import Assignment, evaluate, violations

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem, variant_nodes
-from test_floor_dive import feasible_plans
+from synthetic import feasible_plans, random_problem, variant_nodes
 
 from haap_milp.problem import Assignment, violations
 from haap_milp.solvers.common import segment_dp

@@ -11,8 +11,7 @@ from dataclasses import replace
 from functools import cache
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from synthetic import random_problem
-from test_floor_dive import feasible_plans
+from synthetic import feasible_plans, random_problem
 
 from haap_milp.problem import evaluate
 from haap_milp.solvers import dp as dp_heuristic
