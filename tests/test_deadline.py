@@ -131,6 +131,8 @@ def test_ctrl_c_prints_and_writes_the_best_plan(tmp_path):
     assert "interrupted: best plan so far, gap" in stderr
     doc = json.loads(out.read_text())
     assert doc["status"] in ("FEASIBLE", "OPTIMAL") and doc["gap"] is not None and doc["plan"]
+    # (it said "the time limit was reached" where Ctrl-C came before the node loop looked, 2026-12-07)
+    assert doc["status"] == "OPTIMAL" or "interrupted" in doc["message"], doc["message"]
     assert stdout  # the report was printed before the message
 
 

@@ -175,3 +175,14 @@ def test_load_file_detects_each_kind(tmp_path: Path) -> None:
     assert load_file(cases["plan"])[1] == plan and load_file(cases["result"])[1] == result
     with pytest.raises(HaapInputError, match="cannot tell what"):
         load_file(write(tmp_path, "x.yaml", "colour: blue\n"))
+
+
+def test_a_nan_under_a_shared_yaml_alias_is_named_at_its_first_path() -> None:
+    """check_finite walks a subtree that YAML aliases share once (an alias-heavy file took one call per expanded
+    value); the NaN inside it is still refused, with the first path that reaches it."""
+    from haap_milp.catalog.files import parse_text
+
+    levels = "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}' if i else '1.0'] * 6)}]\n" for i in range(6))
+    parse_text(levels + "root: [*a5]\n", "ok.yaml", "yaml")  # 6^6 shared leaves, finite: accepted
+    with pytest.raises(HaapInputError, match=r"field a0\.x is nan"):
+        parse_text("a0: &a0 {x: .nan}\na1: &a1 [*a0, *a0]\nroot: [*a1, *a1]\n", "bad.yaml", "yaml")

@@ -261,8 +261,16 @@ def load_data(path: str | Path, what: str = "file") -> Any:
     return parse_text(read_text(name, what), name, suffix_format(name))
 
 
-def check_finite(data: Any, name: str, path: str = "", depth: int = 0) -> None:
-    """Reject NaN and infinities (YAML .nan/.inf, JSON NaN/Infinity) with the field path."""
+def check_finite(data: Any, name: str, path: str = "", depth: int = 0, seen: set[int] | None = None) -> None:
+    """Reject NaN and infinities (YAML .nan/.inf, JSON NaN/Infinity) with the field path. A list or mapping that
+    YAML's aliases share is walked once (``seen``: ids of those walked; the error names its first path): an
+    alias-heavy document within MAX_YAML_NODES took 2.8 M calls here, one per expanded value."""
+    if seen is None:
+        seen = set()
+    if isinstance(data, (dict, list)):
+        if id(data) in seen:
+            return
+        seen.add(id(data))
     if depth > MAX_DEPTH:
         raise HaapInputError(f"{name!r} is nested too deeply (more than {MAX_DEPTH} levels).", field=path or None)
     if isinstance(data, float) and not math.isfinite(data):
@@ -274,10 +282,10 @@ def check_finite(data: Any, name: str, path: str = "", depth: int = 0) -> None:
                              "(a model, cluster, plan or spec file has a few hundred at most).", field=path or None)
     if isinstance(data, dict):
         for key, value in data.items():
-            check_finite(value, name, f"{path}.{key}" if path else str(key), depth + 1)
+            check_finite(value, name, f"{path}.{key}" if path else str(key), depth + 1, seen)
     elif isinstance(data, list):
         for i, value in enumerate(data):
-            check_finite(value, name, f"{path}.{i}" if path else str(i), depth + 1)
+            check_finite(value, name, f"{path}.{i}" if path else str(i), depth + 1, seen)
 
 
 def require_mapping(data: Any, name: str, what: str, field: str = "", *, context: bool = False) -> dict[str, Any]:

@@ -747,9 +747,11 @@ def _unsearched(problem: Problem, hint: Assignment, name: str, st: _State, wall_
     any node: FEASIBLE with the bound 0 (T >= 0), which the planner raises to the presolve's eq. B1 bound. Measured:
     llama3-70b on 4096 GPUs of 3 types x 2 islands, --time-limit 3: the tables of every variant took 1.05 s past the
     heuristics and the command 3.3-3.4 s."""
-    why = "interrupted" if current().interrupted else "the time limit was reached"
+    stopped = current().interrupted
+    why = "interrupted" if stopped else "the time limit was reached"
     return RawResult("FEASIBLE", name, assignment=hint, objective_s=evaluate(problem, hint), bound_s=0.0, wall_time_s=wall_s,
-                     message=f"{why} before the exact search began", stats={**st.stats, "nodes": 0})
+                     message=f"{why} before the exact search began",
+                     stats={**st.stats, "nodes": 0, **({"interrupted": 1} if stopped else {})})
 
 
 def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
@@ -1713,6 +1715,8 @@ def _finish(problem, options, st: _State, vb, heap, name: str, wall_s: float) ->
     if fails:
         st.stats["probe_fails"] = fails
     st.stats["open_nodes"] = len(heap)
+    if current().interrupted:  # (also where Ctrl-C came before the node loop looked: root bounds, dives, first node)
+        st.stats["interrupted"] = 1
     msg = "; ".join(dict.fromkeys(st.errors))  # (one failure repeated on many nodes is said once)
     if st.inc is None:
         if math.isinf(bound) and not st.errors:
