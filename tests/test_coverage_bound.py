@@ -275,3 +275,56 @@ def tau_raised(problems, monkeypatch, switch: str) -> tuple[int, int]:
             assert on >= off
             raised += on > off * (1 + 1e-6)
     return raised, seen
+
+
+def test_capped_fill_bounds_every_plan_within_its_cap_and_lifts_some():
+    """Eq. B2i (``bounds.capped_rest``): on the interleaved copies above, at caps taken from the plans' own periods,
+    T - (M - 1/vpp) tau is at least the capped rest term for every plan (brute force) whose tau lies within the cap
+    (+inf only where none does). (On these problems the cap never binds before memory does: the lift is shown by hand
+    below.)"""
+    from synthetic import feasible_plans
+
+    from haap_milp.problem import evaluate
+    from haap_milp.solvers.common.branch_and_bound import _m_eff, _steady
+
+    checked = 0
+    for seed in range(12):
+        problem = random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=5, max_options=5)
+        for var in any_interleaved_copies(problem.variants, (2, 3), problem.max_stages, problem.num_layers):
+            sub = replace(problem, variants=(var,))
+            t = build_tables(sub, 0)
+            if t.p_min == 0 or t.n == 0:
+                continue
+            W, base = _m_eff(var) - 1, bounds._rest_bound(sub, t)
+            plans = [(_steady(sub, a), evaluate(sub, a)) for a in feasible_plans(sub)]
+            taus = sorted({tau for tau, _ in plans})
+            for cap in ([taus[0] * 0.999, taus[0], taus[len(taus) // 2], taus[-1]] if taus else [1.0]):
+                rest = bounds.capped_rest(sub, t, cap)
+                within = [T - W * tau for tau, T in plans if tau <= cap]
+                assert rest is not None and not (within and math.isinf(rest))  # (+inf: no plan within the cap)
+                if within:
+                    checked += 1
+                    assert min(within) >= rest - 1e-9 * max(1.0, rest), (seed, cap, min(within), rest)
+                    assert rest >= base * (1 - 1e-6)  # (the cap only adds rows to eq. B2e's LP)
+    assert checked >= 40, checked
+
+
+def test_capped_fill_lifts_by_hand():
+    """Eq. B2i by hand: one 4-GPU stage of group a (0.1 s a layer) and 1-GPU stages of group b (0.2 s), 8 layers on
+    exactly 3 stages (vpp 2). Eq. B2e puts 6 layers on a's stage: sum_j t_j >= 0.6 + 2 x 0.2 = 1.0 s. Within a period
+    cap of 0.4 s a's stage holds 4 layers and b's 2 each: 0.4 + 4 x 0.2 = 1.2 s, the best such plan's (brute force);
+    within 0.35 s (3 + 1 + 1 layers) no plan: +inf."""
+    from synthetic import feasible_plans
+
+    from haap_milp.solvers.common.branch_and_bound import _steady
+
+    opts = (Option(0, 1, 4, 1, "none"), Option(1, 1, 1, 1, "none"))
+    var = replace(_variant(2, [0.1, 0.2], np.zeros((2, 2))), num_microbatches=6, vpp=2, num_stages=3)
+    prob = Problem(num_layers=8, max_stages=3, groups=("a", "b"), group_capacity=(4, 4), options=opts, variants=(var,))
+    t = build_tables(prob, 0)
+    assert bounds._rest_bound(prob, t) == pytest.approx(1.0 / 2, rel=1e-6)  # eq. I1: sum t / vpp
+    assert bounds.capped_rest(prob, t, 0.4) == pytest.approx(1.2 / 2, rel=1e-6)
+    assert bounds.capped_rest(prob, t, 0.35) == math.inf
+    fills = [sum(stage_times(prob, a)) for a in feasible_plans(prob) if _steady(prob, a) <= 0.4 * (1 + 1e-12)]
+    assert min(fills) == pytest.approx(1.2)
+    assert not [a for a in feasible_plans(prob) if _steady(prob, a) <= 0.35]

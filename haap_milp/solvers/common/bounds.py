@@ -15,7 +15,7 @@ import numpy as np
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Problem
 from haap_milp.solvers.common import joint_cover
-from haap_milp.solvers.common.fill_lp import fixed_count_fill
+from haap_milp.solvers.common.fill_lp import capped_fill, fixed_count_fill
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables, link_half, send_floor, subset
 
 COVER_TOL = 1e-6  # layers: eq. B2b's real-valued coverage against the integer layer count
@@ -281,13 +281,26 @@ def _budget_tau(problem: Problem, t: Tables) -> float:
                  / b.limit)
 
 
-def _rest_bound(problem: Problem, t: Tables) -> float:
-    """sum t_j >= L*min lt + min ft + min xt (on a fixed stage count, eq. B2e's LP in place of L*min lt);
-    sum c_j >= (p_min-1)*min p2p; sigma >= the sync of a first stage with one layer (eqs. B2, T3)."""
+def capped_rest(problem: Problem, t: Tables, cap: float) -> float | None:
+    """Eq. B2i: the rest term of eq. B2 with eq. B2e's fill LP under the period cap ``cap`` (``fill_lp.capped_fill``):
+    at most T - (M - 1/vpp) tau for every plan of the interleaved variant with tau <= cap; +inf where no plan has
+    tau <= cap; None where it does not apply (no fixed stage count, eq. B2e off) or HiGHS gives no answer."""
+    if not (USE_FILL_LP and t.vpp > 1 and t.num_stages and t.n):
+        return None
+    body = capped_fill(problem, t, cap)
+    if body is None or math.isinf(body):
+        return body
+    return _rest_bound(problem, t, body)
+
+
+def _rest_bound(problem: Problem, t: Tables, body: float | None = None) -> float:
+    """sum t_j >= L*min lt + min ft + min xt (on a fixed stage count, eq. B2e's LP in place of L*min lt; ``body``:
+    that LP's value given, eq. B2i); sum c_j >= (p_min-1)*min p2p; sigma >= the sync of a first stage with one layer
+    (eqs. B2, T3)."""
     c = t.coef
     fill = t.L * c["layer_time"].min() + c["first_time"].min() + c["last_time"].min()
     if USE_FILL_LP and t.vpp > 1 and t.num_stages:  # eq. B2e: P stages of a layer at least share the GPUs (fill_lp)
-        body = fixed_count_fill(problem, t)
+        body = fixed_count_fill(problem, t) if body is None else body
         if body is not None:
             fill = max(fill, body + c["first_time"].min() + c["last_time"].min())
     groups = np.unique(t.group)
