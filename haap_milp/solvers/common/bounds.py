@@ -281,11 +281,29 @@ def _budget_tau(problem: Problem, t: Tables) -> float:
                  / b.limit)
 
 
+def capped_bound(problem: Problem, t: Tables, vb: VariantBound, cutoff: float) -> VariantBound:
+    """Eq. B2i: ``vb`` (eq. B2's bound of the variant of ``t``) with its rest term under the period cap of ``cutoff``:
+    a plan of the variant below the cut-off has tau <= cap = (cut-off - rest_lb) / (M - 1/vpp) (eq. X1), so its stages
+    hold at most cap / lambda_o layers each, and eq. B2e's fill LP under that cap (``capped_rest``) bounds its rest
+    term. The bound returned holds for every plan below the cut-off (those above it need none): a variant whose
+    total_s reaches the cut-off has no plan below it. Measured on llama3-70b x hetero3-4096 (gbs 2048; optimum
+    3.816 s, variant M 32 x vpp 4 x 16 stages): of the 23 variants whose eq. B2 bound lay below the optimum's
+    cut-off, 15 close; the optimum's own 3.593 -> 3.735 s (~2 ms an LP on 583 options)."""
+    W = t.tau_weight
+    if W <= 0 or not math.isfinite(vb.total_s) or not math.isfinite(cutoff):
+        return vb
+    rest = capped_rest(problem, t, (cutoff - vb.rest_lb) / W)
+    if rest is None or rest <= vb.rest_lb:
+        return vb
+    return VariantBound(vb.tau_lb, rest, max(vb.total_s, W * vb.tau_lb + rest))
+
+
 def capped_rest(problem: Problem, t: Tables, cap: float) -> float | None:
     """Eq. B2i: the rest term of eq. B2 with eq. B2e's fill LP under the period cap ``cap`` (``fill_lp.capped_fill``):
-    at most T - (M - 1/vpp) tau for every plan of the interleaved variant with tau <= cap; +inf where no plan has
-    tau <= cap; None where it does not apply (no fixed stage count, eq. B2e off) or HiGHS gives no answer."""
-    if not (USE_FILL_LP and t.vpp > 1 and t.num_stages and t.n):
+    at most T - (M - 1/vpp) tau (M - 1 plain) for every plan of the variant with tau <= cap; +inf where no plan has
+    tau <= cap; None where it does not apply (eq. B2e off, an interleaved copy without its stage count, no option)
+    or HiGHS gives no answer."""
+    if not (USE_FILL_LP and (t.num_stages or t.vpp == 1) and t.n and t.p_min > 0):
         return None
     body = capped_fill(problem, t, cap)
     if body is None or math.isinf(body):
@@ -299,10 +317,10 @@ def _rest_bound(problem: Problem, t: Tables, body: float | None = None) -> float
     (eqs. B2, T3)."""
     c = t.coef
     fill = t.L * c["layer_time"].min() + c["first_time"].min() + c["last_time"].min()
-    if USE_FILL_LP and t.vpp > 1 and t.num_stages:  # eq. B2e: P stages of a layer at least share the GPUs (fill_lp)
-        body = fixed_count_fill(problem, t) if body is None else body
-        if body is not None:
-            fill = max(fill, body + c["first_time"].min() + c["last_time"].min())
+    if body is None and USE_FILL_LP and t.vpp > 1 and t.num_stages:  # eq. B2e: P stages of a layer at least share
+        body = fixed_count_fill(problem, t)  # the GPUs (fill_lp)
+    if body is not None:
+        fill = max(fill, body + c["first_time"].min() + c["last_time"].min())
     groups = np.unique(t.group)
     p2p_min = float(t.p2p[np.ix_(groups, groups)].min()) if t.p_min > 1 else 0.0
     # eq. T3: sigma >= s_0, the first stage's sync (at least one layer and the embedding)

@@ -52,7 +52,7 @@ from haap_milp.solvers.common import (
 from haap_milp.solvers.common import polish as polish_mod
 from haap_milp.solvers.common.bounds import (
     VariantBound,
-    capped_rest,
+    capped_bound,
     infeasibility_reason,
     root_known,
     root_setup,
@@ -510,7 +510,7 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floor
             continue
         b = VariantBound(b.tau_lb, b.rest_lb, max(b.total_s, floors.get(v, -math.inf)))
         if USE_CAPPED_FILL and st.inc is not None:
-            b = vb[v] = _capped_fill(problem, st, tables[v], b, st.cut(r))
+            b = vb[v] = capped_bound(problem, tables[v], b, st.cut(r))
             if b.total_s >= st.cut(r):
                 st.closed.append(st.cut(r))
                 st.stats["capped_fill_closed"] = st.stats.get("capped_fill_closed", 0) + 1
@@ -528,22 +528,6 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floor
                          next(_SEQ), None, NO_KEEP, None))
     heapq.heapify(heap)
     return heap
-
-
-def _capped_fill(problem: Problem, st: _State, t: Tables, b: VariantBound, cutoff: float) -> VariantBound:
-    """Eq. B2i at the root: a plan of the variant below the cut-off has tau <= cap = (cut-off - rest_lb) / (M - 1/vpp)
-    (eq. X1), so its stages hold at most cap / lambda_o layers each, and eq. B2e's fill LP under that cap
-    (``bounds.capped_rest``) bounds its rest term. The bound returned holds for every plan below the cut-off (those
-    above it need none): its rest_lb also in the nodes' eq. X1 caps, whose cut-offs only fall. Measured on llama3-70b
-    x hetero3-4096 (gbs 2048; optimum 3.816 s, variant M 32 x vpp 4 x 16 stages): of the 19 interleaved variants whose
-    eq. B2 bound lay below the optimum's cut-off, 12 close at the root; the optimum's own 3.593 -> 3.735 s."""
-    W = _m_eff(problem.variants[t.v]) - 1
-    if W <= 0 or t.vpp <= 1 or not t.num_stages:
-        return b
-    rest = capped_rest(problem, t, (cutoff - b.rest_lb) / W)
-    if rest is None or rest <= b.rest_lb:
-        return b
-    return VariantBound(b.tau_lb, rest, max(b.total_s, W * b.tau_lb + rest))
 
 
 def run_variants(problem: Problem, options, hint: Assignment | None, name: str, solve_node: SolveNode) -> RawResult:

@@ -45,7 +45,7 @@ def fixed_count_fill(problem: Problem, t: Tables) -> float | None:
     hit = cache.get(key)
     if hit is not None and hit[0] is var and hit[1] is problem.options:  # (held: their ids are not reused)
         return hit[2]
-    value = _solve(problem.group_capacity, t, t.U_mem[: t.p_max].max(axis=0), t.num_stages)
+    value = _solve(problem.group_capacity, t, t.U_mem[: t.p_max].max(axis=0), (t.num_stages, t.num_stages))
     if len(cache) >= CACHE_SIZE:
         cache.clear()
     cache[key] = (var, problem.options, value)
@@ -55,13 +55,14 @@ def fixed_count_fill(problem: Problem, t: Tables) -> float | None:
 def capped_fill(problem: Problem, t: Tables, cap: float) -> float | None:
     """Eq. B2i: eq. B2e's LP with each option's h_o also at most floor(cap / lambda_o), the layers a stage of o holds
     within a period cap (a stage of n layers takes t_j >= n lambda_o, and tau >= t_j, eqs. T2, I2): its value bounds
-    sum_j n_j lambda_{o_j} for every plan of the variant with tau <= cap (+inf: none has). Not kept: the cap moves
-    with the incumbent."""
+    sum_j n_j lambda_{o_j} for every plan of the variant with tau <= cap (+inf: none has). A plain variant (no fixed
+    stage count) takes p_min <= sum_o k_o <= p_max. Not kept: the cap moves with the incumbent."""
     hmax = t.U_mem[: t.p_max].max(axis=0)
     lt = t.coef["layer_time"]
     with np.errstate(divide="ignore", invalid="ignore"):  # (a zero layer time: no cap from it)
         htau = np.where(lt > 0, np.floor(cap / np.where(lt > 0, lt, 1.0) * (1 + CAP_RTOL)), hmax)
-    return _solve(problem.group_capacity, t, np.minimum(hmax, np.maximum(htau, 0)), t.num_stages)
+    count = (t.num_stages, t.num_stages) if t.num_stages else (t.p_min, t.p_max)  # (a plain variant: eq. P1's range)
+    return _solve(problem.group_capacity, t, np.minimum(hmax, np.maximum(htau, 0)), count)
 
 
 def _frontier(t: Tables, hmax: np.ndarray) -> np.ndarray:
@@ -79,9 +80,9 @@ def _frontier(t: Tables, hmax: np.ndarray) -> np.ndarray:
     return np.array(sorted(keep), np.int64)
 
 
-def _solve(group_capacity, t: Tables, hmax: np.ndarray, count: int) -> float | None:
+def _solve(group_capacity, t: Tables, hmax: np.ndarray, count: tuple[int, int]) -> float | None:
     """The LP on ``lp.py``'s builder: a LinModel whose tau and sigma are held at 0 and whose time terms are the
-    x_o's lambda_o."""
+    x_o's lambda_o; ``count``: the least and most stages (sum_o k_o)."""
     keep = _frontier(t, hmax)
     if t.n == 0 or not len(keep):
         return None
@@ -92,7 +93,7 @@ def _solve(group_capacity, t: Tables, hmax: np.ndarray, count: int) -> float | N
     k = {o: m.var(f"k{o}", 0.0, math.inf, integer=False) for o in keep.tolist()}
     m.obj_time = {x[o]: float(lt[o]) for o in x}
     m.add({x[o]: 1.0 for o in x}, t.L, t.L, label="B2e sum x = L")
-    m.add({k[o]: 1.0 for o in k}, count, count, label="B2e sum k = P")
+    m.add({k[o]: 1.0 for o in k}, count[0], count[1], label="B2e sum k = P")
     for o, xo in x.items():
         m.add({xo: 1.0, k[o]: -float(hmax[o])}, -math.inf, 0.0, label="B2e x <= h k")
         m.add({xo: 1.0, k[o]: -1.0}, 0.0, math.inf, label="B2e x >= k")
