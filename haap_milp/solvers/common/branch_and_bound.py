@@ -53,6 +53,7 @@ from haap_milp.solvers.common import polish as polish_mod
 from haap_milp.solvers.common.bounds import (
     VariantBound,
     capped_bound,
+    capped_rest,
     infeasibility_reason,
     root_known,
     root_setup,
@@ -169,7 +170,8 @@ USE_FLOOR_DIVE = True
 # 128 A100-80 @roce, where eq. LS4b's scan took the dive's whole budget when both counted from the search's start:
 # 1.45-1.67 % at 10 s, with its own budget the dive's plan 24.313 s (24.363 s) and proven at 8.9-9.0 s, twice each)
 DIVE_SHARE, DIVE_MAX_S = 0.15, 1.0
-USE_CAPPED_FILL = True  # eq. B2i
+USE_CAPPED_FILL = True  # eq. B2i at the root (the cut-off's period cap)
+NODE_CAPPED = True  # eq. B2i at each node's first visit (its own tables and cap b), before its DPs
 DIVE_VARIANTS = 3  # the incumbent's and the two nearest micro-batch counts
 DIVE_M_RATIO = 2.0  # an interleaved incumbent: the variants of its vpp (and vpp 1) within this ratio of its M (eq. LS4d)
 PAR_DIVE = True  # eq. PAR5c: the incumbent's variant dived here, the others on a forked child
@@ -784,6 +786,14 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     if t is None:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
+    if USE_CAPPED_FILL and NODE_CAPPED and cutoff is not None and M > 1 and tries == 0:
+        rest = capped_rest(problem, t, b)  # eq. B2i on the node's own tables and period cap b
+        if rest is not None:
+            bound = max(bound, (M - 1) * a + rest)
+            if bound >= cutoff:
+                st.closed.append(cutoff)
+                st.stats["capped_fill_nodes"] = st.stats.get("capped_fill_nodes", 0) + 1
+                return
     pol = st.policy
     use_dp = tries == 0 and USE_STAGE_DP and (st.dp_calls < DP_TRIAL or st.dp_wins > 0)
     # eqs. N4, N5 (their state is the p2p endpoint, so mixed options, eq. H5, take part)
