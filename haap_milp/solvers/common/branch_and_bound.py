@@ -172,6 +172,7 @@ USE_FLOOR_DIVE = True
 DIVE_SHARE, DIVE_MAX_S = 0.15, 1.0
 USE_CAPPED_FILL = True  # eq. B2i at the root (the cut-off's period cap)
 NODE_CAPPED = True  # eq. B2i at each node's first visit (its own tables and cap b), before its DPs
+NODE_CAPPED_TRIAL, NODE_CAPPED_MIN_S = 4, 0.1  # ... on the first nodes, then where nodes take this long (``_node_capped``)
 DIVE_VARIANTS = 3  # the incumbent's and the two nearest micro-batch counts
 DIVE_M_RATIO = 2.0  # an interleaved incumbent: the variants of its vpp (and vpp 1) within this ratio of its M (eq. LS4d)
 PAR_DIVE = True  # eq. PAR5c: the incumbent's variant dived here, the others on a forked child
@@ -379,6 +380,7 @@ class _State:
     seg_idle: int = 0  # eq. LS4: nodes in a row on which the segment DP found no better plan
     worker_stats: dict = field(default_factory=dict)  # eq. PAR2: what the workers' nodes added to ``stats`` (_merge)
     sig_floors: dict = field(default_factory=dict)  # eq. U1c: variant -> {signature: its eq. B2 bound}
+    node_s: float = 0.0  # this process's nodes so far: their time (s), with ``nodes`` their number
     build_s: float = 0.0  # node model builds so far: their time (s) and number
     builds: int = 0
     policy: NodePolicy = field(default_factory=NodePolicy)
@@ -765,6 +767,23 @@ def _unsearched(problem: Problem, hint: Assignment, name: str, st: _State, wall_
 
 
 def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
+    """``_run_node``, its time added to ``st.node_s`` (this process's nodes)."""
+    t0 = time.perf_counter()
+    try:
+        _run_node(problem, options, st, heap, vb, node, cutoff, deadline, name, solve_node)
+    finally:
+        st.node_s += time.perf_counter() - t0
+
+
+def _node_capped(st: _State) -> bool:
+    """Eq. B2i at a node: on this process's first NODE_CAPPED_TRIAL nodes, then where its nodes have taken at least
+    NODE_CAPPED_MIN_S each on average (its LP costs ~2-5 ms: on Sailor's rows, whose nodes take ~50 ms, it closed
+    only nodes that closed cheaply anyway and cost 0.15 s on the 80+240 row)."""
+    done = st.nodes - 1  # (the node being run is counted already)
+    return done < NODE_CAPPED_TRIAL or st.node_s >= NODE_CAPPED_MIN_S * done
+
+
+def _run_node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, deadline, name, solve_node):
     """LP-prune or split the node (eq. N2); a narrow or small node goes to the exact engine."""
     bound, v, a, b, tries, plo, phi, _, mu, keep, point = node
     begun = time.perf_counter()
@@ -786,7 +805,7 @@ def _node(problem, options, st: _State, heap, vb: VariantBound, node, cutoff, de
     if t is None:  # no plan of this variant has tau <= b (memory and GPUs)
         st.closed.append(cutoff if cutoff is not None else math.inf)
         return
-    if USE_CAPPED_FILL and NODE_CAPPED and cutoff is not None and M > 1 and tries == 0:
+    if USE_CAPPED_FILL and NODE_CAPPED and cutoff is not None and M > 1 and tries == 0 and _node_capped(st):
         rest = capped_rest(problem, t, b)  # eq. B2i on the node's own tables and period cap b
         if rest is not None:
             bound = max(bound, (M - 1) * a + rest)
