@@ -15,7 +15,7 @@ import numpy as np
 from haap_milp.pipeline import TIME_RTOL
 from haap_milp.problem import Problem
 from haap_milp.solvers.common import joint_cover
-from haap_milp.solvers.common.fill_lp import capped_fill, fixed_count_fill
+from haap_milp.solvers.common.fill_lp import capped_fill, fixed_count_fill, memory_layers
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables, link_half, send_floor, subset
 
 COVER_TOL = 1e-6  # layers: eq. B2b's real-valued coverage against the integer layer count
@@ -128,13 +128,18 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover
 def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover) -> tuple[np.ndarray, np.ndarray, float]:
     """Per option the most layers a stage holds in tau: alone (h0) and in a pipeline of two stages or more (h: less
     eq. B2c's sends), and eq. B2's one-stage plan (``alone``: the most layers of one stage, 0 unless p_min <= 1)."""
-    lt = t.coef["layer_time"]
-    h0 = np.minimum(hmax, np.floor(tau / lt + TIME_RTOL)).astype(np.int64)
+    h0 = _layer_caps(t, tau, hmax)
     alone = float(h0.max(initial=0)) if t.p_min <= 1 else 0.0  # a one-stage plan: no link, no send
     h = h0
     if c.sends is not None:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
-        h = np.minimum(hmax, np.floor(np.maximum(tau - c.sends, 0.0) / lt + TIME_RTOL)).astype(np.int64)
+        h = _layer_caps(t, np.maximum(tau - c.sends, 0.0), hmax)
     return h0, h, alone
+
+
+def _layer_caps(t: Tables, tau, hmax: np.ndarray) -> np.ndarray:
+    """[n] the most layers a stage of each option holds within the stage time ``tau`` (s; a scalar or one per
+    option) and in memory (``hmax``): min(hmax, floor(tau / lambda_o)), float noise kept on the larger side."""
+    return np.minimum(hmax, np.floor(tau / t.coef["layer_time"] + TIME_RTOL)).astype(np.int64)
 
 
 def _split_coverage(problem: Problem, t: Tables, tau: float, h: np.ndarray, mixed: np.ndarray, comps: list,
@@ -231,7 +236,7 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
         return VariantBound(math.inf, math.inf, math.inf, "no option is allowed and fits its GPU group")
     if t.p_min == 0:
         return VariantBound(math.inf, math.inf, math.inf, _coverage_reason(problem, t))
-    hmax = t.U_mem[: t.p_max].max(axis=0)
+    hmax = memory_layers(t)
     lt = t.coef["layer_time"]
     stage = (np.arange(1, t.L + 1)[None, :] * lt[:, None])[np.arange(t.L)[None, :] < hmax[:, None]]
     cover = _cover(problem, t)
@@ -305,7 +310,7 @@ def capped_rest(problem: Problem, t: Tables, cap: float) -> float | None:
     or HiGHS gives no answer."""
     if not (USE_FILL_LP and (t.num_stages or t.vpp == 1) and t.n and t.p_min > 0):
         return None
-    body = capped_fill(problem, t, cap)
+    body = capped_fill(problem, t, np.maximum(_layer_caps(t, cap, memory_layers(t)), 0))  # (cap < 0: no layer)
     if body is None or math.isinf(body):
         return body
     return _rest_bound(problem, t, body)

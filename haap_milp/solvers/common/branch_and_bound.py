@@ -514,9 +514,10 @@ def _roots(problem: Problem, st: _State, vb: list, tables: list, r: float, floor
             continue
         b = VariantBound(b.tau_lb, b.rest_lb, max(b.total_s, floors.get(v, -math.inf)))
         if USE_CAPPED_FILL and st.inc is not None:
-            b = vb[v] = capped_bound(problem, tables[v], b, st.cut(r))
-            if b.total_s >= st.cut(r):
-                st.closed.append(st.cut(r))
+            cut = st.cut(r)
+            b = vb[v] = capped_bound(problem, tables[v], b, cut)
+            if b.total_s >= cut:
+                st.closed.append(cut)
                 st.stats["capped_fill_closed"] = st.stats.get("capped_fill_closed", 0) + 1
                 continue
         M = _m_eff(problem.variants[v])

@@ -29,7 +29,6 @@ from haap_milp.solvers.common import lp
 from haap_milp.solvers.common.model import LinModel
 from haap_milp.solvers.common.slot_bounds import Tables
 
-CAP_RTOL = 1e-9  # eq. B2i: a stage exactly at the cap keeps its layer (float noise in cap / lambda)
 FILL_RTOL = 1e-7  # the LP's value is lowered by this much (relative, and as much in seconds): HiGHS' tolerances
 _CACHE = worker.carry(threading.local())  # .by_key: {(id(variant), id(options), capacities, L, P): (variant, options, value)}
 CACHE_SIZE = 1024
@@ -45,24 +44,26 @@ def fixed_count_fill(problem: Problem, t: Tables) -> float | None:
     hit = cache.get(key)
     if hit is not None and hit[0] is var and hit[1] is problem.options:  # (held: their ids are not reused)
         return hit[2]
-    value = _solve(problem.group_capacity, t, t.U_mem[: t.p_max].max(axis=0), (t.num_stages, t.num_stages))
+    value = _solve(problem.group_capacity, t, memory_layers(t), (t.num_stages, t.num_stages))
     if len(cache) >= CACHE_SIZE:
         cache.clear()
     cache[key] = (var, problem.options, value)
     return value
 
 
-def capped_fill(problem: Problem, t: Tables, cap: float) -> float | None:
-    """Eq. B2i: eq. B2e's LP with each option's h_o also at most floor(cap / lambda_o), the layers a stage of o holds
-    within a period cap (a stage of n layers takes t_j >= n lambda_o, and tau >= t_j, eqs. T2, I2): its value bounds
-    sum_j n_j lambda_{o_j} for every plan of the variant with tau <= cap (+inf: none has). A plain variant (no fixed
-    stage count) takes p_min <= sum_o k_o <= p_max. Not kept: the cap moves with the incumbent."""
-    hmax = t.U_mem[: t.p_max].max(axis=0)
-    lt = t.coef["layer_time"]
-    with np.errstate(divide="ignore", invalid="ignore"):  # (a zero layer time: no cap from it)
-        htau = np.where(lt > 0, np.floor(cap / np.where(lt > 0, lt, 1.0) * (1 + CAP_RTOL)), hmax)
+def memory_layers(t: Tables) -> np.ndarray:
+    """[n] the most layers a stage of each option holds in memory at any of the variant's stage places (eq. M2)."""
+    return t.U_mem[: t.p_max].max(axis=0)
+
+
+def capped_fill(problem: Problem, t: Tables, h: np.ndarray) -> float | None:
+    """Eq. B2i: eq. B2e's LP with each option's stages holding at most ``h`` layers, the layers a stage of o holds
+    within a period cap (``bounds.capped_rest``: a stage of n layers takes t_j >= n lambda_o, and tau >= t_j, eqs. T2,
+    I2): its value bounds sum_j n_j lambda_{o_j} for every plan of the variant within that cap (+inf: none is). A
+    plain variant (no fixed stage count) takes p_min <= sum_o k_o <= p_max. Not kept: the cap moves with the
+    incumbent."""
     count = (t.num_stages, t.num_stages) if t.num_stages else (t.p_min, t.p_max)  # (a plain variant: eq. P1's range)
-    return _solve(problem.group_capacity, t, np.minimum(hmax, np.maximum(htau, 0)), count)
+    return _solve(problem.group_capacity, t, h, count)
 
 
 def _frontier(t: Tables, hmax: np.ndarray) -> np.ndarray:
