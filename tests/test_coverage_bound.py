@@ -330,3 +330,72 @@ def test_capped_fill_lifts_by_hand():
     fills = [sum(stage_times(prob, a)) for a in feasible_plans(prob) if _steady(prob, a) <= 0.4 * (1 + 1e-12)]
     assert min(fills) == pytest.approx(1.2)
     assert not [a for a in feasible_plans(prob) if _steady(prob, a) <= 0.35]
+
+
+def test_forced_sync_lifts_by_hand():
+    """Eq. B2j by hand: 4 layers on a stage of group a (0.1 s a layer, 2 layers in memory) and one of group b (0.2 s,
+    a 1 s sync), M = 8, so every plan needs b. Within a period cap of 0.4 s eq. B2i gives fill 0.6 s + sigma 0 (a's
+    stage syncs nothing); b's stage after a's hides beta x 0.2 s of its sync: the best plan [a 2, b 2] has
+    T - 7 tau = 0.6 + 1 - 0.2 x 2/3 = 1.4667 s (brute force). Eq. B2j: (1 - beta) 0.6 + 1 + beta 0.2 = 1.3333 s."""
+    from synthetic import feasible_plans
+
+    from haap_milp.problem import evaluate
+    from haap_milp.solvers.common.branch_and_bound import _steady
+
+    opts = (Option(0, 1, 1, 1, "none"), Option(1, 1, 1, 1, "none"))
+    var = _variant(2, [0.1, 0.2], np.zeros((2, 2)), layer_static_mem=np.array([1.0, 0.0]),
+                   mem_capacity=np.array([2.5, 1e15]), sync_fixed=np.array([0.0, 1.0]))
+    prob = Problem(num_layers=4, max_stages=2, groups=("a", "b"), group_capacity=(1, 1), options=opts, variants=(var,))
+    t = build_tables(prob, 0)
+    beta = pipeline.BWD_SHARE
+    rests = [evaluate(prob, a) - 7 * _steady(prob, a) for a in feasible_plans(prob) if _steady(prob, a) <= 0.4]
+    assert min(rests) == pytest.approx(0.6 + 1.0 - 0.2 * beta)
+    assert bounds.capped_rest(prob, t, 0.4) == pytest.approx((1 - beta) * 0.6 + 1.0 + beta * 0.2)
+    bounds.USE_FORCED_SYNC = False
+    try:
+        assert bounds.capped_rest(prob, t, 0.4) == pytest.approx(0.6)  # eq. B2i alone
+    finally:
+        bounds.USE_FORCED_SYNC = True
+
+
+def test_forced_sync_bounds_every_plan_within_its_cap():
+    """Eq. B2j (``bounds._forced_sync``): on random plain variants and interleaved copies with one group's syncs made
+    dear (its sync_fixed + a mean stage's time, so that a plan using it pays), at caps from the plans' own periods,
+    T - (M - 1/vpp) tau is at least the capped rest term for every plan within the cap (brute force), which is never
+    below eq. B2i's; it lifts eq. B2i's on some (not vacuous)."""
+    from synthetic import feasible_plans
+
+    from haap_milp.problem import evaluate
+    from haap_milp.solvers.common.branch_and_bound import _m_eff, _steady
+
+    checked = lifted = 0
+    for seed in range(10):
+        problem = random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=5, max_options=5)
+        copies = any_interleaved_copies(problem.variants, (2, 3), problem.max_stages, problem.num_layers)
+        for var in [*problem.variants, *copies]:
+            sub = replace(problem, variants=(var,))
+            if build_tables(sub, 0).p_min == 0:
+                continue
+            plans = feasible_plans(sub)  # (memory and GPUs alone: the same for every sync below)
+            for g in range(len(problem.groups)):
+                on = np.array([o.group == g for o in problem.options], float)
+                dear = replace(var, sync_fixed=np.asarray(var.sync_fixed) + on * 3 * float(np.mean(var.layer_time)))
+                sg = replace(problem, variants=(dear,))
+                t, W = build_tables(sg, 0), _m_eff(dear) - 1
+                scored = [(_steady(sg, a), evaluate(sg, a)) for a in plans]
+                taus = sorted({tau for tau, _ in scored})
+                for cap in [taus[0], taus[len(taus) // 2], taus[-1]] if taus else []:
+                    rest = bounds.capped_rest(sg, t, cap)
+                    bounds.USE_FORCED_SYNC = False
+                    try:
+                        plain = bounds.capped_rest(sg, t, cap)
+                    finally:
+                        bounds.USE_FORCED_SYNC = True
+                    within = [T - W * tau for tau, T in scored if tau <= cap]
+                    if not within or rest is None or math.isinf(rest):
+                        continue
+                    checked += 1
+                    assert min(within) >= rest - 1e-9 * max(1.0, rest), (seed, g, cap, min(within), rest)
+                    assert rest >= plain * (1 - 1e-12)
+                    lifted += rest > plain * (1 + 1e-6)
+    assert checked >= 100 and lifted >= 10, (checked, lifted)

@@ -294,3 +294,83 @@ def test_sync_capped_is_least_over_segment_plans_within_the_cap(islands, per_sta
         got = _capped_surrogate(dp, problem, plan, cap)
         assert math.isclose(got, best, rel_tol=1e-9), (seed, v, got, best)
     assert checked >= 20 and binding >= 3, (checked, binding)
+
+
+def _row_units(dp: PathDP, g: int, option: int) -> int | None:
+    """The units (``segment_dp._units_up``) of ``option``'s footprint among group g's own rows (None: not one)."""
+    rows = segment_dp._own_rows(dp)[g]
+    w = segment_dp._units_up(dp.row_usage[rows, g].astype(np.int64), int(dp.cap[g]))[0]
+    i = _local(dp).get(option)
+    if i is None:
+        return None
+    foot = np.r_[dp.t.group[i], dp.usage[i]]
+    return next((int(wv) for r, wv in zip(rows, w) if np.array_equal(np.r_[dp.row_group[r], dp.row_usage[r]], foot)),
+                None)
+
+
+def _is_tail_plan(problem, dp: PathDP, plan: Assignment, g: int, wv: int) -> bool:
+    """Eq. LS4j's shape for the tail (g, wv): the last stage of group g and wv units after a stage of another group;
+    the stages before it a segment plan that, where the tail's island differs from the stage before it, holds no
+    stage on the tail's island (the pipeline enters each island once, ``segment_dp._step``)."""
+    group = [problem.options[s.option].group for s in plan.stages]
+    island = problem.group_island
+    if len(plan.stages) < 2 or group[-1] != g or group[-2] == g:
+        return False
+    if _row_units(dp, g, plan.stages[-1].option) != wv:
+        return False
+    head = Assignment(plan.variant, plan.stages[:-1])
+    return _is_segments(problem, head) and (island[group[-2]] == island[g]
+                                            or all(island[h] != island[g] for h in group[:-1]))
+
+
+@pytest.mark.parametrize("islands", ["own", "shared"])
+def test_tail_plans_are_feasible_and_least_over_their_shape(islands):
+    """Eq. LS4j (``segment_plan``'s ``tail``): for each (group, units) ``tail_sizes`` offers, the plan is feasible and
+    the least of eq. N4's right side over the plans of ``_is_tail_plan``'s shape (brute force): the tail's group may
+    come again as an earlier segment of its own, within its GPUs (on one island, ``shared``: some of the plans found
+    do), so a tail that were only a segment plan's last stage, or that let its group's stages overdraw its GPUs,
+    would fail. ``test_tail_plan_by_hand`` shows the shape paying."""
+    checked = twice = 0
+    for seed, problem, v, dp in _segment_nodes(range(40), islands, same_tp=False):
+        t, local = dp.t, _local(dp)
+        feasible = [a for a, _ in _feasible(seed, islands, False, v, t.p_max) if len(a.stages) >= t.p_min]
+        for g, wv in segment_dp.tail_sizes(dp, []):
+            plan = segment_dp.segment_plan(dp, problem.group_island, tail=(g, wv))
+            best = min((_surrogate(dp, a, local) for a in feasible if _is_tail_plan(problem, dp, a, g, wv)),
+                       default=math.inf)
+            checked += 1
+            if plan is None:
+                assert math.isinf(best), (seed, v, g, wv, best)
+                continue
+            assert violations(problem, plan) == [], (seed, v, g, wv, plan)
+            assert math.isclose(_surrogate(dp, plan), best, rel_tol=1e-9), (seed, v, g, wv, _surrogate(dp, plan), best)
+            twice += sum(problem.options[s.option].group == g for s in plan.stages) > 1
+    assert checked >= 100 and twice >= (0 if islands == "own" else 10), (checked, twice)
+
+
+def test_tail_plan_by_hand():
+    """Eq. LS4j by hand: 3 layers of one layer a stage (memory) on 2 GPUs of group a and 1 of group b, one island; a
+    stage of b pays 10 s more as the first or the last stage (its embedding or output layer). The segment plans put b
+    at an end ([a, a, b] or [b, a, a]: an 11 s stage, T = 3 x 11 + 13 = 46 s); the tail plan [a, b, a] keeps it
+    inside: T = 3 x 1 + 3 = 6 s, the best plan (brute force)."""
+    from synthetic import feasible_plans
+
+    from haap_milp.problem import Option, Problem, Variant, evaluate
+
+    zero = {k: np.zeros(2) for k in ("first_time", "last_time", "layer_static_mem", "layer_act_mem", "first_static_mem",
+                                     "first_act_mem", "last_static_mem", "last_act_mem", "fixed_mem", "sync_fixed",
+                                     "sync_per_layer", "sync_first", "sync_last")}
+    zero.update(first_time=np.array([0.0, 10.0]), last_time=np.array([0.0, 10.0]), layer_static_mem=np.ones(2),
+                mem_capacity=np.full(2, 1.5))
+    var = Variant(samples_per_microbatch=1, num_microbatches=4, layer_time=np.ones(2), p2p_time=np.zeros((2, 2)),
+                  allowed=np.ones(2, bool), **zero)
+    problem = Problem(num_layers=3, max_stages=3, groups=("a@main", "b@main"), group_capacity=(2, 1),
+                      options=(Option(0, 1, 1, 1, "none"), Option(1, 1, 1, 1, "none")), variants=(var,))
+    (_, dp, _), = variant_nodes(problem)
+    plain = segment_dp.segment_plan(dp, problem.group_island)
+    (g, wv), = [pair for pair in segment_dp.tail_sizes(dp, [0]) if pair[0] == 0]
+    tail = segment_dp.segment_plan(dp, problem.group_island, tail=(g, wv))
+    assert [problem.options[s.option].group for s in tail.stages] == [0, 1, 0]
+    assert violations(problem, tail) == []
+    assert evaluate(problem, plain) == pytest.approx(46.0) and evaluate(problem, tail) == pytest.approx(6.0)
+    assert evaluate(problem, tail) == pytest.approx(min(evaluate(problem, a) for a in feasible_plans(problem)))

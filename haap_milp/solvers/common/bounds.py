@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from haap_milp.pipeline import TIME_RTOL
+from haap_milp.pipeline import TIME_RTOL, sigma_share
 from haap_milp.problem import Problem
 from haap_milp.solvers.common import joint_cover
 from haap_milp.solvers.common.fill_lp import capped_fill, fixed_count_fill, memory_layers
@@ -22,6 +22,7 @@ COVER_TOL = 1e-6  # layers: eq. B2b's real-valued coverage against the integer l
 USE_FILL_LP = True  # eq. B2e
 USE_STAGE_CAP = True  # eq. B2g
 USE_JOINT_COVER = True  # eq. B2h
+USE_FORCED_SYNC = True  # eq. B2j
 
 
 @dataclass(frozen=True)
@@ -307,19 +308,59 @@ def capped_rest(problem: Problem, t: Tables, cap: float) -> float | None:
     """Eq. B2i: the rest term of eq. B2 with eq. B2e's fill LP under the period cap ``cap`` (``fill_lp.capped_fill``):
     at most T - (M - 1/vpp) tau (M - 1 plain) for every plan of the variant with tau <= cap; +inf where no plan has
     tau <= cap; None where it does not apply (eq. B2e off, an interleaved copy without its stage count, no option)
-    or HiGHS gives no answer."""
+    or HiGHS gives no answer. Eq. B2j lifts its sync term where a GPU group is needed within the cap."""
     if not (USE_FILL_LP and (t.num_stages or t.vpp == 1) and t.n and t.p_min > 0):
         return None
-    body = capped_fill(problem, t, np.maximum(_layer_caps(t, cap, memory_layers(t)), 0))  # (cap < 0: no layer)
+    h = np.maximum(_layer_caps(t, cap, memory_layers(t)), 0)  # (cap < 0: no layer)
+    body = capped_fill(problem, t, h)
     if body is None or math.isinf(body):
         return body
-    return _rest_bound(problem, t, body)
+    fill, links, sync, extra = _rest_parts(problem, t, body)
+    if USE_FORCED_SYNC:
+        sync = max(sync, _forced_sync(problem, t, h, fill, sync))
+    return fill / t.vpp + links + sync + extra
+
+
+def _forced_sync(problem: Problem, t: Tables, h: np.ndarray, fill: float, sync: float) -> float:
+    """Eq. B2j: a lower bound on sigma + sum_j t_j / vpp - fill / vpp (seconds) where every plan within the layer caps
+    ``h`` must use a GPU group g (eq. B2i's LP without g's options has no point). Such a plan has a stage j on g, and
+    eq. T3 (I1) gives sigma >= s_j - beta sum_{k<j} t_k >= s_j - beta (sum t - t_j), so
+
+        sigma + sum t / vpp >= (1/vpp - beta) sum t + s_j + beta t_j >= (1/vpp - beta) fill + min_{o on g} (s_o + beta lambda_o)
+
+    with s_o + beta lambda_o the sync and time of a one-layer stage of o (beta = BWD_SHARE/vpp interleaved,
+    sync_share plain: 1/vpp - beta >= 0; every sync and time term >= 0). Returned minus fill / vpp, so that it adds
+    to the rest term as eq. T3's sync does; ``sync`` (eq. T3's) where no group lifts it. The groups whose term would
+    lift it are tried dearest first, one LP each (~2 ms); the first needed one is the answer."""
+    beta = sigma_share(t.vpp, problem.p2p_blocking)
+    if beta > 1 / t.vpp:  # (never: BWD_SHARE < 1; the step from sum t to fill needs 1/vpp - beta >= 0)
+        return sync
+    c = t.coef
+    one = c["sync_fixed"] + c["sync_per_layer"] + beta * c["layer_time"]  # [n] a one-layer stage's s + beta t
+    base = -beta * fill  # (1/vpp - beta) fill - fill / vpp
+    lifts = []
+    for g in range(t.use.shape[1]):
+        on = (t.use[:, g] > 0) & (h > 0)
+        if on.any() and base + float(one[on].min()) > sync:
+            lifts.append((base + float(one[on].min()), g))
+    for value, g in sorted(lifts, reverse=True):
+        without = np.where(t.use[:, g] > 0, 0, h)
+        if capped_fill(problem, t, without) == math.inf:  # (None: HiGHS gave no answer, so nothing is known)
+            return value
+    return sync
 
 
 def _rest_bound(problem: Problem, t: Tables, body: float | None = None) -> float:
     """sum t_j >= L*min lt + min ft + min xt (on a fixed stage count, eq. B2e's LP in place of L*min lt; ``body``:
     that LP's value given, eq. B2i); sum c_j >= (p_min-1)*min p2p; sigma >= the sync of a first stage with one layer
-    (eqs. B2, T3)."""
+    (eqs. B2, T3); interleaved, eq. I1: sum t / vpp + vpp * sum c (+ the wrap, >= 0)."""
+    fill, links, sync, extra = _rest_parts(problem, t, body)
+    return fill / t.vpp + links + sync + extra
+
+
+def _rest_parts(problem: Problem, t: Tables, body: float | None = None) -> tuple[float, float, float, float]:
+    """``_rest_bound``'s terms (seconds): the least sum_j t_j, the links' least vpp * sum_j c_j, eq. T3's least
+    sigma and eq. EX1's least extra terms."""
     c = t.coef
     fill = t.L * c["layer_time"].min() + c["first_time"].min() + c["last_time"].min()
     if body is None and USE_FILL_LP and t.vpp > 1 and t.num_stages:  # eq. B2e: P stages of a layer at least share
@@ -328,11 +369,9 @@ def _rest_bound(problem: Problem, t: Tables, body: float | None = None) -> float
         fill = max(fill, body + c["first_time"].min() + c["last_time"].min())
     groups = np.unique(t.group)
     p2p_min = float(t.p2p[np.ix_(groups, groups)].min()) if t.p_min > 1 else 0.0
-    # eq. T3: sigma >= s_0, the first stage's sync (at least one layer and the embedding)
+    # eq. T3: sigma >= s_0, the first stage's sync (at least one layer and the embedding); sigma_v >= s_0 still
     sync = float((c["sync_fixed"] + c["sync_per_layer"] + c["sync_first"]).min())
-    if t.vpp > 1:  # eq. I1: sum t / vpp + vpp * sum c (+ the wrap, >= 0); sigma_v >= s_0 still
-        return float(fill / t.vpp + (t.p_min - 1) * p2p_min * t.vpp + sync) + _extra_bound(problem, t)
-    return float(fill + (t.p_min - 1) * p2p_min + sync) + _extra_bound(problem, t)
+    return float(fill), float((t.p_min - 1) * p2p_min * t.vpp), sync, _extra_bound(problem, t)
 
 
 def _extra_bound(problem: Problem, t: Tables) -> float:

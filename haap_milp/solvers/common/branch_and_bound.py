@@ -150,8 +150,16 @@ SAME_TP_BUDGET_S = 0.25
 # M 64, vpp 4 at the best plan's tau: LS4's plan 8.6525 s, its sigma 0.72 s from a 10-layer stage of 128 A100-80
 # syncing 0.83 s; capped 8.1124 s; the best known 8.1035 s, the warm start 8.1849 s; 0.1 s a run)
 USE_SYNC_CAP = True
+USE_SYNC_RETRY = True  # eq. LS4h'
 SYNC_CAP_ROUNDS = 4
 SYNC_PREFIX_SHARE = 0.5  # a stage before a capped one counted at this share of the node's tau cap (eq. T3's offset)
+# eq. LS4j: eq. LS4's plans with a tail (the last stage a second segment of a group), within TAIL_BUDGET_S a call
+USE_TAIL_PLANS = True
+# eqs. LS4h, LS4j at nodes too (not LS4 alone), where the node's LS4 plan, its sigma down to e_0, would lie under
+# NODE_SYNC_ROOM of the incumbent (nodes are many: only where fixing the sync can gain that much)
+NODE_SEGMENT_PLANS = True
+NODE_SYNC_ROOM = 0.92
+TAIL_BUDGET_S = 0.3
 SYNC_CAP_MIN = 0.01  # no capped runs where the plan's exposed sync above e_0 is under this share of its time
 # eq. LS4b: before branching, where every island holds one group, the segment DP on each variant whose bound beats
 # the incumbent, its tau cap lowered from eq. X1's to just under each better plan's own tau (measured: gpt3-13b on 128
@@ -1397,7 +1405,12 @@ def _segments(problem, st: _State, dp: PathDP, name: str, deadline: float) -> No
             and _room(st, deadline)):
         return
     t0 = time.perf_counter()
-    plan = segment_dp.segment_plan(dp, island)
+    if NODE_SEGMENT_PLANS:
+        plans = [a for a in _segment_plans(problem, dp, island, st.inc_obj, deadline, node=True) if a is not None
+                 and not violations(problem, a)]
+        plan = min(plans, key=lambda a: evaluate(problem, a), default=None)
+    else:
+        plan = segment_dp.segment_plan(dp, island)
     st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)  # (not interruptible either: _room counts it)
     st.stats["segment_dp"] = st.stats.get("segment_dp", 0) + 1
     st.stats["segment_dp_s"] = st.stats.get("segment_dp_s", 0.0) + time.perf_counter() - t0
@@ -1603,20 +1616,38 @@ def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = N
 
 
 def _segment_plans(problem: Problem, dp: PathDP, island, inc_obj: float = math.inf,
-                   stop: float = math.inf) -> list[Assignment | None]:
-    """Eq. LS4's plan, and under eq. U2 eq. LS4g's too (both ends of one tp, with and without a head), within their
-    time budget (LS4's run first: where the budget cuts LS4g short, LS4's plan may still keep eq. U2)."""
+                   stop: float = math.inf, node: bool = False) -> list[Assignment | None]:
+    """Eq. LS4's plan, eq. LS4h's sync-capped ones, and under eq. U2 eq. LS4g's too (both ends of one tp, with and
+    without a head), within their time budget (LS4's run first: where the budget cuts LS4g short, LS4's plan may
+    still keep eq. U2). ``node``: on a search node, LS4h only under NODE_SYNC_ROOM, and eq. LS4j's tail plans where
+    it ran (not in the dives: their clock is short, and a dive's next variant gains more there)."""
     plans = [segment_dp.segment_plan(dp, island, stop=stop)]
-    plans.extend(_sync_capped(problem, dp, island, plans[0], inc_obj, stop))
+    capped = _sync_capped(problem, dp, island, plans[0], inc_obj * (NODE_SYNC_ROOM if node else 1.0), stop)
+    plans.extend(plan for plan, _ in capped)
     if problem.same_tp_first_last and USE_SAME_TP_PLANS:
         plans.extend(segment_dp.same_tp_plans(dp, island, SAME_TP_BUDGET_S, stop))
+    if node and USE_TAIL_PLANS and capped:  # eq. LS4j where LS4h ran (sigma set late): on the node's DP and the
+        dps = [dp] + [d for plan, d in capped if plan is not None][-1:]  # last capped one with a plan
+        plans.extend(segment_dp.tail_plans(dps, island, _fastest_groups(dp.t), TAIL_BUDGET_S, stop))
     return plans
 
 
+def _fastest_groups(t: Tables) -> list[int]:
+    """The GPU groups of the tables' own (unmixed) options, least per-layer time first (eq. LS4j's tail order: the
+    last stage holds the output layer, a fast group's job)."""
+    own = (t.use > 0).sum(axis=1) == 1
+    best = {}
+    for o in np.flatnonzero(own):
+        g = int(np.argmax(t.use[o] > 0))
+        best[g] = min(best.get(g, math.inf), float(t.coef["layer_time"][o]))
+    return sorted(best, key=best.get)
+
+
 def _sync_capped(problem: Problem, dp: PathDP, island, plan: Assignment | None,
-                 inc_obj: float = math.inf, stop: float = math.inf) -> list[Assignment | None]:
+                 inc_obj: float = math.inf, stop: float = math.inf) -> list[tuple[Assignment | None, PathDP]]:
     """Eq. LS4h: while the plan's sigma (eq. T3, I1) is set by a stage j > 0, eq. LS4's plan with sigma capped at
-    (e_0 + e_j) / 2 of the last plan (e_j = s_j - beta sum_{k<j} t_k, its terms; the cap only falls), the stages
+    (e_0 + e_j) / 2 of the last plan (e_j = s_j - beta sum_{k<j} t_k, its terms; eq. LS4h': where a cap finds no
+    plan, the next cap lies halfway from it to the last plan's e_j, once a call, USE_SYNC_RETRY), the stages
     before each taken at SYNC_PREFIX_SHARE of the node's tau cap each; SYNC_CAP_ROUNDS times at most, and not where
     LS4's plan, its sigma down to e_0, would still not beat ``inc_obj`` (the capped plans trade time for sync) or
     where that would gain less than SYNC_CAP_MIN of its time."""
@@ -1627,17 +1658,26 @@ def _sync_capped(problem: Problem, dp: PathDP, island, plan: Assignment | None,
     if obj - (max(terms) - terms[0]) >= inc_obj or max(terms) - terms[0] < SYNC_CAP_MIN * obj:
         return out
     per_stage = sigma_share(problem.variants[dp.t.v].vpp, problem.p2p_blocking) * SYNC_PREFIX_SHARE * dp.b
-    cap = math.inf
+    cap, failed, retried = math.inf, None, False  # (failed: the last cap that found no plan, while none has come since)
     for _ in range(SYNC_CAP_ROUNDS):
         j = int(np.argmax(terms))
-        if j == 0 or terms[j] <= terms[0] or (terms[0] + terms[j]) / 2 >= cap:
+        if j == 0 or terms[j] <= terms[0]:
             break
-        cap = (terms[0] + terms[j]) / 2
-        plan = segment_dp.segment_plan(segment_dp.sync_capped(dp, cap, per_stage), island, stop=stop)
-        out.append(plan)
-        if plan is None:
+        if failed is None:  # (the cap only falls while plans come)
+            if (terms[0] + terms[j]) / 2 >= cap:
+                break
+            cap = (terms[0] + terms[j]) / 2
+        else:  # eq. LS4h': halfway from the cap that found none back up to the last plan's e_j
+            cap = (failed + terms[j]) / 2
+        capped = segment_dp.sync_capped(dp, cap, per_stage)
+        found = segment_dp.segment_plan(capped, island, stop=stop)
+        out.append((found, capped))
+        if found is None and (retried or not USE_SYNC_RETRY):  # (one retry a call)
             break
-        terms = sync_terms(problem, plan)
+        if found is None:
+            failed, retried = cap, True
+        else:
+            terms, failed = sync_terms(problem, found), None
     return out
 
 

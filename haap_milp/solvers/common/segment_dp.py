@@ -20,6 +20,7 @@ bound. Cost: one capacity DP per (set, group) state.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import time
 from functools import reduce
@@ -52,12 +53,13 @@ def applies(dp: PathDP, island: np.ndarray) -> bool:
 
 
 def segment_plan(dp: PathDP, island: np.ndarray, head: tuple[int, int] | None = None,
-                 stop: float = math.inf) -> Assignment | None:
+                 stop: float = math.inf, tail: tuple[int, int] | None = None) -> Assignment | None:
     """The least path of contiguous group segments over the node (None: none), as a plan; the groups of an island
     form one run of segments (the pipeline enters each island once), so the state keeps the groups placed on the
     current island and the islands left behind: ``_step``. ``head`` = (g, wv): eq. LS4g's plans instead, whose first
-    stage alone is a second segment of group g, of wv units (``_close_head``). ``stop`` (``time.perf_counter``): past
-    it, between slots, the run ends with no plan (eq. LS4i; a heuristic: None proves nothing)."""
+    stage alone is a second segment of group g, of wv units (``_close_head``); ``tail`` = (g, wv): eq. LS4j's, whose
+    last stage alone is one (``_tail_start``). ``stop`` (``time.perf_counter``): past it, between slots, the run ends
+    with no plan (eq. LS4i; a heuristic: None proves nothing)."""
     G, K = dp.G, dp.k_max
     rows_of = _own_rows(dp)
     unit = []
@@ -72,6 +74,11 @@ def segment_plan(dp: PathDP, island: np.ndarray, head: tuple[int, int] | None = 
         unit[g_head] = (head_w, unit[g_head][1] - w_head)
         if unit[g_head][1] < 0:
             return None
+    if tail is not None:  # (likewise the tail's: a later segment of g shares the rest)
+        tail_w = unit[tail[0]][0]
+        unit[tail[0]] = (tail_w, unit[tail[0]][1] - tail[1])
+        if unit[tail[0]][1] < 0 or not (tail_w == tail[1]).any():
+            return None
     states: dict = {}  # (mask, g) -> F [L+1, R_g+1]: the least later part with slot k at group g
     trace = []  # per non-first slot: (mask, g) -> (src [L+1, R+1], candidates)
     best = (INF, None)
@@ -83,14 +90,18 @@ def segment_plan(dp: PathDP, island: np.ndarray, head: tuple[int, int] | None = 
     for k in range(1, K + 1):
         if time.perf_counter() > stop:
             return None
-        if k >= dp.p_first and k in dp.first:
+        if k >= dp.p_first and k in dp.first and not (tail is not None and k == 1):  # (a tail needs a stage before)
             cap = inflight_cap(k, dp.b) if pure and k < dp.t.M else INF  # (the first stage's in-flight row, eq. T2)
             close = _close_first(dp, states, k, rows_of, unit, island, cap) if head is None else \
                 _close_head(dp, states, k, head, rows_of[head[0]][head_w == head[1]], cap)
             best = min(best, close, key=lambda x: x[0])
         if k >= K or k not in dp.nonfirst:
             break
-        states, back = _advance(dp, states, dp.nonfirst[k][0], rows_of, unit, k == 1, island)
+        if k == 1 and tail is not None:
+            states, back = _tail_start(dp, dp.nonfirst[1][0], rows_of[tail[0]][tail_w == tail[1]], tail[0],
+                                       unit[tail[0]][1])
+        else:
+            states, back = _advance(dp, states, dp.nonfirst[k][0], rows_of, unit, k == 1, island)
         if pure and k < dp.t.M:  # eq. N10's in-flight row k of eq. T2: slots 1..k's times and links <= k tau <= k b
             states = {key: F for key, F in states.items() if _cut(F, inflight_cap(k, dp.b))}
             back = {key: back[key] for key in states}
@@ -126,11 +137,14 @@ def _units_up(d: np.ndarray, cap: int) -> tuple[np.ndarray, int]:
 
 
 def _sources(dp: PathDP, states: dict, g: int, start: bool, island: np.ndarray):
-    """Where a stage of group g at the current slot may follow from: (earlier key, F, link, stay, new key)."""
+    """Where a stage of group g at the current slot may follow from: (earlier key, F, link, stay, new key). An empty
+    set is eq. LS4j's tail (``_tail_start``): its group may come again only as a segment of its own."""
     if start:
         yield None, None, 0.0, False, (1 << g, g)
         return
     for (mask, h), F in states.items():
+        if not mask and h == g:  # (the tail is one stage: its units are not in F)
+            continue
         new = _step(dp.G, island, mask, h, g)
         if new is not None:
             yield (mask, h), F, dp.link[g, h], h == g, (new, g)
@@ -217,6 +231,25 @@ def _close_first(dp: PathDP, states: dict, k: int, rows_of, unit, island: np.nda
                     r_prev = None if rp is None else int(rp[L - n])
                     best = (float(tot[i, n]), (k, int(sel[i]), int(n), prev, r_prev))
     return best
+
+
+def _tail_start(dp: PathDP, cost: np.ndarray, sel: np.ndarray, g: int, R: int):
+    """Eq. LS4j: slot 1 (the last stage) one of the rows ``sel`` of group g, as the state (empty set, g): no group is
+    placed, so g may come again as a segment of its own, within the R units left to it (``segment_plan`` sets the
+    tail's aside). The state's F keeps the tail's cost at 0 units; ``_backtrack`` reads it as a start's."""
+    L = dp.L
+    if not len(sel):
+        return {}, {}
+    lidx = np.arange(L + 1)
+    j = cost[sel].argmin(axis=0)
+    best_n = cost[sel][j, lidx]  # [L+1]: the least tail of n layers
+    F = np.full((L + 1, R + 1), INF)
+    F[:, 0] = best_n
+    if not np.isfinite(F).any():
+        return {}, {}
+    src = np.full((L + 1, R + 1), -1)
+    src[np.isfinite(best_n), 0] = 0
+    return {(0, g): F}, {(0, g): (src, [(None, lidx, sel[j], np.zeros(L + 1, np.int64), 0)])}
 
 
 def _close_head(dp: PathDP, states: dict, k: int, head: tuple[int, int], sel: np.ndarray, cap: float = INF):
@@ -316,6 +349,43 @@ def same_tp_plans(dp: PathDP, island: np.ndarray, budget_s: float = math.inf,
             break
         out.append(segment_plan(ends, island, head=head, stop=stop))
     return out
+
+
+def tail_plans(dps: list[PathDP], island: np.ndarray, order: list[int], budget_s: float = math.inf,
+               stop: float = math.inf) -> list[Assignment | None]:
+    """Eq. LS4j: eq. LS4's plans whose last stage alone is a second segment of a group (``segment_plan``'s ``tail``),
+    per (group, units) of ``tail_sizes`` (groups in ``order`` first), each on every DP of ``dps`` (the node's, and
+    eq. LS4h's sync-capped one) before the next size. Runs start only while their expected end lies within
+    ``budget_s`` of the call's start (as eq. LS4g's). Why: the last stage holds the output layer, so it wants a fast
+    group with memory to spare, while a group with slow links wants to sit late in the pipeline, where eq. T3 hides
+    most of its sync: megatron-39b on 256 each of H100, A100-80, V100-32, L40S, the optimum (2.5772 s) is 17 H100
+    stages, 6 A100, 8 L40S, then one A100 stage; eq. LS4's best there 2.6016 s, with an A100 tail of 64 GPUs 2.5772 s."""
+    t0 = time.perf_counter()
+    out: list = []
+    for g, wv in tail_sizes(dps[0], order):
+        for dp in dps:  # (a size on each DP before the next pair)
+            spent = time.perf_counter() - t0
+            if out and spent + spent / len(out) > budget_s:
+                return out
+            out.append(segment_plan(dp, island, stop=stop, tail=(g, wv)))
+    return out
+
+
+def tail_sizes(dp: PathDP, order: list[int]) -> list[tuple[int, int]]:
+    """Eq. LS4j's (group, units) pairs: per group with stages of its own, the unit counts (``_units_up``) of its rows
+    that may be the last stage (finite at slot 1), taken round-robin over the groups (in ``order``, then the rest)
+    from each one's largest."""
+    if 1 not in dp.nonfirst:
+        return []
+    rows_of = _own_rows(dp)
+    last = np.isfinite(dp.nonfirst[1][0]).any(axis=1)
+    sizes = []
+    for g in dict.fromkeys([g for g in order if 0 <= g < dp.G] + list(range(dp.G))):
+        rows = rows_of[g]
+        if len(rows):
+            w, R = _units_up(dp.row_usage[rows, g].astype(np.int64), int(dp.cap[g]))
+            sizes.append([(g, int(x)) for x in sorted(set(w[last[rows] & (w < R)].tolist()), reverse=True)])
+    return [pair for rank in itertools.zip_longest(*sizes) for pair in rank if pair is not None]
 
 
 def head_sizes(ends: PathDP, rows_of: list) -> dict[int, list[int]]:
