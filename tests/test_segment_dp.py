@@ -331,7 +331,7 @@ def test_tail_plans_are_feasible_and_least_over_their_shape(islands):
     do), so a tail that were only a segment plan's last stage, or that let its group's stages overdraw its GPUs,
     would fail. ``test_tail_plan_by_hand`` shows the shape paying."""
     checked = twice = 0
-    for seed, problem, v, dp in _segment_nodes(range(40), islands, same_tp=False):
+    for seed, problem, v, dp in _segment_nodes(range(24), islands, same_tp=False):
         t, local = dp.t, _local(dp)
         feasible = [a for a, _ in _feasible(seed, islands, False, v, t.p_max) if len(a.stages) >= t.p_min]
         for g, wv in segment_dp.tail_sizes(dp, []):
@@ -345,7 +345,7 @@ def test_tail_plans_are_feasible_and_least_over_their_shape(islands):
             assert violations(problem, plan) == [], (seed, v, g, wv, plan)
             assert math.isclose(_surrogate(dp, plan), best, rel_tol=1e-9), (seed, v, g, wv, _surrogate(dp, plan), best)
             twice += sum(problem.options[s.option].group == g for s in plan.stages) > 1
-    assert checked >= 100 and twice >= (0 if islands == "own" else 10), (checked, twice)
+    assert checked >= 80 and twice >= (0 if islands == "own" else 10), (checked, twice)  # (measured: 125 + 156 pairs; 0 + 17)
 
 
 def test_tail_plan_by_hand():
