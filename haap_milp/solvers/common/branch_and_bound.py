@@ -155,11 +155,12 @@ SYNC_CAP_ROUNDS = 4
 SYNC_PREFIX_SHARE = 0.5  # a stage before a capped one counted at this share of the node's tau cap (eq. T3's offset)
 # eq. LS4j: eq. LS4's plans with a tail (the last stage a second segment of a group), within TAIL_BUDGET_S a call
 USE_TAIL_PLANS = True
+TAIL_BUDGET_S = 0.3
 # eqs. LS4h, LS4j at nodes too (not LS4 alone), where the node's LS4 plan, its sigma down to e_0, would lie under
-# NODE_SYNC_ROOM of the incumbent (nodes are many: only where fixing the sync can gain that much)
+# NODE_SYNC_ROOM of the incumbent (nodes are many: only where fixing the sync can gain that much; measured: at 0.96 the
+# 3-type bench rows lost 0.5-1.5 s, formulations/README.md LS4j)
 NODE_SEGMENT_PLANS = True
 NODE_SYNC_ROOM = 0.92
-TAIL_BUDGET_S = 0.3
 SYNC_CAP_MIN = 0.01  # no capped runs where the plan's exposed sync above e_0 is under this share of its time
 # eq. LS4b: before branching, where every island holds one group, the segment DP on each variant whose bound beats
 # the incumbent, its tau cap lowered from eq. X1's to just under each better plan's own tau (measured: gpt3-13b on 128
@@ -1398,8 +1399,9 @@ def _group_split(st: _State, dp: PathDP, a, warm, mu, cutoff, deadline: float) -
 
 
 def _segments(problem, st: _State, dp: PathDP, name: str, deadline: float) -> None:
-    """Eq. LS4 on a node the DPs leave open: the least plan of contiguous group segments, offered as an incumbent.
-    It stops for the rest of a search after SEG_TRIAL such nodes in a row without a better plan."""
+    """Eq. LS4 on a node the DPs leave open: the least plan of contiguous group segments, offered as an incumbent;
+    with NODE_SEGMENT_PLANS also eqs. LS4h and LS4j's (``_segment_plans``), the best one offered. It stops for the
+    rest of a search after SEG_TRIAL such nodes in a row without a better plan."""
     island = problem.group_island
     if not (USE_SEGMENT_DP and st.several_types and st.seg_idle < SEG_TRIAL and segment_dp.applies(dp, island)
             and _room(st, deadline)):
@@ -1619,12 +1621,12 @@ def _segment_plans(problem: Problem, dp: PathDP, island, inc_obj: float = math.i
                    stop: float = math.inf, node: bool = False) -> list[Assignment | None]:
     """Eq. LS4's plan, eq. LS4h's sync-capped ones, and under eq. U2 eq. LS4g's too (both ends of one tp, with and
     without a head), within their time budget (LS4's run first: where the budget cuts LS4g short, LS4's plan may
-    still keep eq. U2). ``node``: on a search node, LS4h only under NODE_SYNC_ROOM, and eq. LS4j's tail plans where
-    it ran (not in the dives: their clock is short, and a dive's next variant gains more there)."""
+    still keep eq. U2). ``node``: on a search node, LS4h only under NODE_SYNC_ROOM, no LS4g, and eq. LS4j's tail
+    plans where LS4h ran (not in the dives: their clock is short, and a dive's next variant gains more there)."""
     plans = [segment_dp.segment_plan(dp, island, stop=stop)]
     capped = _sync_capped(problem, dp, island, plans[0], inc_obj * (NODE_SYNC_ROOM if node else 1.0), stop)
     plans.extend(plan for plan, _ in capped)
-    if problem.same_tp_first_last and USE_SAME_TP_PLANS:
+    if problem.same_tp_first_last and USE_SAME_TP_PLANS and not node:  # (on nodes it cost more than it found)
         plans.extend(segment_dp.same_tp_plans(dp, island, SAME_TP_BUDGET_S, stop))
     if node and USE_TAIL_PLANS and capped:  # eq. LS4j where LS4h ran (sigma set late): on the node's DP and the
         dps = [dp] + [d for plan, d in capped if plan is not None][-1:]  # last capped one with a plan
