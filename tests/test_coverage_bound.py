@@ -277,6 +277,16 @@ def tau_raised(problems, monkeypatch, switch: str) -> tuple[int, int]:
     return raised, seen
 
 
+def _random_variants(seeds):
+    """(seed, problem, variant, the problem with that variant alone) over small random problems (brute force can
+    enumerate them, up to 5 stages) and their interleaved copies of vpp 2 and 3 (eqs. B2i, B2j's oracles)."""
+    for seed in seeds:
+        problem = random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=5, max_options=5)
+        copies = any_interleaved_copies(problem.variants, (2, 3), problem.max_stages, problem.num_layers)
+        for var in [*problem.variants, *copies]:
+            yield seed, problem, var, replace(problem, variants=(var,))
+
+
 def test_capped_fill_bounds_every_plan_within_its_cap():
     """Eq. B2i (``bounds.capped_rest``): on the plain variants and interleaved copies above, at caps taken from the
     plans' own periods, T - (M - 1/vpp) tau is at least the capped rest term for every plan (brute force) whose tau
@@ -288,26 +298,22 @@ def test_capped_fill_bounds_every_plan_within_its_cap():
     from haap_milp.solvers.common.branch_and_bound import _m_eff, _steady
 
     checked = lifted = 0
-    for seed in range(12):
-        problem = random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=5, max_options=5)
-        copies = any_interleaved_copies(problem.variants, (2, 3), problem.max_stages, problem.num_layers)
-        for var in [*problem.variants, *copies]:
-            sub = replace(problem, variants=(var,))
-            t = build_tables(sub, 0)
-            if t.p_min == 0 or t.n == 0:
-                continue
-            W, base = _m_eff(var) - 1, bounds._rest_bound(sub, t)
-            plans = [(_steady(sub, a), evaluate(sub, a)) for a in feasible_plans(sub)]
-            taus = sorted({tau for tau, _ in plans})
-            for cap in ([taus[0] * 0.999, taus[0], taus[len(taus) // 2], taus[-1]] if taus else [1.0]):
-                rest = bounds.capped_rest(sub, t, cap)
-                within = [T - W * tau for tau, T in plans if tau <= cap]
-                assert rest is not None and not (within and math.isinf(rest))  # (+inf: no plan within the cap)
-                if within:
-                    checked += 1
-                    assert min(within) >= rest - 1e-9 * max(1.0, rest), (seed, cap, min(within), rest)
-                    assert rest >= base * (1 - 1e-6)  # (the cap only adds rows to eq. B2e's LP)
-                    lifted += rest > base * (1 + 1e-6)
+    for seed, problem, var, sub in _random_variants(range(12)):
+        t = build_tables(sub, 0)
+        if t.p_min == 0 or t.n == 0:
+            continue
+        W, base = _m_eff(var) - 1, bounds._rest_bound(sub, t)
+        plans = [(_steady(sub, a), evaluate(sub, a)) for a in feasible_plans(sub)]
+        taus = sorted({tau for tau, _ in plans})
+        for cap in ([taus[0] * 0.999, taus[0], taus[len(taus) // 2], taus[-1]] if taus else [1.0]):
+            rest = bounds.capped_rest(sub, t, cap)
+            within = [T - W * tau for tau, T in plans if tau <= cap]
+            assert rest is not None and not (within and math.isinf(rest))  # (+inf: no plan within the cap)
+            if within:
+                checked += 1
+                assert min(within) >= rest - 1e-9 * max(1.0, rest), (seed, cap, min(within), rest)
+                assert rest >= base * (1 - 1e-6)  # (the cap only adds rows to eq. B2e's LP)
+                lifted += rest > base * (1 + 1e-6)
     assert checked >= 100 and lifted >= 10, (checked, lifted)
 
 
@@ -369,33 +375,29 @@ def test_forced_sync_bounds_every_plan_within_its_cap():
     from haap_milp.solvers.common.branch_and_bound import _m_eff, _steady
 
     checked = lifted = 0
-    for seed in range(10):
-        problem = random_problem(seed, num_layers=int(seed % 3) + 5, max_stages=5, max_options=5)
-        copies = any_interleaved_copies(problem.variants, (2, 3), problem.max_stages, problem.num_layers)
-        for var in [*problem.variants, *copies]:
-            sub = replace(problem, variants=(var,))
-            if build_tables(sub, 0).p_min == 0:
-                continue
-            plans = feasible_plans(sub)  # (memory and GPUs alone: the same for every sync below)
-            for g in range(len(problem.groups)):
-                on = np.array([o.group == g for o in problem.options], float)
-                dear = replace(var, sync_fixed=np.asarray(var.sync_fixed) + on * 3 * float(np.mean(var.layer_time)))
-                sg = replace(problem, variants=(dear,))
-                t, W = build_tables(sg, 0), _m_eff(dear) - 1
-                scored = [(_steady(sg, a), evaluate(sg, a)) for a in plans]
-                taus = sorted({tau for tau, _ in scored})
-                for cap in [taus[0], taus[len(taus) // 2], taus[-1]] if taus else []:
-                    rest = bounds.capped_rest(sg, t, cap)
-                    bounds.USE_FORCED_SYNC = False
-                    try:
-                        plain = bounds.capped_rest(sg, t, cap)
-                    finally:
-                        bounds.USE_FORCED_SYNC = True
-                    within = [T - W * tau for tau, T in scored if tau <= cap]
-                    if not within or rest is None or math.isinf(rest):
-                        continue
-                    checked += 1
-                    assert min(within) >= rest - 1e-9 * max(1.0, rest), (seed, g, cap, min(within), rest)
-                    assert rest >= plain * (1 - 1e-12)
-                    lifted += rest > plain * (1 + 1e-6)
+    for seed, problem, var, sub in _random_variants(range(10)):
+        if build_tables(sub, 0).p_min == 0:
+            continue
+        plans = feasible_plans(sub)  # (memory and GPUs alone: the same for every sync below)
+        for g in range(len(problem.groups)):
+            on = np.array([o.group == g for o in problem.options], float)
+            dear = replace(var, sync_fixed=np.asarray(var.sync_fixed) + on * 3 * float(np.mean(var.layer_time)))
+            sg = replace(problem, variants=(dear,))
+            t, W = build_tables(sg, 0), _m_eff(dear) - 1
+            scored = [(_steady(sg, a), evaluate(sg, a)) for a in plans]
+            taus = sorted({tau for tau, _ in scored})
+            for cap in [taus[0], taus[len(taus) // 2], taus[-1]] if taus else []:
+                rest = bounds.capped_rest(sg, t, cap)
+                bounds.USE_FORCED_SYNC = False
+                try:
+                    plain = bounds.capped_rest(sg, t, cap)
+                finally:
+                    bounds.USE_FORCED_SYNC = True
+                within = [T - W * tau for tau, T in scored if tau <= cap]
+                if not within or rest is None or math.isinf(rest):
+                    continue
+                checked += 1
+                assert min(within) >= rest - 1e-9 * max(1.0, rest), (seed, g, cap, min(within), rest)
+                assert rest >= plain * (1 - 1e-12)
+                lifted += rest > plain * (1 + 1e-6)
     assert checked >= 100 and lifted >= 10, (checked, lifted)  # (measured: 114, 26)
