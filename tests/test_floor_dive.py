@@ -148,7 +148,8 @@ def test_dive_order_on_an_interleaved_incumbent_takes_its_neighbours_by_m_and_st
     """Eq. LS4d: after an interleaved incumbent's own variant come the variants of its vpp (and vpp 1) within a factor
     DIVE_M_RATIO of its M, nearest M first, its own vpp before vpp 1, then the P / M nearest its own (twice M at twice
     P: the same GPUs at half the data parallelism); other vpps and farther M are left out. A vpp-1 incumbent keeps
-    eq. LS4c's DIVE_VARIANTS of vpp 1."""
+    eq. LS4c's DIVE_VARIANTS of vpp 1, and (eq. LS4k) its stage count interleaved second: the copy of the nearest
+    stage count, then the nearest M, then the most chunks."""
     from types import SimpleNamespace as V
 
     grid = [V(num_microbatches=m, vpp=1, num_stages=0) for m in (8, 16, 32, 64, 128)]
@@ -163,8 +164,12 @@ def test_dive_order_on_an_interleaved_incumbent_takes_its_neighbours_by_m_and_st
     want = {(m, vpp, p) for m, vpp, p in ((w.num_microbatches, w.vpp, w.num_stages) for w in grid)
             if vpp in (1, 4) and 16 <= m <= 64}
     assert set(key) == want and len(key) == len(want)
-    flat = bb._dive_order(problem, 2)  # M = 32, vpp 1
+    flat = bb._dive_order(problem, 2)  # M = 32, vpp 1 (its stage count not given: no copy)
     assert [grid[v].num_microbatches for v in flat] == [32, 16, 64] and all(grid[v].vpp == 1 for v in flat)
+    with_copy = [(grid[v].num_microbatches, grid[v].vpp, grid[v].num_stages) for v in bb._dive_order(problem, 2, 14)]
+    assert with_copy == [(32, 1, 0), (32, 4, 16), (16, 1, 0), (64, 1, 0)], with_copy  # (14 stages: 16 the nearest)
+    far = [(grid[v].num_microbatches, grid[v].vpp, grid[v].num_stages) for v in bb._dive_order(problem, 0, 30)]
+    assert far == [(8, 1, 0), (16, 4, 32), (16, 1, 0), (32, 1, 0)], far  # (M 8: the copies of M 16 alone within 2x)
 
 
 def _dived_problem(seed_range=range(40)):

@@ -183,6 +183,7 @@ USE_CAPPED_FILL = True  # eq. B2i at the root (the cut-off's period cap)
 NODE_CAPPED = True  # eq. B2i at each node's first visit (its own tables and cap b), before its DPs
 NODE_CAPPED_TRIAL, NODE_CAPPED_MIN_S = 4, 0.1  # ... on the first nodes, then where nodes take this long (``_node_capped``)
 DIVE_VARIANTS = 3  # the incumbent's and the two nearest micro-batch counts
+DIVE_COPY = True  # eq. LS4k: after a plain incumbent, its stage count interleaved (nearest M, most chunks) second
 DIVE_M_RATIO = 2.0  # an interleaved incumbent: the variants of its vpp (and vpp 1) within this ratio of its M (eq. LS4d)
 PAR_DIVE = True  # eq. PAR5c: the incumbent's variant dived here, the others on a forked child
 DIVE_RTOL = 2e-3  # the bisection stops when its bracket is this narrow, relative to its upper end (a floor of 0 ends too)
@@ -1478,7 +1479,7 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
     go (a shared index), and each one's caps read the best plan time either holds (``_State.shared``)."""
     if not (USE_FLOOR_DIVE and USE_SEGMENT_DP and st.several_groups and st.inc is not None):
         return
-    order = _dive_order(problem, st.inc.variant)
+    order = _dive_order(problem, st.inc.variant, len(st.inc.stages))
     if not (PAR_DIVE and len(order) > 1 and forks(threads)):
         st.stats["dive_probes"], st.stats["dives"] = _dive(problem, st, vb, r, until, deadline, name, order)
         return
@@ -1506,7 +1507,7 @@ def _floor_dive(problem: Problem, st: _State, vb: list, r: float, until: float, 
     st.stats["dive_probes"], st.stats["dives"] = here[0] + probes, here[1] + dives
 
 
-def _dive_order(problem: Problem, home: int) -> list[int]:
+def _dive_order(problem: Problem, home: int, stages: int = 0) -> list[int]:
     """The variants eq. LS4c dives, in turn: the incumbent's (``home``), then those of vpp = 1 nearest its micro-batch
     count M (by ratio), DIVE_VARIANTS in all. Eq. LS4d: where the incumbent is interleaved, instead every variant of
     its vpp or of vpp = 1 whose M lies within DIVE_M_RATIO of its M, nearest M first, then its own vpp, then the
@@ -1524,7 +1525,15 @@ def _dive_order(problem: Problem, home: int) -> list[int]:
 
     if vpp == 1:
         kin = [v for v, w in enumerate(problem.variants) if (w.vpp == 1 or v == home) and w.num_microbatches > 1]
-        return sorted(kin, key=near)[:DIVE_VARIANTS]
+        order = sorted(kin, key=near)[:DIVE_VARIANTS]
+        copies = [v for v, w in enumerate(problem.variants) if w.vpp > 1 and stages > 0
+                  and max(w.num_microbatches / M, M / w.num_microbatches) <= DIVE_M_RATIO]
+        if DIVE_COPY and copies:  # eq. LS4k: the incumbent's stage count (the nearest) interleaved, second
+            best = min(copies, key=lambda v: (abs(math.log(problem.variants[v].num_stages / stages)),
+                                              abs(math.log(problem.variants[v].num_microbatches / M)),
+                                              -problem.variants[v].vpp, v))
+            order.insert(1, best)
+        return order
     kin = [v for v, w in enumerate(problem.variants) if w.vpp in (1, vpp) and w.num_microbatches > 1
            and max(w.num_microbatches / M, M / w.num_microbatches) <= DIVE_M_RATIO]
     return sorted(kin, key=near)
