@@ -315,10 +315,7 @@ def capped_rest(problem: Problem, t: Tables, cap: float) -> float | None:
     body = capped_fill(problem, t, h)
     if body is None or math.isinf(body):
         return body
-    fill, links, sync, extra = _rest_parts(problem, t, body)
-    if USE_FORCED_SYNC:
-        sync = max(sync, _forced_sync(problem, t, h, fill, sync))
-    return fill / t.vpp + links + sync + extra
+    return _rest_bound(problem, t, body, h if USE_FORCED_SYNC else None)
 
 
 def _forced_sync(problem: Problem, t: Tables, h: np.ndarray, fill: float, sync: float) -> float:
@@ -338,29 +335,20 @@ def _forced_sync(problem: Problem, t: Tables, h: np.ndarray, fill: float, sync: 
     c = t.coef
     one = c["sync_fixed"] + c["sync_per_layer"] + beta * c["layer_time"]  # [n] a one-layer stage's s + beta t
     base = -beta * fill  # (1/vpp - beta) fill - fill / vpp
-    lifts = []
-    for g in range(t.use.shape[1]):
-        on = (t.use[:, g] > 0) & (h > 0)
-        if on.any() and base + float(one[on].min()) > sync:
-            lifts.append((base + float(one[on].min()), g))
-    for value, g in sorted(lifts, reverse=True):
+    terms = [(base + float(one[on].min()), g) for g in range(t.use.shape[1])
+             for on in [(t.use[:, g] > 0) & (h > 0)] if on.any()]
+    for value, g in sorted((x for x in terms if x[0] > sync), reverse=True):
         without = np.where(t.use[:, g] > 0, 0, h)
         if capped_fill(problem, t, without) == math.inf:  # (None: HiGHS gave no answer, so nothing is known)
             return value
     return sync
 
 
-def _rest_bound(problem: Problem, t: Tables, body: float | None = None) -> float:
+def _rest_bound(problem: Problem, t: Tables, body: float | None = None, caps: np.ndarray | None = None) -> float:
     """sum t_j >= L*min lt + min ft + min xt (on a fixed stage count, eq. B2e's LP in place of L*min lt; ``body``:
     that LP's value given, eq. B2i); sum c_j >= (p_min-1)*min p2p; sigma >= the sync of a first stage with one layer
-    (eqs. B2, T3); interleaved, eq. I1: sum t / vpp + vpp * sum c (+ the wrap, >= 0)."""
-    fill, links, sync, extra = _rest_parts(problem, t, body)
-    return fill / t.vpp + links + sync + extra
-
-
-def _rest_parts(problem: Problem, t: Tables, body: float | None = None) -> tuple[float, float, float, float]:
-    """``_rest_bound``'s terms (seconds): the least sum_j t_j, the links' least vpp * sum_j c_j, eq. T3's least
-    sigma and eq. EX1's least extra terms."""
+    (eqs. B2, T3), or eq. B2j's where ``caps`` (eq. B2i's layer caps) make a group needed; interleaved, eq. I1:
+    sum t / vpp + vpp * sum c (+ the wrap, >= 0)."""
     c = t.coef
     fill = t.L * c["layer_time"].min() + c["first_time"].min() + c["last_time"].min()
     if body is None and USE_FILL_LP and t.vpp > 1 and t.num_stages:  # eq. B2e: P stages of a layer at least share
@@ -371,7 +359,9 @@ def _rest_parts(problem: Problem, t: Tables, body: float | None = None) -> tuple
     p2p_min = float(t.p2p[np.ix_(groups, groups)].min()) if t.p_min > 1 else 0.0
     # eq. T3: sigma >= s_0, the first stage's sync (at least one layer and the embedding); sigma_v >= s_0 still
     sync = float((c["sync_fixed"] + c["sync_per_layer"] + c["sync_first"]).min())
-    return float(fill), float((t.p_min - 1) * p2p_min * t.vpp), sync, _extra_bound(problem, t)
+    if caps is not None:
+        sync = max(sync, _forced_sync(problem, t, caps, float(fill), sync))
+    return float(fill / t.vpp + (t.p_min - 1) * p2p_min * t.vpp + sync) + _extra_bound(problem, t)
 
 
 def _extra_bound(problem: Problem, t: Tables) -> float:

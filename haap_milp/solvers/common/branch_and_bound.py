@@ -1408,17 +1408,14 @@ def _segments(problem, st: _State, dp: PathDP, name: str, deadline: float) -> No
             and _room(st, deadline)):
         return
     t0 = time.perf_counter()
-    if NODE_SEGMENT_PLANS:
-        plans = [a for a in _segment_plans(problem, dp, island, st.inc_obj, deadline, node=True) if a is not None
-                 and not violations(problem, a)]
-        plan = min(plans, key=lambda a: evaluate(problem, a), default=None)
-    else:
-        plan = segment_dp.segment_plan(dp, island)
+    plans = _segment_plans(problem, dp, island, st.inc_obj, deadline, node=True) if NODE_SEGMENT_PLANS else \
+        [segment_dp.segment_plan(dp, island)]
+    plan = _least_valid(problem, plans)
     st.cap_dp_s = max(st.cap_dp_s, time.perf_counter() - t0)  # (not interruptible either: _room counts it)
     st.stats["segment_dp"] = st.stats.get("segment_dp", 0) + 1
     st.stats["segment_dp_s"] = st.stats.get("segment_dp_s", 0.0) + time.perf_counter() - t0
     before = st.inc_obj
-    if plan is not None and not violations(problem, plan):
+    if plan is not None:
         st.offer(problem, plan, f"{name} segment DP")
     st.seg_idle = 0 if st.inc_obj < before else st.seg_idle + 1
 
@@ -1526,8 +1523,8 @@ def _dive_order(problem: Problem, home: int, stages: int = 0) -> list[int]:
     if vpp == 1:
         kin = [v for v, w in enumerate(problem.variants) if (w.vpp == 1 or v == home) and w.num_microbatches > 1]
         order = sorted(kin, key=near)[:DIVE_VARIANTS]
-        copies = [v for v, w in enumerate(problem.variants) if w.vpp > 1 and stages > 0
-                  and max(w.num_microbatches / M, M / w.num_microbatches) <= DIVE_M_RATIO]
+        copies = [v for v, w in enumerate(problem.variants) if w.vpp > 1
+                  and max(w.num_microbatches / M, M / w.num_microbatches) <= DIVE_M_RATIO] if stages > 0 else []
         if DIVE_COPY and copies:  # eq. LS4k: the incumbent's stage count (the nearest) interleaved, second
             best = min(copies, key=lambda v: (abs(math.log(problem.variants[v].num_stages / stages)),
                                               abs(math.log(problem.variants[v].num_microbatches / M)),
@@ -1608,7 +1605,7 @@ def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = N
     eq. N9b the best of each island's. Where a GPU type lies on several islands, eq. N25b's crossing plan too (the
     better of the two). ``ran``: True is appended for each DP that ran (none: neither applies to the variant's
     options, e.g. under eq. Q2, whatever b). ``stop``: the segment DPs' runs end there with no plan (eq. LS4i)."""
-    best, best_obj = None, math.inf
+    found: list = []
     types = [island_split.gpu_type(g) for g in problem.groups]
     for t in _island_tables(problem, v, b):
         dp = PathDP(problem, t, b, t.p_min, t.p_max)
@@ -1619,11 +1616,14 @@ def _segment_at(problem: Problem, v: int, b: float, island, ran: list | None = N
             plans.append(island_crossings.crossing_plan(dp, types, problem.group_island, blocks))
         if ran is not None:
             ran.extend([True] * (int(applies) + int(blocks is not None)))
-        for plan in plans:
-            obj = evaluate(problem, plan) if plan is not None and not violations(problem, plan) else math.inf
-            if obj < best_obj:
-                best, best_obj = plan, obj
-    return best
+        found.extend(plans)
+    return _least_valid(problem, found)
+
+
+def _least_valid(problem: Problem, plans: list) -> Assignment | None:
+    """The plan of least objective among ``plans`` that breaks no constraint (None: none; Nones skipped)."""
+    scored = [(evaluate(problem, a), i) for i, a in enumerate(plans) if a is not None and not violations(problem, a)]
+    return plans[min(scored)[1]] if scored else None
 
 
 def _segment_plans(problem: Problem, dp: PathDP, island, inc_obj: float = math.inf,
