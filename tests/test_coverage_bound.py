@@ -287,6 +287,45 @@ def _random_variants(seeds):
             yield seed, problem, var, replace(problem, variants=(var,))
 
 
+def test_sync_floor_bounds_every_plan_within_its_cap():
+    """Eq. B2k (``bounds._sync_floor``): on random plain variants with their per-layer syncs made dear (k times a mean
+    layer's time, so that the largest sync of a plan within a period cap outweighs what the earlier stages' backward
+    hides), at caps from the plans' own periods, T - (M - 1) tau is at least the capped rest term for every plan within
+    the cap (brute force), which is never below the rest term without eq. B2k; it lifts it on some (not vacuous)."""
+    from synthetic import feasible_plans
+
+    from haap_milp.problem import evaluate
+    from haap_milp.solvers.common.branch_and_bound import _m_eff, _steady
+
+    checked = lifted = 0
+    for seed, problem, var, sub in _random_variants(range(12)):
+        if var.vpp > 1 or build_tables(sub, 0).p_min == 0:
+            continue
+        plans = list(feasible_plans(sub))  # (memory and GPUs alone: the same for every sync below)
+        for k in (2.0, 8.0, 32.0):
+            dear = replace(var, sync_per_layer=np.asarray(var.sync_per_layer) * k * float(np.mean(var.layer_time))
+                           / max(float(np.mean(var.sync_per_layer)), 1e-12))
+            sg = replace(problem, variants=(dear,))
+            t, W = build_tables(sg, 0), _m_eff(dear) - 1
+            scored = [(_steady(sg, a), evaluate(sg, a)) for a in plans]
+            taus = sorted({tau for tau, _ in scored})
+            for cap in [taus[0], taus[len(taus) // 2], taus[-1]] if taus else []:
+                rest = bounds.capped_rest(sg, t, cap)
+                bounds.USE_SYNC_FLOOR = False
+                try:
+                    plain = bounds.capped_rest(sg, t, cap)
+                finally:
+                    bounds.USE_SYNC_FLOOR = True
+                within = [T - W * tau for tau, T in scored if tau <= cap]
+                if not within or rest is None or math.isinf(rest):
+                    continue
+                checked += 1
+                assert min(within) >= rest - 1e-9 * max(1.0, rest), (seed, k, cap, min(within), rest)
+                assert rest >= plain * (1 - 1e-12)
+                lifted += rest > plain * (1 + 1e-6)
+    assert checked >= 150 and lifted >= 15, (checked, lifted)  # (measured: 216, 26)
+
+
 def test_capped_fill_bounds_every_plan_within_its_cap():
     """Eq. B2i (``bounds.capped_rest``): on the plain variants and interleaved copies above, at caps taken from the
     plans' own periods, T - (M - 1/vpp) tau is at least the capped rest term for every plan (brute force) whose tau
@@ -358,10 +397,12 @@ def test_forced_sync_lifts_by_hand():
     assert min(rests) == pytest.approx(0.6 + 1.0 - 0.2 * beta)
     assert bounds.capped_rest(prob, t, 0.4) == pytest.approx((1 - beta) * 0.6 + 1.0 + beta * 0.2)
     bounds.USE_FORCED_SYNC = False
-    try:
+    try:  # eq. B2k alone: every plan within the cap needs b's stage, whose sync is S >= 1 s: 0.6 + (1 - beta 0.6)
+        assert 1.2 * (1 - 1e-2) <= bounds.capped_rest(prob, t, 0.4) <= 1.2
+        bounds.USE_SYNC_FLOOR = False
         assert bounds.capped_rest(prob, t, 0.4) == pytest.approx(0.6)  # eq. B2i alone
     finally:
-        bounds.USE_FORCED_SYNC = True
+        bounds.USE_FORCED_SYNC = bounds.USE_SYNC_FLOOR = True
 
 
 def test_forced_sync_bounds_every_plan_within_its_cap():
@@ -378,7 +419,7 @@ def test_forced_sync_bounds_every_plan_within_its_cap():
     for seed, problem, var, sub in _random_variants(range(10)):
         if build_tables(sub, 0).p_min == 0:
             continue
-        plans = feasible_plans(sub)  # (memory and GPUs alone: the same for every sync below)
+        plans = list(feasible_plans(sub))  # (memory and GPUs alone: the same for every sync below)
         for g in range(len(problem.groups)):
             on = np.array([o.group == g for o in problem.options], float)
             dear = replace(var, sync_fixed=np.asarray(var.sync_fixed) + on * 3 * float(np.mean(var.layer_time)))
@@ -400,4 +441,4 @@ def test_forced_sync_bounds_every_plan_within_its_cap():
                 assert min(within) >= rest - 1e-9 * max(1.0, rest), (seed, g, cap, min(within), rest)
                 assert rest >= plain * (1 - 1e-12)
                 lifted += rest > plain * (1 + 1e-6)
-    assert checked >= 100 and lifted >= 10, (checked, lifted)  # (measured: 114, 26)
+    assert checked >= 300 and lifted >= 50, (checked, lifted)  # (measured: 417, 89: every group made dear in turn)

@@ -23,6 +23,8 @@ USE_FILL_LP = True  # eq. B2e
 USE_STAGE_CAP = True  # eq. B2g
 USE_JOINT_COVER = True  # eq. B2h
 USE_FORCED_SYNC = True  # eq. B2j
+USE_SYNC_FLOOR = True  # eq. B2k
+SYNC_FLOOR_STEPS = 10  # eq. B2k's bisection on the sync cap S (each step one coverage, eq. B2)
 
 
 @dataclass(frozen=True)
@@ -315,7 +317,7 @@ def capped_rest(problem: Problem, t: Tables, cap: float) -> float | None:
     body = capped_fill(problem, t, h)
     if body is None or math.isinf(body):
         return body
-    return _rest_bound(problem, t, body, h if USE_FORCED_SYNC else None)
+    return _rest_bound(problem, t, body, h if USE_FORCED_SYNC else None, cap if USE_SYNC_FLOOR else None)
 
 
 def _forced_sync(problem: Problem, t: Tables, h: np.ndarray, fill: float, sync: float) -> float:
@@ -344,11 +346,59 @@ def _forced_sync(problem: Problem, t: Tables, h: np.ndarray, fill: float, sync: 
     return sync
 
 
-def _rest_bound(problem: Problem, t: Tables, body: float | None = None, caps: np.ndarray | None = None) -> float:
+def _sync_floor(problem: Problem, t: Tables, cap: float, fill: float, sync: float) -> float:
+    """Eq. B2k: a lower bound on sigma + sum_j t_j - fill (seconds) for every plan of a plain variant (vpp 1) whose
+    period is at most ``cap``. Let S = max_j s_j (eq. T1c) be such a plan's largest sync. Its stage j of option o holds
+    n_j layers with s_o^0 + n_j s_o^1 <= s_j <= S (the first / last stage's extras are >= 0), and n_j <= cap / lambda_o
+    (eq. T2), so eq. B2's coverage at tau = cap with every option's layers capped at k_o(S) = floor((S - s_o^0) /
+    s_o^1) holds all L layers; coverage grows with S, so S > S_lb, the largest S found by bisection at which it does
+    not. Eq. T3's row of that stage gives sigma >= S - beta sum_{k<j} t_k >= S - beta sum t, so
+
+        sigma + sum t >= (1 - beta) sum t + S >= (1 - beta) fill + S_lb,
+
+    returned minus fill (it adds to the rest term as eq. T3's sync does); ``sync`` where that is no larger. Why: the
+    rest term's sync is a one-layer first stage's, while a plan within a period cap needs stages of many layers on
+    the GPUs it has, and under a blocking runtime (beta = 0, DeepSpeed) nothing hides their sync: Sailor's 32 A100 +
+    96 V100 row (OPT-350M, fp32, dp 16) syncs 0.38 s against the 0.11 s one-layer bound. Tried only where S_lb could
+    lift it (the largest sync within the caps, less beta fill, above ``sync``); SYNC_FLOOR_STEPS coverages."""
+    if t.vpp > 1 or not (cap > 0 and math.isfinite(cap)):
+        return sync
+    beta = sigma_share(t.vpp, problem.p2p_blocking)
+    c = t.coef
+    s0, s1 = c["sync_fixed"], c["sync_per_layer"]
+    hmax = memory_layers(t)
+    h = np.maximum(_layer_caps(t, cap, hmax), 0)
+    on = h > 0
+    if not on.any():
+        return sync
+    hi = float((s0 + h * s1)[on].max())  # at this S no option's sync caps it below its period cap
+    if hi - beta * fill <= sync:
+        return sync
+    cover, need = _cover(problem, t), t.L - COVER_TOL
+    per = np.where(s1 > 0, s1, 1.0)
+
+    def covers(S: float) -> bool:
+        k = np.where(s1 > 0, np.floor((S - s0) / per + TIME_RTOL), np.where(s0 <= S, t.L, -1))
+        return coverage_at(problem, t, cap, np.minimum(hmax, np.maximum(k, 0).astype(np.int64)), cover) >= need
+
+    lo = max(sync + beta * fill, 0.0)  # (below it the term cannot lift the sync)
+    if covers(lo):
+        return sync
+    for _ in range(SYNC_FLOOR_STEPS):
+        mid = (lo + hi) / 2
+        if covers(mid):
+            hi = mid
+        else:
+            lo = mid
+    return max(sync, lo - beta * fill)
+
+
+def _rest_bound(problem: Problem, t: Tables, body: float | None = None, caps: np.ndarray | None = None,
+                cap: float | None = None) -> float:
     """sum t_j >= L*min lt + min ft + min xt (on a fixed stage count, eq. B2e's LP in place of L*min lt; ``body``:
     that LP's value given, eq. B2i); sum c_j >= (p_min-1)*min p2p; sigma >= the sync of a first stage with one layer
-    (eqs. B2, T3), or eq. B2j's where ``caps`` (eq. B2i's layer caps) make a group needed; interleaved, eq. I1:
-    sum t / vpp + vpp * sum c (+ the wrap, >= 0)."""
+    (eqs. B2, T3), or eq. B2j's where ``caps`` (eq. B2i's layer caps) make a group needed, or eq. B2k's under the
+    period cap ``cap``; interleaved, eq. I1: sum t / vpp + vpp * sum c (+ the wrap, >= 0)."""
     c = t.coef
     fill = t.L * c["layer_time"].min() + c["first_time"].min() + c["last_time"].min()
     if body is None and USE_FILL_LP and t.vpp > 1 and t.num_stages:  # eq. B2e: P stages of a layer at least share
@@ -361,6 +411,8 @@ def _rest_bound(problem: Problem, t: Tables, body: float | None = None, caps: np
     sync = float((c["sync_fixed"] + c["sync_per_layer"] + c["sync_first"]).min())
     if caps is not None:
         sync = max(sync, _forced_sync(problem, t, caps, float(fill), sync))
+    if cap is not None:
+        sync = max(sync, _sync_floor(problem, t, cap, float(fill), sync))
     return float(fill / t.vpp + (t.p_min - 1) * p2p_min * t.vpp + sync) + _extra_bound(problem, t)
 
 
