@@ -287,15 +287,41 @@ def _random_variants(seeds):
             yield seed, problem, var, replace(problem, variants=(var,))
 
 
+def _capped_against_brute(sg, plans: list, switch: str, why) -> tuple[int, int]:
+    """The capped rest term of ``sg``'s one variant (``bounds.capped_rest``) at caps from its plans' own periods (the
+    least, the median, the largest) against brute force: at most T - (M - 1/vpp) tau of every plan within the cap, and
+    never below the term with ``bounds.<switch>`` off. (checked, lifted): the caps with a plan within them, and those
+    where the switch lifts the term. ``why``: put in the assertion's message."""
+    from haap_milp.problem import evaluate
+    from haap_milp.solvers.common.branch_and_bound import _m_eff, _steady
+
+    t, W = build_tables(sg, 0), _m_eff(sg.variants[0]) - 1
+    scored = [(_steady(sg, a), evaluate(sg, a)) for a in plans]
+    taus = sorted({tau for tau, _ in scored})
+    checked = lifted = 0
+    for cap in [taus[0], taus[len(taus) // 2], taus[-1]] if taus else []:
+        rest = bounds.capped_rest(sg, t, cap)
+        setattr(bounds, switch, False)
+        try:
+            plain = bounds.capped_rest(sg, t, cap)
+        finally:
+            setattr(bounds, switch, True)
+        within = [T - W * tau for tau, T in scored if tau <= cap]
+        if not within or rest is None or math.isinf(rest):
+            continue
+        checked += 1
+        assert min(within) >= rest - 1e-9 * max(1.0, rest), (why, cap, min(within), rest)
+        assert rest >= plain * (1 - 1e-12)
+        lifted += rest > plain * (1 + 1e-6)
+    return checked, lifted
+
+
 def test_sync_floor_bounds_every_plan_within_its_cap():
     """Eq. B2k (``bounds._sync_floor``): on random plain variants with their per-layer syncs made dear (k times a mean
     layer's time, so that the largest sync of a plan within a period cap outweighs what the earlier stages' backward
     hides), at caps from the plans' own periods, T - (M - 1) tau is at least the capped rest term for every plan within
     the cap (brute force), which is never below the rest term without eq. B2k; it lifts it on some (not vacuous)."""
     from synthetic import feasible_plans
-
-    from haap_milp.problem import evaluate
-    from haap_milp.solvers.common.branch_and_bound import _m_eff, _steady
 
     checked = lifted = 0
     for seed, problem, var, sub in _random_variants(range(12)):
@@ -305,24 +331,8 @@ def test_sync_floor_bounds_every_plan_within_its_cap():
         for k in (2.0, 8.0, 32.0):
             dear = replace(var, sync_per_layer=np.asarray(var.sync_per_layer) * k * float(np.mean(var.layer_time))
                            / max(float(np.mean(var.sync_per_layer)), 1e-12))
-            sg = replace(problem, variants=(dear,))
-            t, W = build_tables(sg, 0), _m_eff(dear) - 1
-            scored = [(_steady(sg, a), evaluate(sg, a)) for a in plans]
-            taus = sorted({tau for tau, _ in scored})
-            for cap in [taus[0], taus[len(taus) // 2], taus[-1]] if taus else []:
-                rest = bounds.capped_rest(sg, t, cap)
-                bounds.USE_SYNC_FLOOR = False
-                try:
-                    plain = bounds.capped_rest(sg, t, cap)
-                finally:
-                    bounds.USE_SYNC_FLOOR = True
-                within = [T - W * tau for tau, T in scored if tau <= cap]
-                if not within or rest is None or math.isinf(rest):
-                    continue
-                checked += 1
-                assert min(within) >= rest - 1e-9 * max(1.0, rest), (seed, k, cap, min(within), rest)
-                assert rest >= plain * (1 - 1e-12)
-                lifted += rest > plain * (1 + 1e-6)
+            c, n = _capped_against_brute(replace(problem, variants=(dear,)), plans, "USE_SYNC_FLOOR", (seed, k))
+            checked, lifted = checked + c, lifted + n
     assert checked >= 150 and lifted >= 15, (checked, lifted)  # (measured: 216, 26)
 
 
@@ -412,9 +422,6 @@ def test_forced_sync_bounds_every_plan_within_its_cap():
     below eq. B2i's; it lifts eq. B2i's on some (not vacuous)."""
     from synthetic import feasible_plans
 
-    from haap_milp.problem import evaluate
-    from haap_milp.solvers.common.branch_and_bound import _m_eff, _steady
-
     checked = lifted = 0
     for seed, problem, var, sub in _random_variants(range(10)):
         if build_tables(sub, 0).p_min == 0:
@@ -423,22 +430,6 @@ def test_forced_sync_bounds_every_plan_within_its_cap():
         for g in range(len(problem.groups)):
             on = np.array([o.group == g for o in problem.options], float)
             dear = replace(var, sync_fixed=np.asarray(var.sync_fixed) + on * 3 * float(np.mean(var.layer_time)))
-            sg = replace(problem, variants=(dear,))
-            t, W = build_tables(sg, 0), _m_eff(dear) - 1
-            scored = [(_steady(sg, a), evaluate(sg, a)) for a in plans]
-            taus = sorted({tau for tau, _ in scored})
-            for cap in [taus[0], taus[len(taus) // 2], taus[-1]] if taus else []:
-                rest = bounds.capped_rest(sg, t, cap)
-                bounds.USE_FORCED_SYNC = False
-                try:
-                    plain = bounds.capped_rest(sg, t, cap)
-                finally:
-                    bounds.USE_FORCED_SYNC = True
-                within = [T - W * tau for tau, T in scored if tau <= cap]
-                if not within or rest is None or math.isinf(rest):
-                    continue
-                checked += 1
-                assert min(within) >= rest - 1e-9 * max(1.0, rest), (seed, g, cap, min(within), rest)
-                assert rest >= plain * (1 - 1e-12)
-                lifted += rest > plain * (1 + 1e-6)
+            c, n = _capped_against_brute(replace(problem, variants=(dear,)), plans, "USE_FORCED_SYNC", (seed, g))
+            checked, lifted = checked + c, lifted + n
     assert checked >= 300 and lifted >= 50, (checked, lifted)  # (measured: 417, 89: every group made dear in turn)
