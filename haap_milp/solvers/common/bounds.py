@@ -24,6 +24,7 @@ USE_STAGE_CAP = True  # eq. B2g
 USE_JOINT_COVER = True  # eq. B2h
 USE_FORCED_SYNC = True  # eq. B2j
 USE_SYNC_FLOOR = True  # eq. B2k
+USE_END_STAGES = True  # eq. B2l
 SYNC_FLOOR_STEPS = 10  # eq. B2k's bisection on the sync cap S (each step one coverage, eq. B2)
 
 
@@ -38,9 +39,15 @@ class VariantBound:
 
 
 def _knapsack_max(weights: np.ndarray, values: np.ndarray, cap: int) -> float:
-    """Unbounded knapsack: most value with total weight <= cap (items reusable; integer weights, real values).
-    Weights and cap are first divided by the weights' gcd (GPU counts are mostly multiples of 8: exact, as every sum
-    of weights is a multiple of it, and 8 times shorter arrays)."""
+    """Unbounded knapsack: most value with total weight <= cap (items reusable; integer weights, real values)."""
+    f, unit = _knapsack_table(weights, values, cap)
+    return float(f[cap // unit])
+
+
+def _knapsack_table(weights: np.ndarray, values: np.ndarray, cap: int) -> tuple[np.ndarray, int]:
+    """The unbounded knapsack's most value at every capacity up to ``cap``: (f, unit), f[c // unit] the most value
+    within weight c. Weights and cap are first divided by the weights' gcd (GPU counts are mostly multiples of 8:
+    exact, as every sum of weights is a multiple of it, and 8 times shorter arrays)."""
     best: dict[int, float] = {}
     for w, val in zip(weights.tolist(), values.tolist()):
         if val > 0 and w <= cap:
@@ -57,7 +64,7 @@ def _knapsack_max(weights: np.ndarray, values: np.ndarray, cap: int) -> float:
         i = np.arange(rows, dtype=float)[:, None] * val
         mat = np.maximum.accumulate(mat - i, axis=0) + i
         f = np.maximum(f, mat.reshape(-1)[: cap + 1])
-    return float(f[cap])
+    return f, unit
 
 
 @dataclass(frozen=True)
@@ -118,25 +125,36 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover
     such term) a stage of a pipeline of two or more stages holds only the layers that fit in tau less its least sends
     (eq. B2c, ``send_floor``); a one-stage plan has none, so its stage counts alone.
     Measured on the same row: the optimum's tau 0.0687 s is its slowest stage's 0.0577 s plus 0.011 s of sends,
-    which the bound missed (M - 1 = 63 times). ``cover``: its tau-independent parts (``_cover``), when the caller
-    probes many tau."""
+    which the bound missed (M - 1 = 63 times). Eq. B2l: the last stage of such a pipeline runs the head too, and a
+    one-stage plan's stage the embedding and the head (``_layers_at``, ``_with_last``). ``cover``: its tau-independent
+    parts (``_cover``), when the caller probes many tau."""
     c = cover or _cover(problem, t)
-    h0, h, alone = _layers_at(t, tau, hmax, c)
+    h0, h, alone, last = _layers_at(t, tau, hmax, c)
     cap = _stage_cap(t, h0, c.copies) if USE_STAGE_CAP else math.inf  # (eq. B2g: h before sends, larger)
     half = link_half(t.p2p, t.vpp)
     comps = _components(half, np.flatnonzero(t.use.any(axis=0)).tolist(), tau, c.joined)
-    return min(cap, max(alone, min(_split_coverage(problem, t, tau, h, c.mixed, comps, w, half) for w in c.weights)))
+    return min(cap, max(alone, min(_split_coverage(problem, t, tau, h, c.mixed, comps, w, half, last)
+                                   for w in c.weights)))
 
 
-def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover) -> tuple[np.ndarray, np.ndarray, float]:
+def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover) -> tuple:
     """Per option the most layers a stage holds in tau: alone (h0) and in a pipeline of two stages or more (h: less
-    eq. B2c's sends), and eq. B2's one-stage plan (``alone``: the most layers of one stage, 0 unless p_min <= 1)."""
+    eq. B2c's sends); eq. B2's one-stage plan (``alone``: the most layers of one stage, 0 unless p_min <= 1); and (eq.
+    B2l, None when off or p_max < 2) per option the most layers a last stage of such a pipeline holds (``last``: less
+    its sends and its head's time too). Eq. B2l: a one-stage plan's stage runs the embedding and the head as well."""
+    c_ = t.coef
     h0 = _layer_caps(t, tau, hmax)
-    alone = float(h0.max(initial=0)) if t.p_min <= 1 else 0.0  # a one-stage plan: no link, no send
-    h = h0
+    if t.p_min > 1:
+        alone = 0.0
+    elif USE_END_STAGES:  # eq. B2l: tau >= n lambda + first + last time of the one stage
+        alone = float(_layer_caps(t, tau - c_["first_time"] - c_["last_time"], hmax).max(initial=0))
+    else:
+        alone = float(h0.max(initial=0))  # a one-stage plan: no link, no send
+    h, sends = h0, 0.0
     if c.sends is not None:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
-        h = _layer_caps(t, np.maximum(tau - c.sends, 0.0), hmax)
-    return h0, h, alone
+        h, sends = _layer_caps(t, np.maximum(tau - c.sends, 0.0), hmax), c.sends
+    last = _layer_caps(t, tau - sends - c_["last_time"], hmax) if USE_END_STAGES and t.p_max >= 2 else None
+    return h0, h, alone, last
 
 
 def _layer_caps(t: Tables, tau, hmax: np.ndarray) -> np.ndarray:
@@ -146,18 +164,45 @@ def _layer_caps(t: Tables, tau, hmax: np.ndarray) -> np.ndarray:
 
 
 def _split_coverage(problem: Problem, t: Tables, tau: float, h: np.ndarray, mixed: np.ndarray, comps: list,
-                    weight: np.ndarray, half: np.ndarray) -> float:
+                    weight: np.ndarray, half: np.ndarray, last: np.ndarray | None = None) -> float:
     """Eq. B2's knapsacks with option o's layers h_o counted as h_o * weight[o, g] in each group g it uses (each
     row of ``weight`` adds up to 1 over the option's groups: any such weighting is sound, eq. B2b), the best
-    connected component's sum."""
-    per = {}
+    connected component's sum. With ``last`` (eq. B2l), the best over the last stage's option l of l's own ``last[l]``
+    layers plus the knapsacks of every group without l's GPUs (``_with_last``)."""
+    per, tables = {}, {}
     for g in sorted({g for comp in comps for g in comp}):
         m = t.use[:, g] > 0
         if half[g, g] > tau and not mixed[m].any():  # eqs. T2, I2: tau >= c / 2 (vpp c / 2) on every link used
             per[g] = float(h[m].max(initial=0))
         else:
-            per[g] = _knapsack_max(t.use[m, g], h[m] * weight[m, g], problem.group_capacity[g])
-    return max((sum(per[g] for g in comp) for comp in comps), default=0.0)
+            f, unit = _knapsack_table(t.use[m, g], h[m] * weight[m, g], problem.group_capacity[g])
+            per[g], tables[g] = float(f[-1]), (f, unit)
+    if last is None:
+        return max((sum(per[g] for g in comp) for comp in comps), default=0.0)
+    return max((_with_last(problem, t, comp, per, tables, last) for comp in comps), default=0.0)
+
+
+def _with_last(problem: Problem, t: Tables, comp: list, per: dict, tables: dict, last: np.ndarray) -> float:
+    """Eq. B2l on one component: a pipeline of two stages or more has a last stage, of some option l, holding at
+    most ``last[l]`` layers (its head's time and its sends within tau); its other stages fit each group g in cap_g -
+    u_lg GPUs, so g's knapsack at that capacity bounds their shares (eq. B2b), and l's shares add up to its layers:
+    the most over l of last[l] + sum_g KS_g(cap_g - u_lg). A group held to one stage (its own link slower than tau)
+    keeps its one-stage value (an upper bound whether or not l is on it); -inf where no option can end such a
+    pipeline within tau."""
+    on = np.zeros(t.use.shape[1], bool)
+    on[comp] = True
+    ok = (last >= 1) & ~(t.use[:, ~on] > 0).any(axis=1)
+    if not ok.any():
+        return -math.inf
+    use, total = t.use[ok], last[ok].astype(float)
+    for g in comp:
+        if g not in tables:
+            total = total + per[g]
+            continue
+        f, unit = tables[g]
+        room = problem.group_capacity[g] - use[:, g]
+        total = total + np.where(room >= 0, f[np.maximum(room, 0) // unit], -np.inf)
+    return float(total.max())
 
 
 def _components(half: np.ndarray, groups: list[int], tau: float, joined: list[tuple[int, ...]] = ()
@@ -247,6 +292,12 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
     if cover.sends is not None:  # ... and where a stage's layers plus its least sends fill tau (B2c)
         with_sends = np.arange(1, t.L + 1)[None, :] * lt[:, None] + cover.sends[:, None]
         steps.append(with_sends[np.arange(t.L)[None, :] < hmax[:, None]])
+    if USE_END_STAGES:  # ... and where a last stage's (with sends) or a one-stage plan's layers and extras fill it (B2l)
+        c = t.coef
+        for extra in (c["last_time"] + (cover.sends if cover.sends is not None else 0.0),
+                      c["first_time"] + c["last_time"]):
+            steps.append((np.arange(1, t.L + 1)[None, :] * lt[:, None] + extra[:, None])[
+                np.arange(t.L)[None, :] < hmax[:, None]])
     cand = np.unique(np.concatenate(steps))
     if coverage_at(problem, t, float(cand[-1]) if len(cand) else 0.0, hmax, cover) < t.L - COVER_TOL:
         cap = math.floor(coverage_at(problem, t, math.inf, hmax, cover) + COVER_TOL)
@@ -262,7 +313,7 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
     tau_lb = float(cand[lo_i])
     if USE_JOINT_COVER and joint_cover.usable(t.use):  # eq. B2h: the groups' GPUs counted once, in one LP
         lp = joint_cover.JointCover(problem, t.use, cover.copies, t.p_max)
-        tau_lb = joint_cover.lifted_tau(lp, t.L - COVER_TOL, lambda tau: _layers_at(t, tau, hmax, cover)[1:],
+        tau_lb = joint_cover.lifted_tau(lp, t.L - COVER_TOL, lambda tau: _layers_at(t, tau, hmax, cover)[1:3],
                                         cand[lo_i:])
         if not math.isfinite(tau_lb):
             return VariantBound(math.inf, math.inf, math.inf, "the GPUs cannot hold all "
