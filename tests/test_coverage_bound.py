@@ -186,7 +186,7 @@ def test_end_stages_keep_tau_below_every_plan():
                     raised += b.tau_lb > variant_bound(sub, build_tables(sub, 0)).tau_lb * (1 + 1e-9)
                 finally:
                     bounds.USE_END_STAGES = True
-    assert checked >= 100 and raised >= 40, (checked, raised)  # (measured: 109, 54)
+    assert checked >= 100 and raised >= 40, (checked, raised)  # (measured: 109, 55)
 
 
 def test_bound_binds_on_some_blocking_instances():

@@ -146,15 +146,20 @@ def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover) -> tuple:
     h0 = _layer_caps(t, tau, hmax)
     if t.p_min > 1:
         alone = 0.0
-    elif USE_END_STAGES:  # eq. B2l: tau >= n lambda + first + last time of the one stage
-        alone = float(_layer_caps(t, tau - c_["first_time"] - c_["last_time"], hmax).max(initial=0))
+    elif USE_END_STAGES:  # eq. B2l: tau >= n lambda + first + last time of the one stage, in slot 1's first-stage memory
+        alone = float(_layer_caps(t, tau - c_["first_time"] - c_["last_time"], t.Uf_mem[0]).max(initial=0))
     else:
         alone = float(h0.max(initial=0))  # a one-stage plan: no link, no send
     h, sends = h0, 0.0
     if c.sends is not None:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
         h, sends = _layer_caps(t, np.maximum(tau - c.sends, 0.0), hmax), c.sends
-    last = _layer_caps(t, tau - sends - c_["last_time"], hmax) if USE_END_STAGES and t.p_max >= 2 else None
-    return h0, h, alone, last
+    if not (USE_END_STAGES and t.p_max >= 2):
+        return h0, h, alone, None
+    # eq. B2l: a last stage holds its head's time and memory (slot 1, not first); a first stage (slot 2 .. p_max)
+    # its embedding's
+    last = _layer_caps(t, tau - sends - c_["last_time"], np.minimum(hmax, t.U_mem[0]))
+    first = _layer_caps(t, tau - sends - c_["first_time"], np.minimum(hmax, t.Uf_mem[1: t.p_max].max(axis=0)))
+    return h0, h, alone, (last, first)
 
 
 def _layer_caps(t: Tables, tau, hmax: np.ndarray) -> np.ndarray:
@@ -164,11 +169,12 @@ def _layer_caps(t: Tables, tau, hmax: np.ndarray) -> np.ndarray:
 
 
 def _split_coverage(problem: Problem, t: Tables, tau: float, h: np.ndarray, mixed: np.ndarray, comps: list,
-                    weight: np.ndarray, half: np.ndarray, last: np.ndarray | None = None) -> float:
+                    weight: np.ndarray, half: np.ndarray, last: tuple | None = None) -> float:
     """Eq. B2's knapsacks with option o's layers h_o counted as h_o * weight[o, g] in each group g it uses (each
     row of ``weight`` adds up to 1 over the option's groups: any such weighting is sound, eq. B2b), the best
-    connected component's sum. With ``last`` (eq. B2l), the best over the last stage's option l of l's own ``last[l]``
-    layers plus the knapsacks of every group without l's GPUs (``_with_last``)."""
+    connected component's sum. With ``last`` (eq. B2l: the layers a last and a first stage of each option hold), the
+    lesser of two bounds: the best over the last stage's option l of l's own layers plus the knapsacks of every group
+    without l's GPUs (``_with_last``), and the same over the first stage's option."""
     per, tables = {}, {}
     for g in sorted({g for comp in comps for g in comp}):
         m = t.use[:, g] > 0
@@ -179,22 +185,22 @@ def _split_coverage(problem: Problem, t: Tables, tau: float, h: np.ndarray, mixe
             per[g], tables[g] = float(f[-1]), (f, unit)
     if last is None:
         return max((sum(per[g] for g in comp) for comp in comps), default=0.0)
-    return max((_with_last(problem, t, comp, per, tables, last) for comp in comps), default=0.0)
+    return max((min(_with_last(problem, t, comp, per, tables, end) for end in last) for comp in comps), default=0.0)
 
 
-def _with_last(problem: Problem, t: Tables, comp: list, per: dict, tables: dict, last: np.ndarray) -> float:
-    """Eq. B2l on one component: a pipeline of two stages or more has a last stage, of some option l, holding at
-    most ``last[l]`` layers (its head's time and its sends within tau); its other stages fit each group g in cap_g -
-    u_lg GPUs, so g's knapsack at that capacity bounds their shares (eq. B2b), and l's shares add up to its layers:
-    the most over l of last[l] + sum_g KS_g(cap_g - u_lg). A group held to one stage (its own link slower than tau)
-    keeps its one-stage value (an upper bound whether or not l is on it); -inf where no option can end such a
-    pipeline within tau."""
+def _with_last(problem: Problem, t: Tables, comp: list, per: dict, tables: dict, end: np.ndarray) -> float:
+    """Eq. B2l on one component: a pipeline of two stages or more has a last stage (and a first), of some option l,
+    holding at most ``end[l]`` layers (its head's, or its embedding's, time and memory and its sends within tau); its
+    other stages fit each group g in cap_g - u_lg GPUs, so g's knapsack at that capacity bounds their shares (eq. B2b),
+    and l's shares add up to its layers: the most over l of end[l] + sum_g KS_g(cap_g - u_lg). A group held to one
+    stage (its own link slower than tau) keeps its one-stage value (an upper bound whether or not l is on it); -inf
+    where no option can be that end stage within tau."""
     on = np.zeros(t.use.shape[1], bool)
     on[comp] = True
-    ok = (last >= 1) & ~(t.use[:, ~on] > 0).any(axis=1)
+    ok = (end >= 1) & ~(t.use[:, ~on] > 0).any(axis=1)
     if not ok.any():
         return -math.inf
-    use, total = t.use[ok], last[ok].astype(float)
+    use, total = t.use[ok], end[ok].astype(float)
     for g in comp:
         if g not in tables:
             total = total + per[g]
@@ -294,8 +300,8 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
         steps.append(with_sends[np.arange(t.L)[None, :] < hmax[:, None]])
     if USE_END_STAGES:  # ... and where a last stage's (with sends) or a one-stage plan's layers and extras fill it (B2l)
         c = t.coef
-        for extra in (c["last_time"] + (cover.sends if cover.sends is not None else 0.0),
-                      c["first_time"] + c["last_time"]):
+        sends = cover.sends if cover.sends is not None else 0.0
+        for extra in (c["last_time"] + sends, c["first_time"] + sends, c["first_time"] + c["last_time"]):
             steps.append((np.arange(1, t.L + 1)[None, :] * lt[:, None] + extra[:, None])[
                 np.arange(t.L)[None, :] < hmax[:, None]])
     cand = np.unique(np.concatenate(steps))
