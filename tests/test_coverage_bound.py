@@ -362,12 +362,15 @@ def test_sync_floor_bounds_every_plan_within_its_cap():
         if var.vpp > 1 or build_tables(sub, 0).p_min == 0:
             continue
         plans = list(feasible_plans(sub))  # (memory and GPUs alone: the same for every sync below)
-        for k in (2.0, 8.0, 32.0):
-            dear = replace(var, sync_per_layer=np.asarray(var.sync_per_layer) * k * float(np.mean(var.layer_time))
-                           / max(float(np.mean(var.sync_per_layer)), 1e-12))
-            c, n = _capped_against_brute(replace(problem, variants=(dear,)), plans, "USE_SYNC_FLOOR", (seed, k))
+        unit = float(np.mean(var.layer_time))
+        for k, ends in ((2.0, 0.0), (8.0, 0.0), (32.0, 0.0), (2.0, 3.0), (8.0, 3.0)):
+            dear = replace(var, sync_per_layer=np.asarray(var.sync_per_layer) * k * unit
+                           / max(float(np.mean(var.sync_per_layer)), 1e-12),
+                           sync_first=np.asarray(var.sync_first) + ends * k * unit,  # (the end stages' own syncs)
+                           sync_last=np.asarray(var.sync_last) + ends * k * unit)
+            c, n = _capped_against_brute(replace(problem, variants=(dear,)), plans, "USE_SYNC_FLOOR", (seed, k, ends))
             checked, lifted = checked + c, lifted + n
-    assert checked >= 150 and lifted >= 15, (checked, lifted)  # (measured: 216, 26)
+    assert checked >= 300 and lifted >= 30, (checked, lifted)  # (measured: 360, 38)
 
 
 def test_capped_fill_bounds_every_plan_within_its_cap():

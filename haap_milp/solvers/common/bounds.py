@@ -26,6 +26,7 @@ USE_FORCED_SYNC = True  # eq. B2j
 USE_SYNC_FLOOR = True  # eq. B2k
 USE_END_STAGES = True  # eq. B2l
 SYNC_FLOOR_STEPS = 10  # eq. B2k's bisection on the sync cap S (each step one coverage, eq. B2)
+SYNC_FLOOR_ENDS = True  # eq. B2k with the end stages' own syncs (the embedding's and the head's) under eq. B2l
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ def _stage_cap(t: Tables, h: np.ndarray, copies: np.ndarray) -> float:
     return float((np.diff(used, prepend=0) * h[top]).sum())
 
 
-def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover: _Cover | None = None) -> float:
+def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover: _Cover | None = None,
+                ends: tuple | None = None) -> float:
     """Most layers the GPUs can hold when no stage and no link may take longer than tau (eq. B2).
     Per group an unbounded knapsack of stages (weight num_gpus, value its layer capacity; one
     stage only if the group's own link is slower than tau); the groups of one pipeline form a
@@ -127,9 +129,10 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover
     Measured on the same row: the optimum's tau 0.0687 s is its slowest stage's 0.0577 s plus 0.011 s of sends,
     which the bound missed (M - 1 = 63 times). Eq. B2l: the last stage of such a pipeline runs the head too, and a
     one-stage plan's stage the embedding and the head (``_layers_at``, ``_with_last``). ``cover``: its tau-independent
-    parts (``_cover``), when the caller probes many tau."""
+    parts (``_cover``), when the caller probes many tau. ``ends``: more per-option caps on a last, a first and a
+    one-stage plan's stage (eq. B2k's sync caps with the end stages' own syncs), besides ``hmax`` on every stage."""
     c = cover or _cover(problem, t)
-    h0, h, alone, last = _layers_at(t, tau, hmax, c)
+    h0, h, alone, last = _layers_at(t, tau, hmax, c, ends)
     cap = _stage_cap(t, h0, c.copies) if USE_STAGE_CAP else math.inf  # (eq. B2g: h before sends, larger)
     half = link_half(t.p2p, t.vpp)
     comps = _components(half, np.flatnonzero(t.use.any(axis=0)).tolist(), tau, c.joined)
@@ -137,19 +140,22 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover
                                    for w in c.weights)))
 
 
-def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover) -> tuple:
+def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover, ends: tuple | None = None) -> tuple:
     """Per option the most layers a stage holds in tau: alone (h0) and in a pipeline of two stages or more (h: less
     eq. B2c's sends); eq. B2's one-stage plan (``alone``: the most layers of one stage, 0 unless p_min <= 1); and (eq.
-    B2l, None when off or p_max < 2) per option the most layers a last stage of such a pipeline holds (``last``: less
-    its sends and its head's time too). Eq. B2l: a one-stage plan's stage runs the embedding and the head as well."""
+    B2l, None when off or p_max < 2) per option the most layers a last and a first stage of such a pipeline hold
+    (less their sends and their head's or embedding's time too, in their own memory). Eq. B2l: a one-stage plan's
+    stage runs the embedding and the head as well. ``ends``: (last, first, one-stage) caps more (``coverage_at``)."""
     c_ = t.coef
+    last_cap, first_cap, both_cap = ends if ends is not None else (hmax, hmax, hmax)
     h0 = _layer_caps(t, tau, hmax)
     if t.p_min > 1:
         alone = 0.0
     elif USE_END_STAGES:  # eq. B2l: tau >= n lambda + first + last time of the one stage, in slot 1's first-stage memory
-        alone = float(_layer_caps(t, tau - c_["first_time"] - c_["last_time"], t.Uf_mem[0]).max(initial=0))
+        both = np.minimum(np.minimum(hmax, both_cap), t.Uf_mem[0])
+        alone = float(_layer_caps(t, tau - c_["first_time"] - c_["last_time"], both).max(initial=0))
     else:
-        alone = float(h0.max(initial=0))  # a one-stage plan: no link, no send
+        alone = float(_layer_caps(t, tau, np.minimum(hmax, both_cap)).max(initial=0))  # a one-stage plan: no send
     h, sends = h0, 0.0
     if c.sends is not None:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
         h, sends = _layer_caps(t, np.maximum(tau - c.sends, 0.0), hmax), c.sends
@@ -157,9 +163,9 @@ def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover) -> tuple:
         return h0, h, alone, None
     # eq. B2l: a last stage holds its head's time and memory (slot 1, not first); a first stage (slot 2 .. p_max)
     # its embedding's
-    last = _layer_caps(t, tau - sends - c_["last_time"], np.minimum(hmax, t.U_mem[0]))
-    first = _layer_caps(t, tau - sends - c_["first_time"], np.minimum(hmax, t.Uf_mem[1: t.p_max].max(axis=0)))
-    return h0, h, alone, (last, first)
+    last = _layer_caps(t, tau - sends - c_["last_time"], np.minimum(np.minimum(hmax, t.U_mem[0]), last_cap))
+    first_mem = np.minimum(np.minimum(hmax, t.Uf_mem[1: t.p_max].max(axis=0)), first_cap)
+    return h0, h, alone, (last, _layer_caps(t, tau - sends - c_["first_time"], first_mem))
 
 
 def _layer_caps(t: Tables, tau, hmax: np.ndarray) -> np.ndarray:
@@ -434,9 +440,14 @@ def _sync_floor(problem: Problem, t: Tables, cap: float, fill: float, sync: floa
     cover, need = _cover(problem, t), t.L - COVER_TOL
     per = np.where(s1 > 0, s1, 1.0)
 
-    def covers(S: float) -> bool:
-        k = np.where(s1 > 0, np.floor((S - s0) / per + TIME_RTOL), np.where(s0 <= S, t.L, -1))
-        return coverage_at(problem, t, cap, np.minimum(hmax, np.maximum(k, 0).astype(np.int64)), cover) >= need
+    def within(S: float, fixed: np.ndarray) -> np.ndarray:  # [n] the most layers whose sync fits S
+        k = np.where(s1 > 0, np.floor((S - fixed) / per + TIME_RTOL), np.where(fixed <= S, t.L, -1))
+        return np.maximum(k, 0).astype(np.int64)
+
+    def covers(S: float) -> bool:  # (eq. B2l's end stages with their own syncs: the head's and the embedding's)
+        ends = (within(S, s0 + c["sync_last"]), within(S, s0 + c["sync_first"]),
+                within(S, s0 + c["sync_first"] + c["sync_last"])) if SYNC_FLOOR_ENDS else None
+        return coverage_at(problem, t, cap, np.minimum(hmax, within(S, s0)), cover, ends) >= need
 
     lo = max(sync + beta * fill, 0.0)  # (below it the term cannot lift the sync)
     if covers(lo):
