@@ -25,7 +25,7 @@ USE_JOINT_COVER = True  # eq. B2h
 USE_FORCED_SYNC = True  # eq. B2j
 USE_SYNC_FLOOR = True  # eq. B2k
 USE_END_STAGES = True  # eq. B2l
-SYNC_FLOOR_STEPS = 10  # eq. B2k's bisection on the sync cap S (each step one coverage, eq. B2)
+SYNC_FLOOR_STEPS = 12  # eq. B2k's bisection on the sync cap S (each step one coverage, eq. B2)
 SYNC_FLOOR_ENDS = True  # eq. B2k with the end stages' own syncs (the embedding's and the head's) under eq. B2l
 
 
@@ -128,15 +128,15 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover
     (eq. B2c, ``send_floor``); a one-stage plan has none, so its stage counts alone.
     Measured on the same row: the optimum's tau 0.0687 s is its slowest stage's 0.0577 s plus 0.011 s of sends,
     which the bound missed (M - 1 = 63 times). Eq. B2l: the last stage of such a pipeline runs the head too, and a
-    one-stage plan's stage the embedding and the head (``_layers_at``, ``_with_last``). ``cover``: its tau-independent
+    one-stage plan's stage the embedding and the head (``_layers_at``, ``_with_end``). ``cover``: its tau-independent
     parts (``_cover``), when the caller probes many tau. ``ends``: more per-option caps on a last, a first and a
     one-stage plan's stage (eq. B2k's sync caps with the end stages' own syncs), besides ``hmax`` on every stage."""
     c = cover or _cover(problem, t)
-    h0, h, alone, last = _layers_at(t, tau, hmax, c, ends)
+    h0, h, alone, end_layers = _layers_at(t, tau, hmax, c, ends)
     cap = _stage_cap(t, h0, c.copies) if USE_STAGE_CAP else math.inf  # (eq. B2g: h before sends, larger)
     half = link_half(t.p2p, t.vpp)
     comps = _components(half, np.flatnonzero(t.use.any(axis=0)).tolist(), tau, c.joined)
-    return min(cap, max(alone, min(_split_coverage(problem, t, tau, h, c.mixed, comps, w, half, last)
+    return min(cap, max(alone, min(_split_coverage(problem, t, tau, h, c.mixed, comps, w, half, end_layers)
                                    for w in c.weights)))
 
 
@@ -175,12 +175,12 @@ def _layer_caps(t: Tables, tau, hmax: np.ndarray) -> np.ndarray:
 
 
 def _split_coverage(problem: Problem, t: Tables, tau: float, h: np.ndarray, mixed: np.ndarray, comps: list,
-                    weight: np.ndarray, half: np.ndarray, last: tuple | None = None) -> float:
+                    weight: np.ndarray, half: np.ndarray, end_layers: tuple | None = None) -> float:
     """Eq. B2's knapsacks with option o's layers h_o counted as h_o * weight[o, g] in each group g it uses (each
     row of ``weight`` adds up to 1 over the option's groups: any such weighting is sound, eq. B2b), the best
     connected component's sum. With ``last`` (eq. B2l: the layers a last and a first stage of each option hold), the
     lesser of two bounds: the best over the last stage's option l of l's own layers plus the knapsacks of every group
-    without l's GPUs (``_with_last``), and the same over the first stage's option."""
+    without l's GPUs (``_with_end``), and the same over the first stage's option."""
     per, tables = {}, {}
     for g in sorted({g for comp in comps for g in comp}):
         m = t.use[:, g] > 0
@@ -189,12 +189,13 @@ def _split_coverage(problem: Problem, t: Tables, tau: float, h: np.ndarray, mixe
         else:
             f, unit = _knapsack_table(t.use[m, g], h[m] * weight[m, g], problem.group_capacity[g])
             per[g], tables[g] = float(f[-1]), (f, unit)
-    if last is None:
+    if end_layers is None:
         return max((sum(per[g] for g in comp) for comp in comps), default=0.0)
-    return max((min(_with_last(problem, t, comp, per, tables, end) for end in last) for comp in comps), default=0.0)
+    return max((min(_with_end(problem, t, comp, per, tables, end) for end in end_layers) for comp in comps),
+               default=0.0)
 
 
-def _with_last(problem: Problem, t: Tables, comp: list, per: dict, tables: dict, end: np.ndarray) -> float:
+def _with_end(problem: Problem, t: Tables, comp: list, per: dict, tables: dict, end: np.ndarray) -> float:
     """Eq. B2l on one component: a pipeline of two stages or more has a last stage (and a first), of some option l,
     holding at most ``end[l]`` layers (its head's, or its embedding's, time and memory and its sends within tau); its
     other stages fit each group g in cap_g - u_lg GPUs, so g's knapsack at that capacity bounds their shares (eq. B2b),
@@ -412,10 +413,11 @@ def _forced_sync(problem: Problem, t: Tables, h: np.ndarray, fill: float, sync: 
 def _sync_floor(problem: Problem, t: Tables, cap: float, fill: float, sync: float) -> float:
     """Eq. B2k: a lower bound on sigma + sum_j t_j - fill (seconds) for every plan of a plain variant (vpp 1) whose
     period is at most ``cap``. Let S = max_j s_j (eq. T1c) be such a plan's largest sync. Its stage j of option o holds
-    n_j layers with s_o^0 + n_j s_o^1 <= s_j <= S (the first / last stage's extras are >= 0), and n_j <= cap / lambda_o
-    (eq. T2), so eq. B2's coverage at tau = cap with every option's layers capped at k_o(S) = floor((S - s_o^0) /
-    s_o^1) holds all L layers; coverage grows with S, so S > S_lb, the largest S found by bisection at which it does
-    not. Eq. T3's row of that stage gives sigma >= S - beta sum_{k<j} t_k >= S - beta sum t, so
+    n_j layers with s_o^0 + n_j s_o^1 <= s_j <= S (and, under eq. B2l and SYNC_FLOOR_ENDS, a last stage with its head's
+    sync s_o^l added, a first its embedding's s_o^f, a one-stage plan both), and n_j <= cap / lambda_o (eq. T2), so eq.
+    B2's coverage at tau = cap with every option's layers capped at k_o(S) = floor((S - s_o^0) / s_o^1) holds all L
+    layers; coverage grows with S, so S > S_lb, the largest S found by bisection at which it does not (the bisection
+    keeps an S not covered as its lower end). Eq. T3's row of that stage gives sigma >= S - beta sum_{k<j} t_k >= S - beta sum t, so
 
         sigma + sum t >= (1 - beta) sum t + S >= (1 - beta) fill + S_lb,
 
@@ -434,7 +436,8 @@ def _sync_floor(problem: Problem, t: Tables, cap: float, fill: float, sync: floa
     on = h > 0
     if not on.any():
         return sync
-    hi = float((s0 + h * s1)[on].max())  # at this S no option's sync caps it below its period cap
+    ends = c["sync_first"] + c["sync_last"] if SYNC_FLOOR_ENDS and USE_END_STAGES else 0.0
+    hi = float((s0 + h * s1 + ends)[on].max())  # at this S no option's sync caps it below its period cap
     if hi - beta * fill <= sync:
         return sync
     cover, need = _cover(problem, t), t.L - COVER_TOL
