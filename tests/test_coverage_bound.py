@@ -156,7 +156,7 @@ def test_blocking_bound_is_below_every_plan(seed, scale):
 
 
 def test_end_stages_keep_tau_below_every_plan():
-    """Eq. B2l (the last stage's head time and a one-stage plan's embedding and head in the coverage): on random plain
+    """Eq. B2l (the end stages' head and embedding time and memory, and a one-stage plan's, in the coverage): on random plain
     variants, their interleaved copies and blocking-send copies, each variant's tau bound is at most the period of
     every plan of the variant (brute force over all plans, not only the best one), and its bound at most the best
     plan's T; it raises the tau bound over eq. B2 without it on some of them (not vacuous)."""
