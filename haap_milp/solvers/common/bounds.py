@@ -106,7 +106,7 @@ def _stage_cap(t: Tables, h: np.ndarray, copies: np.ndarray) -> float:
 
 
 def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover: _Cover | None = None,
-                ends: tuple | None = None) -> float:
+                ends: tuple | None = None, end_stages: bool = True) -> float:
     """Most layers the GPUs can hold when no stage and no link may take longer than tau (eq. B2).
     Per group an unbounded knapsack of stages (weight num_gpus, value its layer capacity; one
     stage only if the group's own link is slower than tau); the groups of one pipeline form a
@@ -130,9 +130,10 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover
     which the bound missed (M - 1 = 63 times). Eq. B2l: the last stage of such a pipeline runs the head too, and a
     one-stage plan's stage the embedding and the head (``_layers_at``, ``_with_end``). ``cover``: its tau-independent
     parts (``_cover``), when the caller probes many tau. ``ends``: more per-option caps on a last, a first and a
-    one-stage plan's stage (eq. B2k's sync caps with the end stages' own syncs), besides ``hmax`` on every stage."""
+    one-stage plan's stage (eq. B2k's sync caps with the end stages' own syncs), besides ``hmax`` on every stage;
+    ``end_stages``: False leaves eq. B2l out (``variant_bound``'s first pass)."""
     c = cover or _cover(problem, t)
-    h0, h, alone, end_layers = _layers_at(t, tau, hmax, c, ends)
+    h0, h, alone, end_layers = _layers_at(t, tau, hmax, c, ends, end_stages)
     cap = _stage_cap(t, h0, c.copies) if USE_STAGE_CAP else math.inf  # (eq. B2g: h before sends, larger)
     half = link_half(t.p2p, t.vpp)
     comps = _components(half, np.flatnonzero(t.use.any(axis=0)).tolist(), tau, c.joined)
@@ -140,18 +141,19 @@ def coverage_at(problem: Problem, t: Tables, tau: float, hmax: np.ndarray, cover
                                    for w in c.weights)))
 
 
-def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover, ends: tuple | None = None) -> tuple:
+def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover, ends: tuple | None = None,
+               end_stages: bool = True) -> tuple:
     """Per option the most layers a stage holds in tau: alone (h0) and in a pipeline of two stages or more (h: less
     eq. B2c's sends); eq. B2's one-stage plan (``alone``: the most layers of one stage, 0 unless p_min <= 1); and (eq.
     B2l, None when off or p_max < 2) per option the most layers a last and a first stage of such a pipeline hold
     (less their sends and their head's or embedding's time too, in their own memory). Eq. B2l: a one-stage plan's
     stage runs the embedding and the head as well. ``ends``: (last, first, one-stage) caps more (``coverage_at``)."""
-    c_ = t.coef
+    c_, on = t.coef, USE_END_STAGES and end_stages
     last_cap, first_cap, both_cap = ends if ends is not None else (hmax, hmax, hmax)
     h0 = _layer_caps(t, tau, hmax)
     if t.p_min > 1:
         alone = 0.0
-    elif USE_END_STAGES:  # eq. B2l: tau >= n lambda + first + last time of the one stage, in slot 1's first-stage memory
+    elif on:  # eq. B2l: tau >= n lambda + first + last time of the one stage, in slot 1's first-stage memory
         both = np.minimum(np.minimum(hmax, both_cap), t.Uf_mem[0])
         alone = float(_layer_caps(t, tau - c_["first_time"] - c_["last_time"], both).max(initial=0))
     else:
@@ -159,7 +161,7 @@ def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover, ends: tuple |
     h, sends = h0, 0.0
     if c.sends is not None:  # eq. B2c: with two stages or more each stage carries its sends (T2b)
         h, sends = _layer_caps(t, np.maximum(tau - c.sends, 0.0), hmax), c.sends
-    if not (USE_END_STAGES and t.p_max >= 2):
+    if not (on and t.p_max >= 2):
         return h0, h, alone, None
     # eq. B2l: a last stage holds its head's time and memory (slot 1, not first); a first stage (slot 2 .. p_max)
     # its embedding's
@@ -305,35 +307,61 @@ def variant_bound(problem: Problem, t: Tables) -> VariantBound:
     if cover.sends is not None:  # ... and where a stage's layers plus its least sends fill tau (B2c)
         with_sends = np.arange(1, t.L + 1)[None, :] * lt[:, None] + cover.sends[:, None]
         steps.append(with_sends[np.arange(t.L)[None, :] < hmax[:, None]])
-    if USE_END_STAGES:  # ... and where a last stage's (with sends) or a one-stage plan's layers and extras fill it (B2l)
-        c = t.coef
-        sends = cover.sends if cover.sends is not None else 0.0
-        for extra in (c["last_time"] + sends, c["first_time"] + sends, c["first_time"] + c["last_time"]):
-            steps.append((np.arange(1, t.L + 1)[None, :] * lt[:, None] + extra[:, None])[
-                np.arange(t.L)[None, :] < hmax[:, None]])
-    cand = np.unique(np.concatenate(steps))
-    if coverage_at(problem, t, float(cand[-1]) if len(cand) else 0.0, hmax, cover) < t.L - COVER_TOL:
-        cap = math.floor(coverage_at(problem, t, math.inf, hmax, cover) + COVER_TOL)
+    cand, need = np.unique(np.concatenate(steps)), t.L - COVER_TOL
+
+    def covered(tau: float, ends: bool) -> bool:
+        return coverage_at(problem, t, tau, hmax, cover, end_stages=ends) >= need
+
+    if not covered(float(cand[-1]) if len(cand) else 0.0, False):
+        cap = math.floor(coverage_at(problem, t, math.inf, hmax, cover, end_stages=False) + COVER_TOL)
         return VariantBound(math.inf, math.inf, math.inf,
                             f"the GPUs can hold at most {cap} of the {t.L} layers in memory")
-    lo_i, hi_i = 0, len(cand) - 1
-    while lo_i < hi_i:  # smallest candidate with enough coverage (coverage is monotone in tau)
-        mid = (lo_i + hi_i) // 2
-        if coverage_at(problem, t, float(cand[mid]), hmax, cover) >= t.L - COVER_TOL:
-            hi_i = mid
-        else:
-            lo_i = mid + 1
+    lo_i = _least_covered(cand, lambda tau: covered(tau, False))
     tau_lb = float(cand[lo_i])
     if USE_JOINT_COVER and joint_cover.usable(t.use):  # eq. B2h: the groups' GPUs counted once, in one LP
         lp = joint_cover.JointCover(problem, t.use, cover.copies, t.p_max)
-        tau_lb = joint_cover.lifted_tau(lp, t.L - COVER_TOL, lambda tau: _layers_at(t, tau, hmax, cover)[1:3],
+        # (its probe leaves eq. B2l out: the ladder's steps are eq. B2's, and a one-stage plan's extras would add more)
+        tau_lb = joint_cover.lifted_tau(lp, need, lambda tau: _layers_at(t, tau, hmax, cover, end_stages=False)[1:3],
                                         cand[lo_i:])
         if not math.isfinite(tau_lb):
             return VariantBound(math.inf, math.inf, math.inf, "the GPUs cannot hold all "
                                 f"{t.L} layers in memory at once (eq. B2h: each GPU counted once over its stages)")
+    if USE_END_STAGES and not covered(tau_lb, True):  # eq. B2l lifts it further: from there, with its own steps
+        cand = _end_steps(t, cand, int(np.searchsorted(cand, tau_lb)), hmax, cover)
+        if not covered(float(cand[-1]), True):
+            cap = math.floor(coverage_at(problem, t, math.inf, hmax, cover) + COVER_TOL)
+            return VariantBound(math.inf, math.inf, math.inf, f"the GPUs can hold at most {cap} of the {t.L} layers "
+                                "in memory with the embedding on the first stage and the head on the last (eq. B2l)")
+        tau_lb = float(cand[_least_covered(cand, lambda tau: covered(tau, True))])
     tau_lb = max(tau_lb, _budget_tau(problem, t))
     rest = _rest_bound(problem, t)
     return VariantBound(tau_lb, rest, t.tau_weight * tau_lb + rest)
+
+
+def _least_covered(cand: np.ndarray, covered) -> int:
+    """The index of the smallest candidate tau that ``covered`` (monotone in tau, true at the last) holds."""
+    lo_i, hi_i = 0, len(cand) - 1
+    while lo_i < hi_i:
+        mid = (lo_i + hi_i) // 2
+        if covered(float(cand[mid])):
+            hi_i = mid
+        else:
+            lo_i = mid + 1
+    return lo_i
+
+
+def _end_steps(t: Tables, cand: np.ndarray, lo_i: int, hmax: np.ndarray, cover: _Cover) -> np.ndarray:
+    """Eq. B2l's candidate tau from ``cand[lo_i]`` up (eqs. B2 and B2h's answer: B2l's coverage is no larger than B2's,
+    and both bounds hold, so the answer lies there): eq. B2's own steps and where a last or a first stage's layers,
+    sends and head or embedding time, or a one-stage plan's layers, embedding and head, fill tau."""
+    c, lt = t.coef, t.coef["layer_time"]
+    sends = cover.sends if cover.sends is not None else 0.0
+    n = np.arange(1, t.L + 1)[None, :]
+    steps = [cand[lo_i:]] + [(n * lt[:, None] + extra[:, None])[np.arange(t.L)[None, :] < hmax[:, None]]
+                             for extra in (c["last_time"] + sends, c["first_time"] + sends,
+                                           c["first_time"] + c["last_time"])]
+    out = np.unique(np.concatenate(steps))
+    return out[out >= cand[lo_i]]
 
 
 def signature_bounds(problem: Problem, t: Tables) -> dict[int, VariantBound]:
