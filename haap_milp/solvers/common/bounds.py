@@ -402,14 +402,15 @@ def capped_rest(problem: Problem, t: Tables, cap: float) -> float | None:
     """Eq. B2i: the rest term of eq. B2 with eq. B2e's fill LP under the period cap ``cap`` (``fill_lp.capped_fill``):
     at most T - (M - 1/vpp) tau (M - 1 plain) for every plan of the variant with tau <= cap; +inf where no plan has
     tau <= cap; None where it does not apply (eq. B2e off, an interleaved copy without its stage count, no option)
-    or HiGHS gives no answer. Eq. B2j lifts its sync term where a GPU group is needed within the cap."""
+    or HiGHS gives no answer. Eq. B2j lifts its sync term where a GPU group is needed within the cap, eq. B2k by the
+    largest sync a plan within the cap needs."""
     if not (USE_FILL_LP and (t.num_stages or t.vpp == 1) and t.n and t.p_min > 0):
         return None
     h = np.maximum(_layer_caps(t, cap, memory_layers(t)), 0)  # (cap < 0: no layer)
     body = capped_fill(problem, t, h)
     if body is None or math.isinf(body):
         return body
-    return _rest_bound(problem, t, body, h if USE_FORCED_SYNC else None, cap if USE_SYNC_FLOOR else None)
+    return _rest_bound(problem, t, body, h, cap)
 
 
 def _forced_sync(problem: Problem, t: Tables, h: np.ndarray, fill: float, sync: float) -> float:
@@ -438,9 +439,9 @@ def _forced_sync(problem: Problem, t: Tables, h: np.ndarray, fill: float, sync: 
     return sync
 
 
-def _sync_floor(problem: Problem, t: Tables, cap: float, fill: float, sync: float) -> float:
+def _sync_floor(problem: Problem, t: Tables, cap: float, h: np.ndarray, fill: float, sync: float) -> float:
     """Eq. B2k: a lower bound on sigma + sum_j t_j - fill (seconds) for every plan of a plain variant (vpp 1) whose
-    period is at most ``cap``. Let S = max_j s_j (eq. T1c) be such a plan's largest sync. Its stage j of option o holds
+    period is at most ``cap`` (``h``: eq. B2i's layer caps there). Let S = max_j s_j (eq. T1c) be such a plan's largest sync. Its stage j of option o holds
     n_j layers with s_o^0 + n_j s_o^1 <= s_j <= S (and, under eq. B2l and SYNC_FLOOR_ENDS, a last stage with its head's
     sync s_o^l added, a first its embedding's s_o^f, a one-stage plan both), and n_j <= cap / lambda_o (eq. T2), so eq.
     B2's coverage at tau = cap with every option's layers capped at k_o(S) = floor((S - s_o^0) / s_o^1) holds all L
@@ -460,7 +461,6 @@ def _sync_floor(problem: Problem, t: Tables, cap: float, fill: float, sync: floa
     c = t.coef
     s0, s1 = c["sync_fixed"], c["sync_per_layer"]
     hmax = memory_layers(t)
-    h = np.maximum(_layer_caps(t, cap, hmax), 0)
     on = h > 0
     if not on.any():
         return sync
@@ -496,8 +496,8 @@ def _rest_bound(problem: Problem, t: Tables, body: float | None = None, caps: np
                 cap: float | None = None) -> float:
     """sum t_j >= L*min lt + min ft + min xt (on a fixed stage count, eq. B2e's LP in place of L*min lt; ``body``:
     that LP's value given, eq. B2i); sum c_j >= (p_min-1)*min p2p; sigma >= the sync of a first stage with one layer
-    (eqs. B2, T3), or eq. B2j's where ``caps`` (eq. B2i's layer caps) make a group needed, or eq. B2k's under the
-    period cap ``cap``; interleaved, eq. I1: sum t / vpp + vpp * sum c (+ the wrap, >= 0)."""
+    (eqs. B2, T3), or eq. B2j's where ``caps`` (eq. B2i's layer caps under the period cap ``cap``) make a group
+    needed, or eq. B2k's; interleaved, eq. I1: sum t / vpp + vpp * sum c (+ the wrap, >= 0)."""
     c = t.coef
     fill = t.L * c["layer_time"].min() + c["first_time"].min() + c["last_time"].min()
     if body is None and USE_FILL_LP and t.vpp > 1 and t.num_stages:  # eq. B2e: P stages of a layer at least share
@@ -508,10 +508,10 @@ def _rest_bound(problem: Problem, t: Tables, body: float | None = None, caps: np
     p2p_min = float(t.p2p[np.ix_(groups, groups)].min()) if t.p_min > 1 else 0.0
     # eq. T3: sigma >= s_0, the first stage's sync (at least one layer and the embedding); sigma_v >= s_0 still
     sync = float((c["sync_fixed"] + c["sync_per_layer"] + c["sync_first"]).min())
-    if caps is not None:
+    if caps is not None and USE_FORCED_SYNC:
         sync = max(sync, _forced_sync(problem, t, caps, float(fill), sync))
-    if cap is not None:
-        sync = max(sync, _sync_floor(problem, t, cap, float(fill), sync))
+    if caps is not None and cap is not None and USE_SYNC_FLOOR:
+        sync = max(sync, _sync_floor(problem, t, cap, caps, float(fill), sync))
     return float(fill / t.vpp + (t.p_min - 1) * p2p_min * t.vpp + sync) + _extra_bound(problem, t)
 
 
