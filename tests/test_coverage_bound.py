@@ -350,12 +350,15 @@ def _capped_against_brute(sg, plans: list, switch: str, why) -> tuple[int, int]:
     return checked, lifted
 
 
-def test_sync_floor_bounds_every_plan_within_its_cap():
+def test_sync_floor_bounds_every_plan_within_its_cap(monkeypatch):
     """Eq. B2k (``bounds._sync_floor``): on random plain variants with their per-layer syncs made dear (k times a mean
     layer's time, so that the largest sync of a plan within a period cap outweighs what the earlier stages' backward
     hides), at caps from the plans' own periods, T - (M - 1) tau is at least the capped rest term for every plan within
-    the cap (brute force), which is never below the rest term without eq. B2k; it lifts it on some (not vacuous)."""
+    the cap (brute force), which is never below the rest term without eq. B2k; it lifts it on some (not vacuous).
+    Eq. B2n is off in both arms (it takes B2k's floor and lifts most of the same terms further)."""
     from synthetic import feasible_plans
+
+    monkeypatch.setattr(bounds, "USE_JOINT_REST", False)
 
     checked = lifted = 0
     for seed, problem, var, sub in _random_variants(range(12)):
@@ -371,6 +374,28 @@ def test_sync_floor_bounds_every_plan_within_its_cap():
             c, n = _capped_against_brute(replace(problem, variants=(dear,)), plans, "USE_SYNC_FLOOR", (seed, k, ends))
             checked, lifted = checked + c, lifted + n
     assert checked >= 300 and lifted >= 30, (checked, lifted)  # (measured: 360, 38)
+
+
+def test_joint_rest_bounds_every_plan_within_its_cap():
+    """Eq. B2n (``rest_dp.joint_rest``): on random plain variants, blocking and not, as they are and with their
+    per-layer syncs made dear, at caps from the plans' own periods, T - (M - 1) tau is at least the capped rest term
+    for every plan within the cap (brute force), never below the term without eq. B2n; it lifts it on some."""
+    from synthetic import feasible_plans
+
+    checked = lifted = 0
+    for seed, problem, var, sub in _random_variants(range(12)):
+        if var.vpp > 1 or build_tables(sub, 0).p_min == 0:
+            continue
+        plans = list(feasible_plans(sub))
+        unit = float(np.mean(var.layer_time))
+        for blocking in (False, True):
+            for k in (None, 2.0, 8.0):
+                dear = var if k is None else replace(var, sync_per_layer=np.asarray(var.sync_per_layer) * k * unit
+                                                     / max(float(np.mean(var.sync_per_layer)), 1e-12))
+                c, n = _capped_against_brute(replace(problem, variants=(dear,), p2p_blocking=blocking), plans,
+                                             "USE_JOINT_REST", (seed, blocking, k))
+                checked, lifted = checked + c, lifted + n
+    assert checked >= 300 and lifted >= 30, (checked, lifted)
 
 
 def test_capped_fill_bounds_every_plan_within_its_cap():
@@ -443,24 +468,27 @@ def test_forced_sync_lifts_by_hand():
     rests = [evaluate(prob, a) - 7 * _steady(prob, a) for a in feasible_plans(prob) if _steady(prob, a) <= 0.4]
     assert min(rests) == pytest.approx(0.6 + 1.0 - 0.2 * beta)
     assert bounds.capped_rest(prob, t, 0.4) == pytest.approx((1 - beta) * 0.6 + 1.0 + beta * 0.2)
-    bounds.USE_FORCED_SYNC = False
+    bounds.USE_FORCED_SYNC = bounds.USE_JOINT_REST = False
     try:  # eq. B2k alone: every plan within the cap needs b's stage, whose sync is S >= 1 s: 0.6 + (1 - beta 0.6)
         assert 1.2 * (1 - 1e-2) <= bounds.capped_rest(prob, t, 0.4) <= 1.2
         bounds.USE_SYNC_FLOOR = False
         assert bounds.capped_rest(prob, t, 0.4) == pytest.approx(0.6)  # eq. B2i alone
+        bounds.USE_JOINT_REST = True  # eq. B2n alone: a holds 2 layers on its one GPU, so b's stage (S = 1 s) the rest
+        assert bounds.capped_rest(prob, t, 0.4) == pytest.approx((1 - beta) * 0.6 + 1.0)
     finally:
-        bounds.USE_FORCED_SYNC = bounds.USE_SYNC_FLOOR = True
+        bounds.USE_FORCED_SYNC = bounds.USE_SYNC_FLOOR = bounds.USE_JOINT_REST = True
 
 
 def test_forced_sync_bounds_every_plan_within_its_cap(monkeypatch):
     """Eq. B2j (``bounds._forced_sync``): on random plain variants and interleaved copies with one group's syncs made
     dear (its sync_fixed + a mean stage's time, so that a plan using it pays), at caps from the plans' own periods,
     T - (M - 1/vpp) tau is at least the capped rest term for every plan within the cap (brute force), which is never
-    below eq. B2i's; it lifts eq. B2i's on some (not vacuous). Eq. B2k is off in both arms (its bisection starts from
-    the sync it is given, so with B2j its last digits differ)."""
+    below eq. B2i's; it lifts eq. B2i's on some (not vacuous). Eqs. B2k and B2n are off in both arms (B2k's bisection
+    starts from the sync it is given, so with B2j its last digits differ; B2n lifts most of the same terms further)."""
     from synthetic import feasible_plans
 
     monkeypatch.setattr(bounds, "USE_SYNC_FLOOR", False)
+    monkeypatch.setattr(bounds, "USE_JOINT_REST", False)
 
     checked = lifted = 0
     for seed, problem, var, sub in _random_variants(range(10)):

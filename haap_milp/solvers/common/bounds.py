@@ -14,7 +14,7 @@ import numpy as np
 
 from haap_milp.pipeline import TIME_RTOL, sigma_share
 from haap_milp.problem import Problem
-from haap_milp.solvers.common import joint_cover
+from haap_milp.solvers.common import joint_cover, rest_dp
 from haap_milp.solvers.common.fill_lp import capped_fill, fixed_count_fill, memory_layers
 from haap_milp.solvers.common.slot_bounds import Tables, build_tables, link_half, send_floor, subset
 
@@ -25,6 +25,7 @@ USE_JOINT_COVER = True  # eq. B2h
 USE_FORCED_SYNC = True  # eq. B2j
 USE_SYNC_FLOOR = True  # eq. B2k
 USE_END_STAGES = True  # eq. B2l
+USE_JOINT_REST = True  # eq. B2n
 SYNC_FLOOR_STEPS = 12  # eq. B2k's bisection on the sync cap S (each step one coverage, eq. B2)
 SYNC_FLOOR_ENDS = True  # eq. B2k with the end stages' own syncs (the embedding's and the head's) under eq. B2l
 
@@ -439,8 +440,9 @@ def _forced_sync(problem: Problem, t: Tables, h: np.ndarray, fill: float, sync: 
     return sync
 
 
-def _sync_floor(problem: Problem, t: Tables, cap: float, h: np.ndarray, fill: float, sync: float) -> float:
-    """Eq. B2k: a lower bound on sigma + sum_j t_j - fill (seconds) for every plan of a plain variant (vpp 1) whose
+def _sync_floor(problem: Problem, t: Tables, cap: float, h: np.ndarray, fill: float, sync: float
+                ) -> tuple[float, float]:
+    """Eq. B2k: (a lower bound on sigma + sum_j t_j - fill (seconds), S_lb) for every plan of a plain variant (vpp 1) whose
     period is at most ``cap`` (``h``: eq. B2i's layer caps there). Let S = max_j s_j (eq. T1c) be such a plan's largest sync. Its stage j of option o holds
     n_j layers with s_o^0 + n_j s_o^1 <= s_j <= S (and, under eq. B2l and SYNC_FLOOR_ENDS, a last stage with its head's
     sync s_o^l added, a first its embedding's s_o^f, a one-stage plan both), and n_j <= cap / lambda_o (eq. T2), so eq.
@@ -450,24 +452,25 @@ def _sync_floor(problem: Problem, t: Tables, cap: float, h: np.ndarray, fill: fl
 
         sigma + sum t >= (1 - beta) sum t + S >= (1 - beta) fill + S_lb,
 
-    returned minus fill (it adds to the rest term as eq. T3's sync does); ``sync`` where that is no larger. Why: the
+    returned minus fill (it adds to the rest term as eq. T3's sync does); ``sync`` where that is no larger; and S_lb, a
+    floor on S (0 where the bisection does not run: eq. B2n takes it). Why: the
     rest term's sync is a one-layer first stage's, while a plan within a period cap needs stages of many layers on
     the GPUs it has, and under a blocking runtime (beta = 0, DeepSpeed) nothing hides their sync: Sailor's 32 A100 +
     96 V100 row (OPT-350M, fp32, dp 16) syncs 0.38 s against the 0.11 s one-layer bound. Tried only where S_lb could
     lift it (the largest sync within the caps, less beta fill, above ``sync``); SYNC_FLOOR_STEPS coverages."""
     if t.vpp > 1 or not (cap > 0 and math.isfinite(cap)):
-        return sync
+        return sync, 0.0
     beta = sigma_share(t.vpp, problem.p2p_blocking)
     c = t.coef
     s0, s1 = c["sync_fixed"], c["sync_per_layer"]
     hmax = memory_layers(t)
     on = h > 0
     if not on.any():
-        return sync
+        return sync, 0.0
     ends = c["sync_first"] + c["sync_last"] if SYNC_FLOOR_ENDS and USE_END_STAGES else 0.0
     hi = float((s0 + h * s1 + ends)[on].max())  # at this S no option's sync caps it below its period cap
     if hi - beta * fill <= sync:
-        return sync
+        return sync, 0.0
     cover, need = _cover(problem, t), t.L - COVER_TOL
     per = np.where(s1 > 0, s1, 1.0)
 
@@ -482,14 +485,14 @@ def _sync_floor(problem: Problem, t: Tables, cap: float, h: np.ndarray, fill: fl
 
     lo = max(sync + beta * fill, 0.0)  # (below it the term cannot lift the sync)
     if covers(lo):
-        return sync
+        return sync, 0.0
     for _ in range(SYNC_FLOOR_STEPS):
         mid = (lo + hi) / 2
         if covers(mid):
             hi = mid
         else:
             lo = mid
-    return max(sync, lo - beta * fill)
+    return max(sync, lo - beta * fill), lo
 
 
 def _rest_bound(problem: Problem, t: Tables, body: float | None = None, caps: np.ndarray | None = None,
@@ -510,9 +513,35 @@ def _rest_bound(problem: Problem, t: Tables, body: float | None = None, caps: np
     sync = float((c["sync_fixed"] + c["sync_per_layer"] + c["sync_first"]).min())
     if caps is not None and USE_FORCED_SYNC:
         sync = max(sync, _forced_sync(problem, t, caps, float(fill), sync))
+    floor = 0.0  # (eq. B2k's floor on a plan's largest sync)
     if caps is not None and cap is not None and USE_SYNC_FLOOR:
-        sync = max(sync, _sync_floor(problem, t, cap, caps, float(fill), sync))
-    return float(fill / t.vpp + (t.p_min - 1) * p2p_min * t.vpp + sync) + _extra_bound(problem, t)
+        term, floor = _sync_floor(problem, t, cap, caps, float(fill), sync)
+        sync = max(sync, term)
+    rest = float(fill / t.vpp + (t.p_min - 1) * p2p_min * t.vpp + sync)
+    if caps is not None and cap is not None and USE_JOINT_REST and t.vpp == 1:
+        rest = max(rest, _joint_rest(problem, t, caps, cap, floor))
+    return rest + _extra_bound(problem, t)
+
+
+def _joint_rest(problem: Problem, t: Tables, caps: np.ndarray, cap: float, floor: float) -> float:
+    """Eq. B2n (``rest_dp``) on a plain variant within the period cap ``cap`` (``caps``: eq. B2i's layer caps there;
+    ``floor``: eq. B2k's S_lb), or 0 where its table is too large. A stage's layers as eq. B2l counts them: in a
+    pipeline of two or more stages within the cap less its least sends under blocking sends (eq. B2c), the first's
+    less the embedding's time in first-stage memory, the last's less the head's in its memory; alone, less both."""
+    c, hmax = t.coef, memory_layers(t)
+    groups = np.unique(t.group)
+    p2p = float(t.p2p[np.ix_(groups, groups)].min()) if t.p_max > 1 else 0.0
+    sends = send_floor(problem, t) if problem.p2p_blocking else 0.0  # (eq. B2c; vpp 1 here)
+    room = np.maximum(cap - sends, 0.0)
+    both = np.minimum(caps, t.Uf_mem[0])
+    first_mem = t.Uf_mem[1: t.p_max].max(axis=0) if t.p_max >= 2 else hmax
+    got = rest_dp.joint_rest(t, problem.group_capacity, {
+        "mid": np.minimum(caps, _layer_caps(t, room, hmax)),
+        "first": np.minimum(caps, _layer_caps(t, room - c["first_time"], np.minimum(hmax, first_mem))),
+        "last": np.minimum(caps, _layer_caps(t, room - c["last_time"], np.minimum(hmax, t.U_mem[0]))),
+        "one": np.minimum(both, _layer_caps(t, cap - c["first_time"] - c["last_time"], both)),
+    }, sigma_share(1, problem.p2p_blocking), p2p, floor)
+    return 0.0 if got is None else got
 
 
 def _extra_bound(problem: Problem, t: Tables) -> float:
