@@ -1,29 +1,30 @@
 """Eq. B2n (formulations/README.md): a plain variant's rest term within a period cap, by an exact DP over the
 multisets of stages its plans may have.
 
-Eq. B2i prices the rest term T - (M - 1) tau of a plan within a period cap as three separate floors: the compute sum
-sum_j t_j (eq. B2e's fill LP, fractional stages), the links (p_min - 1) times the least p2p, and the exposed sync
+Eqs. B2i-B2k price the rest term T - (M - 1) tau of a plan within a period cap as three separate floors: the compute
+sum sum_j t_j (eq. B2e's fill LP, fractional stages), the links (p_min - 1) times the least p2p, and the exposed sync
 (eq. B2k: the largest stage sync a plan within the cap needs). One plan pays all three at once, and they pull apart:
 few stages of many layers keep the fill and the links low but sync much; many small stages the reverse. Here, with
 S the plan's largest stage sync (eq. T1c), eq. T3 gives sigma >= S - beta sum t (B2k's argument), so
 
     T - (M - 1) tau >= (1 - beta) sum_j t_j + S + sum_j c_j
-                    >= min over stage multisets of  (1 - beta) (sum_j n_j lambda_{o_j} + ft + xt) + max(S, S_lb)
+                    >= min over stage multisets of  (1 - beta) (sum_j n_j lambda_{o_j} + phi + psi) + max(S, S_lb)
                                                    + (P - 1) p2p
 
-(ft, xt: the least first- and last-stage extras; S_lb: eq. B2k's floor on S, 0 where it does not run; P the stage
-count; p2p the least link time). The minimum is exact over integer stage counts: a table over (layers held, GPU units
-used per group) takes the stages (option o, n layers) as 0/1 items (each option's copies split in powers of two), in
-ascending order of their sync s_o^0 + n s_o^1, and after each item min over the table's row of L layers plus that sync
-(or S_lb) is the least value of the plans whose largest sync it is. A stage of o holds at most ``h_o`` layers (the
-cap's time and memory); a stage of a pipeline of two or more stages under blocking sends (eq. T2b) only those that fit
-in the cap less its least sends (eq. B2c, ``h_multi``); a one-stage plan has neither sends nor links (``h_one``).
+(phi, psi: the first stage's embedding time and the last stage's head time; S_lb: eq. B2k's floor on S, 0 where it
+does not bisect; P the stage count; p2p the least link time). The minimum is exact over integer stage counts: a table
+over (layers held, GPU units used per group, first stage placed, last stage placed) takes the stages (kind, option o,
+n layers) as 0/1 items (a middle stage's copies split in powers of two, a first or a last stage once), in ascending
+order of their sync (s_o^0 + n s_o^1, plus s_o^f or s_o^l at an end), and after each item the table's least entry of
+L layers with both ends placed, plus that sync (or S_lb), is the least value of the plans whose largest sync it is.
+A stage's layers are capped as eq. B2l counts them (``caps``, built by ``bounds._joint_rest``): the cap's time and
+memory, less its least sends in a pipeline of two or more stages under blocking sends (eq. B2c), the embedding's time
+and first-stage memory on a first stage, the head's on a last; a one-stage plan has no sends and no link.
 
 Sound for every plan of the variant within the cap: its stages are one of the multisets (their GPUs within each
-group's, eq. G1), each stage's sync is at least s_o^0 + n s_o^1, its compute at least n lambda_o, and stage counts,
-end stages' extra memory and time are left out (each only raises a plan). Only where the table is small
-(STATE_LIMIT cells, WORK_LIMIT items x cells: two or three GPU types in a few hundred GPUs; on thousands of GPUs
-and on many options eq. B2i alone runs).
+group's, eq. G1), each stage's sync and compute at least its item's, and the stage count's range [p_min, p_max] is not
+required (fewer constraints). Only where the table is small (STATE_LIMIT cells, WORK_LIMIT items x cells: two or
+three GPU types in a few hundred GPUs); on thousands of GPUs and on many options eqs. B2i-B2k alone run.
 """
 
 from __future__ import annotations
