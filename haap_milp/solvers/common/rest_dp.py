@@ -23,8 +23,8 @@ and first-stage memory on a first stage, the head's on a last; a one-stage plan 
 
 Sound for every plan of the variant within the cap: its stages are one of the multisets (their GPUs within each
 group's, eq. G1), each stage's sync and compute at least its item's, and the stage count's range [p_min, p_max] is not
-required (fewer constraints). Only where the table is small (STATE_LIMIT cells, WORK_LIMIT items x cells: two or
-three GPU types in a few hundred GPUs); on thousands of GPUs and on many options eqs. B2i-B2k alone run.
+required (fewer constraints). Only where the table is small (STATE_LIMIT cells, ITEM_LIMIT items, WORK_LIMIT items x
+cells: two or three GPU types in a few hundred GPUs); on thousands of GPUs and on many options eqs. B2i-B2k alone run.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import numpy as np
 
 STATE_LIMIT = 100_000  # cells of the table: (L + 1) x prod_g (units_g + 1) x 4 end flags
 WORK_LIMIT = 3_000_000  # 0/1 items x cells (each item one pass over the table: ~1 ms per 10^6 on this machine)
+ITEM_LIMIT = 4_000  # 0/1 items (built in Python: ~2 us each)
 
 
 def joint_rest(t, capacity, caps: dict, beta: float, p2p: float, floor: float) -> float | None:
@@ -57,7 +58,8 @@ def joint_rest(t, capacity, caps: dict, beta: float, p2p: float, floor: float) -
     if table is None:
         return None
     units, gcaps, shape = table
-    if _count(t, caps, units, gcaps) * 4 * math.prod(shape) > WORK_LIMIT:
+    count = _count(t, caps, units, gcaps)
+    if count > ITEM_LIMIT or count * 4 * math.prod(shape) > WORK_LIMIT:
         return None
     items = _items(t, caps, units, gcaps, beta, p2p)
     dp = np.full((*shape, 2, 2), math.inf)  # [layers, units per group..., first stage placed, last stage placed]
