@@ -395,7 +395,7 @@ def test_joint_rest_bounds_every_plan_within_its_cap():
                 c, n = _capped_against_brute(replace(problem, variants=(dear,), p2p_blocking=blocking), plans,
                                              "USE_JOINT_REST", (seed, blocking, k))
                 checked, lifted = checked + c, lifted + n
-    assert checked >= 300 and lifted >= 30, (checked, lifted)
+    assert checked >= 400 and lifted >= 150, (checked, lifted)  # (measured: 432, 221)
 
 
 def test_capped_fill_bounds_every_plan_within_its_cap():
