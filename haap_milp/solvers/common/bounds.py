@@ -149,14 +149,13 @@ def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover, ends: tuple |
     B2l, None when off or p_max < 2) per option the most layers a last and a first stage of such a pipeline hold
     (less their sends and their head's or embedding's time too, in their own memory). Eq. B2l: a one-stage plan's
     stage runs the embedding and the head as well. ``ends``: (last, first, one-stage) caps more (``coverage_at``)."""
-    c_, on = t.coef, USE_END_STAGES and end_stages
+    on = USE_END_STAGES and end_stages
     last_cap, first_cap, both_cap = ends if ends is not None else (hmax, hmax, hmax)
     h0 = _layer_caps(t, tau, hmax)
     if t.p_min > 1:
         alone = 0.0
     elif on:  # eq. B2l: tau >= n lambda + first + last time of the one stage, in slot 1's first-stage memory
-        both = np.minimum(np.minimum(hmax, both_cap), t.Uf_mem[0])
-        alone = float(_layer_caps(t, tau - c_["first_time"] - c_["last_time"], both).max(initial=0))
+        alone = float(_one_stage_caps(t, tau, np.minimum(hmax, both_cap)).max(initial=0))
     else:
         alone = float(_layer_caps(t, tau, np.minimum(hmax, both_cap)).max(initial=0))  # a one-stage plan: no send
     h, sends = h0, 0.0
@@ -164,11 +163,24 @@ def _layers_at(t: Tables, tau: float, hmax: np.ndarray, c: _Cover, ends: tuple |
         h, sends = _layer_caps(t, np.maximum(tau - c.sends, 0.0), hmax), c.sends
     if not (on and t.p_max >= 2):
         return h0, h, alone, None
-    # eq. B2l: a last stage holds its head's time and memory (slot 1, not first); a first stage (slot 2 .. p_max)
-    # its embedding's
-    last = _layer_caps(t, tau - sends - c_["last_time"], np.minimum(np.minimum(hmax, t.U_mem[0]), last_cap))
+    return h0, h, alone, _end_caps(t, tau - sends, hmax, last_cap, first_cap)
+
+
+def _end_caps(t: Tables, room, hmax: np.ndarray, last_cap: np.ndarray, first_cap: np.ndarray) -> tuple:
+    """Eq. B2l: [n] the most layers a last and a first stage of a pipeline of two stages or more hold within ``room``
+    (the period less the stage's sends, s): the last with its head's time in its memory (slot 1, not first), the first
+    with its embedding's in first-stage memory (slots 2 .. p_max); ``last_cap``, ``first_cap``: more caps."""
+    c = t.coef
+    last = _layer_caps(t, room - c["last_time"], np.minimum(np.minimum(hmax, t.U_mem[0]), last_cap))
     first_mem = np.minimum(np.minimum(hmax, t.Uf_mem[1: t.p_max].max(axis=0)), first_cap)
-    return h0, h, alone, (last, _layer_caps(t, tau - sends - c_["first_time"], first_mem))
+    return last, _layer_caps(t, room - c["first_time"], first_mem)
+
+
+def _one_stage_caps(t: Tables, tau: float, hmax: np.ndarray) -> np.ndarray:
+    """Eq. B2l: [n] the most layers a one-stage plan's stage holds in tau with the embedding and the head, in slot 1's
+    first-stage memory (and ``hmax``)."""
+    both = np.minimum(hmax, t.Uf_mem[0])
+    return _layer_caps(t, tau - t.coef["first_time"] - t.coef["last_time"], both)
 
 
 def _layer_caps(t: Tables, tau, hmax: np.ndarray) -> np.ndarray:
@@ -508,7 +520,8 @@ def _rest_bound(problem: Problem, t: Tables, body: float | None = None, caps: np
     if body is not None:
         fill = max(fill, body + c["first_time"].min() + c["last_time"].min())
     groups = np.unique(t.group)
-    p2p_min = float(t.p2p[np.ix_(groups, groups)].min()) if t.p_min > 1 else 0.0
+    least_link = float(t.p2p[np.ix_(groups, groups)].min())
+    p2p_min = least_link if t.p_min > 1 else 0.0
     # eq. T3: sigma >= s_0, the first stage's sync (at least one layer and the embedding); sigma_v >= s_0 still
     sync = float((c["sync_fixed"] + c["sync_per_layer"] + c["sync_first"]).min())
     if caps is not None and USE_FORCED_SYNC:
@@ -519,27 +532,23 @@ def _rest_bound(problem: Problem, t: Tables, body: float | None = None, caps: np
         sync = max(sync, term)
     rest = float(fill / t.vpp + (t.p_min - 1) * p2p_min * t.vpp + sync)
     if caps is not None and cap is not None and USE_JOINT_REST and t.vpp == 1:
-        rest = max(rest, _joint_rest(problem, t, caps, cap, floor))
+        rest = max(rest, _joint_rest(problem, t, caps, cap, floor, least_link if t.p_max > 1 else 0.0))
     return rest + _extra_bound(problem, t)
 
 
-def _joint_rest(problem: Problem, t: Tables, caps: np.ndarray, cap: float, floor: float) -> float:
+def _joint_rest(problem: Problem, t: Tables, caps: np.ndarray, cap: float, floor: float, p2p: float) -> float:
     """Eq. B2n (``rest_dp``) on a plain variant within the period cap ``cap`` (``caps``: eq. B2i's layer caps there;
-    ``floor``: eq. B2k's S_lb), or 0 where its table is too large. A stage's layers as eq. B2l counts them: in a
-    pipeline of two or more stages within the cap less its least sends under blocking sends (eq. B2c), the first's
-    less the embedding's time in first-stage memory, the last's less the head's in its memory; alone, less both."""
-    c, hmax = t.coef, memory_layers(t)
-    groups = np.unique(t.group)
-    p2p = float(t.p2p[np.ix_(groups, groups)].min()) if t.p_max > 1 else 0.0
+    ``floor``: eq. B2k's S_lb; ``p2p``: the least link time), or 0 where its table is too large. A stage's layers as
+    eq. B2l counts them (``_end_caps``, ``_one_stage_caps``): in a pipeline of two or more stages within the cap less
+    its least sends under blocking sends (eq. B2c), the first's less the embedding's time in first-stage memory, the
+    last's less the head's in its memory; alone, less both."""
+    hmax = memory_layers(t)
     sends = send_floor(problem, t) if problem.p2p_blocking else 0.0  # (eq. B2c; vpp 1 here)
     room = np.maximum(cap - sends, 0.0)
-    both = np.minimum(caps, t.Uf_mem[0])
-    first_mem = t.Uf_mem[1: t.p_max].max(axis=0) if t.p_max >= 2 else hmax
+    last, first = _end_caps(t, room, hmax, caps, caps) if t.p_max >= 2 else (caps, caps)  # (unused below 2 stages)
     got = rest_dp.joint_rest(t, problem.group_capacity, {
-        "mid": np.minimum(caps, _layer_caps(t, room, hmax)),
-        "first": np.minimum(caps, _layer_caps(t, room - c["first_time"], np.minimum(hmax, first_mem))),
-        "last": np.minimum(caps, _layer_caps(t, room - c["last_time"], np.minimum(hmax, t.U_mem[0]))),
-        "one": np.minimum(both, _layer_caps(t, cap - c["first_time"] - c["last_time"], both)),
+        "mid": np.minimum(caps, _layer_caps(t, room, hmax)), "first": first, "last": last,
+        "one": np.minimum(caps, _one_stage_caps(t, cap, caps)),
     }, sigma_share(1, problem.p2p_blocking), p2p, floor)
     return 0.0 if got is None else got
 
