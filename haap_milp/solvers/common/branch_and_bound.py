@@ -244,6 +244,10 @@ JOINT_PLANS = True  # eq. N20's least paths offered as plans
 # 0.15 s: on a loaded 2-core VM the cases that close mixtral-8x7b x hetero3-4096's decisive nodes took longer, so those
 # nodes went to CP-SAT, which does not finish them (formulations/README.md, N20e)
 JOINT_S = 0.6
+# eq. N20i: where the pooled state (and eq. N25) leave a node open, eq. N20 with every group its own digit within eq.
+# N20g's limits; it stops for the rest of a search after OWN_TRIAL nodes without closing one
+USE_OWN_DIGITS = True
+OWN_TRIAL = 4
 USE_CROSSINGS = True  # eq. N25: where eq. N20 pools a GPU type over islands, its cases on the crossings between them
 USE_CROSSING_PLAN = True  # eq. N25b in eq. LS4c's dive: the at-most-once case's plan beside eq. LS4's
 USE_PRUNE = True  # eq. N27: eqs. N20/N25's runs drop partial paths that cannot finish below the incumbent / cut-off
@@ -379,6 +383,8 @@ class _State:
     joint_drops: int = 0  # eq. N20f: nodes where eq. N20 dropped a stage count the other bounds kept
     joint_s: float = 0.0  # eq. N20f: eq. N20's runs' time so far (s; ``joint_calls`` of them)
     engine_s: float = 0.0  # the engine runs' time so far (s; ``engine_calls`` of them)
+    own_calls: int = 0  # eq. N20i: nodes it ran on, and those it closed (it stops after OWN_TRIAL without)
+    own_wins: int = 0
     case_calls: int = 0  # eq. N20h: nodes eq. N20b's cases ran on, those where they closed a node eq. N20 left open,
     case_wins: int = 0  # and their time so far (s)
     case_s: float = 0.0
@@ -1323,6 +1329,9 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
             jp = np.maximum(jp, cb)
             jb = float(jp.min())
             st.stats["crossing_dp"] = st.stats.get("crossing_dp", 0) + 1
+    if len(u.R) < dp.G and (cutoff is None or jb < cutoff):  # eq. N20i: the pooled state left it open
+        jp = _own_digits(st, dp, a, mu, cutoff, problem.p2p_blocking, jp, found, inc, deadline)
+        jb = float(jp.min())
     if USE_DP_TAU_CAP and cutoff is not None:  # eq. N26: jb is tau_weight * a + a part that does not depend on tau
         st.run_cap = joint_capacity.tau_cap(dp, a, _safe(jb), cutoff)
     for plan in found or ():  # (each within every group's GPUs; the check decides the rows the DP leaves out)
@@ -1340,6 +1349,28 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     if per_p is not None and len(per_p) == len(jp):
         per_p = np.maximum(per_p, _safe_all(jp))
     return bound, per_p
+
+
+def _own_digits(st: _State, dp: PathDP, a, mu, cutoff, blocking: bool, jp: np.ndarray, found, inc, deadline: float
+                ) -> np.ndarray:
+    """Eq. N20i: eq. N20 again with every group its own digit (``joint_capacity.own_units``: eq. N20g's limits) where
+    the pooled state left the node open, while its trial lasts (OWN_TRIAL runs) or it has closed a node: the per stage
+    count bounds ``jp`` lifted elementwise. Its paths (within every group's GPUs) go to ``found``."""
+    if not (USE_OWN_DIGITS and (st.own_calls < OWN_TRIAL or st.own_wins > 0) and _room(st, deadline)):
+        return jp
+    w = joint_capacity.own_units(dp)
+    if w is None:
+        return jp
+    t0 = time.perf_counter()
+    _, op = joint_capacity.joint_bound(dp, a, mu, cutoff, sync_share(blocking), w, min(deadline, t0 + JOINT_S), found,
+                                       inc, cases=False)
+    jp = np.maximum(jp, op)
+    st.own_calls += 1
+    st.own_wins += cutoff is not None and float(jp.min()) >= cutoff
+    st.stats["own_digit_dp"] = st.own_calls
+    st.stats["own_digit_wins"] = st.own_wins
+    st.stats["own_digit_s"] = st.stats.get("own_digit_s", 0.0) + time.perf_counter() - t0
+    return jp
 
 
 def _joint_on(st: _State) -> bool:

@@ -38,6 +38,9 @@ JOINT_MAX = 4096  # most states of the capacity vector (product of R_g + 1); mor
 # WIDE_STEPS (0.4-1 ns a step measured on the 2-core VM: a run of at most ~0.5 s; formulations/README.md, N20g)
 WIDE_MAX = 16384
 WIDE_STEPS = 5e8
+# eq. N20i: a run's most steps on a node the pooled state left open (measured 0.28-0.33 ns a step there with eq. N27's
+# pruning: mixtral-8x7b x 64 GPUs x 3 types x 2 islands, 0.9-1.8e9 steps in 0.25-0.49 s a node)
+OWN_STEPS = 2e9
 SIGMA_RUNS = 40  # eq. N20b: most DP runs per node for sigma's cases (a stage count left unfinished keeps its N20 bound)
 LIFT = 1e-3  # eq. N20b: a stage count's cases are run only when the lowest one lifts its bound by this much (relative)
 # ``_slot``: where fewer than this share of the later part's box is finite, only its finite cells are added (the same
@@ -102,6 +105,18 @@ def joint_units(dp: PathDP, types: list[str] | None = None) -> JointUnits | None
         pooled = type_blocks(types)
         u = _units(dp, pooled) if len(pooled) >= 2 else None
     return u if u is not None else _wide_units(dp, own, q, R)
+
+
+def own_units(dp: PathDP) -> JointUnits | None:
+    """Eq. N20i: every group its own digit (exact units) up to WIDE_MAX states and OWN_STEPS steps a run, for a node
+    the pooled state (eq. N6's relaxation: a type's GPUs summed over its islands) and the crossing cases (eq. N25) leave
+    open; None over them."""
+    own = [[g] for g in range(dp.G)]
+    q, R = _digits(dp, own)
+    states = float(np.prod(R + 1.0))
+    if states > WIDE_MAX or run_steps(dp, int(states)) > OWN_STEPS:
+        return None
+    return unit_state(dp, own, q, R, share=WIDE_MAX / JOINT_MAX)
 
 
 def run_steps(dp: PathDP, states: int) -> float:
