@@ -511,6 +511,7 @@ def test_the_joint_dp_counts_the_stage_counts_it_drops(monkeypatch):
     drops that count) counts as a drop; a count already at the cut-off, or a lift that stays under it, does not. Only
     a close counts as a win (eq. N20d shares those)."""
     monkeypatch.setattr(bb, "USE_CROSSINGS", False)
+    monkeypatch.setattr(bb, "USE_OWN_DIGITS", False)
     monkeypatch.setattr(bb, "USE_DP_TAU_CAP", False)
     monkeypatch.setattr(bb, "joint_units", lambda dp, types_: types.SimpleNamespace(R=np.array([1])))
     per_stage_count = {}

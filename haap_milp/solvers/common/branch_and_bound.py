@@ -1332,7 +1332,7 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
             jp = np.maximum(jp, cb)
             jb = float(jp.min())
             st.stats["crossing_dp"] = st.stats.get("crossing_dp", 0) + 1
-    if len(u.R) < dp.G and (cutoff is None or jb < cutoff):  # eq. N20i: the pooled state left it open
+    if USE_OWN_DIGITS and len(u.R) < dp.G and (cutoff is None or jb < cutoff):  # eq. N20i: pooled, left open
         jp = _own_digits(st, dp, a, mu, cutoff, problem.p2p_blocking, jp, found, inc, deadline)
         jb = float(jp.min())
     if USE_DP_TAU_CAP and cutoff is not None:  # eq. N26: jb is tau_weight * a + a part that does not depend on tau
@@ -1359,7 +1359,7 @@ def _own_digits(st: _State, dp: PathDP, a, mu, cutoff, blocking: bool, jp: np.nd
     """Eq. N20i: eq. N20 again with every group its own digit (``joint_capacity.own_units``: eq. N20g's limits) where
     the pooled state left the node open, while its trial lasts (OWN_TRIAL runs) or it has closed a node: the per stage
     count bounds ``jp`` lifted elementwise. Its paths (within every group's GPUs) go to ``found``."""
-    if not (USE_OWN_DIGITS and (st.own_calls < OWN_TRIAL or st.own_wins > 0) and _room(st, deadline)):
+    if not ((st.own_calls < OWN_TRIAL or st.own_wins > 0) and _room(st, deadline)):
         return jp
     w = joint_capacity.own_units(dp)
     if w is None:
