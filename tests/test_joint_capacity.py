@@ -226,7 +226,7 @@ def test_sparse_slot_step_gives_the_dense_steps_floats(monkeypatch, dtype, seed)
 def test_own_digits_lift_the_pooled_state_and_stay_below_the_least_plan(monkeypatch):
     """Eq. N20i (``branch_and_bound._own_digits``): where eq. N20 pooled a GPU type over its islands and left the node
     open, the run with every group its own digit lifts the per stage count bounds elementwise, never above the node's
-    least plan of that count (node-level oracle), and closes nodes the pooled state left open. Forced here by a
+    least plan of that count (node-level oracle), and lifts the bound on some. Forced here by a
     JOINT_MAX between the pooled and the by-group state sizes, on problems whose first two groups share a type."""
     from haap_milp.solvers.common import branch_and_bound as bb
 

@@ -247,8 +247,9 @@ JOINT_PLANS = True  # eq. N20's least paths offered as plans
 # 0.15 s: on a loaded 2-core VM the cases that close mixtral-8x7b x hetero3-4096's decisive nodes took longer, so those
 # nodes went to CP-SAT, which does not finish them (formulations/README.md, N20e)
 JOINT_S = 0.6
-# eq. N20i: where the pooled state (and eq. N25) leave a node open, eq. N20 with every group its own digit within eq.
-# N20g's limits; it stops for the rest of a search after OWN_TRIAL nodes without closing one
+# eq. N20i: where the pooled state (and eq. N25) leave a node open, eq. N20 with every group its own digit (up to
+# joint_capacity.WIDE_MAX states and OWN_STEPS steps a run); it stops for the rest of a search after OWN_TRIAL runs in a
+# process without closing a node
 USE_OWN_DIGITS = True
 OWN_TRIAL = 4
 USE_CROSSINGS = True  # eq. N25: where eq. N20 pools a GPU type over islands, its cases on the crossings between them
@@ -1356,17 +1357,17 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
 
 def _own_digits(st: _State, dp: PathDP, a, mu, cutoff, blocking: bool, jp: np.ndarray, found, inc, deadline: float
                 ) -> np.ndarray:
-    """Eq. N20i: eq. N20 again with every group its own digit (``joint_capacity.own_units``: eq. N20g's limits) where
-    the pooled state left the node open, while its trial lasts (OWN_TRIAL runs) or it has closed a node: the per stage
-    count bounds ``jp`` lifted elementwise. Its paths (within every group's GPUs) go to ``found``."""
+    """Eq. N20i: eq. N20 again with every group its own digit (``joint_capacity.own_units``: at most WIDE_MAX states
+    and OWN_STEPS steps) where the pooled state left the node open, while its trial lasts (OWN_TRIAL runs) or it has
+    closed a node: the per stage count bounds ``jp`` lifted elementwise. Its paths (within every group's GPUs) go to
+    ``found``; sigma's cases (eq. N20b) are not run on it."""
     if not ((st.own_calls < OWN_TRIAL or st.own_wins > 0) and _room(st, deadline)):
         return jp
     w = joint_capacity.own_units(dp)
     if w is None:
         return jp
     t0 = time.perf_counter()
-    _, op = joint_capacity.joint_bound(dp, a, mu, cutoff, sync_share(blocking), w, min(deadline, t0 + JOINT_S), found,
-                                       inc, cases=False)
+    _, op = joint_capacity.joint_bound(dp, a, mu, cutoff, sync_share(blocking), w, deadline, found, inc, cases=False)
     jp = np.maximum(jp, op)
     st.own_calls += 1
     st.own_wins += cutoff is not None and float(jp.min()) >= cutoff
