@@ -454,20 +454,20 @@ def _forced_sync(problem: Problem, t: Tables, h: np.ndarray, fill: float, sync: 
 
 def _sync_floor(problem: Problem, t: Tables, cap: float, h: np.ndarray, fill: float, sync: float
                 ) -> tuple[float, float]:
-    """Eq. B2k: (a lower bound on sigma + sum_j t_j - fill (seconds), S_lb) for every plan of a plain variant (vpp 1) whose
-    period is at most ``cap`` (``h``: eq. B2i's layer caps there). Let S = max_j s_j (eq. T1c) be such a plan's largest sync. Its stage j of option o holds
-    n_j layers with s_o^0 + n_j s_o^1 <= s_j <= S (and, under eq. B2l and SYNC_FLOOR_ENDS, a last stage with its head's
-    sync s_o^l added, a first its embedding's s_o^f, a one-stage plan both), and n_j <= cap / lambda_o (eq. T2), so eq.
-    B2's coverage at tau = cap with every option's layers capped at k_o(S) = floor((S - s_o^0) / s_o^1) holds all L
-    layers; coverage grows with S, so S > S_lb, the largest S found by bisection at which it does not (the bisection
-    keeps an S not covered as its lower end). Eq. T3's row of that stage gives sigma >= S - beta sum_{k<j} t_k >= S - beta sum t, so
+    """Eq. B2k: (a lower bound on sigma + sum_j t_j - fill (seconds), S_lb) for every plan of a plain variant (vpp 1)
+    whose period is at most ``cap`` (``h``: eq. B2i's layer caps there). Let S = max_j s_j (eq. T1c) be such a plan's
+    largest sync. Its stage j of option o holds n_j layers with s_o^0 + n_j s_o^1 <= s_j <= S (and, under eq. B2l and
+    SYNC_FLOOR_ENDS, a last stage with its head's sync s_o^l added, a first its embedding's s_o^f, a one-stage plan
+    both), and n_j <= cap / lambda_o (eq. T2), so eq. B2's coverage at tau = cap with every option's layers capped at
+    k_o(S) = floor((S - s_o^0) / s_o^1) holds all L layers; coverage grows with S, so S > S_lb, the largest S found by
+    bisection at which it does not (the bisection keeps an S not covered as its lower end). Eq. T3's row of that stage
+    gives sigma >= S - beta sum_{k<j} t_k >= S - beta sum t, so
 
         sigma + sum t >= (1 - beta) sum t + S >= (1 - beta) fill + S_lb,
 
     returned minus fill (it adds to the rest term as eq. T3's sync does); ``sync`` where that is no larger; and S_lb, a
-    floor on S (0 where the bisection does not run: eq. B2n takes it). Why: the
-    rest term's sync is a one-layer first stage's, while a plan within a period cap needs stages of many layers on
-    the GPUs it has, and under a blocking runtime (beta = 0, DeepSpeed) nothing hides their sync: Sailor's 32 A100 +
+    floor on S (0 where the bisection does not run: eq. B2n takes it). Why: the rest term's sync is a one-layer first
+    stage's, while a plan within a period cap needs stages of many layers on the GPUs it has, and under a blocking runtime (beta = 0, DeepSpeed) nothing hides their sync: Sailor's 32 A100 +
     96 V100 row (OPT-350M, fp32, dp 16) syncs 0.38 s against the 0.11 s one-layer bound. Tried only where S_lb could
     lift it (the largest sync within the caps, less beta fill, above ``sync``); SYNC_FLOOR_STEPS coverages."""
     if t.vpp > 1 or not (cap > 0 and math.isfinite(cap)):

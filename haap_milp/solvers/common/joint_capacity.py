@@ -112,11 +112,7 @@ def own_units(dp: PathDP) -> JointUnits | None:
     the pooled state (eq. N6's relaxation: a type's GPUs summed over its islands) and the crossing cases (eq. N25) leave
     open; None over them."""
     own = [[g] for g in range(dp.G)]
-    q, R = _digits(dp, own)
-    states = float(np.prod(R + 1.0))
-    if states > WIDE_MAX or run_steps(dp, int(states)) > OWN_STEPS:
-        return None
-    return unit_state(dp, own, q, R, share=WIDE_MAX / JOINT_MAX)
+    return _wide_units(dp, own, *_digits(dp, own), steps=OWN_STEPS)
 
 
 def run_steps(dp: PathDP, states: int) -> float:
@@ -129,11 +125,12 @@ def _units(dp: PathDP, blocks: list[list[int]]) -> JointUnits | None:
     return unit_state(dp, blocks, *_digits(dp, blocks))
 
 
-def _wide_units(dp: PathDP, blocks: list[list[int]], q: np.ndarray, R: np.ndarray) -> JointUnits | None:
+def _wide_units(dp: PathDP, blocks: list[list[int]], q: np.ndarray, R: np.ndarray,
+                steps: float | None = None) -> JointUnits | None:
     """Eq. N20g: every group its own digit (``blocks``, units ``q``, most units ``R``) past JOINT_MAX, up to WIDE_MAX
-    states and WIDE_STEPS steps a run."""
+    states and ``steps`` (default WIDE_STEPS) steps a run."""
     states = float(np.prod(R + 1.0))
-    if states > WIDE_MAX or run_steps(dp, int(states)) > WIDE_STEPS:
+    if states > WIDE_MAX or run_steps(dp, int(states)) > (WIDE_STEPS if steps is None else steps):
         return None
     return unit_state(dp, blocks, q, R, share=WIDE_MAX / JOINT_MAX)
 
