@@ -29,6 +29,7 @@ from haap_milp.problem import Assignment
 from haap_milp.solvers.common import joint_capacity
 from haap_milp.solvers.common.joint_capacity import (
     JointUnits,
+    drawn,
     least_paths,
     link_step,
     type_blocks,
@@ -158,8 +159,10 @@ def island_units(dp: PathDP, types: list[str], group_island: np.ndarray, blocks:
     (the flag doubles them)."""
     kinds = type_blocks(types)
     q = unit_sizes(dp, kinds)
+    mine = drawn(dp, [[g] for g in range(dp.G)])  # (eq. N20j: a group no usable option takes from counts for nothing)
     isl = sorted(set(blocks[blocks >= 0].tolist()))
-    cap_of = {i: np.array([sum(float(dp.cap[g]) for g in c if group_island[g] == i) for c in kinds]) // q for i in isl}
+    cap_of = {i: np.array([sum(float(dp.cap[g]) for g in c if group_island[g] == i and mine[g]) for c in kinds]) // q
+              for i in isl}
     R = np.max([cap_of[i] for i in isl], axis=0).astype(np.int64)
     limit = np.array([cap_of[i] for i in blocks[dp.row_group].tolist()], np.int64)  # (island_blocks: every row has one)
     return unit_state(dp, kinds, q, R, 0.5, limit)

@@ -41,6 +41,8 @@ WIDE_STEPS = 5e8
 # eq. N20i: a run's most steps on a node the pooled state left open (measured 0.28-0.33 ns a step there with eq. N27's
 # pruning: mixtral-8x7b x 64 GPUs x 3 types x 2 islands, 0.9-1.8e9 steps in 0.25-0.49 s a node)
 OWN_STEPS = 2e9
+# eq. N20j: a group no usable option of the node takes GPUs from gets no units in the state (False: its GPUs count)
+DRAWN_ONLY = True
 SIGMA_RUNS = 40  # eq. N20b: most DP runs per node for sigma's cases (a stage count left unfinished keeps its N20 bound)
 LIFT = 1e-3  # eq. N20b: a stage count's cases are run only when the lowest one lifts its bound by this much (relative)
 # ``_slot``: where fewer than this share of the later part's box is finite, only its finite cells are added (the same
@@ -136,17 +138,34 @@ def _wide_units(dp: PathDP, blocks: list[list[int]], q: np.ndarray, R: np.ndarra
 
 
 def unit_sizes(dp: PathDP, blocks: list[list[int]]) -> np.ndarray:
-    """[B] per digit (a block of groups) its unit: the gcd of the GPUs the node's usable options take of the block."""
+    """[B] per digit (a block of groups) its unit: the gcd of the GPUs the node's usable options take of the block
+    (1 where none takes any: ``drawn``)."""
+    g = _block_gcds(dp, blocks)
+    return np.where(g > 0, g, 1)
+
+
+def drawn(dp: PathDP, blocks: list[list[int]]) -> np.ndarray:
+    """[B] whether some usable option of the node takes GPUs of each block. Eq. N20j: a block none takes from holds no
+    stage of the node's plans, so its digit needs no units (R = 0): e.g. the groups of an island a node is kept out of
+    (eq. N9b), which as 688 units of 1 GPU made the state too large for eq. N20 to run at all. (DRAWN_ONLY False: every
+    block counts as drawn, as before.)"""
+    return _block_gcds(dp, blocks) > 0 if DRAWN_ONLY else np.ones(len(blocks), bool)
+
+
+def _block_gcds(dp: PathDP, blocks: list[list[int]]) -> np.ndarray:
+    """[B] the gcd of the GPUs the node's usable options take of each block (0: none takes any)."""
     t = dp.t
     usable = dp.keep & ((t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0))
     use = np.column_stack([dp.usage[:, b].sum(axis=1) for b in blocks]).astype(np.int64)  # [n, B] per option
-    return np.array([reduce(math.gcd, use[usable, j].tolist(), 0) or 1 for j in range(len(blocks))], np.int64)
+    return np.array([reduce(math.gcd, use[usable, j].tolist(), 0) for j in range(len(blocks))], np.int64)
 
 
 def _digits(dp: PathDP, blocks: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Per digit (a block of groups) its unit q (GPUs) and its most units R = floor(the block's GPUs / q)."""
+    """Per digit (a block of groups) its unit q (GPUs) and its most units R = floor(the GPUs of the block's groups that
+    some usable option takes from / q): R = 0 for a block none takes from (eq. N20j, ``drawn``)."""
     q = unit_sizes(dp, blocks)
-    cap = np.array([float(dp.cap[b].sum()) for b in blocks])
+    mine = drawn(dp, [[g] for g in range(dp.G)])
+    cap = np.array([float(sum(dp.cap[g] for g in b if mine[g])) for b in blocks])
     return q, (cap // q).astype(np.int64)
 
 
