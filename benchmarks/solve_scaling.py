@@ -215,11 +215,13 @@ def plot(fits: dict, path: Path) -> None:
 
 ON_PAPER = """## 16384 GPUs
 
-Measured on 2026-12-07 (`--gpus 16384 --limits 10 60 --cli-defaults`, the csv solve_scaling_16384.csv, the same
-machine and code as the table above): 16 of 18 instances proven within 1 % in 10 s or less end to end (0.8-9.9 s),
-mixtral-8x7b x 4 types x 2 islands at 24.5 s, and mixtral-8x7b x 3 types x 2 islands still 10.5 % off at 60 s (at
-4096 GPUs the same family is proven in 6-9 s). At gbs 2048 such a cluster holds more GPUs than a plan can use (data
-parallelism stops at 128 replicas a stage): the mixtral plan uses 7,808 of its 16,384 GPUs.
+Measured on 2026-12-07 (`--gpus 16384 --limits 10 60 --cli-defaults`, the csv solve_scaling_16384.csv, on commit
+2cb7805, minutes after the table above): all 18 instances proven within 1 % in 10 s or less end to end (0.9-9.7 s;
+the slowest llama3-70b x 4 types x 2 islands). On the code before eq. N20j (3e30a8b, solve_scaling_16384_3e30a8b.csv)
+16 of 18: mixtral-8x7b x 4 types x 2 islands took 24.5 s and mixtral-8x7b x 3 types x 2 islands was still 10.5 % off at
+60 s. At gbs 2048 such a cluster holds more GPUs than a plan can use (data parallelism stops at 128 replicas a
+stage): the mixtral plan uses 7,808 of its 16,384 GPUs, and eq. N20j (formulations/README.md) is the change between
+the two runs.
 
 Why the time does not grow with G (on paper): the model sizes grow with the number of options, not with GPUs. An
 option is (group, tp, dp, recompute, ep), dp runs over the divisors of the group's GPUs that fit the batch, i.e.
