@@ -467,9 +467,10 @@ def _sync_floor(problem: Problem, t: Tables, cap: float, h: np.ndarray, fill: fl
 
     returned minus fill (it adds to the rest term as eq. T3's sync does); ``sync`` where that is no larger; and S_lb, a
     floor on S (0 where the bisection does not run: eq. B2n takes it). Why: the rest term's sync is a one-layer first
-    stage's, while a plan within a period cap needs stages of many layers on the GPUs it has, and under a blocking runtime (beta = 0, DeepSpeed) nothing hides their sync: Sailor's 32 A100 +
-    96 V100 row (OPT-350M, fp32, dp 16) syncs 0.38 s against the 0.11 s one-layer bound. Tried only where S_lb could
-    lift it (the largest sync within the caps, less beta fill, above ``sync``); SYNC_FLOOR_STEPS coverages."""
+    stage's, while a plan within a period cap needs stages of many layers on the GPUs it has, and under a blocking
+    runtime (beta = 0, DeepSpeed) nothing hides their sync: Sailor's 32 A100 + 96 V100 row (OPT-350M, fp32, dp 16)
+    syncs 0.38 s against the 0.11 s one-layer bound. Tried only where S_lb could lift it (the largest sync within the
+    caps, less beta fill, above ``sync``); SYNC_FLOOR_STEPS coverages."""
     if t.vpp > 1 or not (cap > 0 and math.isfinite(cap)):
         return sync, 0.0
     beta = sigma_share(t.vpp, problem.p2p_blocking)

@@ -29,7 +29,7 @@ from haap_milp.problem import Assignment
 from haap_milp.solvers.common import joint_capacity
 from haap_milp.solvers.common.joint_capacity import (
     JointUnits,
-    drawn,
+    drawn_groups,
     least_paths,
     link_step,
     type_blocks,
@@ -159,7 +159,7 @@ def island_units(dp: PathDP, types: list[str], group_island: np.ndarray, blocks:
     (the flag doubles them)."""
     kinds = type_blocks(types)
     q = unit_sizes(dp, kinds)
-    mine = drawn(dp, [[g] for g in range(dp.G)])  # (eq. N20j: a group no usable option takes from counts for nothing)
+    mine = drawn_groups(dp)  # (eq. N20j: a group no usable option takes from counts for nothing)
     isl = sorted(set(blocks[blocks >= 0].tolist()))
     cap_of = {i: np.array([sum(float(dp.cap[g]) for g in c if group_island[g] == i and mine[g]) for c in kinds]) // q
               for i in isl}

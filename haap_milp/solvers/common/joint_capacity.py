@@ -138,33 +138,33 @@ def _wide_units(dp: PathDP, blocks: list[list[int]], q: np.ndarray, R: np.ndarra
 
 
 def unit_sizes(dp: PathDP, blocks: list[list[int]]) -> np.ndarray:
-    """[B] per digit (a block of groups) its unit: the gcd of the GPUs the node's usable options take of the block
-    (1 where none takes any: ``drawn``)."""
-    g = _block_gcds(dp, blocks)
-    return np.where(g > 0, g, 1)
-
-
-def drawn(dp: PathDP, blocks: list[list[int]]) -> np.ndarray:
-    """[B] whether some usable option of the node takes GPUs of each block. Eq. N20j: a block none takes from holds no
-    stage of the node's plans, so its digit needs no units (R = 0): e.g. the groups of an island a node is kept out of
-    (eq. N9b), which as 688 units of 1 GPU made the state too large for eq. N20 to run at all. (DRAWN_ONLY False: every
-    block counts as drawn, as before.)"""
-    return _block_gcds(dp, blocks) > 0 if DRAWN_ONLY else np.ones(len(blocks), bool)
-
-
-def _block_gcds(dp: PathDP, blocks: list[list[int]]) -> np.ndarray:
-    """[B] the gcd of the GPUs the node's usable options take of each block (0: none takes any)."""
-    t = dp.t
-    usable = dp.keep & ((t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0))
+    """[B] per digit (a block of groups) its unit: the gcd of the GPUs the node's usable options take of the block."""
     use = np.column_stack([dp.usage[:, b].sum(axis=1) for b in blocks]).astype(np.int64)  # [n, B] per option
-    return np.array([reduce(math.gcd, use[usable, j].tolist(), 0) for j in range(len(blocks))], np.int64)
+    usable = _usable(dp)
+    return np.array([reduce(math.gcd, use[usable, j].tolist(), 0) or 1 for j in range(len(blocks))], np.int64)
+
+
+def drawn_groups(dp: PathDP) -> np.ndarray:
+    """[G] whether some usable option of the node takes GPUs of each group. Eq. N20j: a group none takes from holds no
+    stage of the node's plans, so its GPUs count for nothing in the state (a digit of such groups alone has R = 0): e.g.
+    the groups of an island a node is kept out of (eq. N9b), which as 688 units of 1 GPU made the state too large for
+    eq. N20 to run at all. (DRAWN_ONLY False: every group counts, as before.)"""
+    if not DRAWN_ONLY:
+        return np.ones(dp.G, bool)
+    return (dp.usage[_usable(dp), :dp.G] > 0).any(axis=0)
+
+
+def _usable(dp: PathDP) -> np.ndarray:
+    """[n] the node's options that may be in a plan: kept, and holding a layer at some slot."""
+    t = dp.t
+    return dp.keep & ((t.U >= 1).any(axis=0) | (t.Uf >= 1).any(axis=0))
 
 
 def _digits(dp: PathDP, blocks: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Per digit (a block of groups) its unit q (GPUs) and its most units R = floor(the GPUs of the block's groups that
-    some usable option takes from / q): R = 0 for a block none takes from (eq. N20j, ``drawn``)."""
+    some usable option takes from / q): R = 0 for a block none takes from (eq. N20j, ``drawn_groups``)."""
     q = unit_sizes(dp, blocks)
-    mine = drawn(dp, [[g] for g in range(dp.G)])
+    mine = drawn_groups(dp)
     cap = np.array([float(sum(dp.cap[g] for g in b if mine[g])) for b in blocks])
     return q, (cap // q).astype(np.int64)
 
