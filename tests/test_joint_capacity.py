@@ -171,7 +171,8 @@ def test_no_joint_state_when_too_large_or_one_group(monkeypatch):
 def test_wide_state_only_where_neither_fits_and_the_run_is_cheap(monkeypatch):
     """Eq. N20g: where neither every group its own digit nor the groups pooled by type fit in JOINT_MAX, every group its
     own digit (the same state as with a large JOINT_MAX) while it holds at most WIDE_MAX states and a run at most
-    WIDE_STEPS steps; else none. Its bounds hold against the node-level oracle."""
+    WIDE_STEPS steps; else none (eq. N20k: the same state past them where allowed, ``_check_big``). Its bounds hold
+    against the node-level oracle."""
     rng = np.random.default_rng(5)
     wide = checked = 0
     for seed in range(30):
@@ -191,12 +192,32 @@ def test_wide_state_only_where_neither_fits_and_the_run_is_cheap(monkeypatch):
         monkeypatch.setattr(joint_capacity, "WIDE_STEPS", steps)
         monkeypatch.setattr(joint_capacity, "WIDE_MAX", u.size - 1)
         assert joint_units(dp) is None
+        _check_big(monkeypatch, dp, full, steps)
         monkeypatch.setattr(joint_capacity, "WIDE_MAX", 10**9)
         monkeypatch.setattr(joint_capacity, "WIDE_STEPS", 1e18)
         wide += 1
         checked += _check_problem(problem, rng, None)[0]  # (every node on the wide state)
         monkeypatch.undo()
     assert wide == 30 and checked >= 20, (wide, checked)
+
+
+def _check_big(monkeypatch, dp, full, steps):
+    """Eq. N20k: past WIDE_MAX, the same by-group state (marked ``big``) only where the caller allows it and it holds
+    at most BIG_MAX states and BIG_STEPS steps; the wide state itself is never marked."""
+    monkeypatch.setattr(joint_capacity, "BIG_MAX", full.size)
+    monkeypatch.setattr(joint_capacity, "BIG_STEPS", steps)
+    big = joint_units(dp, big=True)
+    assert big is not None and big.big and big.size == full.size and np.array_equal(big.off, full.off)
+    assert np.array_equal(big.R, full.R) and np.array_equal(big.q, full.q)
+    assert joint_units(dp) is None  # (not allowed: none, as before)
+    monkeypatch.setattr(joint_capacity, "BIG_STEPS", steps * 0.999)
+    assert joint_units(dp, big=True) is None
+    monkeypatch.setattr(joint_capacity, "BIG_STEPS", steps)
+    monkeypatch.setattr(joint_capacity, "BIG_MAX", full.size - 1)
+    assert joint_units(dp, big=True) is None
+    monkeypatch.setattr(joint_capacity, "WIDE_MAX", full.size)
+    assert not joint_units(dp, big=True).big  # (the wide state where it fits)
+    monkeypatch.setattr(joint_capacity, "WIDE_MAX", full.size - 1)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

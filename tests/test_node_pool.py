@@ -493,7 +493,7 @@ def test_joint_trial_stays_on_while_the_search_closes_nodes_with_it(monkeypatch)
     """Eq. N20d: a process whose own JOINT_TRIAL nodes eq. N20 did not close keeps it while another process of the
     search has closed one (``joint_elsewhere``, from the request); with no close anywhere it stops as before."""
     calls = []
-    monkeypatch.setattr(bb, "joint_units", lambda dp, types: calls.append(1))  # (None: nothing more runs)
+    monkeypatch.setattr(bb, "joint_units", lambda dp, types, big: calls.append(1))  # (None: nothing more runs)
     problem = types.SimpleNamespace(groups=("h100-80g@a", "a100-80g@a"))
     far = time.perf_counter() + 60.0
     for elsewhere, runs in ((0, False), (1, True)):
@@ -513,7 +513,7 @@ def test_the_joint_dp_counts_the_stage_counts_it_drops(monkeypatch):
     monkeypatch.setattr(bb, "USE_CROSSINGS", False)
     monkeypatch.setattr(bb, "USE_OWN_DIGITS", False)
     monkeypatch.setattr(bb, "USE_DP_TAU_CAP", False)
-    monkeypatch.setattr(bb, "joint_units", lambda dp, types_: types.SimpleNamespace(R=np.array([1])))
+    monkeypatch.setattr(bb, "joint_units", lambda dp, types_, big: types.SimpleNamespace(R=np.array([1]), big=False))
     per_stage_count = {}
 
     def fake(*a):  # (the last argument: eq. N20h's record, no case run here)
@@ -578,7 +578,7 @@ def test_the_joint_dp_records_its_sigma_cases(monkeypatch):
         return (2.0 if cases else 1.0), np.array([np.inf, 2.0 if cases else 1.0])
 
     monkeypatch.setattr(bb.joint_capacity, "joint_bound", fake)
-    monkeypatch.setattr(bb, "joint_units", lambda dp, types: types_ns(R=[1]))
+    monkeypatch.setattr(bb, "joint_units", lambda dp, types, big: types_ns(R=[1], big=False))
     monkeypatch.setattr(bb, "USE_DP_TAU_CAP", False)
     problem, dp = random_problem(1, num_layers=4, max_stages=2, max_options=3), types_ns(G=1)
     st = bb._State()
@@ -589,6 +589,38 @@ def test_the_joint_dp_records_its_sigma_cases(monkeypatch):
     monkeypatch.setattr(bb, "_cases_on", lambda st: False)
     bb._joint(problem, st, dp, 0.0, -math.inf, None, 1.5, None, math.inf, "t")
     assert seen[-1] is False and st.case_calls == 3  # (no run of the cases: nothing recorded)
+
+
+@pytest.mark.parametrize("switch", [True, False])
+def test_the_big_state_runs_through_its_trial_and_then_only_where_it_has_closed_a_node(monkeypatch, switch):
+    """Eq. N20k's gate and record: where every island holds one group, the big by-group state is allowed on the first
+    BIG_TRIAL nodes of a process that need it, then only after one of them closed a node or lifted its bound by
+    BIG_LIFT of the cut-off; ``_joint`` counts its runs, closes, time and lift; never with the switch off, nor on
+    other clusters."""
+    monkeypatch.setattr(bb, "USE_BIG", switch)
+    trial, lift = bb.BIG_TRIAL, bb.BIG_LIFT
+    assert bb._big_on(bb._State(island_groups=True, big_calls=trial - 1)) is switch
+    assert not bb._big_on(bb._State(island_groups=False, big_calls=0))
+    assert bb._big_on(bb._State(island_groups=True, big_calls=trial, big_lift=0.99 * lift)) is False
+    assert bb._big_on(bb._State(island_groups=True, big_calls=trial, big_lift=lift)) is switch
+    assert bb._big_on(bb._State(island_groups=True, big_calls=trial, big_wins=1)) is switch
+    asked, types_ns = [], types.SimpleNamespace
+
+    def fake(dp, a, mu, cutoff, beta, u, deadline, found, inc, cases, info):
+        time.sleep(0.01)
+        info.update(plain=2.0, case_runs=0, case_s=0.0)
+        return 2.0, np.array([np.inf, 2.0])
+
+    monkeypatch.setattr(bb.joint_capacity, "joint_bound", fake)
+    monkeypatch.setattr(bb, "joint_units", lambda dp, types, big: asked.append(big) or types_ns(R=[1], big=big))
+    monkeypatch.setattr(bb, "USE_DP_TAU_CAP", False)
+    problem, dp = random_problem(1, num_layers=4, max_stages=2, max_options=3), types_ns(G=1)
+    st = bb._State(island_groups=True)
+    for cutoff, before in ((2.5, 1.5), (1.5, 1.0)):  # (open, lifted by 0.5 / 2.5; closed)
+        bb._joint(problem, st, dp, 0.0, before, None, cutoff, None, math.inf, "t")
+    assert asked == [switch] * 2
+    assert (st.big_calls, st.big_wins) == ((2, 1) if switch else (0, 0)) and (st.big_s >= 0.02) is switch
+    assert st.big_lift == pytest.approx(0.5 / 1.5 if switch else 0.0)  # (the closed node's lift: up to the cut-off)
 
 
 @needs_fork

@@ -252,6 +252,12 @@ JOINT_S = 0.6
 # process without closing a node
 USE_OWN_DIGITS = True
 OWN_TRIAL = 4
+# eq. N20k: eq. N20's by-group state past WIDE_MAX / WIDE_STEPS (up to joint_capacity.BIG_MAX / BIG_STEPS) where every
+# island holds one group (two islands or more), on the first BIG_TRIAL nodes of a process that need it, after that
+# only once one has closed a node there or lifted one's bound by BIG_LIFT of the cut-off (USE_BIG: switch)
+USE_BIG = True
+BIG_TRIAL = 3
+BIG_LIFT = 0.03
 USE_CROSSINGS = True  # eq. N25: where eq. N20 pools a GPU type over islands, its cases on the crossings between them
 USE_CROSSING_PLAN = True  # eq. N25b in eq. LS4c's dive: the at-most-once case's plan beside eq. LS4's
 USE_PRUNE = True  # eq. N27: eqs. N20/N25's runs drop partial paths that cannot finish below the incumbent / cut-off
@@ -389,6 +395,10 @@ class _State:
     engine_s: float = 0.0  # the engine runs' time so far (s; ``engine_calls`` of them)
     own_calls: int = 0  # eq. N20i: nodes it ran on, and those it closed (it stops after OWN_TRIAL without)
     own_wins: int = 0
+    big_calls: int = 0  # eq. N20k: nodes the big state ran on, those it closed, its time (s) and its largest lift of a
+    big_wins: int = 0  # node's bound (a share of the cut-off)
+    big_s: float = 0.0
+    big_lift: float = 0.0
     case_calls: int = 0  # eq. N20h: nodes eq. N20b's cases ran on, those where they closed a node eq. N20 left open,
     case_wins: int = 0  # and their time so far (s)
     case_s: float = 0.0
@@ -406,6 +416,7 @@ class _State:
     policy: NodePolicy = field(default_factory=NodePolicy)
     several_types: bool = True  # the groups hold two or more GPU types (eqs. LS4, LS4b, N15 run only then)
     several_groups: bool = True  # two or more groups, e.g. one GPU type on two islands (eq. LS4c runs only then)
+    island_groups: bool = False  # two islands or more, each holding one group (eq. N20k runs only then)
     lagr: dict = field(default_factory=dict)  # eq. N17: the node's Lagrangian results by (signature, island part)
     run_cap: float = math.inf  # eq. N26: the tau cap of the DP run in progress (inf: none)
     node_cap: float = math.inf  # eq. N26: the node's tau cap after its DPs (the largest of its runs')
@@ -561,8 +572,10 @@ def run_variants(problem: Problem, options, hint: Assignment | None, name: str, 
     dl = current()  # the command's deadline and Ctrl-C (deadline.py); the time limit is within it already
     deadline = t0 + min(options.time_limit_s, dl.remaining())
     r = options.relative_gap
+    island = np.asarray(problem.group_island)
     st = _State(policy=node_policy(problem), several_types=len({island_split.gpu_type(g) for g in problem.groups}) > 1,
-                several_groups=len(problem.groups) > 1)
+                several_groups=len(problem.groups) > 1,
+                island_groups=len(island) > 1 and len(set(island.tolist())) == len(island))
     hint_ok = hint is not None and 0 <= hint.variant < len(problem.variants) and not violations(problem, hint)
     tables, vb = _variant_tables(problem, hint_ok, deadline, options.threads)
     if tables is None:
@@ -1311,9 +1324,10 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     if not (USE_JOINT and _joint_on(st) and _room(st, deadline)):
         return bound, per_p
     types = [island_split.gpu_type(g) for g in problem.groups]
-    u = joint_units(dp, types)
+    u = joint_units(dp, types, big=_big_on(st))
     if u is None:
         return bound, per_p
+    was = bound
     t0 = time.perf_counter()
     found: list | None = [] if JOINT_PLANS else None
     inc = st.inc_obj if USE_PRUNE and st.inc is not None else None  # eq. N27
@@ -1348,6 +1362,14 @@ def _joint(problem, st: _State, dp: PathDP, a, bound, mu, cutoff, per_p, deadlin
     st.joint_drops += cutoff is not None and _drops(per_p, jp, cutoff)
     st.joint_s += time.perf_counter() - t0
     st.stats["joint_dp"] = st.joint_calls
+    if u.big:  # eq. N20k's record
+        st.big_calls += 1
+        st.big_wins += cutoff is not None and bound >= cutoff
+        st.big_s += time.perf_counter() - t0
+        if cutoff is not None and math.isfinite(was) and cutoff > 0:
+            st.big_lift = max(st.big_lift, (min(bound, cutoff) - was) / cutoff)
+        st.stats["joint_big"], st.stats["joint_big_wins"] = st.big_calls, st.big_wins
+        st.stats["joint_big_s"] = st.big_s
     st.stats["joint_wins"] = st.joint_wins
     st.stats["joint_dp_s"] = st.joint_s  # (this process's, as the other statistics: the workers' added in _merge)
     if per_p is not None and len(per_p) == len(jp):
@@ -1387,6 +1409,14 @@ def _joint_on(st: _State) -> bool:
     engine = _engine_mean(st)
     return JOINT_DROP_WINS and st.joint_drops > 0 and engine is not None and \
         engine > JOINT_DROP_RATIO * st.joint_s / st.joint_calls
+
+
+def _big_on(st: _State) -> bool:
+    """Eq. N20k: whether eq. N20 may take its by-group state past WIDE_MAX / WIDE_STEPS (up to BIG_MAX / BIG_STEPS) on
+    the node: where every island holds one group, on the first BIG_TRIAL nodes of this process that need it, then only
+    once one of them has closed a node or lifted its bound by BIG_LIFT of the cut-off (a run costs up to ~2 s on the
+    2-core VM; where they lift little, the trial caps what they cost)."""
+    return USE_BIG and st.island_groups and (st.big_calls < BIG_TRIAL or st.big_wins > 0 or st.big_lift >= BIG_LIFT)
 
 
 def _cases_on(st: _State) -> bool:

@@ -43,6 +43,10 @@ WIDE_STEPS = 5e8
 OWN_STEPS = 2e9
 # eq. N20j: a group no usable option of the node takes GPUs from gets no units in the state (False: its GPUs count)
 DRAWN_ONLY = True
+# eq. N20k: every group its own digit up to BIG_MAX states and BIG_STEPS steps a run, where the caller allows it (its
+# trial, kept while such runs close nodes: branch_and_bound.BIG_TRIAL_S)
+BIG_MAX = 32768
+BIG_STEPS = 2e9
 SIGMA_RUNS = 40  # eq. N20b: most DP runs per node for sigma's cases (a stage count left unfinished keeps its N20 bound)
 LIFT = 1e-3  # eq. N20b: a stage count's cases are run only when the lowest one lifts its bound by this much (relative)
 # ``_slot``: where fewer than this share of the later part's box is finite, only its finite cells are added (the same
@@ -67,6 +71,7 @@ class JointUnits:
     limit: np.ndarray | None = None  # [rows, B] the digits' most units where a row's stage enters (None: R everywhere)
     blocks: list | None = None  # [B] the groups of each digit (None: a flag or counter digit, no GPUs)
     q: np.ndarray | None = None  # [B] GPUs per unit of each digit
+    big: bool = False  # eq. N20k: every group its own digit past WIDE_MAX / WIDE_STEPS
     _valid: dict = field(default_factory=dict)
     _work: tuple | None = None
 
@@ -91,12 +96,13 @@ def type_blocks(types: list[str]) -> list[list[int]]:
     return [[g for g in range(len(types)) if types[g] == ty] for ty in dict.fromkeys(types)]
 
 
-def joint_units(dp: PathDP, types: list[str] | None = None) -> JointUnits | None:
+def joint_units(dp: PathDP, types: list[str] | None = None, big: bool = False) -> JointUnits | None:
     """The state of eq. N20 for the node of ``dp``: every group its own digit, or, when that holds more than JOINT_MAX
     states, the groups of one GPU type (``types``, by group: one type on several islands) pooled into one digit against
     their summed capacity (eq. N6's relaxation: the sum of their G1 rows; the links stay exact, the endpoint is in the
     state); when that too is over JOINT_MAX, every group its own digit where the run is cheap (eq. N20g,
-    ``_wide_units``); else None (and with a single digit: eq. N5 is the same DP there)."""
+    ``_wide_units``), with ``big`` up to BIG_MAX states and BIG_STEPS steps (eq. N20k); else None (and with a single
+    digit: eq. N5 is the same DP there)."""
     G = dp.G
     if G < 2:
         return None
@@ -106,7 +112,13 @@ def joint_units(dp: PathDP, types: list[str] | None = None) -> JointUnits | None
     if u is None and types is not None and len(set(types)) < G:
         pooled = type_blocks(types)
         u = _units(dp, pooled) if len(pooled) >= 2 else None
-    return u if u is not None else _wide_units(dp, own, q, R)
+    if u is None:
+        u = _wide_units(dp, own, q, R)
+    if u is None and big:
+        u = _wide_units(dp, own, q, R, BIG_STEPS, BIG_MAX)
+        if u is not None:
+            u.big = True
+    return u
 
 
 def own_units(dp: PathDP) -> JointUnits | None:
@@ -128,13 +140,14 @@ def _units(dp: PathDP, blocks: list[list[int]]) -> JointUnits | None:
 
 
 def _wide_units(dp: PathDP, blocks: list[list[int]], q: np.ndarray, R: np.ndarray,
-                steps: float | None = None) -> JointUnits | None:
-    """Eq. N20g: every group its own digit (``blocks``, units ``q``, most units ``R``) past JOINT_MAX, up to WIDE_MAX
-    states and ``steps`` (default WIDE_STEPS) steps a run."""
+                steps: float | None = None, most: int | None = None) -> JointUnits | None:
+    """Eq. N20g: every group its own digit (``blocks``, units ``q``, most units ``R``) past JOINT_MAX, up to ``most``
+    (default WIDE_MAX) states and ``steps`` (default WIDE_STEPS) steps a run."""
+    most = WIDE_MAX if most is None else most
     states = float(np.prod(R + 1.0))
-    if states > WIDE_MAX or run_steps(dp, int(states)) > (WIDE_STEPS if steps is None else steps):
+    if states > most or run_steps(dp, int(states)) > (WIDE_STEPS if steps is None else steps):
         return None
-    return unit_state(dp, blocks, q, R, share=WIDE_MAX / JOINT_MAX)
+    return unit_state(dp, blocks, q, R, share=most / JOINT_MAX)
 
 
 def unit_sizes(dp: PathDP, blocks: list[list[int]]) -> np.ndarray:
