@@ -244,6 +244,28 @@ def test_sparse_slot_step_gives_the_dense_steps_floats(monkeypatch, dtype, seed)
     assert np.array_equal(dense, sparse)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("seed", range(6))
+def test_link_step_from_finite_cells_gives_the_dense_steps_floats(monkeypatch, dtype, seed):
+    """``link_step`` from F's finite cells (LINK_SPARSE_BELOW) gives the dense step's H float for float: random F
+    (0.05-60 % finite, an endpoint all INF), links with repeated prices and INF (a row of none), into a given array and
+    a new one."""
+    rng = np.random.default_rng(seed)
+    E, L1, N = 4, 21, 57
+    F = np.where(rng.random((E, L1, N)) < rng.uniform(0.0005, 0.6), rng.random((E, L1, N)) * 10, np.inf).astype(dtype)
+    F[int(rng.integers(E))] = np.inf
+    link = rng.choice([0.0, 0.25, 0.5, np.inf], size=(E, E))
+    link[int(rng.integers(E))] = np.inf
+    got = {}
+    for name, share in (("dense", 0.0), ("cells", 2.0)):
+        monkeypatch.setattr(joint_capacity, "LINK_SPARSE_BELOW", share)
+        got[name] = joint_capacity.link_step(F, link, np.full((E, L1, N), -1.0))
+        got[name + "_new"] = joint_capacity.link_step(F, link)
+    assert np.isfinite(got["dense"]).any() or not np.isfinite(F).any()
+    for name in ("cells", "cells_new", "dense_new"):
+        assert got[name].dtype == got["dense"].dtype and np.array_equal(got[name], got["dense"]), name
+
+
 def test_own_digits_lift_the_pooled_state_and_stay_below_the_least_plan(monkeypatch):
     """Eq. N20i (``branch_and_bound._own_digits``): where eq. N20 pooled a GPU type over its islands and left the node
     open, the run with every group its own digit lifts the per stage count bounds elementwise, never above the node's
