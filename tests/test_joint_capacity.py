@@ -266,6 +266,42 @@ def test_link_step_from_finite_cells_gives_the_dense_steps_floats(monkeypatch, d
         assert got[name].dtype == got["dense"].dtype and np.array_equal(got[name], got["dense"]), name
 
 
+def test_runs_on_finite_cells_give_the_dense_runs_values_and_paths(monkeypatch):
+    """Eq. N20l end to end: eq. N20's runs (with eq. N27's cut at an incumbent 0.2 % above the least plan, and
+    sigma's cases) give the same per stage count values and the same traced plans whether the link step and the cut
+    take F's finite cells alone (LINK_SPARSE_BELOW 2) or every cell (0), on the oracle's random problems."""
+    rng = np.random.default_rng(11)
+    runs = finite = 0
+    for seed in range(24):
+        problem = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
+                                 max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1,
+                                 num_groups=int(rng.integers(2, 4)))
+        plans = _node_plans(problem, 0)
+        if not plans:
+            continue
+        for a, b, _, _ in _nodes(problem, 0, plans, rng):
+            t = build_tables(problem, 0, b)
+            if t.p_min == 0:
+                continue
+            dp = PathDP(problem, t, b, t.p_min, t.p_max)
+            u = joint_units(dp)
+            if u is None:
+                continue
+            mu = node_bound(problem, t, a, b, t.p_min, t.p_max, None, None, dp).mu
+            inc = min(T for _, _, T, _ in plans) * 1.002
+            got = []
+            for share in (0.0, 2.0):
+                monkeypatch.setattr(joint_capacity, "LINK_SPARSE_BELOW", share)
+                found: list = []
+                jb, jp = joint_bound(dp, a, mu, inc * 0.99, sync_share(problem.p2p_blocking), u, plans=found,
+                                     incumbent=inc)
+                got.append((jb, jp, found))
+            assert got[0][0] == got[1][0] and np.array_equal(got[0][1], got[1][1]) and got[0][2] == got[1][2]
+            runs += 1
+            finite += math.isfinite(got[0][0])
+    assert runs >= 40 and finite >= 20, (runs, finite)
+
+
 def test_own_digits_lift_the_pooled_state_and_stay_below_the_least_plan(monkeypatch):
     """Eq. N20i (``branch_and_bound._own_digits``): where eq. N20 pooled a GPU type over its islands and left the node
     open, the run with every group its own digit lifts the per stage count bounds elementwise, never above the node's

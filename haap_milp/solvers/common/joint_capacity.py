@@ -295,8 +295,18 @@ class _Cut:
         self.room, self.margin, self.dtype = prune - base, tol * (abs(prune) + max(0.0, -base)), dtype
 
     def apply(self, F: np.ndarray, k: int) -> None:
-        """F [E, L+1, states] of slot k: the entries that cannot finish below the prune value set to INF, in place."""
-        top = (self.room - self.ahead[k][::-1] + self.margin)[:, None] + self.slack[None, :]
+        """F [E, L+1, states] of slot k: the entries that cannot finish below the prune value set to INF, in place
+        (where under LINK_SPARSE_BELOW of F is finite, its finite cells alone: each cell's limit is the same floats)."""
+        rest = self.room - self.ahead[k][::-1] + self.margin  # [L+1]
+        if F.flags.c_contiguous:
+            flat = F.reshape(-1)
+            cells = np.flatnonzero(np.isfinite(flat))
+            if len(cells) < LINK_SPARSE_BELOW * flat.size:
+                li, si = np.divmod(cells % (F.shape[1] * F.shape[2]), F.shape[2])
+                top = (rest[li] + self.slack[si]).astype(self.dtype)
+                flat[cells[flat[cells] > top]] = INF
+                return
+        top = rest[:, None] + self.slack[None, :]
         F[F > top.astype(self.dtype)] = INF
 
 
