@@ -30,6 +30,14 @@ from haap_milp.solvers.common.stage_dp import PathDP, node_bound
 TOL = 1e-9
 
 
+def _small_problem(seed: int, rng, num_groups: int | None = None):
+    """A random problem of one variant small enough for the node-level oracle: 4-6 layers, at most 2-3 stages, five
+    options, ``num_groups`` groups (default 2-3, drawn after the layers and stages, in that order)."""
+    return random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
+                          max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1,
+                          num_groups=int(rng.integers(2, 4)) if num_groups is None else num_groups)
+
+
 def _nodes(problem, v, plans, rng):
     """(a, b, P_lo, P_hi) nodes of variant v: a random partition of its tau range, and a narrow one around the
     optimum's own period and stage count."""
@@ -41,6 +49,16 @@ def _nodes(problem, v, plans, rng):
     out = [(float(a), float(b), None, None) for a, b in itertools.pairwise(edges)]
     out.append((best[1] * 0.999, best[1] * 1.001, best[0], best[0]))
     return out
+
+
+def _oracle_nodes(problem, rng):
+    """Variant 0's nodes (``_nodes``) that hold some stage count: (a, b, P_lo, P_hi, their tables, every plan of the
+    variant); none where the variant has no plan."""
+    plans = _node_plans(problem, 0)
+    for a, b, plo, phi in _nodes(problem, 0, plans, rng) if plans else ():
+        t = build_tables(problem, 0, b)
+        if t.p_min > 0:
+            yield a, b, plo, phi, t, plans
 
 
 def _check_problem(problem, rng, types) -> tuple[int, int, int]:
@@ -106,9 +124,7 @@ def test_joint_bounds_never_exceed_a_nodes_least_plan_and_lift_eq_n4(blocking):
     rng = np.random.default_rng(7)
     checked = lifted = sig_lifted = 0
     for seed in range(40):
-        base = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
-                              max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1,
-                              num_groups=int(rng.integers(2, 4)))
+        base = _small_problem(seed, rng)
         problem = _sync_heavy(base, float(rng.uniform(20, 60))) if seed % 2 else base
         if blocking:
             problem = replace(problem, p2p_blocking=True)
@@ -140,8 +156,7 @@ def test_pooled_types_are_a_relaxation(monkeypatch):
     rng = np.random.default_rng(3)
     pooled = checked = 0
     for seed in range(60):
-        problem = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
-                                 max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1, num_groups=3)
+        problem = _small_problem(seed, rng, num_groups=3)
         types = [gpu_type(g) for g in problem.groups]
         types[1] = types[0]  # (the first two groups taken as one type on two islands)
         monkeypatch.setattr(joint_capacity, "JOINT_MAX", 10**9)
@@ -176,9 +191,7 @@ def test_wide_state_only_where_neither_fits_and_the_run_is_cheap(monkeypatch):
     rng = np.random.default_rng(5)
     wide = checked = 0
     for seed in range(30):
-        problem = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
-                                 max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1,
-                                 num_groups=int(rng.integers(2, 4)))
+        problem = _small_problem(seed, rng)
         dp = PathDP(problem, build_tables(problem, 0), 1.0, 1, 1)
         monkeypatch.setattr(joint_capacity, "JOINT_MAX", 10**9)
         full = joint_units(dp)
@@ -273,16 +286,8 @@ def test_runs_on_finite_cells_give_the_dense_runs_values_and_paths(monkeypatch):
     rng = np.random.default_rng(11)
     runs = finite = 0
     for seed in range(24):
-        problem = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
-                                 max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1,
-                                 num_groups=int(rng.integers(2, 4)))
-        plans = _node_plans(problem, 0)
-        if not plans:
-            continue
-        for a, b, _, _ in _nodes(problem, 0, plans, rng):
-            t = build_tables(problem, 0, b)
-            if t.p_min == 0:
-                continue
+        problem = _small_problem(seed, rng)
+        for a, b, _, _, t, plans in _oracle_nodes(problem, rng):
             dp = PathDP(problem, t, b, t.p_min, t.p_max)
             u = joint_units(dp)
             if u is None:
@@ -312,17 +317,10 @@ def test_own_digits_lift_the_pooled_state_and_stay_below_the_least_plan(monkeypa
     rng = np.random.default_rng(13)
     checked = lifted = 0
     for seed in range(80):
-        base = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
-                              max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1, num_groups=3)
+        base = _small_problem(seed, rng, num_groups=3)
         g = base.groups
         problem = replace(base, groups=(g[0], f"{gpu_type(g[0])}@twin", g[2]))  # (one type on two islands)
-        plans = _node_plans(problem, 0)
-        if not plans:
-            continue
-        for a, b, plo, phi in _nodes(problem, 0, plans, rng):
-            t = build_tables(problem, 0, b)
-            if t.p_min == 0:
-                continue
+        for a, b, plo, phi, t, plans in _oracle_nodes(problem, rng):
             t.p_min, t.p_max = max(t.p_min, plo or t.p_min), min(t.p_max, phi or t.p_max)
             if t.p_min > t.p_max:
                 continue
@@ -363,8 +361,7 @@ def test_a_group_no_usable_option_takes_from_gets_no_units():
     rng = np.random.default_rng(5)
     checked = 0
     for seed in range(40):
-        problem = random_problem(seed, uniform=False, same_tp_first_last=False, num_layers=int(rng.integers(4, 7)),
-                                 max_stages=int(rng.integers(2, 4)), max_options=5, num_variants=1, num_groups=3)
+        problem = _small_problem(seed, rng, num_groups=3)
         plans = _node_plans(problem, 0)
         if not plans:
             continue
