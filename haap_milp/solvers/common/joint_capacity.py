@@ -43,8 +43,8 @@ WIDE_STEPS = 5e8
 OWN_STEPS = 2e9
 # eq. N20j: a group no usable option of the node takes GPUs from gets no units in the state (False: its GPUs count)
 DRAWN_ONLY = True
-# eq. N20k: every group its own digit up to BIG_MAX states and BIG_STEPS steps a run, where the caller allows it (its
-# trial, kept while such runs close nodes: branch_and_bound.BIG_TRIAL_S)
+# eq. N20k: every group its own digit up to BIG_MAX states and BIG_STEPS steps a run, where the caller allows it
+# (branch_and_bound._big_on: each island one group, its trial, then while such runs close or lift nodes)
 BIG_MAX = 32768
 BIG_STEPS = 2e9
 SIGMA_RUNS = 40  # eq. N20b: most DP runs per node for sigma's cases (a stage count left unfinished keeps its N20 bound)
@@ -56,7 +56,7 @@ LIFT = 1e-3  # eq. N20b: a stage count's cases are run only when the lowest one 
 # there 0.89 -> 0.78 s, mixtral-8x7b x 4096 x 3 types (a fifth of its boxes sparse) 0.36 -> 0.36 s
 SPARSE_BELOW = 0.05
 # ``link_step``: where fewer than this share of F's cells is finite (and no crossing case's kinds), H is formed from F's
-# finite cells alone (the same floats). Measured: on llama3-70b x 3 islands' nodes (8,925-17,493 states) 0.07 % of F
+# finite cells alone (the same floats); eq. N27's cut (``_Cut.apply``) likewise compares those cells alone. Measured: on llama3-70b x 3 islands' nodes (8,925-17,493 states) 0.07 % of F
 # is finite on average and its finite box is ~37 % of it, where the dense step's ~15 array passes were 40 % of a run
 LINK_SPARSE_BELOW = 0.02
 
@@ -300,8 +300,9 @@ class _Cut:
         rest = self.room - self.ahead[k][::-1] + self.margin  # [L+1]
         if F.flags.c_contiguous:
             flat = F.reshape(-1)
-            cells = np.flatnonzero(np.isfinite(flat))
-            if len(cells) < LINK_SPARSE_BELOW * flat.size:
+            fin = np.isfinite(flat)
+            if np.count_nonzero(fin) < LINK_SPARSE_BELOW * flat.size:
+                cells = np.flatnonzero(fin)
                 li, si = np.divmod(cells % (F.shape[1] * F.shape[2]), F.shape[2])
                 top = (rest[li] + self.slack[si]).astype(self.dtype)
                 flat[cells[flat[cells] > top]] = INF
