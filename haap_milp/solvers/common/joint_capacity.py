@@ -240,11 +240,12 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
     tol = (2 * k_max + 4) * 2.0 ** -24 if f32 else 1e-9
     cut = None if prune is None else _Cut(dp, u, mu, mu_cost, links, (first_t, nonfirst_t, k_max), prune, base, tol,
                                           dtype)
+    fin = None  # F's finite cells after eq. N27's cut (its mask, read again by the stop test and the next link step)
     for k in range(1, k_max + 1):
         if links is not None:
             H = None if F is None else links.step(F, dp.link, links.buffer(0, (E, L + 1, N)))
         else:
-            H = None if F is None else link_step(F, dp.link, None if work is None else work[0][k - 1])
+            H = None if F is None else link_step(F, dp.link, None if work is None else work[0][k - 1], fin=fin)
         if keep:
             trace.append([H, None, None])
         if k in first_t and (links is None or k > links.least):  # (P stages have P - 1 links)
@@ -260,13 +261,12 @@ def least_paths(dp: PathDP, a: float, mu: np.ndarray, u: JointUnits, tables=None
                   None if work is None else work[1][k - 1])
         if pure and k < t.M:
             F[F > inflight_cap(k, dp.b) * (1 + tol if f32 else 1)] = INF
-        if cut is not None:
-            cut.apply(F, k)
+        fin = None if cut is None else cut.apply(F, k)
         if keep:
             trace[-1][1:] = F, cost
         if keep_f:  # (float32: the trace takes argmins, and every finite entry is a partial path that exists)
             held.append((F.astype(np.float32), cost))
-        if not np.isfinite(F).any():
+        if not (np.isfinite(F) if fin is None else fin).any():
             break
     if keep and best[1] is not None:
         plans.append(_backtrack(dp, u, trace, first_t, nonfirst_t, *best[1]))
@@ -294,21 +294,24 @@ class _Cut:
         self.ahead = completion(dp, first_t, nonfirst_t, mu_cost + dp.row_usage @ gpu_mu, k_max)
         self.room, self.margin, self.dtype = prune - base, tol * (abs(prune) + max(0.0, -base)), dtype
 
-    def apply(self, F: np.ndarray, k: int) -> None:
+    def apply(self, F: np.ndarray, k: int) -> np.ndarray:
         """F [E, L+1, states] of slot k: the entries that cannot finish below the prune value set to INF, in place
-        (where under LINK_SPARSE_BELOW of F is finite, its finite cells alone: each cell's limit is the same floats)."""
+        (where under LINK_SPARSE_BELOW of F is finite, its finite cells alone: each cell's limit is the same floats).
+        Returns F's finite mask after the cut (F's shape)."""
         rest = self.room - self.ahead[k][::-1] + self.margin  # [L+1]
-        if F.flags.c_contiguous:
-            flat = F.reshape(-1)
-            fin = np.isfinite(flat)
-            if np.count_nonzero(fin) < LINK_SPARSE_BELOW * flat.size:
-                cells = np.flatnonzero(fin)
-                li, si = np.divmod(cells % (F.shape[1] * F.shape[2]), F.shape[2])
-                top = (rest[li] + self.slack[si]).astype(self.dtype)
-                flat[cells[flat[cells] > top]] = INF
-                return
-        top = rest[:, None] + self.slack[None, :]
-        F[F > top.astype(self.dtype)] = INF
+        fin = np.isfinite(F)
+        if F.flags.c_contiguous and np.count_nonzero(fin) < LINK_SPARSE_BELOW * fin.size:
+            flat, mask = F.reshape(-1), fin.reshape(-1)
+            cells = np.flatnonzero(mask)
+            li, si = np.divmod(cells % (F.shape[1] * F.shape[2]), F.shape[2])
+            top = (rest[li] + self.slack[si]).astype(self.dtype)
+            drop = cells[flat[cells] > top]
+            flat[drop] = INF
+            mask[drop] = False
+            return fin
+        drop = F > (rest[:, None] + self.slack[None, :]).astype(self.dtype)
+        F[drop] = INF
+        return fin & ~drop
 
 
 def _completion_prices(dp: PathDP, u: JointUnits, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -444,14 +447,15 @@ def _stage_at(u: JointUnits, H, cost: np.ndarray, h: int, left: int, s: int, val
 
 
 def link_step(F: np.ndarray, link: np.ndarray, out: np.ndarray | None = None, kind: np.ndarray | None = None,
-              moved=None) -> np.ndarray:
+              moved=None, fin: np.ndarray | None = None) -> np.ndarray:
     """H[e] = min_h S_k[h] + link[e, h] for each row e of ``link`` (every endpoint, or a few), k = ``kind[e, h]``
     (default 0): S_0 = F, S_1[h] = ``moved(h, F[h])`` (eq. N25: F[h] across a crossing between islands). Links take few distinct prices (a block of endpoints behind one NIC), so
     per e the h are grouped by (k, price) and each group's least source, min_h S_k[h], is formed once and shared by
     every e with the same group (E x E x L x N would not fit, and one pair at a time cost 144 array passes on 12
     endpoints). The sums are the same floats as F[h] + link[e, h] at the least h (eq. N20's traceback reads them).
-    Where few of F's cells are finite (LINK_SPARSE_BELOW), ``_link_cells`` instead."""
-    fin = np.isfinite(F)
+    Where few of F's cells are finite (LINK_SPARSE_BELOW), ``_link_cells`` instead. ``fin``: F's finite mask, when
+    the caller has it."""
+    fin = np.isfinite(F) if fin is None else fin
     if kind is None and (out is None or out.flags.c_contiguous) and \
             np.count_nonzero(fin) < LINK_SPARSE_BELOW * fin.size:
         return _link_cells(F, fin, link, out)
