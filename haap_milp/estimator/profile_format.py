@@ -66,7 +66,8 @@ MAX_POINT_BYTES = 2**50  # 1 PiB
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # (defer_build: built on first use, as specs/base.py's Frozen)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Spread(_Strict):

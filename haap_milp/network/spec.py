@@ -57,7 +57,8 @@ def slowest_gbps(message_bytes: float) -> float:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # (defer_build: built on first use, as specs/base.py's Frozen)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, defer_build=True)
 
 
 class TablePoint(_Frozen):

@@ -58,7 +58,10 @@ def _number_fields(cls: type[BaseModel]) -> frozenset[str]:
 class Frozen(BaseModel):
     """Base: immutable, hashable, rejects unknown keys."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # defer_build: a model's validator is built on its first use, not when its module is imported (every command
+    # imports every spec and uses a few). Measured on Sailor's 32+96 row, 6 runs each in turn: 3.09 -> 2.97 s median
+    # end to end (the same for the network and profile models below them)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, defer_build=True)
 
     @model_validator(mode="before")
     @classmethod
