@@ -59,8 +59,9 @@ class Frozen(BaseModel):
     """Base: immutable, hashable, rejects unknown keys."""
 
     # defer_build: a model's validator is built on its first use, not when its module is imported (every command
-    # imports every spec and uses a few). Measured on Sailor's 32+96 row, 6 runs each in turn: 3.09 -> 2.97 s median
-    # end to end (the same for the network and profile models below them)
+    # imports every spec and uses a few; the same for the network and profile models). Measured on Sailor's 32+96 row
+    # in a slow window, 6 runs each in turn: 3.09 -> 2.97 s median end to end; a later 3-run check fell within the VM's
+    # spread (2.54 against 2.75 s with profiles, 2.55 against 2.32 s without)
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, defer_build=True)
 
     @model_validator(mode="before")
