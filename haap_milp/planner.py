@@ -42,8 +42,12 @@ log = logging.getLogger(__name__)
 # 7.88 -> 2.60 %), and the five both prove sooner (5.7/5.5/8.6/9.0/9.2 s -> 5.2/5.1/7.9/7.6/6.1 s; formulations eq. D2).
 # Re-measured 2026-12-03 evening with eqs. N9b, DP8h, LS4c (the quick grid, one run each): several types at 0.2 against
 # 0.35, the plain space the same 25 of 30 and plans, the CLI's space lost two plans (llama3-70b x 1024 x 3 types x 2
-# islands 14.495 -> 16.379 s), so 0.35 stays (benchmarks/results/solve_scaling.md, "2026-12-03 (evening)"). MIN_EXACT_S: below this the exact search is skipped
-# and the plan keeps the presolve's eq. B1 bound as its proven gap.
+# islands 14.495 -> 16.379 s), so 0.35 stays (benchmarks/results/solve_scaling.md, "2026-12-03 (evening)").
+# Re-measured 2026-12-07 (night), one run each in turn, several types: on 20 instances open at 10 s, 0.15 and 0.05
+# proved 3 against 2, but 0.05 lost the plans the DP alone finds (qwen3-235b-a22b x hetero3-4096 2.3779 -> 2.4662 s,
+# llama2-70b x 3 types 5.2636 -> 5.4718 s); on 40 mixed shapes (some among those 20), 0.2 proved 27 against 29 and
+# lost a plan (llama3-70b x 4 types x 4,096 GPUs 4.5465 -> 4.6011 s), so 0.35 stays (results/ab_dp_share_*_10s.csv).
+# MIN_EXACT_S: below this the exact search is skipped and the plan keeps the presolve's eq. B1 bound as its proven gap.
 RESERVE_S = 0.3
 HEURISTIC_SHARE = 0.3
 MIXED_HEURISTIC_SHARE = 0.35
