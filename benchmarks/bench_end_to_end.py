@@ -55,26 +55,32 @@ def command(spec: BenchSpec, task: TaskInputs, limit: float, threads: int, doc: 
 
 def run(spec: BenchSpec, task: TaskInputs, limit: float, threads: int, tmp: Path, settings=()) -> dict:
     doc = tmp / "plan.json"
+    head = {"model": task.model, "cluster": task.cluster, "gbs": task.gbs, "seq": task.seq}
+    return timed_solve(command(spec, task, limit, threads, doc, settings), doc, limit, spec.relative_gap, head)
+
+
+def timed_solve(cmd: list[str], doc: Path, limit: float, gap: float, head: dict) -> dict:
+    """One `haap-solve solve` process (``cmd``, writing its JSON to ``doc``), timed start to exit: ``head`` with
+    wall_s (s), load1, status, gap_pct, iteration_time_s and proven (within ``gap``, a fraction, at or under
+    ``limit`` s; empty for an infeasible instance, whose explanation is the result)."""
     doc.unlink(missing_ok=True)
     t0 = time.perf_counter()
     try:  # (a solve that outlives its limit by two minutes is a hang: reported, not waited for)
-        proc = subprocess.run(command(spec, task, limit, threads, doc, settings), capture_output=True, text=True,
-                              check=False, timeout=limit + 120)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=limit + 120)
     except subprocess.TimeoutExpired:
         proc = None
     wall = time.perf_counter() - t0
-    row = {"model": task.model, "cluster": task.cluster, "gbs": task.gbs, "seq": task.seq, "wall_s": round(wall, 3),
-           "load1": round(os.getloadavg()[0], 2)}
+    row = {**head, "wall_s": round(wall, 3), "load1": round(os.getloadavg()[0], 2)}
     if proc is None:
         return {**row, "status": "HUNG", "proven": 0}
     if proc.returncode != 0 or not doc.exists():
         return {**row, "status": f"ERROR rc={proc.returncode}", "proven": 0}
     d = json.loads(doc.read_text())
-    if d["status"] == "INFEASIBLE":  # (its explanation is the result: not a task the bar applies to)
+    if d["status"] == "INFEASIBLE":
         return {**row, "status": d["status"], "proven": ""}
-    gap = d.get("gap")
-    proven = gap is not None and gap <= spec.relative_gap + 1e-9 and wall <= limit
-    return {**row, "status": d["status"], "gap_pct": round(100 * gap, 3) if gap is not None else None,
+    found = d.get("gap")
+    proven = found is not None and found <= gap + 1e-9 and wall <= limit
+    return {**row, "status": d["status"], "gap_pct": round(100 * found, 3) if found is not None else None,
             "iteration_time_s": d.get("iteration_time_s"), "proven": int(proven)}
 
 

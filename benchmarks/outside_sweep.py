@@ -18,12 +18,9 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
-import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,6 +28,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_end_to_end import timed_solve
+
 from haap_milp.outputs import write_atomic
 
 GAP = 0.01  # the CLI's default --gap (fraction): the bar is "proven within 1 %"
@@ -110,27 +110,8 @@ def command(inst: Instance, limit: float, threads: int, doc: Path) -> list[str]:
 
 def solve(inst: Instance, limit: float, threads: int, doc: Path) -> dict:
     """One fresh `haap-solve solve` process: status, gap_pct, iteration_time_s, wall_s (s, start to exit), proven."""
-    doc.unlink(missing_ok=True)
-    t0 = time.perf_counter()
-    try:  # (a solve that outlives its limit by two minutes is a hang: reported, not waited for)
-        proc = subprocess.run(command(inst, limit, threads, doc), capture_output=True, text=True, check=False,
-                              timeout=limit + 120)
-    except subprocess.TimeoutExpired:
-        proc = None
-    wall = time.perf_counter() - t0
-    row = {"model": inst.model, "cluster": inst.cluster, "gbs": inst.gbs, "seq": inst.seq, "wall_s": round(wall, 3),
-           "load1": round(os.getloadavg()[0], 2)}
-    if proc is None:
-        return {**row, "status": "HUNG", "proven": 0}
-    if proc.returncode != 0 or not doc.exists():
-        return {**row, "status": f"ERROR rc={proc.returncode}", "proven": 0}
-    d = json.loads(doc.read_text())
-    if d["status"] == "INFEASIBLE":  # (its explanation is the result: not an instance the bar applies to)
-        return {**row, "status": d["status"], "proven": ""}
-    gap = d.get("gap")  # fraction
-    proven = gap is not None and gap <= GAP + 1e-9 and wall <= limit
-    return {**row, "status": d["status"], "gap_pct": round(100 * gap, 3) if gap is not None else None,
-            "iteration_time_s": d.get("iteration_time_s"), "proven": int(proven)}
+    head = {"model": inst.model, "cluster": inst.cluster, "gbs": inst.gbs, "seq": inst.seq}
+    return timed_solve(command(inst, limit, threads, doc), doc, limit, GAP, head)
 
 
 def set_summary(name: str, rows: list[dict], limit: float, repeats: int) -> list[str]:
