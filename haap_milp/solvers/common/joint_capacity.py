@@ -55,9 +55,10 @@ LIFT = 1e-3  # eq. N20b: a stage count's cases are run only when the lowest one 
 # GPUs x 2 types x 2 islands (boxes of ~35,000 cells, 2-10 % finite) a node worker's slots 2.22 -> 1.40 s, mixtral-8x7b
 # there 0.89 -> 0.78 s, mixtral-8x7b x 4096 x 3 types (a fifth of its boxes sparse) 0.36 -> 0.36 s
 SPARSE_BELOW = 0.05
-# ``link_step``: where fewer than this share of F's cells is finite (and no crossing case's kinds), H is formed from F's
-# finite cells alone (the same floats); eq. N27's cut (``_Cut.apply``) likewise compares those cells alone. Measured: on llama3-70b x 3 islands' nodes (8,925-17,493 states) 0.07 % of F
-# is finite on average and its finite box is ~37 % of it, where the dense step's ~15 array passes were 40 % of a run
+# ``link_step``: where fewer than this share of F's cells is finite (``_few_finite``; and no crossing case's kinds), H is
+# formed from F's finite cells alone (the same floats); eq. N27's cut (``_Cut.apply``) likewise compares those cells
+# alone. Measured: on llama3-70b x 3 islands' nodes (8,925-17,493 states) 0.07 % of F is finite on average and its
+# finite box is ~37 % of it, where the dense step's ~15 array passes were 40 % of a run
 LINK_SPARSE_BELOW = 0.02
 
 
@@ -300,7 +301,7 @@ class _Cut:
         Returns F's finite mask after the cut (F's shape)."""
         rest = self.room - self.ahead[k][::-1] + self.margin  # [L+1]
         fin = np.isfinite(F)
-        if F.flags.c_contiguous and np.count_nonzero(fin) < LINK_SPARSE_BELOW * fin.size:
+        if F.flags.c_contiguous and _few_finite(fin):
             flat, mask = F.reshape(-1), fin.reshape(-1)
             cells = np.flatnonzero(mask)
             li, si = np.divmod(cells % (F.shape[1] * F.shape[2]), F.shape[2])
@@ -456,8 +457,7 @@ def link_step(F: np.ndarray, link: np.ndarray, out: np.ndarray | None = None, ki
     Where few of F's cells are finite (LINK_SPARSE_BELOW), ``_link_cells`` instead. ``fin``: F's finite mask, when
     the caller has it."""
     fin = np.isfinite(F) if fin is None else fin
-    if kind is None and (out is None or out.flags.c_contiguous) and \
-            np.count_nonzero(fin) < LINK_SPARSE_BELOW * fin.size:
+    if kind is None and (out is None or out.flags.c_contiguous) and _few_finite(fin):
         return _link_cells(F, fin, link, out)
     live = [h for h in range(F.shape[0]) if fin[h].any()]
     H = np.empty((link.shape[0], *F.shape[1:])) if out is None else out
@@ -488,6 +488,12 @@ def link_step(F: np.ndarray, link: np.ndarray, out: np.ndarray | None = None, ki
                 np.add(least[key], c, out=tmp)
                 np.minimum(H[e], tmp, out=H[e])
     return H
+
+
+def _few_finite(fin: np.ndarray) -> bool:
+    """Whether under LINK_SPARSE_BELOW of a table's cells are finite (``fin``: its finite mask): its link step and
+    eq. N27's cut then read the finite cells alone."""
+    return np.count_nonzero(fin) < LINK_SPARSE_BELOW * fin.size
 
 
 def _link_cells(F: np.ndarray, fin: np.ndarray, link: np.ndarray, out: np.ndarray | None) -> np.ndarray:
