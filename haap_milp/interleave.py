@@ -74,10 +74,12 @@ def occupying_microbatches(variants, opts, max_stages: int, total_gpus: int) -> 
     return [v.num_microbatches for v, r in zip(variants, reach) if r >= top]
 
 
-def vpp_candidates(asked: str | int, can_interleave: bool, why: str = "") -> tuple[int, ...]:
+def vpp_candidates(asked: str | int, can_interleave: bool, why: str = "", num_layers: int | None = None
+                   ) -> tuple[int, ...]:
     """The vpp values > 1 to search for ``--vpp`` (1: none; N: N; auto: AUTO_CANDIDATES where the engine
-    interleaves, none elsewhere). An explicit N > 1 the engine cannot run is the user's error. ("default" is
-    resolved by ``default_vpp`` first.)"""
+    interleaves, none elsewhere). An explicit N > 1 the engine cannot run is the user's error, and so is one no plan
+    of ``num_layers`` layers can have (eq. I5: P >= 3 stages, L - P + 1 >= N, so N <= L - 2; before, such an N
+    searched vpp 1 alone without a word). ("default" is resolved by ``default_vpp`` first.)"""
     if asked in (1, "1"):
         return ()
     if asked == "auto":
@@ -92,6 +94,10 @@ def vpp_candidates(asked: str | int, can_interleave: bool, why: str = "") -> tup
     if n > 1 and not can_interleave:
         raise HaapInputError(f"--vpp {n}: {why or 'the target engine has no interleaved schedule'}; "
                              f"use --vpp 1 or another --target.", field="--vpp", value=asked)
+    if n > 1 and num_layers is not None and n > num_layers - 2:
+        raise HaapInputError(f"--vpp {n}: no interleaved plan of {num_layers} layers has {n} chunks per stage (it "
+                             f"needs 3 stages at least and L - P + 1 >= vpp, so vpp <= {max(num_layers - 2, 1)}); "
+                             "use a smaller --vpp or auto.", field="--vpp", value=asked)
     return (n,) if n > 1 else ()
 
 

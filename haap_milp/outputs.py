@@ -81,6 +81,8 @@ def check_output_dir(path: str | Path, flag: str) -> Path:
     text = str(path)
     if not text or "\x00" in text:
         raise _fail(flag, text, "give a folder name")
+    if text == "-":  # ('-' is stdout for --json; a folder named '-' is not what that spelling means anywhere else)
+        raise _fail(flag, text, "takes a folder, not stdout; give a folder name (it is created if missing)")
     p = Path(text)
     try:
         if p.exists() or p.is_symlink():

@@ -306,7 +306,7 @@ def build(
         variants, opts, max_stages, sum(g.capacity for g in groups)), max_stages, model.num_layers)  # eq. D2
     vpps = interleave.vpp_candidates(vpp_asked, caps.interleave and not est.p2p_blocking,
                                      "DeepSpeed's PipelineEngine has no interleaved schedule" if est.p2p_blocking
-                                     else f"target {caps.name} has no interleaved schedule")
+                                     else f"target {caps.name} has no interleaved schedule", model.num_layers)
     min_fill = interleave.MATERIAL_FILL if options.vpp == "default" else 0.0
     for var in interleave.interleaved_variants(list(variants), vpps, max_stages, model.num_layers,
                                                min_fill):  # eqs. I5, D2

@@ -130,3 +130,53 @@ def test_least_tau_is_the_bisections_whatever_the_hints(monkeypatch):
                 hinted += 1
             checked += 1
     assert checked >= 120 and hinted >= 12, (checked, hinted)
+
+
+def test_a_beam_keeps_the_structures_true_and_no_better_than_brute_force(monkeypatch):
+    """Eq. DP3c: with the beam down to one state a level (BEAM_PAIRS 1), every structure returned still holds the
+    layers it claims (re-priced slot by slot), within brute force's most; the heuristic only finds less. Fails if
+    the beam dropped a state the back pointers still use."""
+    from haap_milp.solvers.dp import core
+
+    monkeypatch.setattr(core, "BEAM_PAIRS", 1)
+    checked = 0
+    for seed, problem, v, t, r, cls, charge, cand in _runs(range(30)):
+        if len(set(cls.group.tolist())) < 3:
+            continue
+        for tau in cand[np.linspace(0, len(cand) - 1, 4).astype(int)].tolist():
+            got = coverage(t, cls, CapCache(t, r, cls), problem.group_capacity, tau, 6, charge)
+            want = _brute(t, r, cls, problem.group_capacity, tau, charge, 6)
+            for p, (layers, structure) in got.items():
+                total = 0
+                for i, (g, c, s, e) in enumerate(structure):
+                    below = 0.0 if i == 0 else float(charge[g, structure[i - 1][0]])
+                    total += _segment_layers(t, r, cls, c, s, e, tau, below, float(charge[g, g]),
+                                             i == len(structure) - 1)
+                assert total == layers <= want[p] and structure[-1][3] == p, (seed, v, tau, p)
+                assert len({g for g, *_ in structure}) == len(structure), (seed, v, tau, p)  # each group once
+            checked += 1
+    assert checked >= 20, checked
+
+
+def test_many_groups_keep_each_level_within_the_beam(monkeypatch):
+    """Eq. DP3c on 16 groups: no level extends more than BEAM_PAIRS / 16 states (C(16, k) k without it: 7,280 at the
+    fourth segment), and the run still finds structures. Fails without the beam."""
+    from haap_milp.solvers.dp import core
+
+    sizes = []
+    level = core._level
+    monkeypatch.setattr(core, "_level", lambda keys, F, groups, segs: sizes.append((len(keys), len(groups)))
+                        or level(keys, F, groups, segs))
+    problem = random_problem(7, num_groups=16, num_layers=8, max_stages=6, max_options=48)
+    found = 0
+    for v in range(len(problem.variants)):
+        t = build_tables(problem, v)
+        for r in _restrictions(problem, t):
+            cls = option_classes(t, r)
+            if len(cls.members):
+                cand = _candidates(t, r)
+                got = coverage(t, cls, CapCache(t, r, cls), problem.group_capacity, float(cand[-1]), 6,
+                               group_links(t, r.every, t.p2p))
+                found += bool(got)
+    assert found and max(g for _, g in sizes) >= 12, sizes
+    assert all(n <= core.BEAM_PAIRS // g for n, g in sizes), max(sizes)

@@ -144,6 +144,12 @@ def test_replan_after_losing_gpus(run_cli, tmp_path):
         assert r["migration_time_s"] > 0
     code, _, err = run_cli(["replan", str(plan), "-c", "h100-80g:1/1", "--max-migration", "-1"])
     assert code == 2 and "--max-migration" in err
+    # the plan that was running is checked as `validate` checks it: a stage on an island its cluster lacks is refused
+    doc = json.loads(plan.read_text())
+    doc["plan"]["stages"][0]["island"] = "nowhere"
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    code, _, err = run_cli(["replan", str(tmp_path / "bad.json"), "-c", "h100-80g:1/1,a100-80g:2/2"])
+    assert code == 2 and "gpus.island" in err and "nowhere" in err, err
 
 
 def test_estimate_reports_cost_and_energy(run_cli, tmp_path):

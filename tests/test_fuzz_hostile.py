@@ -360,6 +360,7 @@ BAD_FLAGS = [
     ("solve", "--seed", "-1"), ("solve", "--precision", "fp4"), ("solve", "--solver", "magic"),
     ("solve", "--target", "deepspeed"), ("solve", "--memory-headroom", "nan"), ("solve", "--memory-headroom", "-0.1"),
     ("solve", "--memory-headroom", "1"), ("solve", "--memory-headroom", "200%"), ("solve", "--memory-headroom", "lots"),
+    ("solve", "--vpp", "1000000"), ("solve", "--vpp", "99999999999999999999"), ("solve", "--plot", "-"),
     ("compare", "--seq", "0"), ("compare", "--time-limit", "nan"), ("compare", "--memory-headroom", "2"),
     ("estimate", "--seq", "0"), ("estimate", "--vpp", "3"), ("estimate", "--cp", "3"), ("estimate", "--tp", "0"),
     ("estimate", "--precision", "fp4"), ("estimate", "--memory-headroom", "inf"), ("estimate", "--dp", "4"),
@@ -381,6 +382,19 @@ def test_bad_flag_names_the_flag(plan_doc, tmp_path, cmd, flag, value):
     err = assert_refused([*base, flag, value])
     assert flag in err or cmd == "estimate", err
     assert "global_batch_size" not in err and "time_limit_s" not in err and "[type=" not in err, err
+
+
+@pytest.mark.parametrize("flags,named", [(["--gbs", "4096"], "--gbs 4096"), (["--tp", "8", "--pp", "3"], "--tp 8"),
+                                          (["--precision", "fp16"], "--precision fp16")])
+def test_estimate_refuses_shape_flags_that_contradict_its_plan(plan_doc, tmp_path, flags, named):
+    """``estimate --plan`` prices the plan's own layout: a shape flag that says otherwise was ignored without a word
+    (fuzz); one that repeats the plan's value is accepted."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plan_doc))
+    err = assert_refused(["estimate", "--plan", plan, *flags])
+    assert named in err and "--plan" in err, err
+    same = ["--gbs", str(plan_doc["plan"]["global_batch_size"]), "--seq", str(plan_doc["plan"]["seq_len"])]
+    assert run_bounded(["estimate", "--plan", plan, *same])[0] == 0
 
 
 def test_seq_zero_is_not_4096(run_cli):

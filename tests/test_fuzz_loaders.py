@@ -125,6 +125,19 @@ def test_a_path_too_long_for_the_os_names_its_flag(flag):
     assert flag in err or "profile" in err
 
 
+@pytest.mark.parametrize("flag", ["--training", "--prices"])
+def test_a_file_error_names_its_flag(flag, tmp_path):
+    """A device, or a file whose aliases expand past the limit, is refused naming the flag it came in (it said
+    "no such file" for --training /dev/zero, and only the path for an alias bomb)."""
+    err = refused(EST + [flag, "/dev/zero"])
+    assert f"{flag} '/dev/zero' is not a regular file" in err, err
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdef", "bcdefg")))
+    err = refused(EST + [flag, bomb])
+    assert err.startswith(f"error: {flag}:") and "aliases" in err, err
+
+
 @pytest.mark.parametrize("args,needle", [
     (["solve", "--max-cost-per-hour", "1e308"], "--max-cost-per-hour"),  # OverflowError in the rate weights
     (["pareto", "--max-cost-per-hour", str(2**63)], "--max-cost-per-hour"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -178,6 +179,41 @@ def test_nccl_errors_name_the_problem(tmp_path):
         nccl_tests.import_links(p, {})
     (lk,) = nccl_tests.import_links(p, {"Mystery GPU 9000": "h100-80g"})
     assert lk.gpu_types == ("h100-80g",)
+
+
+def test_nccl_bad_rows_are_refused_not_dropped(tmp_path):
+    """A row whose time is not a positive number, whose size is not a byte count, or whose bandwidth no link has
+    names the file and line; it was dropped without a word, or the spec's field was named with pydantic's text."""
+    text = (NCCL / "sendrecv_perf_2node_a100.txt").read_text()
+    row = next(ln for ln in text.splitlines() if re.match(r"^\s+[1-9]\d*\s", ln))
+    tok = row.split()
+    p = tmp_path / "sendrecv_perf.txt"
+    for bad, needle in ((row.replace(f" {tok[5]} ", " nan ", 1), "time 'nan' us"),
+                        (row.replace(f" {tok[5]} ", " 0.00 ", 1), "is not a positive number"),
+                        (row.replace(tok[0], "-" + tok[0], 1), "is not a whole number of bytes"),
+                        (row.replace(f" {tok[5]} ", " 1e-300 ", 1), "no link measures")):
+        p.write_text(text.replace(row, bad))
+        with pytest.raises(HaapInputError, match=needle) as got:
+            nccl_tests.import_links(p, {})
+        assert "pydantic" not in str(got.value) and "sendrecv_perf.txt" in str(got.value)
+
+
+def test_sailor_bad_entries_name_the_entry(tmp_path):
+    """A Sailor entry that is null, of the wrong shape, or a curve out of range names its path in the file, in
+    haap's words (pydantic's text and Python's unpacking error leaked before; a null was skipped)."""
+    data = json.loads(SAILOR.read_text())
+    z = "us-central1-a"
+    g = next(iter(data[z]))
+    n = next(iter(data[z][g]))
+    g2 = next(iter(data[z][g][n][z]))
+    p = tmp_path / "bw.json"
+    for value, needle in ((None, "got None"), ([[1, 2], 3], "three numbers, then one"),
+                          ([[0.0, 0.1, 1.0], 1e300], "max_gbps"), ([[0.0, 0.1, 1.0], -5], "max_gbps")):
+        data[z][g][n][z][g2][n] = value
+        p.write_text(json.dumps(data))
+        with pytest.raises(HaapInputError, match=needle) as got:
+            sailor.import_links(p, z, {})
+        assert "pydantic" not in str(got.value) and f"[{z}][{g}]" in str(got.value)
 
 
 # ----------------------------------------------------------------------------- the command

@@ -132,6 +132,24 @@ def test_estimate_cli_takes_a_native_profile(hand, tmp_path, run_cli):
     assert code == 2 and "no points at precision fp16" in err and "Traceback" not in err
 
 
+def test_a_profile_of_another_model_exits_2_naming_the_flag_and_the_field(hand, tmp_path, run_cli):
+    """A profile's layer times belong to the model it was measured on: another layer count (every format) or
+    another shape (a native profile's header) is refused, not priced (OPT-350M's profile on llama3-70b gave MFU
+    994 %)."""
+    model = tmp_path / "tiny.yaml"
+    base = "name: tiny\nnum_layers: 4\nhidden: 64\nffn_hidden: 128\nnum_heads: 2\nvocab_size: 128\nseq_len: 32\n"
+    args = ["estimate", "-m", str(model), "-c", "a100-80g:1/1", "--gbs", "8", "--seq", "32", "--mbs", "2",
+            "--profile", str(hand)]
+    for shape, field in ((base.replace("hidden: 64", "hidden: 128"), "hidden=64"),
+                         (base.replace("num_layers: 4", "num_layers: 6"), "num_layers=4")):
+        model.write_text(shape)
+        code, _, err = run_cli(args)
+        assert code == 2 and "--profile" in err and field in err and "Traceback" not in err, err
+    code, _, err = run_cli(["solve", "-m", "llama3-8b", "-c", "a100-40g:8/4", "--gbs", "64", "--seq", "2048",
+                            "--precision", "fp32", "--profile", "tests/data/profiles/OPT-350", "--time-limit", "2"])
+    assert code == 2 and "num_layers=24" in err and "llama3-8b" in err, err
+
+
 def test_schema_command_prints_the_format(run_cli):
     code, out, _ = run_cli(["schema", "profile"])
     assert code == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -166,3 +167,36 @@ def test_the_plan_is_the_fastest_feasible_placement_even_where_faster_ones_break
         checked += 1
         faster_infeasible += least_any < best * (1 - 1e-9)
     assert checked >= 15 and faster_infeasible >= 2, (checked, faster_infeasible)
+
+
+def _one_signature(problem):
+    """The problem with each variant's options cut to the (tp, dp, recompute) signature held by the most groups."""
+    import collections
+    import dataclasses
+
+    sigs = collections.Counter((o.tp, o.dp, o.recompute) for o in problem.options)
+    sig = max(sigs, key=lambda k: (len({o.group for o in problem.options if (o.tp, o.dp, o.recompute) == k}), k))
+    mask = np.array([(o.tp, o.dp, o.recompute) == sig for o in problem.options])
+    return dataclasses.replace(problem, variants=tuple(dataclasses.replace(v, allowed=v.allowed & mask)
+                                                       for v in problem.variants[:1]))
+
+
+def test_the_walk_stops_inside_a_signature_past_its_deadline(monkeypatch):
+    """Past its deadline the walk stops within CHECK_EVERY placements of one stage count (not only between
+    signatures: one signature on 16 groups has millions of orders), with its plan so far; without a plan it goes on
+    UNPLANNED_GRACE_S, then ends with NO_SOLUTION. One variant of one signature, so the clock between signatures
+    never looks: fails if it is looked at only there."""
+    from haap_milp.deadline import Deadline, use
+
+    monkeypatch.setattr(uniform, "USE_FLOOR", False)
+    problem = _one_signature(random_problem(9, num_groups=6, num_layers=12, max_stages=12))
+    whole = uniform.solve(problem)
+    assert whole.status == "FEASIBLE" and whole.stats["tried"] >= 20, whole.stats
+    monkeypatch.setattr(uniform, "CHECK_EVERY", 1)
+    with use(Deadline(0.0)):
+        first = uniform.solve(problem)  # (expired at once: the walk stops at the first plan found)
+    assert first.status == "FEASIBLE" and first.stats["tried"] < whole.stats["tried"] / 2, first.stats
+    monkeypatch.setattr(uniform, "UNPLANNED_GRACE_S", -1.0)
+    with use(Deadline(0.0)):
+        none = uniform.solve(problem)
+    assert none.status == "NO_SOLUTION" and none.stats["tried"] == 0, none

@@ -144,3 +144,16 @@ def test_cli_estimate_zero_reprices_the_plan(run_cli):
     assert code == 0 and "fsdp, ZeRO 2" in out
     code, _, err = run_cli(base + ["--zero", "0", "--dist-opt"])
     assert code == 2 and "--zero" in err
+
+
+def test_zero_2_or_3_under_the_megatron_runtime_exits_2(run_cli, tmp_path):
+    """The megatron preset runs ZeRO 0 or 1; a fixed ZeRO-2/3 there was priced as such while the Megatron emitter
+    launched ZeRO-1 (fuzz). Refused in the flag's words, in a training file's field's words; fsdp takes it."""
+    base = ["solve", "-m", "opt-350m", "-c", "a100-40g:8", "--gbs", "16", "--time-limit", "5"]
+    code, _, err = run_cli([*base, "--target", "megatron", "--zero-stage", "3"])
+    assert code == 2 and "--zero-stage 3" in err and "--engine fsdp" in err and "Traceback" not in err, err
+    f = tmp_path / "t.yaml"
+    f.write_text("global_batch_size: 16\nseq_len: 2048\nengine: megatron\nzero_stage: 2\n")
+    code, _, err = run_cli(["solve", "-m", "opt-350m", "-c", "a100-40g:8", "--training", str(f), "--time-limit", "5"])
+    assert code == 2 and "zero_stage 2 with engine megatron" in err, err
+    assert run_cli([*base, "--engine", "fsdp", "--zero-stage", "3"])[0] == 0

@@ -256,9 +256,16 @@ def suffix_format(name: str) -> str:
 
 
 def load_data(path: str | Path, what: str = "file") -> Any:
-    """Read and parse a YAML or JSON file (by suffix)."""
+    """Read and parse a YAML or JSON file (by suffix). A parse error is said as the ``what`` (a flag or a kind of
+    file) it was given as, e.g. "prices file: '...' expands to more than ... values"."""
     name = str(path)
-    return parse_text(read_text(name, what), name, suffix_format(name))
+    text = read_text(name, what)
+    try:
+        return parse_text(text, name, suffix_format(name))
+    except HaapInputError as exc:
+        if what == "file" or str(exc).startswith(what):
+            raise
+        raise HaapInputError(f"{what}: {exc}", field=exc.field, value=exc.value) from None
 
 
 def check_finite(data: Any, name: str, path: str = "", depth: int = 0, seen: set[int] | None = None) -> None:

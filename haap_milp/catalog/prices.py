@@ -184,7 +184,7 @@ def load_prices(path: str | None = None, kind: str = "on_demand") -> PriceBook:
 
     book = dict(base.gpus)
     name = f"prices file {str(path)!r}"
-    user, ufrac, spelled = _rows(load_data(path, "prices file"), name)
+    user, ufrac, spelled = _rows(load_data(path, "--prices"), name)
     for g, v in user.items():
         book[g] = replace(book.get(g, GpuRates()), **v)
         _check_power(book[g], f"gpus.{spelled[g]}", name, v)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from haap_milp import planner
 from haap_milp.catalog import DEFAULT_CLUSTER, DEFAULT_MODEL
-from haap_milp.cli.common import console, err_console, finite, print_json
+from haap_milp.cli.common import console, enforce_plan, err_console, finite, print_json
 from haap_milp.cli.economics_opts import (
     MaxCostOpt,
     MaxPointsOpt,
@@ -194,6 +194,9 @@ def replan(
 
     training = pf.training or TrainingSpec(global_batch_size=pf.plan.global_batch_size, seq_len=pf.plan.seq_len,
                                            precision=pf.plan.precision)
+    if pf.cluster is not None:  # the checker's rules on the plan that was running, as `validate` runs them (not its
+        # memory: a plan solved on measured profiles is priced by them, which the file does not carry)
+        enforce_plan(pf.plan, pf.model, pf.cluster, training, what=f"plan in {plan_file!r}", memory=False)
     new_cluster = load_cluster(cluster)
     opts = _options("auto", time_limit, threads, target, None, gap, 0)
     book = price_book(prices, price, new_cluster)

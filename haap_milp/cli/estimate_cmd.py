@@ -201,6 +201,27 @@ def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs,
     return m, c, build_training(training_file, base, rt), None
 
 
+_UNSET = {"--gbs": None, "--seq": None, "--precision": None, "--sp/--no-sp": None, "--tp": 1, "--pp": 1, "--dp": 1,
+          "--mbs": 1, "--vpp": 1, "--recompute": "none", "--ep": 1, "--etp": 1, "--cp": 1}
+
+
+def _plan_fixes(p, given: dict) -> None:
+    """With --plan the plan fixes its shape: a shape flag that says otherwise would be ignored without a word
+    (fuzz), so it exits 2 naming the flags; one that repeats the plan's own value is fine (--dist-opt/--no-dist-opt
+    and --zero still re-price a plan)."""
+    st = p.stages
+    plan = {"--gbs": {p.global_batch_size}, "--seq": {p.seq_len}, "--precision": {p.precision},
+            "--sp/--no-sp": {p.sequence_parallel}, "--tp": {s.tp for s in st}, "--pp": {len(st)},
+            "--dp": {s.dp for s in st}, "--mbs": {p.micro_batch_size}, "--vpp": {p.vpp}, "--cp": {p.cp},
+            "--recompute": {s.recompute for s in st}, "--ep": {s.ep for s in st}, "--etp": {s.etp for s in st}}
+    off = [f"{k} {v}" if not isinstance(v, bool) else k.split("/")[0 if v else 1] for k, v in given.items()
+           if v != _UNSET[k] and plan[k] != {v}]
+    if off:
+        raise HaapInputError(f"{', '.join(off)} with --plan: the plan file fixes its batch, sequence, precision and "
+                             "parallel layout, and says otherwise; drop these flags, or drop --plan to price a uniform "
+                             "plan of them.", field=off[0].split()[0], value=off[0])
+
+
 def _with_zero(p, text: str | None, zero_stage: int | None, dist_opt: bool | None):
     """The plan with ``--zero N`` on every single-type stage (a mixed stage runs the runtime's stage)."""
     stages = zero_search(text, zero_stage, dist_opt)
@@ -266,6 +287,10 @@ def estimate(
     rt = RuntimeFlags(engine, zero_stage, dist_opt, optimizer_state_bytes, grad_overlap, param_overlap, grad_bucket)
     m, c, training, p = _resolve(plan, model, cluster, gbs, seq, precision, sp, dist_opt, memory_headroom,
                                  training_file, rt)
+    if p is not None:
+        _plan_fixes(p, {"--gbs": gbs, "--seq": seq, "--precision": precision, "--sp/--no-sp": sp, "--tp": tp,
+                        "--pp": pp, "--dp": dp, "--mbs": mbs, "--vpp": vpp, "--recompute": recompute, "--ep": ep,
+                        "--etp": etp, "--cp": cp})
     c = apply_network_option(c, network)
     impl = _implementation(recompute_modules, moe_dispatcher)
     if p is None:

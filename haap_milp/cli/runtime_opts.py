@@ -4,6 +4,7 @@ estimate). Precedence: TrainingSpec defaults < the file < flags. README "Trainin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -89,11 +90,19 @@ def _on_off(text: str | None, flag: str) -> bool | None:
     return value
 
 
+def _missing(path: str) -> bool:
+    """Nothing at ``path``, or a name the OS refuses (too long, NUL)."""
+    try:
+        return not Path(path).exists()
+    except (OSError, ValueError):
+        return True
+
+
 def load_training(path: str) -> dict[str, Any]:
     """The mapping of a training YAML/JSON file, validated as a whole TrainingSpec (unknown keys: exit 2)."""
-    if not is_file(path):
+    if not is_file(path) and _missing(path):  # (a folder, device or FIFO: read_text says what it is instead)
         raise HaapInputError(f"--training {path!r}: no such file.", field="training", value=path)
-    data = require_mapping(load_data(path), path, "a training file: TrainingSpec fields (`haap-solve schema "
+    data = require_mapping(load_data(path, "--training"), path, "a training file: TrainingSpec fields (`haap-solve schema "
                            "training`)")
     validate_spec(TrainingSpec, data, f"training file {path!r}")
     return data
@@ -123,6 +132,12 @@ def build_training(file: str | None, base: dict[str, Any], flags: RuntimeFlags,
     if flags.zero_stage and flags.dist_opt is False:  # (the spec says so too, in its field names: these are the flags)
         raise HaapInputError(f"--zero-stage {flags.zero_stage} conflicts with --no-dist-opt (plain data parallel, "
                              "ZeRO 0); give one of the two.", field="zero_stage", value=flags.zero_stage)
+    engine = upd.get("engine", data.get("engine", "megatron"))
+    if flags.zero_stage in (2, 3) and engine == "megatron":  # (TrainingSpec says it too, in its field names)
+        via = "--engine megatron" if flags.engine else "the default engine, megatron,"
+        raise HaapInputError(f"--zero-stage {flags.zero_stage} with {via} runs ZeRO 0 or 1 only (Megatron-Core DDP and "
+                             "--use-distributed-optimizer); give --engine fsdp for ZeRO 2 or 3.", field="zero_stage",
+                             value=flags.zero_stage)
     if flags.dist_opt is not None and flags.zero_stage is None:
         upd["zero_stage"] = None  # --dist-opt/--no-dist-opt picks the engine's stage (megatron: 1 / 0)
     try:

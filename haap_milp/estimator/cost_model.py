@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,7 +20,6 @@ from haap_milp.estimator.results import GIB, ComputeBound, PlanEstimate, StageCo
 from haap_milp.network import pricing
 from haap_milp.specs import FP32_PRECISIONS, ClusterSpec, ModelSpec, Plan, TrainingSpec
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 _MISS = object()
 
@@ -29,6 +27,23 @@ _MISS = object()
 @functools.cache
 def _default_calibration() -> Calibration:
     return load_calibration()
+
+
+def _same_model(profile, model) -> None:
+    """A profile's per-layer times and memory belong to the model it was measured on: its layer count (every
+    format) and, for a native profile, its shapes must be the model's. Before, a mismatch was a log line and the
+    plan was priced on another model's layers (OPT-350M's profile on llama3-70b: MFU 994 %)."""
+    shape = (profile.meta.get("header") or {}).get("model") or {}
+    mine = {"num_layers": model.num_layers, "hidden": model.hidden, "ffn_hidden": model.ffn_hidden,
+            "num_heads": model.num_heads, "num_kv_heads": model.kv_heads, "vocab_size": model.vocab_size}
+    theirs = {"num_layers": profile.num_layers, **{k: shape.get(k) for k in mine if k != "num_layers"}}
+    for key, want in mine.items():
+        got = theirs[key]
+        if got is not None and got != want:
+            raise HaapInputError(
+                f"--profile was measured on {shape.get('name') or 'a model'} with {key}={got}; model {model.name} "
+                f"has {key}={want}. A profile's layer times belong to the model it was measured on: measure this "
+                f"one (`haap-solve profile -m {model.name}`) or drop --profile.", field="--profile", value=got)
 
 
 class Estimator:
@@ -63,8 +78,8 @@ class Estimator:
         if profile is not None and profile.meta.get("precision", training.precision) != training.precision:
             raise HaapInputError(f"profile points are at precision {profile.meta['precision']}, training uses "
                                  f"{training.precision}.", field="profile.precision", value=profile.meta["precision"])
-        if profile is not None and profile.num_layers and profile.num_layers != model.num_layers:
-            log.warning("profile has %d layers, model %s has %d", profile.num_layers, model.name, model.num_layers)
+        if profile is not None:
+            _same_model(profile, model)
         self._cache: dict[str, dict[Any, Any]] = {}
         self._hits: Counter[str] = Counter()
         self._misses: Counter[str] = Counter()

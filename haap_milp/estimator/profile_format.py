@@ -315,14 +315,17 @@ def load_profiles(paths: list[str | Path] | tuple[str | Path, ...] | str | Path,
     origin: dict[tuple[str, int, int], str] = {}
     seen: dict[str, tuple[Any, str]] = {}
     sources, notes, metis_devices = [], [], set()
+    named = None  # the first native profile's model (its name and shape)
     for path in paths:
         where = str(path)
         prof = load_profile(path, devices, precision)
         metis_devices.update(prof.meta.get("devices", ()))
         sources.append(prof.source)
         notes += [n for n in prof.meta.get("notes", ()) if n != UNCOVERED_POLICY]
+        model = (prof.meta.get("header") or {}).get("model")  # (a native profile's model: the estimator checks it)
+        shape = None if model is None else {k: v for k, v in model.items() if k != "name"}
         for what, value in (("seq_len", prof.seq_len), ("number of layers", prof.num_layers),
-                            ("precision", prof.meta.get("precision"))):
+                            ("precision", prof.meta.get("precision")), ("model shape", shape)):
             if value is None:
                 continue
             if what in seen and seen[what][0] != value:
@@ -330,6 +333,7 @@ def load_profiles(paths: list[str | Path] | tuple[str | Path, ...] | str | Path,
                                      f"({seen[what][0]} vs {value}); give profiles of one training setup.",
                                      field="profile", value=where)
             seen.setdefault(what, (value, where))
+        named = named or model
         for e in prof.entries.values():
             gpu = cat.canonical("GPU", e.gpu)
             if gpu is None:
@@ -362,5 +366,7 @@ def load_profiles(paths: list[str | Path] | tuple[str | Path, ...] | str | Path,
             "covered_keys": frozenset(k + (prec,) for k in entries)}
     if prec is not None:
         meta["precision"] = prec
+    if named is not None:
+        meta["header"] = {"model": named}
     return Profile(entries, source="; ".join(sources), seq_len=seen.get("seq_len", (None,))[0],
                    num_layers=seen.get("number of layers", (None,))[0], meta=meta, fallback=fallback)

@@ -32,9 +32,12 @@ The curve is a table of (size, GB/s) points; ``latency_us`` is 0 because the sma
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from haap_milp.catalog.files import read_text
 from haap_milp.errors import HaapInputError
@@ -92,13 +95,19 @@ def parse(text: str, path: Path) -> Run:
             continue
         tok = s.split()
         if not re.fullmatch(r"\d+", tok[0]):
+            if re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", tok[0]):  # a size, but not a byte count
+                raise HaapInputError(f"nccl-tests file {str(path)!r}, line {no}: size {tok[0]!r} is not a whole "
+                                     "number of bytes.", field="file", value=str(path))
             continue  # other output (NCCL INFO lines, warnings)
         try:
             size, t_us = float(tok[0]), float(tok[time_col])
         except (IndexError, ValueError):
             raise HaapInputError(f"nccl-tests file {str(path)!r}, line {no}: {s[:120]!r} is not 'size count type "
                                  "redop root time algbw busbw #wrong ...'.", field="file", value=str(path)) from None
-        if size > 0 and t_us > 0:
+        if size > 0 and not (math.isfinite(t_us) and t_us > 0):  # (size 0 rows time nothing; nccl-tests prints them)
+            raise HaapInputError(f"nccl-tests file {str(path)!r}, line {no}: time {tok[time_col]!r} us for {tok[0]} "
+                                 "bytes is not a positive number.", field="file", value=str(path))
+        if size > 0:
             rows[size] = t_us
     if not ranks:
         raise HaapInputError(f"nccl-tests file {str(path)!r} has no '#  Rank N Group ... device ... NAME' lines; keep "
@@ -110,6 +119,17 @@ def parse(text: str, path: Path) -> Run:
     order = sorted(ranks)
     return Run(op, tuple(ranks[r][0] for r in order), tuple(ranks[r][1] for r in order),
                tuple(sorted(rows.items())))
+
+
+def _point(path: Path, size: float, gbps: float) -> TablePoint:
+    """One measured point; a bandwidth no link has (a time of 1e-300 us) names the file and the row, not the spec's
+    field."""
+    try:
+        return TablePoint(message_bytes=size, bandwidth_gbps=gbps)
+    except ValidationError as exc:
+        why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
+        raise HaapInputError(f"nccl-tests file {str(path)!r}: the row of {size:.0f} bytes gives {gbps:.3g} GB/s, which "
+                             f"no link measures ({why}).", field="file", value=str(path)) from None
 
 
 def import_links(path: Path, gpu_names: dict[str, str]) -> list[MeasuredLink]:
@@ -135,7 +155,7 @@ def import_links(path: Path, gpu_names: dict[str, str]) -> list[MeasuredLink]:
     src = f"nccl-tests {path.name}: {run.op}, {n} ranks on {hosts} host(s)"
 
     def link(cls: str, gpu_types: tuple[str, ...], per: str, senders: int, scale: float) -> MeasuredLink:
-        pts = tuple(TablePoint(message_bytes=s, bandwidth_gbps=s / (t * 1e3) * scale) for s, t in run.rows)
+        pts = tuple(_point(path, s, s / (t * 1e3) * scale) for s, t in run.rows)
         return MeasuredLink(link=cls, gpu_types=gpu_types, per=per, senders=senders, op=run.op,  # type: ignore[arg-type]
                             curve=TableCurve(points=pts), source=src)
 

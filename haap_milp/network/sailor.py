@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from haap_milp.catalog.files import parse_text, read_text
 from haap_milp.errors import HaapInputError
 from haap_milp.network import names
@@ -33,9 +35,12 @@ def _curve(entry: Any, where: str) -> Log2QuadraticCurve:
     try:
         (a, b, c), max_bps = entry
         return Log2QuadraticCurve(coefficients=(float(a), float(b), float(c)), max_gbps=float(max_bps) / 1e9)
-    except (TypeError, ValueError) as exc:
-        raise HaapInputError(f"{where} must be [[a, b, c], max_bytes_per_s] with a positive curve: "
-                             f"{' '.join(str(exc).split())}", field="file") from None
+    except ValidationError as exc:  # (a ValueError too: its own words, without pydantic's type tags and links)
+        why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
+        raise HaapInputError(f"{where}: {entry!r} is not a curve haap can use ({why}).", field="file") from None
+    except (TypeError, ValueError):
+        raise HaapInputError(f"{where} must be [[a, b, c], max_bytes_per_s] (three numbers, then one), got "
+                             f"{entry!r}.", field="file") from None
 
 
 def _count(key: str, where: str) -> int:
@@ -79,9 +84,9 @@ def import_links(path: Path, zone: str | None, gpu_names: dict[str, str]) -> lis
             n = _count(n_key, f"{path}: [{zone}][{gpu}]")
             for gpu2, per_n2 in dest.get(zone, {}).items():
                 src, dst = mapped[gpu], mapped[gpu2]
-                entry = per_n2.get(n_key)
-                if src is None or dst is None or entry is None:
+                if src is None or dst is None or n_key not in per_n2:
                     continue
+                entry = per_n2[n_key]
                 where = f"{path}: [{zone}][{gpu}][{n}][{zone}][{gpu2}][{n}]"
                 cls, types = ("inter_node", (src,)) if src == dst else ("cross_type", (src, dst))
                 links.append(MeasuredLink(link=cls, gpu_types=types, per="gpu_stream" if n == 1 else "node_nic",

@@ -21,6 +21,12 @@ USE_FLOOR = True  # skip placements whose eq. T1 floor reaches the best plan so 
 # floor would skip, without walking them). Measured: llama3-70b on 256 GPUs of 3 types x 2 islands (6 groups), the
 # baseline took 0.31 s for 88,068 placements its floor skipped one by one
 USE_COUNT_FLOOR = True
+# the clock is looked at every CHECK_EVERY placements, not only between signatures: one signature on many groups has
+# orders by the million (16 islands of one GPU type: 16!/(16-P)! prefixes; it ran past a 2 s limit for minutes). Without
+# a plan the walk goes on UNPLANNED_GRACE_S past its deadline, then ends with none (the baseline is a comparison and a
+# warm-start candidate; the DP heuristic and the exact search plan without it)
+CHECK_EVERY = 256
+UNPLANNED_GRACE_S = 1.0
 
 
 def _holds(problem: Problem, sig_opts: dict[int, int], gpus: int) -> dict[int, int]:
@@ -64,16 +70,32 @@ def _placements(problem: Problem, sig_opts: dict[int, int], p: int, gpus: int):
     yield from walk([], set(), p)
 
 
+class _Clock:
+    """Whether the walk stops: past the deadline with a plan, or UNPLANNED_GRACE_S past it without one (or at once
+    on Ctrl-C with one)."""
+
+    def __init__(self):
+        self.dl, self.late_since, self.stopped = current(), None, False
+
+    def out(self, planned: bool) -> bool:
+        if not self.dl.expired():
+            return False
+        if self.late_since is None:
+            self.late_since = time.perf_counter()
+        self.stopped = planned or time.perf_counter() - self.late_since > UNPLANNED_GRACE_S
+        return self.stopped
+
+
 def solve(problem: Problem, options=None, hint=None) -> RawResult:
     """Exhaustive over the (small) uniform space; returns the best feasible assignment."""
     t0 = time.perf_counter()
     best, best_t, tried, skipped = None, float("inf"), 0, 0
     L = problem.num_layers
-    dl = current()  # past it (or interrupted) with a plan in hand: the best so far
+    clock = _Clock()  # past its deadline (or interrupted) with a plan in hand: the best so far
     for vi, var in enumerate(problem.variants):
         if var.vpp > 1:  # the uniform baseline is plain 1F1B (Megatron's default schedule)
             continue
-        if best is not None and dl.expired():
+        if clock.out(best is not None):
             break
         by_sig: dict[tuple, dict[int, int]] = {}
         for i in np.flatnonzero(var.allowed):
@@ -90,7 +112,7 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
         M = var.num_microbatches
         floor = np.asarray(var.layer_time, float) if USE_FLOOR and var.extra is None else None
         for sig_opts in by_sig.values():
-            if best is not None and dl.expired():
+            if clock.out(best is not None):
                 break
             gpus = problem.options[next(iter(sig_opts.values()))].num_gpus  # tp*dp*cp (eq. CP1)
             holds = _holds(problem, sig_opts, gpus)
@@ -101,6 +123,8 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
                         floor, sig_opts, holds, p, M) >= best_t:
                     continue
                 for chosen in _placements(problem, sig_opts, p, gpus):
+                    if (tried + skipped) % CHECK_EVERY == 0 and clock.out(best is not None):
+                        break
                     if floor is not None and (L // p) * ((M - 1) * max(floor[o] for o in chosen)
                                                          + sum(floor[o] for o in chosen)) >= best_t:
                         skipped += 1
@@ -113,6 +137,9 @@ def solve(problem: Problem, options=None, hint=None) -> RawResult:
                     if t < best_t and not violations(problem, a):
                         best, best_t = a, t
     wall = time.perf_counter() - t0
+    if best is None and clock.stopped:
+        return RawResult("NO_SOLUTION", "uniform", wall_time_s=wall, stats={"tried": tried},
+                         message="time limit reached before any uniform plan was found")
     if best is None:
         return RawResult("INFEASIBLE", "uniform", wall_time_s=wall, stats={"tried": tried},
                          message="no uniform (even-split, same tp/dp/recompute) plan fits")

@@ -84,6 +84,16 @@ class TrainingSpec(Frozen):
                              "distributed_optimizer is off (plain data parallel, ZeRO 0); give one of the two")
         return self
 
+    @model_validator(mode="after")
+    def _zero_the_engine_runs(self) -> TrainingSpec:
+        # the megatron preset is Megatron-Core's DDP: ZeRO 0 or 1 (the distributed optimizer). Its ZeRO-2/3 is
+        # Megatron-FSDP, whose overlap the preset does not model (estimator/runtime.zero_stages; the fsdp engine prices
+        # them); before, zero_stage 3 was priced as ZeRO-3 and the Megatron emitter launched ZeRO-1
+        if self.engine == "megatron" and self.zero_stage in (2, 3):
+            raise ValueError(f"zero_stage {self.zero_stage} with engine megatron: the megatron runtime runs ZeRO 0 or 1 "
+                             "(--use-distributed-optimizer); use engine fsdp for ZeRO 2 or 3")
+        return self
+
     @model_serializer(mode="wrap")
     def _omit_runtime_defaults(self, handler):  # a spec without runtime settings serialises as before
         data = handler(self)
