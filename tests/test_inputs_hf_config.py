@@ -31,7 +31,8 @@ MISTRAL_7B = {**LLAMA3_8B, "architectures": ["MistralForCausalLM"], "model_type"
 QWEN25_7B = {
     "architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu", "hidden_size": 3584, "intermediate_size": 18944,
     "max_position_embeddings": 131072, "max_window_layers": 28, "model_type": "qwen2", "num_attention_heads": 28,
-    "num_hidden_layers": 28, "num_key_value_heads": 4, "rope_theta": 1000000.0, "sliding_window": 131072,
+    "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": 131072,
     "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 152064}
 QWEN15_MOE_A27B = {
     "architectures": ["Qwen2MoeForCausalLM"], "decoder_sparse_step": 1, "hidden_act": "silu", "hidden_size": 2048,
@@ -44,7 +45,7 @@ QWEN3_235B = {
     "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 12288, "max_position_embeddings": 40960,
     "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 1536, "norm_topk_prob": True,
     "num_attention_heads": 64, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 94,
-    "num_key_value_heads": 4, "tie_word_embeddings": False, "vocab_size": 151936}
+    "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "tie_word_embeddings": False, "vocab_size": 151936}
 GPT2 = {"architectures": ["GPT2LMHeadModel"], "activation_function": "gelu_new", "model_type": "gpt2", "n_ctx": 1024,
         "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}
 PYTHIA_160M = {"architectures": ["GPTNeoXForCausalLM"], "hidden_act": "gelu", "hidden_size": 768,
@@ -73,7 +74,7 @@ def test_config_matches_catalog_model(tmp_path: Path, cfg: dict[str, Any], catal
     assert spec.name == "model"  # the checkpoint folder names the model
     assert (spec.num_params_total, spec.num_params_active) == (ref.num_params_total, ref.num_params_active)
     keys = ("num_layers", "hidden", "num_heads", "kv_heads", "dim_head", "vocab_size", "activation", "qkv_bias",
-            "tied_embeddings", "num_experts", "top_k", "expert_ffn")
+            "tied_embeddings", "num_experts", "top_k", "expert_ffn", "norm_epsilon")  # (eps: what emit writes)
     assert {k: getattr(spec, k) for k in keys} == {k: getattr(ref, k) for k in keys}
 
 
@@ -139,6 +140,7 @@ def test_model_type_without_architectures(tmp_path: Path) -> None:
     ({k: v for k, v in LLAMA3_8B.items() if k != "intermediate_size"}, "no 'intermediate_size'"),
     ({**LLAMA3_8B, "tie_word_embeddings": "yes"}, "field 'tie_word_embeddings'"),
     ({**GPT2, "activation_function": "swish"}, "field 'activation_function' = 'swish'"),
+    ({**LLAMA3_8B, "rms_norm_eps": -1}, "field 'rms_norm_eps' = -1"),
     ([1, 2, 3], "should be a mapping"),
 ])
 def test_bad_configs_are_one_paragraph(tmp_path: Path, cfg: Any, needle: str) -> None:

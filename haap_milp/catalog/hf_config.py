@@ -233,6 +233,9 @@ def model_from_hf(data: Any, name: str, where: str = "") -> ModelSpec:
     data = require_mapping(data, where, "a Hugging Face config.json")
     arch = _architecture(data, where)
     fields = ARCHITECTURES[arch](_Cfg(data, where, arch))
+    eps = next((data[k] for k in HF_KEYS["norm_epsilon"] if data.get(k) is not None), None)
+    if eps is not None:  # (the emitters write it: Megatron's --norm-epsilon, torchtitan's RMSNorm eps; was 1e-5 always)
+        fields["norm_epsilon"] = eps  # (ModelSpec bounds it; a bad value is said in the config's key below)
     display = name if 1 <= len(name) <= 200 else name[:197] + "..."
     try:
         return validate_spec(ModelSpec, {"name": display, **fields}, f"HF config {where!r} ({arch})")
@@ -248,6 +251,7 @@ HF_KEYS = {
     "seq_len": ("max_position_embeddings", "n_positions"), "head_dim": ("head_dim",),
     "num_experts": ("num_local_experts", "num_experts"), "top_k": ("num_experts_per_tok",),
     "expert_ffn": ("moe_intermediate_size",), "shared_expert_ffn": ("shared_expert_intermediate_size",),
+    "norm_epsilon": ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"),
 }
 
 
