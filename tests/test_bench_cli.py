@@ -139,7 +139,8 @@ def test_unloadable_cluster_exits_2_before_any_run(tmp_path):
 
 def test_missing_network_file_exits_2(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({**SPEC, "clusters": [{"cluster": "a100-80g:8", "network": str(tmp_path / "n.yaml")}]}))
+    bad.write_text(yaml.safe_dump({**SPEC, "clusters": [{"cluster": "a100-80g:8", "network": str(tmp_path / "n.yaml")}],
+                                   "exclude": []}))
     proc = _main(["bench", str(bad), "--out", str(tmp_path / "out")])
     assert proc.returncode == 2 and "clusters.0" in proc.stderr and "n.yaml" in proc.stderr, proc.stderr
 

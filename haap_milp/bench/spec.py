@@ -182,6 +182,11 @@ class BenchSpec(_Frozen):
             dup = sorted({str(x) for x in names if list(names).count(x) > 1})
             if dup:
                 raise ValueError(f"duplicate {what}(s) {dup}")
+        models, clusters = [m.name for m in self.models], [c.name for c in self.clusters]
+        for e in self.exclude:  # (a misspelt exclusion skipped nothing without a word)
+            for side, name, known in (("model", e.model, models), ("cluster", e.cluster, clusters)):
+                if name is not None and name not in known:
+                    raise ValueError(f"exclude {side} {name!r} is not one of the spec's {side}s ({', '.join(known)})")
         return self
 
     def tasks(self) -> list[TaskInputs]:
