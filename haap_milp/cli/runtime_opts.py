@@ -15,6 +15,7 @@ from haap_milp.catalog.validation import validate_spec
 from haap_milp.cli.common import finite, flag_error
 from haap_milp.errors import HaapInputError
 from haap_milp.specs import TrainingSpec
+from haap_milp.specs.training import megatron_cannot_shard
 
 Opt = typer.Option
 
@@ -133,7 +134,7 @@ def build_training(file: str | None, base: dict[str, Any], flags: RuntimeFlags,
         raise HaapInputError(f"--zero-stage {flags.zero_stage} conflicts with --no-dist-opt (plain data parallel, "
                              "ZeRO 0); give one of the two.", field="zero_stage", value=flags.zero_stage)
     engine = upd.get("engine", data.get("engine", "megatron"))
-    if flags.zero_stage in (2, 3) and engine == "megatron":  # (TrainingSpec says it too, in its field names)
+    if megatron_cannot_shard(engine, flags.zero_stage):  # (TrainingSpec says it too, in its field names)
         via = "--engine megatron" if flags.engine else "the default engine, megatron,"
         raise HaapInputError(f"--zero-stage {flags.zero_stage} with {via} runs ZeRO 0 or 1 only (Megatron-Core DDP and "
                              "--use-distributed-optimizer); give --engine fsdp for ZeRO 2 or 3.", field="zero_stage",

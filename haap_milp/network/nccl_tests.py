@@ -40,6 +40,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from haap_milp.catalog.files import read_text
+from haap_milp.catalog.validation import format_validation_error
 from haap_milp.errors import HaapInputError
 from haap_milp.network import names
 from haap_milp.network.spec import MeasuredLink, TableCurve, TablePoint
@@ -127,9 +128,8 @@ def _point(path: Path, size: float, gbps: float) -> TablePoint:
     try:
         return TablePoint(message_bytes=size, bandwidth_gbps=gbps)
     except ValidationError as exc:
-        why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
-        raise HaapInputError(f"nccl-tests file {str(path)!r}: the row of {size:.0f} bytes gives {gbps:.3g} GB/s, which "
-                             f"no link measures ({why}).", field="file", value=str(path)) from None
+        raise format_validation_error(TablePoint, exc, f"nccl-tests file {str(path)!r}: the row of {size:.0f} bytes "
+                                      f"gives {gbps:.3g} GB/s, which no link measures") from None
 
 
 def import_links(path: Path, gpu_names: dict[str, str]) -> list[MeasuredLink]:

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from haap_milp.catalog.files import parse_text, read_text
+from haap_milp.catalog.validation import format_validation_error
 from haap_milp.errors import HaapInputError
 from haap_milp.network import names
 from haap_milp.network.spec import Log2QuadraticCurve, MeasuredLink
@@ -36,8 +37,8 @@ def _curve(entry: Any, where: str) -> Log2QuadraticCurve:
         (a, b, c), max_bps = entry
         return Log2QuadraticCurve(coefficients=(float(a), float(b), float(c)), max_gbps=float(max_bps) / 1e9)
     except ValidationError as exc:  # (a ValueError too: its own words, without pydantic's type tags and links)
-        why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
-        raise HaapInputError(f"{where}: {entry!r} is not a curve haap can use ({why}).", field="file") from None
+        raise format_validation_error(Log2QuadraticCurve, exc, f"{where}: {entry!r} is not a curve haap can use") \
+            from None
     except (TypeError, ValueError):
         raise HaapInputError(f"{where} must be [[a, b, c], max_bytes_per_s] (three numbers, then one), got "
                              f"{entry!r}.", field="file") from None

@@ -21,6 +21,14 @@ from haap_milp.specs.base import (
 MAX_HEADROOM_FRACTION = 0.9
 
 
+def megatron_cannot_shard(engine: str, zero_stage: int | None) -> bool:
+    """The megatron preset is Megatron-Core's DDP: ZeRO 0 or 1 (the distributed optimizer). Its ZeRO-2/3 is
+    Megatron-FSDP, whose overlap the preset does not model (estimator/runtime.zero_stages; the fsdp engine prices
+    them); before, zero_stage 3 was priced as ZeRO-3 and the Megatron emitter launched ZeRO-1. (The flags' check,
+    cli/runtime_opts.build_training, says the same in the flags' words.)"""
+    return engine == "megatron" and zero_stage in (2, 3)
+
+
 class TrainingSpec(Frozen):
     """What is trained and how: batch, sequence, precision, optimizer memory."""
 
@@ -86,10 +94,7 @@ class TrainingSpec(Frozen):
 
     @model_validator(mode="after")
     def _zero_the_engine_runs(self) -> TrainingSpec:
-        # the megatron preset is Megatron-Core's DDP: ZeRO 0 or 1 (the distributed optimizer). Its ZeRO-2/3 is
-        # Megatron-FSDP, whose overlap the preset does not model (estimator/runtime.zero_stages; the fsdp engine prices
-        # them); before, zero_stage 3 was priced as ZeRO-3 and the Megatron emitter launched ZeRO-1
-        if self.engine == "megatron" and self.zero_stage in (2, 3):
+        if megatron_cannot_shard(self.engine, self.zero_stage):
             raise ValueError(f"zero_stage {self.zero_stage} with engine megatron: the megatron runtime runs ZeRO 0 or 1 "
                              "(--use-distributed-optimizer); use engine fsdp for ZeRO 2 or 3")
         return self
