@@ -45,7 +45,8 @@ QWEN3_235B = {
     "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 12288, "max_position_embeddings": 40960,
     "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 1536, "norm_topk_prob": True,
     "num_attention_heads": 64, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 94,
-    "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "tie_word_embeddings": False, "vocab_size": 151936}
+    "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+    "vocab_size": 151936}
 GPT2 = {"architectures": ["GPT2LMHeadModel"], "activation_function": "gelu_new", "model_type": "gpt2", "n_ctx": 1024,
         "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}
 PYTHIA_160M = {"architectures": ["GPTNeoXForCausalLM"], "hidden_act": "gelu", "hidden_size": 768,
@@ -74,7 +75,8 @@ def test_config_matches_catalog_model(tmp_path: Path, cfg: dict[str, Any], catal
     assert spec.name == "model"  # the checkpoint folder names the model
     assert (spec.num_params_total, spec.num_params_active) == (ref.num_params_total, ref.num_params_active)
     keys = ("num_layers", "hidden", "num_heads", "kv_heads", "dim_head", "vocab_size", "activation", "qkv_bias",
-            "tied_embeddings", "num_experts", "top_k", "expert_ffn", "norm_epsilon")  # (eps: what emit writes)
+            "tied_embeddings", "num_experts", "top_k", "expert_ffn", "norm_epsilon", "rope_base",
+            "qk_norm")  # (eps, RoPE base and q/k norm: what emit writes)
     assert {k: getattr(spec, k) for k in keys} == {k: getattr(ref, k) for k in keys}
 
 
@@ -156,3 +158,15 @@ def test_unsupported_architecture_lists_the_supported_ones(tmp_path: Path) -> No
                  "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GPT2LMHeadModel",
                  "GPTNeoXForCausalLM", "OPTForCausalLM"):
         assert arch in str(exc.value)
+
+
+def test_rope_base_and_qk_norm_come_from_the_config(tmp_path: Path) -> None:
+    """The emitters write the RoPE base and Qwen3's q/k norm: an imported config carries its own (every config got
+    rope base 10000 and no q/k norm before; a Llama-3 config emitted --rotary-base 10000)."""
+    qwen3 = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 36, "head_dim": 128,
+             "vocab_size": 151936, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06}
+    spec = load_model(write(tmp_path, qwen3))
+    assert (spec.qk_norm, spec.rope_base, spec.norm_epsilon) == (True, 1e6, 1e-6)
+    spec = load_model(write(tmp_path, {**LLAMA3_8B, "rope_theta": 500000.0}, "l3"))
+    assert (spec.qk_norm, spec.rope_base) == (False, 500000.0)

@@ -116,8 +116,12 @@ def _qwen2_moe(c: _Cfg) -> dict[str, Any]:
     return {**_qwen_moe(c, shared=True), "qkv_bias": True}
 
 
+def _qwen3(c: _Cfg) -> dict[str, Any]:
+    return {**_llama(c), "qk_norm": True}  # Qwen3 attention: RMSNorm on each head's q and k (q_norm, k_norm) always
+
+
 def _qwen3_moe(c: _Cfg) -> dict[str, Any]:
-    return _qwen_moe(c, shared=False)
+    return {**_qwen_moe(c, shared=False), "qk_norm": True}
 
 
 def _deepseek(c: _Cfg) -> dict[str, Any]:
@@ -189,7 +193,7 @@ def _gpt_neo(c: _Cfg) -> dict[str, Any]:
 
 ARCHITECTURES: dict[str, Callable[[_Cfg], dict[str, Any]]] = {
     "LlamaForCausalLM": _llama, "MistralForCausalLM": _llama, "MixtralForCausalLM": _mixtral,
-    "Qwen2ForCausalLM": _qwen2, "Qwen2MoeForCausalLM": _qwen2_moe, "Qwen3ForCausalLM": _llama,
+    "Qwen2ForCausalLM": _qwen2, "Qwen2MoeForCausalLM": _qwen2_moe, "Qwen3ForCausalLM": _qwen3,
     "Qwen3MoeForCausalLM": _qwen3_moe, "GPT2LMHeadModel": _gpt2, "GPTNeoXForCausalLM": _gpt_neox,
     "OPTForCausalLM": _opt, "GPTNeoForCausalLM": _gpt_neo, "DeepseekV2ForCausalLM": _deepseek,
     "DeepseekV3ForCausalLM": _deepseek,
@@ -233,9 +237,11 @@ def model_from_hf(data: Any, name: str, where: str = "") -> ModelSpec:
     data = require_mapping(data, where, "a Hugging Face config.json")
     arch = _architecture(data, where)
     fields = ARCHITECTURES[arch](_Cfg(data, where, arch))
-    eps = next((data[k] for k in HF_KEYS["norm_epsilon"] if data.get(k) is not None), None)
-    if eps is not None:  # (the emitters write it: Megatron's --norm-epsilon, torchtitan's RMSNorm eps; was 1e-5 always)
-        fields["norm_epsilon"] = eps  # (ModelSpec bounds it; a bad value is said in the config's key below)
+    for field in ("norm_epsilon", "rope_base"):  # (the emitters write them: Megatron's --norm-epsilon and
+        # --rotary-base, torchtitan's RMSNorm eps and RoPE theta; every config got 1e-5 and 10000 before)
+        value = next((data[k] for k in HF_KEYS[field] if data.get(k) is not None), None)
+        if value is not None:  # (ModelSpec bounds it; a bad value is said in the config's key below)
+            fields[field] = value
     display = name if 1 <= len(name) <= 200 else name[:197] + "..."
     try:
         return validate_spec(ModelSpec, {"name": display, **fields}, f"HF config {where!r} ({arch})")
@@ -252,6 +258,7 @@ HF_KEYS = {
     "num_experts": ("num_local_experts", "num_experts"), "top_k": ("num_experts_per_tok",),
     "expert_ffn": ("moe_intermediate_size",), "shared_expert_ffn": ("shared_expert_intermediate_size",),
     "norm_epsilon": ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"),
+    "rope_base": ("rope_theta", "rotary_emb_base"),
 }
 
 
