@@ -83,6 +83,8 @@ def test_exclude_and_per_model_batch():
     ({"models": [], "clusters": ["c"]}, "models"),
     ({"models": ["m"], "clusters": ["c"], "time_limits_s": [0]}, "time_limits_s"),
     ({"models": ["m"], "clusters": ["c", "c"]}, "duplicate"),
+    ({"models": ["m", "m"], "clusters": ["c"]}, "duplicate model"),
+    ({"models": ["m"], "clusters": ["c"], "gbs": [64, 64]}, "duplicate gbs"),
     ({"models": ["m"], "clusters": ["c"], "exclude": [{"model": "mm"}]}, "exclude model 'mm'"),  # (a typo skipped
     ({"models": ["m"], "clusters": ["c"], "exclude": [{"cluster": "d"}]}, "exclude cluster 'd'"),  # nothing silently)
     ({"models": [{"name": "m", "gbs": [0]}], "clusters": ["c"]}, "gbs"),

@@ -37,6 +37,14 @@ def test_solve_table_and_json(solved):
     assert doc["bound_s"] <= doc["iteration_time_s"] * (1 + 1e-6)
 
 
+def test_json_on_stdout_stays_json_with_plots(tmp_path):
+    """--json - with --plot: the files written are listed on stderr (on stdout they broke the JSON)."""
+    code, out, err = invoke_cli(["solve", "-m", "gpt3-1.3b", "-c", "h100-80g:8", "--gbs", "16", "--time-limit", "5",
+                                 "--json", "-", "--plot", str(tmp_path / "plots")])
+    assert code == 0, err
+    assert json.loads(out)["status"] in ("OPTIMAL", "FEASIBLE") and "timeline.png" in err
+
+
 def test_solve_plots_are_written(solved):
     d, _ = solved
     for name in ("timeline.png", "timeline.svg", "memory.png", "memory.svg"):

@@ -178,7 +178,8 @@ class BenchSpec(_Frozen):
         if any(not 0 < t <= 86_400 for t in self.time_limits_s):  # also refuses NaN and infinity
             raise ValueError(f"time_limits_s must be positive seconds (at most 86400), got {list(self.time_limits_s)}")
         for what, names in (("method", self.methods), ("time limit", self.time_limits_s),
-                            ("cluster label", [c.name for c in self.clusters])):
+                            ("cluster label", [c.name for c in self.clusters]), ("model", [m.name for m in self.models]),
+                            ("gbs", self.gbs), ("seq", self.seq)):  # (a repeated model or batch ran its tasks twice)
             dup = sorted({str(x) for x in names if list(names).count(x) > 1})
             if dup:
                 raise ValueError(f"duplicate {what}(s) {dup}")

@@ -232,7 +232,9 @@ def solve(
             write_atomic(json_file, json.dumps(doc, indent=2), flag="--json")
             console.print(f"wrote {json_file}")
     if plot is not None and out.result.plan is not None:
-        _plot_plan(out, plot)
+        _plot_plan(out, plot, err_console if json_file is not None and str(json_file) == "-" else console)
+    elif plot is not None:
+        err_console.print(f"--plot: no plots written: no plan ({out.result.status.value})", style="yellow")
     if dl.interrupted:
         _interrupted(out.result)
     if out.result.status.value in ("ERROR",):
@@ -256,9 +258,10 @@ def _stopping() -> None:
     err_console.print("stopping: Ctrl-C again to abort without a plan", style="yellow")
 
 
-def _plot_plan(out, plot) -> None:
+def _plot_plan(out, plot, said) -> None:
     """--plot: the plan's replayed timeline and its memory; a plan too long to replay (simulate.MAX_REPLAY_EVENTS)
-    gets no plots and a note, the plan and its report stand."""
+    gets no plots and a note, the plan and its report stand. ``said``: where the files written are listed (stderr
+    when the JSON goes to stdout, which they broke)."""
     from haap_milp import simulate
     from haap_milp.report import plots
 
@@ -269,7 +272,7 @@ def _plot_plan(out, plot) -> None:
         return
     rows = plots.memory_bars(out.result.plan, out.estimate, out.estimator.cluster)
     for path in plots.plot_folder(plot, sim, rows):
-        console.print(f"wrote {path}")
+        said.print(f"wrote {path}")
 
 
 def _interrupted(result) -> None:
