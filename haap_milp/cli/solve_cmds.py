@@ -272,7 +272,7 @@ def _plot_plan(out, plot, said) -> None:
         return
     rows = plots.memory_bars(out.result.plan, out.estimate, out.estimator.cluster)
     for path in plots.plot_folder(plot, sim, rows):
-        said.print(f"wrote {path}")
+        said.print(f"wrote {path}", soft_wrap=True, highlight=False, markup=False)
 
 
 def _interrupted(result) -> None:
