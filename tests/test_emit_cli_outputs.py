@@ -57,3 +57,20 @@ def test_emit_failing_midway_leaves_no_partial_folder(tmp_path):
     assert code == 2 and "Traceback" not in err and "--out" in err
     assert sorted(p.name for p in out.iterdir()) == ["hostfile", "keep.txt"]  # nothing added, nothing removed
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # scratch folder cleaned up
+
+
+def test_a_plan_no_target_runs_is_told_so_not_sent_round(tmp_path):
+    """Per-stage tp and interleaving: megatron's rule points to flagscale, flagscale's to megatron (fuzz: a circle).
+    The refusal ends with what is true of all three: none runs it, solve again with the target; a plan another
+    target runs names that target."""
+    st = tuple(StagePlan(first_layer=8 * i, num_layers=8, gpu_type="a100-80g", tp=2 if i == 0 else 1, dp=2)
+               for i in range(4))
+    plan = Plan(model=LLAMA8B.name, stages=st, micro_batch_size=1, num_microbatches=8, global_batch_size=16,
+                seq_len=4096, vpp=2, schedule="interleaved")
+    f = _plan_file(tmp_path, plan, LLAMA8B, A100_16)
+    for target in ("megatron", "flagscale", "torchtitan"):
+        code, _out, err = invoke_cli(["emit", f, "--target", target])
+        assert code == 2 and f"solve again with --target {target}" in err.replace("\n", " "), err
+    flat = plan.model_copy(update={"vpp": 1, "schedule": "1f1b"})
+    code, _out, err = invoke_cli(["emit", _plan_file(tmp_path, flat, LLAMA8B, A100_16), "--target", "megatron"])
+    assert code == 2 and "It runs on --target flagscale" in err.replace("\n", " "), err

@@ -136,8 +136,13 @@ def emit(
         check_output_dir(out, "--out")
     p, m, c, training = _inputs(plan, model, cluster)
     viol = check_plan(p, m, c, training, target=target, memory=False)
-    if viol:
-        raise EmitError(f"{target} cannot run this plan: " + "; ".join(str(v) for v in viol))
+    if viol:  # (each rule points to a target that lacks its gap; the targets that lack them all are said last: a
+        # plan with several gaps was sent round in a circle, megatron -> flagscale -> megatron)
+        runs = [t for t in TARGETS if t != target and not check_plan(p, m, c, training, target=t, memory=False)]
+        tail = (f" It runs on --target {' or '.join(runs)}." if runs else
+                f" No target haap emits for runs it as it is: solve again with --target {target}, which keeps the "
+                "search to what that engine runs.")
+        raise EmitError(f"{target} cannot run this plan: " + "; ".join(str(v) for v in viol) + "." + tail)
     enforce_plan(p, m, c, training, what=f"plan file {str(plan)!r}")  # memory, as solve/simulate/validate
     files = emit_files(p, target, c, m, training, engine_version=engine_version)
     if out is None:
