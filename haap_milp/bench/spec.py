@@ -177,13 +177,12 @@ class BenchSpec(_Frozen):
                 raise ValueError(f"{key} must be positive integers (at most 100000000), got {list(getattr(self, key))}")
         if any(not 0 < t <= 86_400 for t in self.time_limits_s):  # also refuses NaN and infinity
             raise ValueError(f"time_limits_s must be positive seconds (at most 86400), got {list(self.time_limits_s)}")
-        for what, names in (("method", self.methods), ("time limit", self.time_limits_s),
-                            ("cluster label", [c.name for c in self.clusters]), ("model", [m.name for m in self.models]),
-                            ("gbs", self.gbs), ("seq", self.seq)):  # (a repeated model or batch ran its tasks twice)
+        models, clusters = [m.name for m in self.models], [c.name for c in self.clusters]
+        for what, names in (("method", self.methods), ("time limit", self.time_limits_s), ("cluster label", clusters),
+                            ("model", models), ("gbs", self.gbs), ("seq", self.seq)):  # (a repeat ran tasks twice)
             dup = sorted({str(x) for x in names if list(names).count(x) > 1})
             if dup:
                 raise ValueError(f"duplicate {what}(s) {dup}")
-        models, clusters = [m.name for m in self.models], [c.name for c in self.clusters]
         for e in self.exclude:  # (a misspelt exclusion skipped nothing without a word)
             for side, name, known in (("model", e.model, models), ("cluster", e.cluster, clusters)):
                 if name is not None and name not in known:

@@ -7,6 +7,7 @@ paragraph starting "DOES NOT FIT" with the stage, the GiB needed and the GiB usa
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -201,10 +202,6 @@ def _resolve(plan_path: str | None, model: str | None, cluster: str | None, gbs,
     return m, c, build_training(training_file, base, rt), None
 
 
-_UNSET = {"--gbs": None, "--seq": None, "--precision": None, "--sp/--no-sp": None, "--tp": 1, "--pp": 1, "--dp": 1,
-          "--mbs": 1, "--vpp": 1, "--recompute": "none", "--ep": 1, "--etp": 1, "--cp": 1}
-
-
 def _plan_fixes(p, given: dict) -> None:
     """With --plan the plan fixes its shape: a shape flag that says otherwise would be ignored without a word
     (fuzz), so it exits 2 naming the flags; one that repeats the plan's own value is fine (--dist-opt/--no-dist-opt
@@ -214,8 +211,9 @@ def _plan_fixes(p, given: dict) -> None:
             "--sp/--no-sp": {p.sequence_parallel}, "--tp": {s.tp for s in st}, "--pp": {len(st)},
             "--dp": {s.dp for s in st}, "--mbs": {p.micro_batch_size}, "--vpp": {p.vpp}, "--cp": {p.cp},
             "--recompute": {s.recompute for s in st}, "--ep": {s.ep for s in st}, "--etp": {s.etp for s in st}}
+    unset = {f: inspect.signature(estimate).parameters[f.lstrip("-").split("/")[0]].default for f in given}
     off = [f"{k} {v}" if not isinstance(v, bool) else k.split("/")[0 if v else 1] for k, v in given.items()
-           if v != _UNSET[k] and plan[k] != {v}]
+           if v != unset[k] and plan[k] != {v}]
     if off:
         raise HaapInputError(f"{', '.join(off)} with --plan: the plan file fixes its batch, sequence, precision and "
                              "parallel layout, and says otherwise; drop these flags, or drop --plan to price a uniform "

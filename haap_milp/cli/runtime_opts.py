@@ -133,7 +133,7 @@ def build_training(file: str | None, base: dict[str, Any], flags: RuntimeFlags,
     if flags.zero_stage and flags.dist_opt is False:  # (the spec says so too, in its field names: these are the flags)
         raise HaapInputError(f"--zero-stage {flags.zero_stage} conflicts with --no-dist-opt (plain data parallel, "
                              "ZeRO 0); give one of the two.", field="zero_stage", value=flags.zero_stage)
-    engine = upd.get("engine", data.get("engine", "megatron"))
+    engine = upd.get("engine", data.get("engine", TrainingSpec.model_fields["engine"].default))
     if megatron_cannot_shard(engine, flags.zero_stage):  # (TrainingSpec says it too, in its field names)
         via = "--engine megatron" if flags.engine else "the default engine, megatron,"
         raise HaapInputError(f"--zero-stage {flags.zero_stage} with {via} runs ZeRO 0 or 1 only (Megatron-Core DDP and "
