@@ -13,7 +13,15 @@ import numpy as np
 from haap_milp.estimator.override import FALLBACK_FLAG, coverage, may_price
 from haap_milp.memory_cover import layers_per_gpu
 from haap_milp.parallel_rules import tp_allowed
-from haap_milp.pipeline import END_SEND_SHARE, GIB, TIME_RTOL, interleaved_period, send_shares, steady_period
+from haap_milp.pipeline import (
+    END_SEND_SHARE,
+    GIB,
+    TIME_RTOL,
+    binding_window,
+    interleaved_period,
+    send_shares,
+    steady_period,
+)
 from haap_milp.presolve import replica_micro_batches
 from haap_milp.problem import Assignment, Problem, boundary_times, stage_memory, stage_times, sync_times, wrap_time
 
@@ -171,8 +179,10 @@ def bottleneck(problem: Problem, a: Assignment, group_labels: tuple[str, ...]) -
         parts.append(f"stage {k}'s blocking sends ({what}, {share[k] * (edge[k] + edge[k + 1]) * 1e3:.1f} ms) "
                      f"stretch the period to {tau * 1e3:.1f} ms (eq. T2b)")
     elif tau > t[j] * (1 + 1e-6):
-        parts.append(f"the 1F1B round trip through later stages and links stretches the period to "
-                     f"{tau * 1e3:.1f} ms (eq. T2)")
+        _, lo, hi = binding_window(t, c, var.num_microbatches)
+        what = "the 1F1B round trip through later stages and links" if hi == len(t) - 1 else \
+            f"stages {lo}-{hi} and the links between them (a 1F1B cycle of {hi - lo + 1} micro-batches)"
+        parts.append(f"{what} stretch{'es' if hi == len(t) - 1 else ''} the period to {tau * 1e3:.1f} ms (eq. T2)")
     o = a.stages[j].option
     fill = mem[j] / var.mem_capacity[o]
     if fill > 0.9:

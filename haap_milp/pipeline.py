@@ -14,7 +14,8 @@ Notation (seconds, bytes; stage j = 0 .. P-1 in pipeline order, M micro-batches)
     s_j  stage j's DP gradient sync + optimizer step, once per iteration
 
     T     = (M - 1) * tau + sum_j t_j + sum_j c_j + sigma                                 (eq. T1)
-    tau   = max(max_j t_j, max_j c_j / 2, max_{j: P-j < M} (sum_{k>=j} t_k + c_k) / (P-j))  (eq. T2)
+    tau   = max(max_j t_j, max_j c_j / 2,
+                max_{j <= k, P-j < M} (sum_{j<=i<=k} t_i + sum_{j<=i<k} c_i) / (k-j+1))     (eq. T2)
             [blocking p2p: also max_j (t_j + e_j (c_{j-1} + c_j)), c_{-1} = c_{P-1} = 0,
              e_j = 1 at the two end stages, 1/2 between]                                  (eq. T2b)
     sigma = max_j (s_j - beta * sum_{k<j} t_k), beta = BWD_SHARE (0 under blocking p2p)     (eq. T3)
@@ -116,7 +117,9 @@ def sync_excess(t: Sequence[float], s: Sequence[float], bwd_share: float = BWD_S
 
 def steady_period(t: Sequence[float], c: Sequence[float], num_microbatches: int, schedule: str = "1f1b",
                   blocking: bool = False) -> float:
-    """tau of eq. T2: stage times t (P values), boundary times c (P-1 values). GPipe keeps every
+    """tau of eq. T2: stage times t (P values), boundary times c (P-1 values). 1F1B: every window of stages
+    j..k (P - j < M) carries its k - j + 1 micro-batches once round per period: tau >= (sum_{i=j..k} t_i +
+    sum_{j<=i<k} c_i) / (k - j + 1) (k = P-1: the in-flight round trip; O(P^2) windows). GPipe keeps every
     micro-batch in flight, so it never waits for a round trip: only the stage and link terms.
     ``blocking`` (eq. T2b; runtimes whose pipeline sends run in the stage's own instruction stream,
     DeepSpeed's PipelineEngine): each micro-batch a stage also spends its own sends, the activation to
@@ -128,12 +131,23 @@ def steady_period(t: Sequence[float], c: Sequence[float], num_microbatches: int,
             tau = max(tau, t[j] + share * ((c[j - 1] if j > 0 else 0.0) + (c[j] if j < p - 1 else 0.0)))
     if schedule == "gpipe":
         return tau
-    suffix = 0.0  # sum_{k>=j} t_k + sum_{j<=k<P-1} c_k, built from the last stage backwards
-    for j in range(p - 1, -1, -1):
-        suffix += t[j] + (c[j] if j < p - 1 else 0.0)
-        if p - j < num_microbatches:  # stage j must wait for a backward before its (P-j+1)-th forward
-            tau = max(tau, suffix / (p - j))
-    return tau
+    return max(tau, binding_window(t, c, num_microbatches)[0])
+
+
+def binding_window(t: Sequence[float], c: Sequence[float], num_microbatches: int) -> tuple[float, int, int]:
+    """Eq. T2's window term under 1F1B and the window that sets it: (the largest (sum_{i=j..k} t_i + sum_{j<=i<k}
+    c_i) / (k - j + 1) over stages j < k with P - j < M, j, k); (0.0, -1, -1) when there is none. Each sum is built
+    from k backwards, so k = P - 1 adds as the in-flight round trip always has."""
+    p = len(t)
+    best = (0.0, -1, -1)
+    first = max(0, p - num_microbatches + 1)  # stages j with P - j < M run a forward after a backward
+    for k in range(p - 1, first, -1):  # (k = j is tau >= t_j, eq. T2's first term)
+        window = t[k]
+        for j in range(k - 1, first - 1, -1):
+            window += t[j] + c[j]
+            if window / (k - j + 1) > best[0]:
+                best = (window / (k - j + 1), j, k)
+    return best
 
 
 def compose_iteration_time(num_microbatches: int, tau, sum_t, sum_c, sigma):

@@ -104,10 +104,11 @@ def test_refined_bound_is_below_the_optimum_and_close_to_it(seed):
 
 
 @pytest.mark.parametrize(("name", "measure", "floor"), [("two-islands", "cost", 0.89), ("roomy", "cost", 0.999),
-                                                         ("roomy", "energy", 0.95), ("two-islands", "energy", 0.65)])
+                                                         ("roomy", "energy", 0.95), ("two-islands", "energy", 0.62)])
 def test_bound_is_close_to_the_enumerated_optimum_on_the_catalog_cases(name, measure, floor):
     """Measured (2026-12-03): cost 0.896-1.0 of the optimum, energy 0.96-0.98 on the roomy cluster and 0.66-0.84 on
-    the two-island one (6 + 9 GPUs over a 5 Gb/s link: the links and GPU rows the bound leaves out bind)."""
+    the two-island one (6 + 9 GPUs over a 5 Gb/s link: the links and GPU rows the bound leaves out bind); 0.646-0.844
+    there since eq. T2's window rows (2026-12-07: the optimum pays its slow link in a two-stage window)."""
     from test_band_search import BOOKS, _ctx
 
     ctx = _ctx(name, "cpsat")

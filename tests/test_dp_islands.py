@@ -24,28 +24,33 @@ def _islands(problem, a) -> set[str]:
     return {problem.groups[problem.options[s.option].group].rsplit("@", 1)[-1] for s in a.stages}
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_second_pass_finds_the_pipeline_across_islands(seed, monkeypatch):
+@pytest.mark.parametrize(("seed", "crosses"), [(1, False), (2, True)])
+def test_second_pass_finds_the_pipeline_across_islands(seed, crosses, monkeypatch):
     """Two islands of one GPU type each, a 0.11-0.15 s link between them (5-12.5 GB/s): with the whole link on the
-    sending stage's budget (eq. DP2) every plan stays in one island; the second pass crosses and is >= 10 % faster."""
+    sending stage's budget (eq. DP2) every plan stays in one island; the second pass (half the link on the sender,
+    eq. DP8b) is never worse, and on seed 2 it crosses and is > 4 % faster (7.334 against 7.733 s). Before eq. T2's
+    windows both seeds crossed, > 10 % faster: the window of the two stages beside the link now charges it (seed 1's
+    crossing plans are slower than its one-island plan; the exact search finds one at 7.22 s against 8.06)."""
     problem = large_problem(seed, num_gpus=256, num_types=2, islands=2, num_layers=32, max_stages=16,
                             cross_island_gbps=(5.0, 12.5), micro_batches=(8,), gbs=512)
     monkeypatch.setattr(dp_mod, "CROSS_SHARE", 1.0)
     whole = get_solver("dp")(problem, OPTS)
-    monkeypatch.setattr(dp_mod, "CROSS_SHARE", 0.25)
+    monkeypatch.setattr(dp_mod, "CROSS_SHARE", 0.5)
     shared = get_solver("dp")(problem, OPTS)
     for r in (whole, shared):
         assert violations(problem, r.assignment) == []
         assert r.objective_s == pytest.approx(evaluate(problem, r.assignment))
     assert len(_islands(problem, whole.assignment)) == 1
-    assert len(_islands(problem, shared.assignment)) == 2
-    assert shared.objective_s < 0.9 * whole.objective_s, (shared.objective_s, whole.objective_s)
+    assert shared.objective_s <= whole.objective_s * (1 + 1e-12)
+    assert (len(_islands(problem, shared.assignment)) == 2) == crosses
+    if crosses:
+        assert shared.objective_s < 0.96 * whole.objective_s, (shared.objective_s, whole.objective_s)
 
 
 def test_plans_stay_valid_and_above_the_optimum(monkeypatch):
     """Small random instances (every group its own island by name): each plan is valid and no better than brute
     force's optimum."""
-    monkeypatch.setattr(dp_mod, "CROSS_SHARE", 0.25)
+    monkeypatch.setattr(dp_mod, "CROSS_SHARE", 0.5)
     exact = SolveOptions(time_limit_s=20, relative_gap=0.0, threads=1, seed=0)
     checked = 0
     for seed in range(25):

@@ -230,11 +230,11 @@ def test_dp_look_ahead_runs_are_the_loops(two_cpus, monkeypatch):
     real = dp._look_ahead
 
     def other_charges(*args):
-        monkeypatch.setattr(dp, "CROSS_SHARE", 0.5)
+        monkeypatch.setattr(dp, "CROSS_SHARE", 0.25)
         try:
             return real(*args)
         finally:
-            monkeypatch.setattr(dp, "CROSS_SHARE", 0.25)
+            monkeypatch.setattr(dp, "CROSS_SHARE", 0.5)
 
     monkeypatch.setattr(dp, "_look_ahead", other_charges)
     with use(Deadline(None)):

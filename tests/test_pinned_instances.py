@@ -114,7 +114,8 @@ def test_t2_round_trip_binds_at_the_optimum():
     t, c = stage_times(problem, a), boundary_times(problem, a)
     m, p = problem.variants[a.variant].num_microbatches, len(t)
     plain = max(max(t), max(c, default=0.0) / 2)
-    trip = max((sum(t[j:]) + sum(c[j:])) / (p - j) for j in range(p) if p - j < m)
+    # every window of stages j..k (P - j < M), summed by slicing: k = P-1 is the in-flight round trip
+    trip = max((sum(t[j:k + 1]) + sum(c[j:k])) / (k - j + 1) for j in range(p) if p - j < m for k in range(j, p))
     assert trip > 1.05 * plain
     sigma = exposed_sync(t, sync_times(problem, a))
     assert doc["optimum"]["objective_s"] == pytest.approx((m - 1) * trip + sum(t) + sum(c) + sigma, rel=1e-12)

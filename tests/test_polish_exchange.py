@@ -24,10 +24,12 @@ from haap_milp.specs import SolveOptions
 
 def _fixed_p(problem, a: Assignment, vpp: int = 2):
     """The problem with the plan's variant made an interleaved copy of the plan's stage count (eq. I5's form), with
-    vpp times the memory so that the plan stays feasible under eq. I4's larger in-flight counts."""
+    vpp x P times the memory so that the plan stays feasible under eq. I4's larger in-flight counts (a last stage
+    holds P + 1 chunks where 1F1B held one micro-batch)."""
     v = problem.variants[a.variant]
     variants = list(problem.variants)
-    variants[a.variant] = dataclasses.replace(v, vpp=vpp, num_stages=len(a.stages), mem_capacity=v.mem_capacity * vpp)
+    variants[a.variant] = dataclasses.replace(v, vpp=vpp, num_stages=len(a.stages),
+                                              mem_capacity=v.mem_capacity * vpp * len(a.stages))
     return dataclasses.replace(problem, variants=tuple(variants))
 
 

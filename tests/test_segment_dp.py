@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from synthetic import feasible_plans, random_problem, variant_nodes
 
-from haap_milp.problem import Assignment, violations
+from haap_milp.problem import Assignment, boundary_times, stage_times, violations
 from haap_milp.solvers.common import segment_dp
 from haap_milp.solvers.common.stage_dp import PathDP
 
@@ -132,12 +132,22 @@ def _slow_links(problem):
     return replace(problem, variants=tuple(out))
 
 
+def _steady(problem, a) -> float:
+    """Eq. T2 without its windows that end before the last stage: max t, max c / 2 and the in-flight rows."""
+    t, c = stage_times(problem, a), boundary_times(problem, a)
+    m, p = problem.variants[a.variant].num_microbatches, len(t)
+    trip = [(sum(t[j:]) + sum(c[j:])) / (p - j) for j in range(p) if p - j < m]
+    return max(max(t), max(c, default=0.0) / 2, *trip)
+
+
 def test_segment_dp_keeps_the_in_flight_rows_under_a_tight_tau_cap():
     """With the node's cap b between the variant's tau bound and its worst period, eq. T2's in-flight rows bind: the
     plan's own tau (eq. T2) stays within b, and it is the least over the segment plans whose tau is within b (the
     DP cuts every state whose slots 1..k exceed k b, eq. N10; before, it returned plans whose in-flight rows broke
-    the cap, 7.0 s against 4.69 s on gpt3-13b x 128 H100@ib + 128 A100-80@roce)."""
-    from haap_milp.solvers.common.branch_and_bound import _steady, _worst_tau
+    the cap, 7.0 s against 4.69 s on gpt3-13b x 128 H100@ib + 128 A100-80@roce). The rows are those through the
+    last stage (windows j..P-1): eq. T2's windows that end earlier are not in the DP's state (its plans are scored by
+    ``evaluate``)."""
+    from haap_milp.solvers.common.branch_and_bound import _worst_tau
     from haap_milp.solvers.common.slot_bounds import build_tables
 
     checked = found = binding = 0

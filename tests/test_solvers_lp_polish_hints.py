@@ -317,7 +317,7 @@ def test_polish_screen_never_rejects_a_better_candidate_and_keeps_the_plans(monk
 def test_sigma_screen_claims_more_and_never_a_better_candidate(monkeypatch):
     """Eq. LS1h: with sigma (eqs. T3 / I1) added, ``_no_better`` claims every candidate it claimed without it and more
     (the same walk: the screen changes no plan), and never one whose ``evaluate`` is below the limit; with large syncs
-    it claims more than a twentieth more (8 % when written)."""
+    it claims more than 3 % more (8 % when written; 4.3 % since eq. T2's windows, whose plans differ)."""
     real = polish_mod._no_better
     monkeypatch.setattr(polish_mod, "FAST_SCREEN", False)
     seen = {True: 0, False: 0}
@@ -343,7 +343,7 @@ def test_sigma_screen_claims_more_and_never_a_better_candidate(monkeypatch):
             "sync_fixed", "sync_per_layer", "sync_first", "sync_last")}) for v in problem.variants))
         a = get_solver("uniform" if vpp == 1 else "dp")(problem, SolveOptions(time_limit_s=10)).assignment
         polish_mod.polish(problem, a, max_moves=3000)
-    assert seen[True] > seen[False] * 1.05, seen
+    assert seen[True] > seen[False] * 1.03, seen
 
 
 def test_fast_screen_claims_only_what_the_screen_rules_out_and_keeps_plans_and_counts(monkeypatch):

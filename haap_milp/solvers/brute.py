@@ -89,10 +89,7 @@ def _best_of(problem: Problem, v: int, p: int):
                        comp)
     steady = np.maximum(t.max(axis=2), c.max(axis=2) / 2 if p > 1 else 0.0)  # eq. T2
     c_pad = np.concatenate([c, np.zeros(c.shape[:2] + (1,))], axis=2)  # [T, 1, p]: c_j for j < p-1
-    suffix = np.flip(np.cumsum(np.flip(t + c_pad, axis=2), axis=2), axis=2)  # sum_{k>=j} (t_k + c_k)
-    q = (p - np.arange(p)).astype(float)  # P - j micro-batches in flight at stage j
-    waits = q < var.num_microbatches  # only stages with more micro-batches than that wait (eq. T2)
-    steady = np.maximum(steady, np.where(waits, suffix / q, 0.0).max(axis=2))  # eq. T2, in-flight term
+    steady = _windows(t, c_pad, var.num_microbatches, steady)
     if problem.p2p_blocking and p > 1:  # eq. T2b: t_j + SEND_SHARE (c_{j-1} + c_j)
         c_prev = np.concatenate([np.zeros(c.shape[:2] + (1,)), c], axis=2)  # [T, 1, p]: c_{j-1}, 0 for j = 0
         share = np.array(send_shares(p))  # the end stages: their one boundary's round trip
@@ -101,6 +98,19 @@ def _best_of(problem: Problem, v: int, p: int):
     sigma = (s - sync_share(problem.p2p_blocking) * before).max(axis=2)  # eq. T3
     obj = compose_iteration_time(var.num_microbatches, steady, t.sum(axis=2), c.sum(axis=2), sigma)  # eq. T1
     return _argmin(np.where(fits & _fast(problem, obj), obj + _extra(var, col, n, first, last), np.inf), combos, comp)
+
+
+def _windows(t, c_pad, num_microbatches: int, steady):
+    """Eq. T2's window terms vectorised over [T, C, p] stage times t and [T, 1, p] boundaries c_pad (0 last): every
+    window j..k with P - j < M, its sum built from k backwards (the order of ``pipeline.steady_period``)."""
+    p = t.shape[2]
+    first = max(0, p - num_microbatches + 1)
+    for k in range(p - 1, first, -1):
+        window = t[:, :, k]
+        for j in range(k - 1, first - 1, -1):
+            window = window + (t[:, :, j] + c_pad[:, :, j])
+            steady = np.maximum(steady, window / (k - j + 1))
+    return steady
 
 
 def _fast(problem: Problem, t_iter):

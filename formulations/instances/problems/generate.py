@@ -29,8 +29,8 @@ from haap_milp.solvers import get_solver
 CASES = {
     "t2-round-trip": {
         "args": {"seed": 1, "max_stages": 4, "num_layers": 6},
-        "description": "Slow links and many micro-batches: at the optimum the 1F1B round-trip term of eq. T2 "
-                    "sets the period (above the slowest stage and half the slowest link)."},
+        "description": "Slow links and many micro-batches: at the optimum a window term of eq. T2 (two stages and "
+                    "their link, a 1F1B cycle) sets the period (above the slowest stage and half the slowest link)."},
     "t3-sync": {
         "args": {"seed": 13},
         "description": "Large DP sync: eq. T3's exposed sync changes the optimum (with sync set to zero brute "

@@ -440,7 +440,7 @@ def _time_rows(problem: Problem, m: LinModel, tau_lb: float) -> None:
     if t.vpp > 1:  # eqs. I1-I3 (pipeline.py's forms, here on the slots)
         _interleaved_rows(m, ts, cs, boundary, tau_hi)
     else:
-        _inflight_rows(m, ts, cs, boundary)
+        _inflight_rows(m, ts, cs, boundary, windows=not problem.p2p_blocking)
     _sync_rows(m, ts, slot_s, sync_beta(problem, t))
 
 
@@ -526,22 +526,26 @@ def _ids(m: LinModel, parts: dict) -> dict:
     return {k: m.expr(terms) for k, terms in parts.items() if terms}
 
 
-def _inflight_rows(m: LinModel, ts: dict, cs: dict, boundary: dict) -> None:
-    """Eq. T2, in-flight term: for k < M, the last k slots and the k-1 links between them take at
-    most k periods (1F1B round trip; problem.py). Unused slots add nothing, and the row of a k
-    beyond the pipeline is implied by the row of the first stage (its sum is the same, k larger).
-    Each row names the slot times and links by expression (eq. N2c; ``ts``, ``cs``: slot, boundary -> id): O(P)
-    terms, not O(P x options)."""
-    pieces: list = []
-    const = 0.0
-    for k in range(1, min(m.t.p_max, m.t.M - 1) + 1):
-        if k in ts:
-            pieces.append((ts[k], 1.0))
-        if k >= 2:
-            if k - 1 in cs:
-                pieces.append((cs[k - 1], 1.0))
-            const += boundary.get(k - 1, ({}, 0.0))[1]
-            m.tdef({}, m.tau, float(k), const=const, label="T2 in-flight", pieces=list(pieces))
+def _inflight_rows(m: LinModel, ts: dict, cs: dict, boundary: dict, windows: bool = True) -> None:
+    """Eq. T2's window terms: for a <= b < M, slots a..b and the b-a links between them take at most b-a+1
+    periods (a = 1: the in-flight round trip of the stage at slot b; a > 1: the cycle through slot a's own
+    forward-before-backward order). Unused slots add nothing, and a row reaching beyond the pipeline is implied by
+    the row that ends at the first stage (its sum is the same, its count smaller). ``windows`` False: the rows
+    a = 1 only (under blocking sends eq. T2b's rows imply the others). Each row names the slot times and links by
+    expression (eq. N2c; ``ts``, ``cs``: slot, boundary -> id): O(P) terms, not O(P x options); O(P^2) rows."""
+    top = min(m.t.p_max, m.t.M - 1)
+    for a in range(1, top + 1 if windows else 2):
+        pieces: list = []
+        const = 0.0
+        for k in range(a, top + 1):
+            if k in ts:
+                pieces.append((ts[k], 1.0))
+            if k > a:
+                if k - 1 in cs:
+                    pieces.append((cs[k - 1], 1.0))
+                const += boundary.get(k - 1, ({}, 0.0))[1]
+                m.tdef({}, m.tau, float(k - a + 1), const=const, label="T2 in-flight" if a == 1 else "T2 window",
+                       pieces=list(pieces))
 
 
 def _interleaved_rows(m: LinModel, ts: dict, cs: dict, boundary: dict, tau_hi: float) -> None:
@@ -643,8 +647,8 @@ def _boundary(m: LinModel, k: int, tau_hi: float) -> tuple[dict, float]:
 
 def _symmetry_rows(m: LinModel) -> None:
     """Eq. S1: two consecutive non-first slots k >= max(2, M) with the same option: n[k] >= n[k+1].
-    There both hold M micro-batches (same memory) and no in-flight row of eq. T2 (those cover
-    slots 1..q, q < M) separates them, so swapping their layer counts changes nothing."""
+    There both hold M micro-batches (same memory) and no window row of eq. T2 (those cover
+    slots a..b, b < M) separates them, so swapping their layer counts changes nothing."""
     if m.t.vpp > 1:  # eqs. I3, I4 tell every slot apart: no two slots are interchangeable
         return
     for (k, i), xn in m.xn.items():

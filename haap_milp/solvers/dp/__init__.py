@@ -49,7 +49,10 @@ POLISH_TOP = 3
 # eq. DP8b: a link between islands takes this share of its time from its sending stage's budget in the DP's second pass
 # on a several-island cluster (1: no second pass). llama3-70b x 3 types x 1024 GPUs x 2 islands, the DP alone: with
 # the whole link (DP2) every plan stays in one island, 26.085 s; shares 0.5 / 0.25 / 0 give 16.369 / 15.586 / 16.895 s
-CROSS_SHARE = 0.25
+# (before eq. T2's windows). Since the windows (2026-12-07) a link between two stages costs each of them c/2 in the
+# window of the pair, so the sender's half is the share: on the 18 one-type-per-island instances (outside.yaml isl18,
+# full solves at 10 s) the plans replay 0.862 (geometric mean) of the earlier code's against 0.882 with 0.25
+CROSS_SHARE = 0.5
 # eq. DP8j: DP8b's second passes stop for the rest of the run after this many variants in a row whose second pass gave
 # no plan better than their first pass (None: never). Measured (the DP alone, 2 threads): where each GPU type lies on
 # both islands (llama3-70b x 3 types x 2 islands, 256 and 768 GPUs) the second pass beat the first on every variant
