@@ -365,3 +365,48 @@ def test_slot_blocks_give_the_tables_slot_by_slot(monkeypatch):
                     assert not big._base(k, False).flags.writeable or k not in big._nf_base
                 checked += 1
     assert checked >= 40, checked
+
+
+def test_pair_window_cut_keeps_every_link_of_every_plan_within_the_node():
+    """Eq. N29 against brute force: on random problems whose links between groups cost three mean layers, at a cap b
+    between each variant's tau bound and its worst period, every plan whose tau (eq. T2, windows included) is within b
+    takes only links ``pair_window_usable`` keeps; and the cut removes some link a plain c/2 <= b test keeps (it fails
+    with the cut's stage times dropped, 2b - c >= 0)."""
+    from synthetic import feasible_plans, variant_nodes
+
+    from haap_milp.problem import boundary_times
+    from haap_milp.solvers.common.stage_dp import link_usable, pair_window_usable
+
+    checked = removed = 0
+    for seed in range(30):
+        problem = random_problem(seed, uniform=False, same_tp_first_last=False)
+        problem = replace_p2p(problem, 3.0)
+        for v, dp0, lb in variant_nodes(problem):
+            for share in (0.05, 0.3):
+                b = lb + share * (_worst_tau(dp0.t) - lb)
+                t = build_tables(problem, v, b)
+                if t.p_min == 0:
+                    continue
+                ok = pair_window_usable(t, b, t.p_max)
+                removed += int((link_usable(t.p2p, b) & ~ok).sum())
+                for a in feasible_plans(problem, [v], t.p_max):
+                    if _steady(problem, a) > b * (1 + 1e-9):
+                        continue
+                    ends = [problem.options[s.option].endpoint for s in a.stages]
+                    for (e, f), c in zip(zip(ends, ends[1:]), boundary_times(problem, a)):
+                        assert ok[e, f], (seed, v, b, e, f, c)
+                    checked += 1
+    assert checked >= 200 and removed >= 5, (checked, removed)
+
+
+def replace_p2p(problem, layers: float):
+    """The problem with every link between two groups at least ``layers`` mean layer times (slow links)."""
+    from dataclasses import replace
+
+    out = []
+    for v in problem.variants:
+        p2p = np.asarray(v.p2p_time, float).copy()
+        off = ~np.eye(p2p.shape[0], dtype=bool)
+        p2p[off] = np.maximum(p2p[off], layers * float(np.mean(v.layer_time)))
+        out.append(replace(v, p2p_time=p2p))
+    return replace(problem, variants=tuple(out))

@@ -43,6 +43,7 @@ INF = math.inf
 MAX_STEPS = 12  # DP evaluations per node (each 1-10 ms); warm-started from the parent's multipliers
 NU_STEPS = 0  # eq. N7: DP evaluations on the in-flight multipliers after the GPU ones (0: off; measured no gain, formulations)
 POOLED_STEPS = 8  # DP runs on one multiplier shared by every group when the subgradient leaves a group overfilled
+PAIR_WINDOW = True  # eq. N29: links that eq. T2's window of their two stages rules out at the node's b are unusable
 MU_RTOL = 1e-3  # one group: bisection on mu stops when the bracket is this narrow (relative)
 SLOT_BLOCK = 1 << 20  # eq. N4c: entries of one [slots, n, L+1] block of stage tables (8 MB)
 BASE_CACHE = 1 << 21  # eq. N4c: the non-first tables kept when all of them hold at most this many entries (16 MB)
@@ -102,6 +103,19 @@ def link_usable(p2p: np.ndarray, b: float, vpp: int = 1) -> np.ndarray:
     return link_half(p2p, vpp) <= b * (1 + TIME_RTOL)
 
 
+def pair_window_usable(t: Tables, b: float, k_max: int) -> np.ndarray:
+    """Eq. N29: [E, E] links a plan of tau <= b may take under eq. T2's window of the two stages beside it, t_j +
+    t_{j+1} + c_j <= 2 tau, with each stage at least one layer of its endpoint's fastest option (``tmin``): c <= 2b -
+    tmin[e] - tmin[f]. Holds where the sender has a steady phase (P - j < M; every slot when k_max < M) under 1F1B
+    (eq. T2b implies the windows under blocking sends); all True elsewhere (interleaving: eq. I3's rows instead)."""
+    E = int(t.p2p.shape[0])
+    if t.vpp > 1 or t.M <= k_max or not t.n:
+        return np.ones((E, E), bool)
+    tmin = np.full(E, INF)
+    np.minimum.at(tmin, np.asarray(t.group, np.int64), np.asarray(t.coef["layer_time"], float))
+    return t.p2p + tmin[:, None] + tmin[None, :] <= 2 * b * (1 + TIME_RTOL)
+
+
 class PathDP:
     """The node's stage costs without the multipliers, built once per node ([n, L+1] per slot: the time
     terms of a stage of n layers, inf where memory, eq. D1, X1 or the GPUs the other stages need forbid
@@ -120,9 +134,10 @@ class PathDP:
         # bound, only the subgradient's conditioning); ``cap`` [R] their right-hand sides
         self.usage, self.cap = _resources(problem, t)
         # [e earlier, f later]; an interleaved variant pays vpp * c per link (eq. I1)
-        self.link = np.where(link_usable(t.p2p, b, t.vpp), t.p2p * (float(t.vpp) if t.vpp > 1 else 1.0), INF)
-        self.p_first = max(p_lo, t.p_min)
         self.k_max = min(p_hi, t.p_max)
+        usable = link_usable(t.p2p, b, t.vpp) & (pair_window_usable(t, b, self.k_max) if PAIR_WINDOW else True)
+        self.link = np.where(usable, t.p2p * (float(t.vpp) if t.vpp > 1 else 1.0), INF)
+        self.p_first = max(p_lo, t.p_min)
         # options with the same footprint (endpoint, GPUs taken of each group) pay the same multipliers, so per slot
         # and layer count the DP needs only the cheapest of them: one row per footprint, and which option it is
         # (measured: 1278 MoE options, 48 footprints)
