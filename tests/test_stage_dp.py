@@ -393,7 +393,7 @@ def test_pair_window_cut_keeps_every_link_of_every_plan_within_the_node():
                     if _steady(problem, a) > b * (1 + 1e-9):
                         continue
                     ends = [problem.options[s.option].endpoint for s in a.stages]
-                    for (e, f), c in zip(zip(ends, ends[1:]), boundary_times(problem, a)):
+                    for (e, f), c in zip(itertools.pairwise(ends), boundary_times(problem, a)):
                         assert ok[e, f], (seed, v, b, e, f, c)
                     checked += 1
     assert checked >= 200 and removed >= 5, (checked, removed)
