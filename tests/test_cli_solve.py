@@ -93,3 +93,29 @@ def test_infeasible_solve_explains_and_exits_zero():
     code, out, _ = invoke_cli(["solve", "-m", "llama3-405b", "-c", "a100-40g:8", "--gbs", "8", "--time-limit", "5"])
     assert code == 0
     assert "INFEASIBLE" in out and "memory binds" in out
+
+
+def test_an_interleaved_plan_whose_replay_is_slower_than_its_objective_is_warned_about(monkeypatch, capsys):
+    """Eq. I1 underprices slow links: solve replays a small interleaved plan and warns when the replay is more than
+    5 % slower (llama3-8b x A100@ib + L40S@roce + A10@eth, gbs 512: 7.984 s claimed, 10.084 s replayed); a plain plan,
+    a replay within 5 % and a plan past REPLAY_CHECK_EVENTS are left alone."""
+    from types import SimpleNamespace
+
+    from haap_milp import simulate
+    from haap_milp.cli import solve_cmds
+
+    def out(vpp, pp=16, m=64):
+        plan = SimpleNamespace(vpp=vpp, pp=pp, num_microbatches=m)
+        return SimpleNamespace(result=SimpleNamespace(plan=plan, objective_s=7.984), estimator=None)
+
+    replay = {"s": 10.084}
+    monkeypatch.setattr(simulate, "simulate_plan", lambda plan, est: SimpleNamespace(iteration_time_s=replay["s"]))
+    solve_cmds._check_interleaved_replay(out(2))
+    err = capsys.readouterr().err
+    assert "takes 10.084 s, 26 % more than its objective 7.984 s" in err and "--vpp 1" in err
+    for case in (out(1), out(2, pp=64, m=4096)):
+        solve_cmds._check_interleaved_replay(case)
+        assert capsys.readouterr().err == ""
+    replay["s"] = 7.984 * 1.04
+    solve_cmds._check_interleaved_replay(out(2))
+    assert capsys.readouterr().err == ""
