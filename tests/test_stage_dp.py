@@ -399,6 +399,143 @@ def test_pair_window_cut_keeps_every_link_of_every_plan_within_the_node():
     assert checked >= 200 and removed >= 5, (checked, removed)
 
 
+def _path_cost(dp: PathDP, stages, mu) -> float:
+    """The DP's Lagrangian cost of a path of local (option, layers) in pipeline order: its stage costs at their slots
+    (the first stage's sync included; inf where the node's tables forbid a stage), links and priced rows."""
+    P, total, prev = len(stages), 0.0, None
+    for j, (i, n) in enumerate(stages):
+        total += float(dp._base(P - j, j == 0)[i, n]) + float(dp.usage[i] @ mu)
+        e = int(dp.t.group[i])
+        if prev is not None:
+            total += float(dp.link[prev, e])
+        prev = e
+    return total
+
+
+def test_sender_cap_keeps_the_bound_below_every_plan_within_the_node(monkeypatch):
+    """Eq. N29b against brute force: on random problems whose links between groups cost three mean layers, at caps b
+    between each variant's tau bound and its worst period, the DP with the sender cap (a stage sending over a link
+    takes at most 2b - c - tmin of the receiver) at mu = 0 and at a random mu >= 0 is at most the least Lagrangian path
+    cost over the plans whose tau (eq. T2) is within b, its path costs what it claims, and the cap lifts the DP's value
+    above the uncapped one on some nodes (it fails when the cap does nothing)."""
+    from synthetic import feasible_plans, variant_nodes
+
+    from haap_milp.problem import stage_times
+
+    rng = np.random.default_rng(7)
+    checked = lifted = 0
+    for seed in range(60):
+        problem = replace_p2p(random_problem(seed, uniform=False, same_tp_first_last=False), 3.0)
+        for v, dp0, lb in variant_nodes(problem):
+            plans = [(a, _steady(problem, a)) for a in feasible_plans(problem, [v], dp0.t.p_max)]
+            for share in (0.02, 0.05, 0.1, 0.2):
+                b = float(lb + share * (_worst_tau(dp0.t) - lb))
+                t = build_tables(problem, v, b)
+                if t.p_min == 0:
+                    continue
+                dp = PathDP(problem, t, b, t.p_min, t.p_max)
+                with monkeypatch.context() as m:
+                    m.setattr(stage_dp, "SENDER_CAP", False)
+                    off = PathDP(problem, t, b, t.p_min, t.p_max)
+                assert off._slow is None
+                local = {int(o): i for i, o in enumerate(t.opts)}
+                cap = np.full((dp.E, dp.E), math.inf)
+                if dp._slow is not None:
+                    _, gs, hs, caps = dp._slow
+                    cap[gs, hs] = caps
+                inside = []  # the plans within b, as paths of the node's local options
+                for a, tau in plans:
+                    path = tuple((local.get(s.option, -1), s.num_layers) for s in a.stages)
+                    if tau > b * (1 + 1e-9) or len(path) > t.p_max or min(i for i, _ in path) < 0:
+                        continue
+                    inside.append(path)
+                    ends = [int(t.group[i]) for i, _ in path]
+                    for tj, (e, f) in zip(stage_times(problem, a), itertools.pairwise(ends)):  # the rule itself
+                        assert tj <= cap[e, f], (seed, v, b, tj, e, f, cap[e, f])
+                scale = stage_dp._mu_scale(t, dp.cap)  # (large prices push the paths across the slow links)
+                for mu in (np.zeros(len(dp.cap)), *(rng.uniform(0, f, len(dp.cap)) * scale for f in (3.0, 30.0))):
+                    res, res0 = dp.run(mu), off.run(mu)
+                    opt = min((_path_cost(dp, p, mu) for p in inside), default=math.inf)
+                    if res is None:
+                        assert not math.isfinite(opt), (seed, v, b, opt)
+                    else:
+                        assert res.cost <= opt * (1 + 1e-9) + 1e-12, (seed, v, b, res.cost, opt)
+                        got = _path_cost(dp, res.stages, mu)
+                        assert abs(got - res.cost) <= 1e-9 * max(1.0, abs(res.cost)), (seed, v, b, got, res.cost)
+                        assert np.allclose(res.used, dp.usage[[i for i, _ in res.stages]].sum(axis=0))
+                        assert res0 is not None and res.cost >= res0.cost * (1 - 1e-12)
+                    lifted += res0 is not None and (res is None or res.cost > res0.cost * (1 + 1e-9))
+                    checked += math.isfinite(opt)
+    assert checked >= 200 and lifted >= 4, (checked, lifted)
+
+
+def _capped_paths(dp: PathDP, mu, capped: bool) -> float:
+    """The least ``_path_cost`` over every path of the node's tables (stage counts p_first..k_max, every layer split and
+    option tuple) whose links are usable and, where ``capped``, whose stage before each slow link (``dp._slow``) takes at
+    most the link's cap (its time: a first stage's sync apart)."""
+    t, L = dp.t, dp.L
+    cap = np.full((dp.E, dp.E), math.inf)
+    if capped and dp._slow is not None:
+        _, gs, hs, caps = dp._slow
+        cap[gs, hs] = caps
+    best = math.inf
+    for P in range(dp.p_first, dp.k_max + 1):
+        times = [dp._base(P - j, j == 0, parts=True)[0] for j in range(P)]
+        for cuts in itertools.combinations(range(1, L), P - 1):
+            sizes = np.diff([0, *cuts, L]).tolist()
+            ok = [np.flatnonzero(np.isfinite(times[j][:, n])).tolist() for j, n in enumerate(sizes)]
+            for combo in itertools.product(*ok):
+                ends = [int(t.group[i]) for i in combo]
+                if all(np.isfinite(dp.link[e, f]) and times[j][combo[j], sizes[j]] <= cap[e, f]
+                       for j, (e, f) in enumerate(itertools.pairwise(ends))):
+                    best = min(best, _path_cost(dp, list(zip(combo, sizes)), mu))
+    return best
+
+
+def test_sender_cap_dp_is_the_least_table_path_within_the_caps():
+    """Eq. N29b's DP is exact for its relaxation: at mu = 0 and at random mu >= 0 its value is the least path cost over
+    every path of the node's tables whose stage before each slow link keeps the link's cap (enumerated; half the
+    problems with heavy syncs, which the cap leaves out), on nodes with slow links; and that relaxation lies above the
+    uncapped one on some of them."""
+    from synthetic import variant_nodes
+
+    rng = np.random.default_rng(11)
+    checked = lifted = 0
+    for seed in range(40):
+        problem = replace_p2p(random_problem(seed, uniform=False, same_tp_first_last=False), 2.0)
+        if seed % 2:
+            problem = _sync_heavy(problem, 30.0)  # (the first stage's cap is on its time, its sync apart)
+        for v, dp0, lb in variant_nodes(problem):
+            for share in (0.02, 0.05, 0.15, 0.3):
+                b = float(lb + share * (_worst_tau(dp0.t) - lb))
+                t = build_tables(problem, v, b)
+                if t.p_min == 0:
+                    continue
+                dp = PathDP(problem, t, b, t.p_min, t.p_max)
+                if dp._slow is None:
+                    continue
+                _, gs, _, caps = dp._slow
+                for k in (k for k in dp.first if k >= 2):  # the capped first stages, option by option
+                    tm, sy = dp._first_parts[k]
+                    least, opt = dp._first_capped(k)
+                    for s, row in itertools.product(range(len(gs)), range(least.shape[1])):
+                        of = np.flatnonzero(dp._row_of == dp._slow_rows[s, row])
+                        want = np.where(tm[of] <= caps[s], tm[of] + sy[of], math.inf).min(axis=0, initial=math.inf)
+                        assert np.array_equal(least[s, row], want), (seed, v, b, k, s, row)
+                        fin = np.isfinite(want)
+                        pick = opt[s, row][fin]
+                        assert np.isin(pick, of).all() and (tm[pick, fin.nonzero()[0]] <= caps[s]).all()
+                        assert np.array_equal((tm + sy)[pick, fin.nonzero()[0]], want[fin])
+                for mu in (np.zeros(len(dp.cap)), rng.uniform(0, 3, len(dp.cap)) * stage_dp._mu_scale(t, dp.cap)):
+                    res = dp.run(mu)
+                    want = _capped_paths(dp, mu, True)
+                    got = math.inf if res is None else res.cost
+                    assert got == want or abs(got - want) <= 1e-9 * max(1.0, abs(want)), (seed, v, b, got, want)
+                    lifted += want > _capped_paths(dp, mu, False) * (1 + 1e-9)
+                    checked += 1
+    assert checked >= 40 and lifted >= 2, (checked, lifted)
+
+
 def replace_p2p(problem, layers: float):
     """The problem with every link between two groups at least ``layers`` mean layer times (slow links)."""
     from dataclasses import replace

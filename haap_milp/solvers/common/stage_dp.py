@@ -44,6 +44,8 @@ MAX_STEPS = 12  # DP evaluations per node (each 1-10 ms); warm-started from the 
 NU_STEPS = 0  # eq. N7: DP evaluations on the in-flight multipliers after the GPU ones (0: off; measured no gain, formulations)
 POOLED_STEPS = 8  # DP runs on one multiplier shared by every group when the subgradient leaves a group overfilled
 PAIR_WINDOW = True  # eq. N29: links that eq. T2's window of their two stages rules out at the node's b are unusable
+# eq. N29b: a stage that sends over a link e -> f takes at most 2b - c(e, f) - tmin[f] (eq. T2's window of the pair)
+SENDER_CAP = True
 MU_RTOL = 1e-3  # one group: bisection on mu stops when the bracket is this narrow (relative)
 SLOT_BLOCK = 1 << 20  # eq. N4c: entries of one [slots, n, L+1] block of stage tables (8 MB)
 BASE_CACHE = 1 << 21  # eq. N4c: the non-first tables kept when all of them hold at most this many entries (16 MB)
@@ -111,9 +113,30 @@ def pair_window_usable(t: Tables, b: float, k_max: int) -> np.ndarray:
     E = int(t.p2p.shape[0])
     if t.vpp > 1 or t.M <= k_max or not t.n:
         return np.ones((E, E), bool)
-    tmin = np.full(E, INF)
-    np.minimum.at(tmin, np.asarray(t.group, np.int64), np.asarray(t.coef["layer_time"], float))
+    tmin = _tmin(t)
     return t.p2p + tmin[:, None] + tmin[None, :] <= 2 * b * (1 + TIME_RTOL)
+
+
+def _tmin(t: Tables) -> np.ndarray:
+    """[E] the least one-layer time of an option at each endpoint (inf: none): no stage there takes less."""
+    tmin = np.full(int(t.p2p.shape[0]), INF)
+    np.minimum.at(tmin, np.asarray(t.group, np.int64), np.asarray(t.coef["layer_time"], float))
+    return tmin
+
+
+def sender_caps(t: Tables, b: float, k_max: int, link: np.ndarray):
+    """Eq. N29b: the links whose pair window caps their sender below b, as (slow [E, E] mask, gs [S] senders, hs [S]
+    receivers, cap [S]); None when there is none. A plan of tau <= b with stage j at endpoint g sending to stage j + 1
+    at h has t_j <= 2 tau - c(g, h) - t_{j+1} <= 2b - c(g, h) - tmin[h] (eq. T2's window of the two, ``pair_window_
+    usable``'s conditions: 1F1B, every slot with a steady phase). Only links the node may take (``link`` finite)."""
+    if t.vpp > 1 or t.M <= k_max or not t.n or k_max < 2 or not math.isfinite(b):
+        return None
+    cap = 2 * b * (1 + TIME_RTOL) - t.p2p - _tmin(t)[None, :]
+    slow = np.isfinite(link) & (cap < b)
+    if not slow.any():
+        return None
+    gs, hs = np.nonzero(slow)
+    return slow, gs, hs, cap[gs, hs]
 
 
 class PathDP:
@@ -137,6 +160,10 @@ class PathDP:
         self.k_max = min(p_hi, t.p_max)
         usable = link_usable(t.p2p, b, t.vpp) & (pair_window_usable(t, b, self.k_max) if PAIR_WINDOW else True)
         self.link = np.where(usable, t.p2p * (float(t.vpp) if t.vpp > 1 else 1.0), INF)
+        # eq. N29b: the slow links (their sender capped below b), pairs s = (gs[s] -> hs[s]); per pair the sender's
+        # rows ([S, W], padded with the extra row), and per sender endpoint its pairs ([E, Smax], padded with S)
+        self._slow = sender_caps(t, b, self.k_max, self.link) if SENDER_CAP else None
+        self._first_cap: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.p_first = max(p_lo, t.p_min)
         # options with the same footprint (endpoint, GPUs taken of each group) pay the same multipliers, so per slot
         # and layer count the DP needs only the cheapest of them: one row per footprint, and which option it is
@@ -153,6 +180,13 @@ class PathDP:
         self._pad = np.full((self.E, width), len(self.row_group), np.int64)  # (_per_group)
         for e, m in enumerate(self.members):
             self._pad[e, :len(m)] = m
+        if self._slow is not None:
+            gs = self._slow[1]
+            self._slow_rows = self._pad[gs]
+            per = [np.flatnonzero(gs == e) for e in range(self.E)]
+            self._slow_of = np.full((self.E, max(len(x) for x in per)), len(gs), np.int64)
+            for e, x in enumerate(per):
+                self._slow_of[e, :len(x)] = x
         cap = np.asarray(problem.group_capacity, float)
         # GPUs the other stages take at least, against what the stage leaves: k others (slots 1..k-1 and one
         # earlier, or P - 1 of them for the first stage), each of dmin GPUs; of the groups the stage draws from
@@ -305,6 +339,37 @@ class PathDP:
                 out[k] = c + shift
         return out if acc is None else np.maximum(acc, out)
 
+    def _first_capped(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Eq. N29b at a first stage (slot k) sending over slow pair s: ([S, W, L+1] least time + sync per row of
+        the sender's endpoint (``_slow_rows``) over its options whose time (not sync) is within the pair's cap, inf
+        where none is; [S, W, L+1] the option reaching it). Kept per slot (independent of the multipliers)."""
+        got = self._first_cap.get(k)
+        if got is not None:
+            return got
+        _, gs, _, caps = self._slow
+        tm, sy = self._first_parts[k]
+        S, W = self._slow_rows.shape
+        least, opt = np.full((S, W, self.L + 1), INF), np.zeros((S, W, self.L + 1), np.int64)
+        for g in np.unique(gs):
+            mine = np.flatnonzero(gs == g)
+            idx = self._order[self.t.group[self._order] == g]  # the endpoint's options, by row
+            if not len(idx):
+                continue
+            rows = self._row_of[idx]
+            starts = np.flatnonzero(np.r_[True, np.diff(rows) != 0])  # one per row of g, as ``members[g]``
+            tg = tm[idx][None]  # [1, n_g, L+1]
+            c = np.where(tg <= caps[mine][:, None, None], tg + sy[idx][None], INF)  # [S_g, n_g, L+1]
+            lst = np.minimum.reduceat(c, starts, axis=1)  # [S_g, rows of g, L+1]
+            who = np.arange(len(idx))[None, :, None]
+            pos = np.where(c == np.repeat(lst, np.diff(np.r_[starts, len(idx)]), axis=1), who, len(idx))
+            arg = np.minimum(np.minimum.reduceat(pos, starts, axis=1), len(idx) - 1)
+            nr = len(starts)
+            least[mine, :nr] = lst
+            opt[mine, :nr] = idx[arg]
+        got = (_frozen(least), _frozen(opt))
+        self._first_cap[k] = got
+        return got
+
     def run(self, mu: np.ndarray, nu: np.ndarray | None = None, tables=None) -> PathResult | None:
         """The least Lagrangian path over the node's stage counts (None: no path); ``nu``: eq. N7's multipliers;
         ``tables``: (first, nonfirst, k_max) in place of the node's (eq. N8: one stage count, thresholds)."""
@@ -312,22 +377,37 @@ class PathDP:
         first_t, nonfirst_t, links = self.weighted(nu)
         k_max = self.k_max
         self.per_first = {}  # P -> the least path cost with its first stage at slot P (eq. N8 reads it)
+        # eq. N29b: the sender caps, where the stage costs are the pure stage times (no eq. N7 weights, N12 prices or
+        # eq. N8 thresholds); the slow pairs then leave the plain links and are taken apart with their capped stages
+        capped = self._slow is not None and tables is None and not self.extra_priced \
+            and first_t is self.first and nonfirst_t is self.nonfirst
         if tables is not None:
             first_t, nonfirst_t, k_max = tables
+        if capped:
+            slow, gs, hs, _ = self._slow
+            plain = np.where(slow, INF, self.link)
+            links = dict.fromkeys(links, plain)
+            S = len(gs)
+            mu_x = np.append((self.row_usage @ mu), 0.0)[self._slow_rows]  # [S, W] (the padding row: inf costs)
         mu_cost = (self.row_usage @ mu)[:, None]
         lidx = np.arange(L + 1)
         # [l, n] -> l - n, or L + 1 (a column of inf appended to the later part) where n > l
         conv_idx = np.where(lidx[:, None] >= lidx[None, :], lidx[:, None] - lidx[None, :], L + 1)
         F = None  # [E, L+1]: slots 1..k-1 non-first, slot k-1 at endpoint e, l layers held
-        trace = []  # per slot k: (argI [E, L+1], argN [E, L+1], argH [E, L+1] or None)
+        # per slot k: (argI [E, L+1], argN [E, L+1], argH [E, L+1] or None, eq. N29b's overrides or None)
+        trace = []
         best = (INF, None)
         Hx = np.empty((E, L + 2))
         Hx[:, L + 1] = INF
         for k in range(1, k_max + 1):
+            FS = None  # eq. N29b: [S, L+2] the later part via slow pair s (F at its receiver plus the link)
             if F is not None:  # H[e, m]: the best later part when slot k is at endpoint e
                 Hgh = F[None, :, :] + links[k][:, :, None]  # [g, h, m]
                 argH = Hgh.argmin(axis=1)
                 H = np.take_along_axis(Hgh, argH[:, None, :], axis=1)[:, 0, :]
+                if capped:
+                    FS = np.full((S, L + 2), INF)
+                    FS[:, :L + 1] = F[hs] + self.link[gs, hs][:, None]
             else:
                 H, argH = None, None
             if k in first_t:  # the first stage at slot k (P = k)
@@ -340,14 +420,27 @@ class PathDP:
                 cost, opt = first_t[k]
                 tot = cost + mu_cost + rest
                 flat = int(np.argmin(tot))
-                self.per_first[k] = float(tot.flat[flat])
-                if tot.flat[flat] < best[0]:
+                val = float(tot.flat[flat])
+                at = None
+                if val < best[0]:
                     row, n = divmod(flat, L + 1)
-                    best = (float(tot.flat[flat]), (k, int(opt[row, n]), n, argH))
+                    at = (k, int(opt[row, n]), n, int(argH[self.row_group[row], L - n]) if H is not None else -1)
+                if FS is not None:  # its time within the cap of a slow link to slot k - 1
+                    fl, fo = self._first_capped(k)
+                    totS = fl + mu_x[:, :, None] + FS[:, None, L - lidx]  # [S, W, L+1]
+                    flatS = int(np.argmin(totS))
+                    if totS.flat[flatS] < val:
+                        val = float(totS.flat[flatS])
+                        s_, w_, n = np.unravel_index(flatS, totS.shape)
+                        at = (k, int(fo[s_, w_, n]), int(n), int(hs[s_]))
+                self.per_first[k] = val
+                if val < best[0]:
+                    best = (val, at)
             if k >= k_max:
                 break
             cost, opt = nonfirst_t[k]
             cb, argI = self._per_group(cost + mu_cost, opt)  # [E, L+1]
+            over = None
             if H is None:
                 F, argN = cb, np.broadcast_to(lidx, (E, L + 1)).copy()
             else:
@@ -362,25 +455,70 @@ class PathDP:
                     j = tens.argmin(axis=2)
                     F = np.take_along_axis(tens, j[:, :, None], axis=2)[:, :, 0]
                     argN = ns[j]
-            trace.append((argI, argN, argH))
+                    if FS is not None:
+                        F, over = self._slow_step(F, FS, cost[:, ns], opt, ns, conv_idx, mu_x)
+            trace.append((argI, argN, argH, over))
         if not math.isfinite(best[0]):
             return None
         return _backtrack(self.t, self.usage, best, trace)
 
+    def _slow_step(self, F, FS, time, opt, ns, conv_idx, mu_x):
+        """Eq. N29b at a non-first slot k: the stage at endpoint g sending over slow pair s = (g, h) holds only rows
+        and layer counts whose time (the stage cost here: the least time of the row's options, so a row has an option
+        within the cap exactly where this is) is within the pair's cap; F (from the plain links) lowered where such a
+        path is cheaper, and the overrides of the trace there ([E, L+1] mask, layers, option, receiver). Only the
+        pairs and layer counts with some finite capped stage and later part enter the min-plus convolution."""
+        _, gs, hs, caps = self._slow
+        R = time.shape[0]
+        tx = np.full((R + 1, len(ns)), INF)
+        tx[:R] = time
+        sub = tx[self._slow_rows]  # [S, W, n]
+        sub = np.where(sub <= caps[:, None, None], sub + mu_x[:, :, None], INF)
+        w = sub.argmin(axis=1)  # [S, n]
+        cbS = np.take_along_axis(sub, w[:, None, :], axis=1)[:, 0, :]
+        fin = np.isfinite(cbS)
+        live = np.flatnonzero(fin.any(axis=1) & np.isfinite(FS).any(axis=1))
+        if not len(live):
+            return F, None
+        cols = np.flatnonzero(fin[live].any(axis=0))
+        cbS, ns_s = cbS[live][:, cols], ns[cols]
+        rowS = self._slow_rows[live[:, None], w[live][:, cols]]  # [S', n']
+        tens = cbS[:, None, :] + FS[live][:, conv_idx[:, ns_s]]  # [S', l, n']
+        j = tens.argmin(axis=2)  # [S', l]
+        FSl = np.full((len(gs) + 1, F.shape[1]), INF)  # (row S: the padding of ``_slow_of``)
+        FSl[live] = np.take_along_axis(tens, j[:, :, None], axis=2)[:, :, 0]
+        cand = FSl[self._slow_of]  # [E, Smax, l]
+        jj = cand.argmin(axis=1)
+        Fs = np.take_along_axis(cand, jj[:, None, :], axis=1)[:, 0, :]
+        better = Fs < F
+        if not better.any():
+            return F, None
+        lidx = np.arange(F.shape[1])[None, :]
+        s = self._slow_of[np.arange(self.E)[:, None], jj]  # [E, l] the pair (S where none: never better)
+        at = np.zeros(len(gs) + 1, np.int64)
+        at[live] = np.arange(len(live))
+        pos = j[at[s], lidx]  # [E, l] position in ns_s
+        n = ns_s[pos]
+        row = np.minimum(rowS[at[s], pos], R - 1)
+        return np.where(better, Fs, F), (better, n, opt[row, n], hs[np.minimum(s, len(gs) - 1)])
+
 
 def _backtrack(t: Tables, usage: np.ndarray, best, trace) -> PathResult:
-    cost, (P, i, n, argH) = best
+    cost, (P, i, n, h) = best  # h: slot P - 1's endpoint
     stages = [(int(i), int(n))]
     used = usage[i].copy()
-    left, g = t.L - n, int(t.group[i])
+    left = t.L - n
     for k in range(P - 1, 0, -1):
-        h = int(argH[g, left])
-        argI, argN, argH = trace[k - 1]
-        n_k = int(argN[h, left])
-        i_k = int(argI[h, n_k])
+        argI, argN, argH, over = trace[k - 1]
+        if over is not None and over[0][h, left]:  # eq. N29b: a capped stage over a slow link
+            n_k, i_k, nxt = int(over[1][h, left]), int(over[2][h, left]), int(over[3][h, left])
+        else:
+            n_k = int(argN[h, left])
+            i_k = int(argI[h, n_k])
+            nxt = int(argH[h, left - n_k]) if argH is not None else -1
         stages.append((i_k, n_k))
         used += usage[i_k]
-        left, g = left - n_k, h
+        left, h = left - n_k, nxt
     assert left == 0, "the DP path does not hold every layer"
     return PathResult(cost, used, tuple(stages))
 
