@@ -36,7 +36,7 @@ def _period(prob, a) -> float:
     return steady_period(t, c, v.num_microbatches, blocking=prob.p2p_blocking)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _case(seed: int):
     rng = np.random.default_rng(seed)
     prob = random_problem(seed, num_layers=int(rng.integers(4, 8)), max_stages=int(rng.integers(2, 5)))

@@ -372,31 +372,45 @@ def test_pair_window_cut_keeps_every_link_of_every_plan_within_the_node():
     between each variant's tau bound and its worst period, every plan whose tau (eq. T2, windows included) is within b
     takes only links ``pair_window_usable`` keeps; and the cut removes some link a plain c/2 <= b test keeps (it fails
     with the cut's stage times dropped, 2b - c >= 0)."""
-    from synthetic import feasible_plans, variant_nodes
+    from synthetic import feasible_plans
 
     from haap_milp.problem import boundary_times
     from haap_milp.solvers.common.stage_dp import link_usable, pair_window_usable
 
     checked = removed = 0
-    for seed in range(30):
-        problem = random_problem(seed, uniform=False, same_tp_first_last=False)
-        problem = replace_p2p(problem, 3.0)
-        for v, dp0, lb in variant_nodes(problem):
-            for share in (0.05, 0.3):
-                b = lb + share * (_worst_tau(dp0.t) - lb)
-                t = build_tables(problem, v, b)
-                if t.p_min == 0:
+    for seed, problem, v, _, nodes in _slow_link_nodes(range(30), 3.0, (0.05, 0.3)):
+        for b, t in nodes:
+            ok = pair_window_usable(t, b, t.p_max)
+            removed += int((link_usable(t.p2p, b) & ~ok).sum())
+            for a in feasible_plans(problem, [v], t.p_max):
+                if _steady(problem, a) > b * (1 + 1e-9):
                     continue
-                ok = pair_window_usable(t, b, t.p_max)
-                removed += int((link_usable(t.p2p, b) & ~ok).sum())
-                for a in feasible_plans(problem, [v], t.p_max):
-                    if _steady(problem, a) > b * (1 + 1e-9):
-                        continue
-                    ends = [problem.options[s.option].endpoint for s in a.stages]
-                    for (e, f), c in zip(itertools.pairwise(ends), boundary_times(problem, a)):
-                        assert ok[e, f], (seed, v, b, e, f, c)
-                    checked += 1
+                ends = [problem.options[s.option].endpoint for s in a.stages]
+                for (e, f), c in zip(itertools.pairwise(ends), boundary_times(problem, a)):
+                    assert ok[e, f], (seed, v, b, e, f, c)
+                checked += 1
     assert checked >= 200 and removed >= 5, (checked, removed)
+
+
+def _slow_link_nodes(seeds, layers: float, shares, sync_heavy: bool = False):
+    """Per random problem (links between groups at least ``layers`` mean layer times, ``replace_p2p``; with
+    ``sync_heavy`` the odd seeds' syncs x 30) and variant with a finite bound: (seed, problem, v, the variant's node
+    PathDP, [(b, tables)]) with each cap b a ``share`` of the way from the variant's tau bound to its worst period
+    (caps whose tables hold no pipeline left out)."""
+    from synthetic import variant_nodes
+
+    for seed in seeds:
+        problem = replace_p2p(random_problem(seed, uniform=False, same_tp_first_last=False), layers)
+        if sync_heavy and seed % 2:
+            problem = _sync_heavy(problem, 30.0)  # (the first stage's cap is on its time, its sync apart)
+        for v, dp0, lb in variant_nodes(problem):
+            caps = []
+            for share in shares:
+                b = float(lb + share * (_worst_tau(dp0.t) - lb))
+                t = build_tables(problem, v, b)
+                if t.p_min:
+                    caps.append((b, t))
+            yield seed, problem, v, dp0, caps
 
 
 def _path_cost(dp: PathDP, stages, mu) -> float:
@@ -418,54 +432,48 @@ def test_sender_cap_keeps_the_bound_below_every_plan_within_the_node(monkeypatch
     takes at most 2b - c - tmin of the receiver) at mu = 0 and at a random mu >= 0 is at most the least Lagrangian path
     cost over the plans whose tau (eq. T2) is within b, its path costs what it claims, and the cap lifts the DP's value
     above the uncapped one on some nodes (it fails when the cap does nothing)."""
-    from synthetic import feasible_plans, variant_nodes
+    from synthetic import feasible_plans
 
     from haap_milp.problem import stage_times
 
     rng = np.random.default_rng(7)
     checked = lifted = 0
-    for seed in range(60):
-        problem = replace_p2p(random_problem(seed, uniform=False, same_tp_first_last=False), 3.0)
-        for v, dp0, lb in variant_nodes(problem):
-            plans = [(a, _steady(problem, a)) for a in feasible_plans(problem, [v], dp0.t.p_max)]
-            for share in (0.02, 0.05, 0.1, 0.2):
-                b = float(lb + share * (_worst_tau(dp0.t) - lb))
-                t = build_tables(problem, v, b)
-                if t.p_min == 0:
+    for seed, problem, v, dp0, nodes in _slow_link_nodes(range(60), 3.0, (0.02, 0.05, 0.1, 0.2)):
+        plans = [(a, _steady(problem, a)) for a in feasible_plans(problem, [v], dp0.t.p_max)]
+        for b, t in nodes:
+            dp = PathDP(problem, t, b, t.p_min, t.p_max)
+            with monkeypatch.context() as m:
+                m.setattr(stage_dp, "SENDER_CAP", False)
+                off = PathDP(problem, t, b, t.p_min, t.p_max)
+            assert off._slow is None
+            local = {int(o): i for i, o in enumerate(t.opts)}
+            cap = np.full((dp.E, dp.E), math.inf)
+            if dp._slow is not None:
+                _, gs, hs, caps = dp._slow
+                cap[gs, hs] = caps
+            inside = []  # the plans within b, as paths of the node's local options
+            for a, tau in plans:
+                path = tuple((local.get(s.option, -1), s.num_layers) for s in a.stages)
+                if tau > b * (1 + 1e-9) or len(path) > t.p_max or min(i for i, _ in path) < 0:
                     continue
-                dp = PathDP(problem, t, b, t.p_min, t.p_max)
-                with monkeypatch.context() as m:
-                    m.setattr(stage_dp, "SENDER_CAP", False)
-                    off = PathDP(problem, t, b, t.p_min, t.p_max)
-                assert off._slow is None
-                local = {int(o): i for i, o in enumerate(t.opts)}
-                cap = np.full((dp.E, dp.E), math.inf)
-                if dp._slow is not None:
-                    _, gs, hs, caps = dp._slow
-                    cap[gs, hs] = caps
-                inside = []  # the plans within b, as paths of the node's local options
-                for a, tau in plans:
-                    path = tuple((local.get(s.option, -1), s.num_layers) for s in a.stages)
-                    if tau > b * (1 + 1e-9) or len(path) > t.p_max or min(i for i, _ in path) < 0:
-                        continue
-                    inside.append(path)
-                    ends = [int(t.group[i]) for i, _ in path]
-                    for tj, (e, f) in zip(stage_times(problem, a), itertools.pairwise(ends)):  # the rule itself
-                        assert tj <= cap[e, f], (seed, v, b, tj, e, f, cap[e, f])
-                scale = stage_dp._mu_scale(t, dp.cap)  # (large prices push the paths across the slow links)
-                for mu in (np.zeros(len(dp.cap)), *(rng.uniform(0, f, len(dp.cap)) * scale for f in (3.0, 30.0))):
-                    res, res0 = dp.run(mu), off.run(mu)
-                    opt = min((_path_cost(dp, p, mu) for p in inside), default=math.inf)
-                    if res is None:
-                        assert not math.isfinite(opt), (seed, v, b, opt)
-                    else:
-                        assert res.cost <= opt * (1 + 1e-9) + 1e-12, (seed, v, b, res.cost, opt)
-                        got = _path_cost(dp, res.stages, mu)
-                        assert abs(got - res.cost) <= 1e-9 * max(1.0, abs(res.cost)), (seed, v, b, got, res.cost)
-                        assert np.allclose(res.used, dp.usage[[i for i, _ in res.stages]].sum(axis=0))
-                        assert res0 is not None and res.cost >= res0.cost * (1 - 1e-12)
-                    lifted += res0 is not None and (res is None or res.cost > res0.cost * (1 + 1e-9))
-                    checked += math.isfinite(opt)
+                inside.append(path)
+                ends = [int(t.group[i]) for i, _ in path]
+                for tj, (e, f) in zip(stage_times(problem, a), itertools.pairwise(ends)):  # the rule itself
+                    assert tj <= cap[e, f], (seed, v, b, tj, e, f, cap[e, f])
+            scale = stage_dp._mu_scale(t, dp.cap)  # (large prices push the paths across the slow links)
+            for mu in (np.zeros(len(dp.cap)), *(rng.uniform(0, f, len(dp.cap)) * scale for f in (3.0, 30.0))):
+                res, res0 = dp.run(mu), off.run(mu)
+                opt = min((_path_cost(dp, p, mu) for p in inside), default=math.inf)
+                if res is None:
+                    assert not math.isfinite(opt), (seed, v, b, opt)
+                else:
+                    assert res.cost <= opt * (1 + 1e-9) + 1e-12, (seed, v, b, res.cost, opt)
+                    got = _path_cost(dp, res.stages, mu)
+                    assert abs(got - res.cost) <= 1e-9 * max(1.0, abs(res.cost)), (seed, v, b, got, res.cost)
+                    assert np.allclose(res.used, dp.usage[[i for i, _ in res.stages]].sum(axis=0))
+                    assert res0 is not None and res.cost >= res0.cost * (1 - 1e-12)
+                lifted += res0 is not None and (res is None or res.cost > res0.cost * (1 + 1e-9))
+                checked += math.isfinite(opt)
     assert checked >= 200 and lifted >= 4, (checked, lifted)
 
 
@@ -497,42 +505,32 @@ def test_sender_cap_dp_is_the_least_table_path_within_the_caps():
     every path of the node's tables whose stage before each slow link keeps the link's cap (enumerated; half the
     problems with heavy syncs, which the cap leaves out), on nodes with slow links; and that relaxation lies above the
     uncapped one on some of them."""
-    from synthetic import variant_nodes
-
     rng = np.random.default_rng(11)
     checked = lifted = 0
-    for seed in range(40):
-        problem = replace_p2p(random_problem(seed, uniform=False, same_tp_first_last=False), 2.0)
-        if seed % 2:
-            problem = _sync_heavy(problem, 30.0)  # (the first stage's cap is on its time, its sync apart)
-        for v, dp0, lb in variant_nodes(problem):
-            for share in (0.02, 0.05, 0.15, 0.3):
-                b = float(lb + share * (_worst_tau(dp0.t) - lb))
-                t = build_tables(problem, v, b)
-                if t.p_min == 0:
-                    continue
-                dp = PathDP(problem, t, b, t.p_min, t.p_max)
-                if dp._slow is None:
-                    continue
-                _, gs, _, caps = dp._slow
-                for k in (k for k in dp.first if k >= 2):  # the capped first stages, option by option
-                    tm, sy = dp._first_parts[k]
-                    least, opt = dp._first_capped(k)
-                    for s, row in itertools.product(range(len(gs)), range(least.shape[1])):
-                        of = np.flatnonzero(dp._row_of == dp._slow_rows[s, row])
-                        want = np.where(tm[of] <= caps[s], tm[of] + sy[of], math.inf).min(axis=0, initial=math.inf)
-                        assert np.array_equal(least[s, row], want), (seed, v, b, k, s, row)
-                        fin = np.isfinite(want)
-                        pick = opt[s, row][fin]
-                        assert np.isin(pick, of).all() and (tm[pick, fin.nonzero()[0]] <= caps[s]).all()
-                        assert np.array_equal((tm + sy)[pick, fin.nonzero()[0]], want[fin])
-                for mu in (np.zeros(len(dp.cap)), rng.uniform(0, 3, len(dp.cap)) * stage_dp._mu_scale(t, dp.cap)):
-                    res = dp.run(mu)
-                    want = _capped_paths(dp, mu, True)
-                    got = math.inf if res is None else res.cost
-                    assert got == want or abs(got - want) <= 1e-9 * max(1.0, abs(want)), (seed, v, b, got, want)
-                    lifted += want > _capped_paths(dp, mu, False) * (1 + 1e-9)
-                    checked += 1
+    for seed, problem, v, _, nodes in _slow_link_nodes(range(40), 2.0, (0.02, 0.05, 0.15, 0.3), sync_heavy=True):
+        for b, t in nodes:
+            dp = PathDP(problem, t, b, t.p_min, t.p_max)
+            if dp._slow is None:
+                continue
+            _, gs, _, caps = dp._slow
+            for k in (k for k in dp.first if k >= 2):  # the capped first stages, option by option
+                tm, sy = dp._first_parts[k]
+                least, opt = dp._first_capped(k)
+                for s, row in itertools.product(range(len(gs)), range(least.shape[1])):
+                    of = np.flatnonzero(dp._row_of == dp._slow_rows[s, row])
+                    want = np.where(tm[of] <= caps[s], tm[of] + sy[of], math.inf).min(axis=0, initial=math.inf)
+                    assert np.array_equal(least[s, row], want), (seed, v, b, k, s, row)
+                    fin = np.isfinite(want)
+                    pick = opt[s, row][fin]
+                    assert np.isin(pick, of).all() and (tm[pick, fin.nonzero()[0]] <= caps[s]).all()
+                    assert np.array_equal((tm + sy)[pick, fin.nonzero()[0]], want[fin])
+            for mu in (np.zeros(len(dp.cap)), rng.uniform(0, 3, len(dp.cap)) * stage_dp._mu_scale(t, dp.cap)):
+                res = dp.run(mu)
+                want = _capped_paths(dp, mu, True)
+                got = math.inf if res is None else res.cost
+                assert got == want or abs(got - want) <= 1e-9 * max(1.0, abs(want)), (seed, v, b, got, want)
+                lifted += want > _capped_paths(dp, mu, False) * (1 + 1e-9)
+                checked += 1
     assert checked >= 40 and lifted >= 2, (checked, lifted)
 
 
