@@ -134,19 +134,26 @@ def steady_period(t: Sequence[float], c: Sequence[float], num_microbatches: int,
     return max(tau, binding_window(t, c, num_microbatches)[0])
 
 
-def binding_window(t: Sequence[float], c: Sequence[float], num_microbatches: int) -> tuple[float, int, int]:
-    """Eq. T2's window term under 1F1B and the window that sets it: (the largest (sum_{i=j..k} t_i + sum_{j<=i<k}
-    c_i) / (k - j + 1) over stages j < k with P - j < M, j, k); (0.0, -1, -1) when there is none. Each sum is built
-    from k backwards, so k = P - 1 adds as the in-flight round trip always has."""
+def window_means(t, c, num_microbatches: int):
+    """Eq. T2's window terms under 1F1B: yields ((sum_{i=j..k} t_i + sum_{j<=i<k} c_i) / (k - j + 1), j, k) for every
+    window of stages j < k with P - j < M (k = j is tau >= t_j, eq. T2's first term). Each sum is built from k backwards,
+    so k = P - 1 adds as the in-flight round trip always has; t_i and c_i may be floats or numpy arrays (the
+    brute-force oracle passes one array per stage). O(P^2) windows."""
     p = len(t)
-    best = (0.0, -1, -1)
     first = max(0, p - num_microbatches + 1)  # stages j with P - j < M run a forward after a backward
-    for k in range(p - 1, first, -1):  # (k = j is tau >= t_j, eq. T2's first term)
+    for k in range(p - 1, first, -1):
         window = t[k]
         for j in range(k - 1, first - 1, -1):
-            window += t[j] + c[j]
-            if window / (k - j + 1) > best[0]:
-                best = (window / (k - j + 1), j, k)
+            window = window + (t[j] + c[j])
+            yield window / (k - j + 1), j, k
+
+
+def binding_window(t: Sequence[float], c: Sequence[float], num_microbatches: int) -> tuple[float, int, int]:
+    """The largest of eq. T2's window terms and its window: (value, j, k); (0.0, -1, -1) when there is none."""
+    best = (0.0, -1, -1)
+    for term in window_means(t, c, num_microbatches):
+        if term[0] > best[0]:
+            best = term
     return best
 
 

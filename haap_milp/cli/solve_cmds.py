@@ -219,7 +219,7 @@ def solve(
                            training.global_batch_size * training.seq_len, max_points, step)
     out, goal_doc = run_interruptible(lambda: _plan(m, c, training, opts, prof, dl, book, goal), dl, _stopping)
     warn_priced_by_fallback([str(e) for e in out.presolved.analytic] if out.presolved else [])
-    _check_interleaved_replay(out)
+    replayed = _check_interleaved_replay(out)
     metrics = plan_metrics(out, book)  # once: the JSON and the report share it
     doc = solution_document(out.result, m, c, training, {**metrics, "objective": goal_doc},
                             presolve_document(out.presolved))
@@ -233,7 +233,7 @@ def solve(
             write_atomic(json_file, json.dumps(doc, indent=2), flag="--json")
             console.print(f"wrote {json_file}")
     if plot is not None and out.result.plan is not None:
-        _plot_plan(out, plot, err_console if json_file is not None and str(json_file) == "-" else console)
+        _plot_plan(out, plot, err_console if json_file is not None and str(json_file) == "-" else console, replayed)
     elif plot is not None:
         err_console.print(f"--plot: no plots written: no plan ({out.result.status.value})", style="yellow")
     if dl.interrupted:
@@ -264,34 +264,37 @@ REPLAY_CHECK_EVENTS = 20_000
 REPLAY_CHECK_RTOL = 0.05  # ... and a warning printed when the replay is this much slower than the objective
 
 
-def _check_interleaved_replay(out) -> None:
+def _check_interleaved_replay(out):
     """Eq. I1 prices interleaved plans within -3 % .. +23 % of the event replay when every link is at most 0.3 of a
     stage, but up to 39 % below it with slower links (README, 'Where haap falls short'): an interleaved plan is
-    replayed (if small enough) and a warning names the difference when the replay is REPLAY_CHECK_RTOL slower."""
+    replayed (if small enough) and a warning names the difference when the replay is REPLAY_CHECK_RTOL slower.
+    Returns the replay (``simulate.SimulationResult``, which --plot draws) or None."""
     from haap_milp import simulate
 
     plan = out.result.plan
     if plan is None or plan.vpp <= 1 or simulate.replay_events(plan.pp, plan.num_microbatches, plan.vpp) > \
             REPLAY_CHECK_EVENTS:
-        return
+        return None
     claimed = out.result.objective_s
-    replay = simulate.simulate_plan(plan, out.estimator).iteration_time_s
+    sim = simulate.simulate_plan(plan, out.estimator)
+    replay = sim.iteration_time_s
     if claimed and replay > claimed * (1 + REPLAY_CHECK_RTOL):
         err_console.print(f"warning: the event replay of this interleaved plan (vpp {plan.vpp}) takes {replay:.3f} s, "
                           f"{100 * (replay / claimed - 1):.0f} % more than its objective {claimed:.3f} s: eq. I1 "
                           f"underprices slow links; compare the plan of --vpp 1 (haap-solve simulate replays any plan)",
                           style="yellow", soft_wrap=True)
+    return sim
 
 
-def _plot_plan(out, plot, said) -> None:
+def _plot_plan(out, plot, said, sim=None) -> None:
     """--plot: the plan's replayed timeline and its memory; a plan too long to replay (simulate.MAX_REPLAY_EVENTS)
     gets no plots and a note, the plan and its report stand. ``said``: where the files written are listed (stderr
-    when the JSON goes to stdout, which they broke)."""
+    when the JSON goes to stdout, which they broke). ``sim``: the plan's replay when made already."""
     from haap_milp import simulate
     from haap_milp.report import plots
 
     try:
-        sim = simulate.simulate_plan(out.result.plan, out.estimator)
+        sim = sim if sim is not None else simulate.simulate_plan(out.result.plan, out.estimator)
     except HaapInputError as exc:
         err_console.print(f"--plot: no plots written: {exc}", style="yellow")
         return

@@ -25,6 +25,7 @@ from haap_milp.pipeline import (
     send_shares,
     stage_memory,
     sync_share,
+    window_means,
 )
 from haap_milp.problem import Assignment, Problem, RawResult, Stage, evaluate, violations
 
@@ -101,15 +102,12 @@ def _best_of(problem: Problem, v: int, p: int):
 
 
 def _windows(t, c_pad, num_microbatches: int, steady):
-    """Eq. T2's window terms vectorised over [T, C, p] stage times t and [T, 1, p] boundaries c_pad (0 last): every
-    window j..k with P - j < M, its sum built from k backwards (the order of ``pipeline.steady_period``)."""
+    """Eq. T2's window terms (``pipeline.window_means``) vectorised: t [T, C, p] stage times, c_pad [T, 1, p]
+    boundaries (0 last), one array per stage."""
     p = t.shape[2]
-    first = max(0, p - num_microbatches + 1)
-    for k in range(p - 1, first, -1):
-        window = t[:, :, k]
-        for j in range(k - 1, first - 1, -1):
-            window = window + (t[:, :, j] + c_pad[:, :, j])
-            steady = np.maximum(steady, window / (k - j + 1))
+    for term, _, _ in window_means([t[:, :, j] for j in range(p)], [c_pad[:, :, j] for j in range(p)],
+                                   num_microbatches):
+        steady = np.maximum(steady, term)
     return steady
 
 

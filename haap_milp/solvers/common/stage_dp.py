@@ -111,10 +111,16 @@ def pair_window_usable(t: Tables, b: float, k_max: int) -> np.ndarray:
     tmin[e] - tmin[f]. Holds where the sender has a steady phase (P - j < M; every slot when k_max < M) under 1F1B
     (eq. T2b implies the windows under blocking sends); all True elsewhere (interleaving: eq. I3's rows instead)."""
     E = int(t.p2p.shape[0])
-    if t.vpp > 1 or t.M <= k_max or not t.n:
+    if not _windows_hold(t, k_max):
         return np.ones((E, E), bool)
     tmin = _tmin(t)
     return t.p2p + tmin[:, None] + tmin[None, :] <= 2 * b * (1 + TIME_RTOL)
+
+
+def _windows_hold(t: Tables, k_max: int) -> bool:
+    """Eq. T2's pair windows bind every link of the node's plans: 1F1B (vpp 1), every slot with a steady phase
+    (k_max < M), some option."""
+    return t.vpp <= 1 and t.M > k_max and bool(t.n)
 
 
 def _tmin(t: Tables) -> np.ndarray:
@@ -129,7 +135,7 @@ def sender_caps(t: Tables, b: float, k_max: int, link: np.ndarray):
     receivers, cap [S]); None when there is none. A plan of tau <= b with stage j at endpoint g sending to stage j + 1
     at h has t_j <= 2 tau - c(g, h) - t_{j+1} <= 2b - c(g, h) - tmin[h] (eq. T2's window of the two, ``pair_window_
     usable``'s conditions: 1F1B, every slot with a steady phase). Only links the node may take (``link`` finite)."""
-    if t.vpp > 1 or t.M <= k_max or not t.n or k_max < 2 or not math.isfinite(b):
+    if not _windows_hold(t, k_max) or k_max < 2 or not math.isfinite(b):
         return None
     cap = 2 * b * (1 + TIME_RTOL) - t.p2p - _tmin(t)[None, :]
     slow = np.isfinite(link) & (cap < b)
