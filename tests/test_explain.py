@@ -171,3 +171,32 @@ def test_profile_whose_measured_points_are_all_out_of_memory_is_infeasible_with_
     doc = json.loads(out.read_text())
     assert code == 0 and doc["status"] == "INFEASIBLE", err
     assert doc["message"].startswith("no option can be priced") and "--profile-fallback analytic" in doc["message"]
+
+
+def test_bottleneck_reports_the_interleaved_window_that_sets_the_period():
+    """Eq. I7: on an interleaved plan whose period a window of ranks and their links sets (a random two-island
+    problem copied as vpp 2 and 3, its link 2 layer times), the text names that window, found by slicing."""
+    from synthetic import feasible_plans
+    from test_interleaved_links import interleaved_islands
+    from test_pipeline_closed_forms import interleaved_windows_sliced
+
+    from haap_milp.pipeline import interleaved_period
+    from haap_milp.problem import wrap_time
+
+    for seed in range(6):
+        problem = interleaved_islands(seed, 2.0)
+        for a in feasible_plans(problem) if problem is not None else ():
+            var = problem.variants[a.variant]
+            t, c, cw = stage_times(problem, a), boundary_times(problem, a), wrap_time(problem, a)
+            if var.vpp < 2:
+                continue
+            tau = interleaved_period(t, c, var.num_microbatches, var.vpp, cw)
+            win, lo, hi = max(interleaved_windows_sliced(t, c, cw, var.num_microbatches, var.vpp))
+            if tau <= max(t) * (1 + 1e-6) or win < tau * (1 - 1e-9):
+                continue
+            text = explain.bottleneck(problem, a, problem.groups)
+            span = f"stages {lo}-{hi}" if lo < hi else f"stages {lo}-{len(t) - 1} and 0-{hi} (through the wrap)"
+            assert f"{span} and the links between them, each crossed {var.vpp} times per micro-batch" in text, text
+            assert f"stretch the period to {tau * 1e3:.1f} ms (eq. I7)" in text, text
+            return
+    raise AssertionError("no interleaved plan whose period an eq. I7 window sets")

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from haap_milp.errors import HaapInputError
+from haap_milp.pipeline import interleaved_period
 from haap_milp.simulate import (
     MAX_REPLAY_EVENTS,
     closed_form_iteration_s,
@@ -275,3 +276,30 @@ def test_1f1b_closed_form_is_never_below_the_replay_with_links_and_pays_the_wind
     r = simulate([1.0] * p, [2.0] * p, c, [0.0] * p, num_microbatches=m)
     assert r.closed_form_s == pytest.approx((m - 1) * (3.0 + 3.0 + 2.0) / 2 + 3.0 * p + 2.0)
     assert r.iteration_time_s > 0.97 * r.closed_form_s  # (the replay: 133.0 s; the round trips alone gave 98.2 s)
+
+
+def _replay_slope(t: list, c: list, m: int, vpp: int, c_wrap: float = 0.0) -> float:
+    """The replay's steady period: (T(2M) - T(M)) / M of interleaved 1F1B (fill and drain cancel)."""
+    fwd, bwd = zip(*(split_stage_time(x) for x in t))
+    a, b = (simulate(list(fwd), list(bwd), c, [0.0] * len(t), num_microbatches=n, schedule="interleaved", vpp=vpp,
+                     wrap_p2p_s=c_wrap).iteration_time_s for n in (m, 2 * m))
+    return (b - a) / m
+
+
+def test_interleaved_period_is_a_cycle_of_the_replay_and_pays_the_window_of_a_slow_link():
+    """Eq. I7: ranks j..k and their links (each vpp times, the wrap vpp - 1) are a cycle of Megatron's interleaved
+    order through 2n + 1 chunk ops. The closed form's period is never above the replay's (its terms are cycles;
+    random pipelines with links up to 2x a stage, through the wrap too), and a slow link of one stage time between
+    the middle two of four stages paces the pair, (t + t + vpp c) / 3 = 4, where eq. I2's terms give 3 (its link
+    term vpp c / 2; the replay: 3.98)."""
+    rng = random.Random(5)
+    for _ in range(60):
+        p, v = rng.randint(3, 6), rng.choice([2, 3, 4])
+        m = rng.choice([2 * p, 4 * p, 8 * p])
+        t = [rng.uniform(0.5, 1.5) for _ in range(p)]
+        c = [rng.choice([0.0, rng.uniform(0.0, 0.3), rng.uniform(0.0, 2.0)]) for _ in range(p - 1)]
+        cw = rng.choice([0.0, rng.uniform(0.0, 0.3), rng.uniform(0.0, 2.0)])
+        assert interleaved_period(t, c, m, v, cw) <= _replay_slope(t, c, m, v, cw) * 1.01, (t, c, cw, m, v)
+    t, c = [3.0] * 4, [0.0, 3.0, 0.0]
+    assert interleaved_period(t, c, 32, 2) == pytest.approx(4.0)
+    assert _replay_slope(t, c, 32, 2) == pytest.approx(4.0, rel=0.01)

@@ -22,6 +22,7 @@ from haap_milp.pipeline import (
     inflight_1f1b,
     interleaved_inflight_chunks,
     interleaved_tau_weight,
+    interleaved_window_means,
     send_shares,
     stage_memory,
     sync_share,
@@ -139,6 +140,9 @@ def _interleaved(var, t, c, s, cw):
     n = np.array([interleaved_inflight_chunks(j, p, m, v) for j in range(p)], float)  # eq. I4
     tau = np.maximum(np.maximum(t.max(axis=2), v * c.max(axis=2, initial=0.0) / 2), (v - 1) * cw / 2)
     tau = np.maximum(tau, (r / n).max(axis=2))  # eq. I2
+    for term, _, _ in interleaved_window_means([t[:, :, j] for j in range(p)], [c_pad[:, :, j] for j in range(p)],
+                                               m, v, cw):  # eq. I7
+        tau = np.maximum(tau, term)
     before = np.cumsum(t, axis=2) - t
     sigma = (s - BWD_SHARE / v * before).max(axis=2)
     return (interleaved_tau_weight(m, v) * tau + t.sum(axis=2) / v + v * c.sum(axis=2) + (v - 1) * cw

@@ -576,6 +576,50 @@ def _interleaved_rows(m: LinModel, ts: dict, cs: dict, boundary: dict, tau_hi: f
         const += v * (v - 1) / 2 * w0
         q = float(interleaved_inflight_chunks(p - k, p, t.M, v))  # eq. I4
         m.tdef({}, m.tau, q, const=const, label="I3 round trip", pieces=pieces)
+    _interleaved_windows(m, ts, cs, boundary, wrap, w0)
+
+
+def _interleaved_windows(m: LinModel, ts: dict, cs: dict, boundary: dict, wrap: dict, w0: float) -> None:
+    """Eq. I7's rows (``pipeline.interleaved_window_means``; stage j is slot P - j, link c_j boundary P - j - 1):
+    per window of n links sum t + vpp sum c (+ (vpp - 1) c_w through the wrap) <= (2n + 1) tau, its slot times
+    and links named by expression (eq. N2c). O(P^2) rows of O(P) terms."""
+    t, v, p = m.t, m.t.vpp, m.t.num_stages
+    steady = [interleaved_inflight_chunks(j, p, t.M, v) < t.M * v for j in range(p)]
+
+    def stage(j: int, pieces: list) -> None:
+        if p - j in ts:
+            pieces.append((ts[p - j], 1.0))
+
+    def link(j: int, pieces: list) -> float:  # c_j, stage j -> j + 1: its variable part, and its constant
+        b = p - j - 1
+        if b in cs:
+            pieces.append((cs[b], float(v)))
+        return v * boundary.get(b, ({}, 0.0))[1]
+
+    for j in (j for j in range(p) if steady[j]):
+        pieces: list = []
+        const = 0.0
+        stage(j, pieces)
+        for k in range(j + 1, p):
+            const += link(k - 1, pieces)
+            stage(k, pieces)
+            m.tdef({}, m.tau, float(2 * (k - j) + 1), const=const, label="I7 window", pieces=list(pieces))
+    if p < 2 or not steady[0]:
+        return
+    for j in range(1, p):
+        pieces = [(wrap, v - 1.0)]
+        const = (v - 1.0) * w0
+        for i in range(j, p):
+            stage(i, pieces)
+            if i < p - 1:
+                const += link(i, pieces)
+        n = p - j - 1
+        for k in range(j):
+            if k:
+                const += link(k - 1, pieces)
+            stage(k, pieces)
+            n += 1
+            m.tdef({}, m.tau, float(2 * n + 1), const=const, label="I7 wrap window", pieces=list(pieces))
 
 
 def _wrap(m: LinModel, tau_hi: float) -> tuple[dict, float]:
