@@ -231,7 +231,7 @@ def interleaved_period(t: Sequence[float], c: Sequence[float], num_microbatches:
     activations (or gradients) of c_j / 2 per micro-batch, the wrap vpp - 1; and by Little's law rank j, which
     holds at most N_j chunks in flight (eq. I4) and starts vpp chunks per period, needs
     N_j >= (vpp / tau) * (mean chunk residence) = R_j / tau (eq. I3). For vpp = 1 this is eq. T2's round-trip
-    term with N_j = P - j."""
+    term with N_j = P - j. And every window of eq. I7 (``interleaved_window_means``)."""
     p, m, v = len(t), num_microbatches, vpp
     tau = max(max(t), v * max(c, default=0.0) / 2, (v - 1) * c_wrap / 2)
     for term, _, _ in interleaved_window_means(t, c, m, v, c_wrap):  # eq. I7
@@ -265,8 +265,9 @@ def interleaved_window_means(t, c, num_microbatches: int, vpp: int, c_wrap=0.0):
     batch crosses the wrap vpp - 1 times of vpp (the last chunk turns back instead), so the wrap counts vpp - 1
     times, as in eq. I2. A window needs its ranks in their steady phase (eq. I4: N_j < M vpp; through the wrap
     rank 0's). Measured against the event replay (random pipelines P 3-8, vpp 2-4, M 4P-16P, links up to 2x a
-    stage): where a link exceeds 0.3 of a stage, eq. I1 with I7 is -20 %..+4 % of the replay (mean -4.2 %)
-    against -27 %..+4 % (mean -8.2 %) without; never above it where I2 alone was not (formulations/README.md).
+    stage): where a link exceeds 0.3 of a stage, eq. I1 with I7 is -20 %..+4 % of the replay (mean -4.2 %;
+    negative: below it) against -27 %..+4 % (mean -8.2 %) without; its period is never above the replay's
+    (formulations/README.md, tests/test_simulate_core.py).
     t_i, c_i, c_wrap: floats or numpy arrays alike (the brute-force oracle passes one array per rank)."""
     p, m, v = len(t), num_microbatches, vpp
     steady = [interleaved_inflight_chunks(j, p, m, v) < m * v for j in range(p)]
