@@ -91,7 +91,7 @@ def _best_of(problem: Problem, v: int, p: int):
                        comp)
     steady = np.maximum(t.max(axis=2), c.max(axis=2) / 2 if p > 1 else 0.0)  # eq. T2
     c_pad = np.concatenate([c, np.zeros(c.shape[:2] + (1,))], axis=2)  # [T, 1, p]: c_j for j < p-1
-    steady = _windows(t, c_pad, var.num_microbatches, steady)
+    steady = _largest(steady, window_means(_by_stage(t), _by_stage(c_pad), var.num_microbatches))  # eq. T2
     if problem.p2p_blocking and p > 1:  # eq. T2b: t_j + SEND_SHARE (c_{j-1} + c_j)
         c_prev = np.concatenate([np.zeros(c.shape[:2] + (1,)), c], axis=2)  # [T, 1, p]: c_{j-1}, 0 for j = 0
         share = np.array(send_shares(p))  # the end stages: their one boundary's round trip
@@ -102,14 +102,17 @@ def _best_of(problem: Problem, v: int, p: int):
     return _argmin(np.where(fits & _fast(problem, obj), obj + _extra(var, col, n, first, last), np.inf), combos, comp)
 
 
-def _windows(t, c_pad, num_microbatches: int, steady):
-    """Eq. T2's window terms (``pipeline.window_means``) vectorised: t [T, C, p] stage times, c_pad [T, 1, p]
-    boundaries (0 last), one array per stage."""
-    p = t.shape[2]
-    for term, _, _ in window_means([t[:, :, j] for j in range(p)], [c_pad[:, :, j] for j in range(p)],
-                                   num_microbatches):
-        steady = np.maximum(steady, term)
-    return steady
+def _by_stage(x) -> list:
+    """[T, C or 1, p] -> p arrays [T, C or 1], one per stage (what the pipeline's window generators take)."""
+    return [x[:, :, j] for j in range(x.shape[2])]
+
+
+def _largest(tau, windows):
+    """tau raised to each window term of ``windows`` (``pipeline.window_means`` or ``interleaved_window_means`` on
+    ``_by_stage`` arrays): eqs. T2 and I7 vectorised."""
+    for term, _, _ in windows:
+        tau = np.maximum(tau, term)
+    return tau
 
 
 def _fast(problem: Problem, t_iter):
@@ -140,9 +143,7 @@ def _interleaved(var, t, c, s, cw):
     n = np.array([interleaved_inflight_chunks(j, p, m, v) for j in range(p)], float)  # eq. I4
     tau = np.maximum(np.maximum(t.max(axis=2), v * c.max(axis=2, initial=0.0) / 2), (v - 1) * cw / 2)
     tau = np.maximum(tau, (r / n).max(axis=2))  # eq. I2
-    for term, _, _ in interleaved_window_means([t[:, :, j] for j in range(p)], [c_pad[:, :, j] for j in range(p)],
-                                               m, v, cw):  # eq. I7
-        tau = np.maximum(tau, term)
+    tau = _largest(tau, interleaved_window_means(_by_stage(t), _by_stage(c_pad), m, v, cw))  # eq. I7
     before = np.cumsum(t, axis=2) - t
     sigma = (s - BWD_SHARE / v * before).max(axis=2)
     return (interleaved_tau_weight(m, v) * tau + t.sum(axis=2) / v + v * c.sum(axis=2) + (v - 1) * cw
